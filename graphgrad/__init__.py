@@ -1,0 +1,38 @@
+"""graphgrad: a deep-learning framework on NumPy whose machinery is open to inspection.
+
+``import graphgrad as torch`` runs PyTorch programs for the features graphgrad has:
+tensors with reverse-mode autodiff that extends the graph (so derivatives of
+derivatives work), and the op set under PyTorch's names.
+"""
+
+from . import backend
+from .backend import (bool_ as bool, complex64, complex128, dtype, float16, float32, float64,
+                      get_default_dtype, int8, int16, int32, int64, set_default_dtype, uint8)
+from .tensor import *  # noqa: F401,F403
+from .tensor import Size, Tensor, Value, is_grad_enabled
+from . import ops
+from .ops import *  # noqa: F401,F403
+from . import autograd
+from .autograd import enable_grad, inference_mode, no_grad, set_grad_enabled
+from . import nn
+
+half = float16
+float = float32  # noqa: A001 - PyTorch's aliases
+double = float64
+long = int64
+int = int32  # noqa: A001
+cfloat = complex64
+cdouble = complex128
+
+__version__ = "0.1.0"
+
+
+def is_tensor(obj) -> "builtins.bool":
+    return isinstance(obj, Tensor)
+
+
+def numel(input: Tensor) -> "builtins.int":
+    return input.numel()
+
+
+import builtins  # noqa: E402

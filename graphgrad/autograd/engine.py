@@ -1,0 +1,371 @@
+"""Layer ``autograd``: the reverse-mode engine.
+
+Backward walks the graph from the outputs in reverse topological order and calls
+each op's vjp rule. The rules are graphgrad ops, so the walk *extends* the graph: with
+``create_graph=True`` the gradients are recorded like any other computation and can
+be differentiated again, to any order. Every walk is iterative (no recursion limit).
+
+After a pass without ``retain_graph`` the saved values are released: each node's
+inputs are replaced by stand-ins that keep only shape, dtype and structure, so the
+arrays are freed as soon as the user drops them, and a second pass through a node
+whose rule needs saved values raises PyTorch's "backward through the graph a second
+time" error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from graphgrad.backend import from_numpy_dtype, xp
+from graphgrad.tensor import Ext, Tensor, Value, set_grad_mode
+from graphgrad.tensor.creation import _leaf
+
+__all__ = ["backward", "grad"]
+
+_TWICE = ("Trying to backward through the graph a second time (or directly access saved "
+          "tensors after they have already been freed). Saved intermediate values of the graph "
+          "are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if "
+          "you need to backward through the graph a second time or if you need to access saved "
+          "tensors after calling backward.")
+_HINT = (" Hint: enable anomaly detection to find the operation that failed to compute its "
+         "gradient, with torch.autograd.set_detect_anomaly(True).")
+
+
+# ---- the graph walk ------------------------------------------------------------------
+
+def _resolve(p: Value, version: int) -> Value:
+    """The identity ``p`` had at ``version``: an in-place op after the edge was made
+    rebased ``p``, and its earlier self lives on in ``ext.prev``."""
+    e = p._ext
+    while e is not None and e.born > version:
+        p = e.prev
+        e = p._ext
+    return p
+
+
+def _edges(node: Value):
+    """(input position, parent node) for each input that requires grad."""
+    sv = node._sv
+    for i, p in enumerate(node.inputs):
+        if isinstance(p, Value) and p._rg:
+            yield i, (_resolve(p, sv[i] if sv is not None else 0) if p._ext is not None else p)
+
+
+def toposort(roots: Sequence[Value]) -> list[Value]:
+    """Nodes reachable from ``roots`` (through inputs that require grad), each after all
+    of its inputs. Iterative DFS."""
+    order: list[Value] = []
+    seen: set[int] = set()
+    for root in roots:
+        if id(root) in seen:
+            continue
+        seen.add(id(root))
+        stack = [(root, _edges(root) if root.op is not None else iter(()))]
+        while stack:
+            node, it = stack[-1]
+            for _, parent in it:
+                if id(parent) not in seen:
+                    seen.add(id(parent))
+                    stack.append((parent, _edges(parent) if parent.op is not None
+                                  else iter(())))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+# ---- checks --------------------------------------------------------------------------
+
+def _type_str(t: Value) -> str:
+    names = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
+             "bool": "BoolTensor", "float16": "HalfTensor"}
+    return "graphgrad." + names.get(t._array.dtype.name, t._array.dtype.name)
+
+
+def _modified_error(t: Value, current: int, expected: int) -> RuntimeError:
+    which = f", which is output 0 of {t.op.__name__}Backward0," if t.op is not None else ""
+    return RuntimeError(
+        "one of the variables needed for gradient computation has been modified by an inplace "
+        f"operation: [{_type_str(t)} {list(t._array.shape)}]{which} is at version {current}; "
+        f"expected version {expected} instead." + _HINT)
+
+
+def _check_saved(node: Value) -> None:
+    op = node.op
+    saves = op.saves_inputs
+    ext = node._ext
+    if ext is not None and ext.freed and (saves or op.saves_output):
+        raise RuntimeError(_TWICE)
+    if saves:
+        sv = node._sv
+        for i, p in enumerate(node.inputs):
+            if isinstance(p, Value) and (saves is True or i in saves):
+                current = p._vc[0] if p._vc is not None else 0
+                expected = sv[i] if sv is not None else 0
+                if current != expected:
+                    raise _modified_error(p, current, expected)
+    if op.saves_output:
+        current = node._vc[0] if node._vc is not None else 0
+        expected = ext.born if ext is not None else 0
+        if current != expected:
+            raise _modified_error(node, current, expected)
+
+
+def _fit(ct: Tensor, p: Value, node: Value) -> Tensor:
+    """Reduce a cotangent to its input's shape and dtype: the one place gradients are
+    un-broadcast."""
+    shape = p._array.shape
+    cs = ct._array.shape
+    if cs != shape:
+        lead = len(cs) - len(shape)
+        if lead < 0 or any(s != 1 and s != c for s, c in zip(shape, cs[lead:], strict=True)):
+            raise RuntimeError(f"graphgrad internal error: {node.op.__name__}Backward0 returned "
+                               f"a gradient of shape {tuple(cs)} for an input of shape "
+                               f"{tuple(shape)}")
+        dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                          if s == 1 and cs[lead + i] != 1)
+        if dims:
+            ct = ct.sum(dim=dims, keepdim=True)
+        if ct._array.shape != shape:
+            ct = ct.reshape(shape)
+    if ct._array.dtype != p._array.dtype:
+        ct = ct.to(from_numpy_dtype(p._array.dtype))
+    return ct
+
+
+# ---- the pass ------------------------------------------------------------------------
+
+def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_graph: bool,
+                 create_graph: bool, targets: Sequence[Value] | None) -> dict[int, tuple]:
+    """Propagate ``seeds`` from ``roots``. Returns ``{id(node): (node, grad)}`` for the
+    ``targets`` reached, or (no targets) for the leaves and ``retain_grad`` tensors."""
+    order = toposort(roots)
+    wanted = target_ids = None
+    if targets is not None:  # prune to the nodes from which a target can be reached
+        target_ids = {id(t) for t in targets}
+        wanted = set()
+        for node in order:  # inputs come first
+            if id(node) in target_ids or (node.op is not None and any(
+                    id(p) in wanted for _, p in _edges(node))):
+                wanted.add(id(node))
+    grads: dict[int, Tensor] = {}
+    for r, s in zip(roots, seeds, strict=True):
+        grads[id(r)] = grads[id(r)] + s if id(r) in grads else s
+    results: dict[int, tuple] = {}
+    prev_mode = set_grad_mode(create_graph)
+    try:
+        for node in reversed(order):
+            g = grads.pop(id(node), None)
+            if g is None or (wanted is not None and id(node) not in wanted):
+                continue
+            ext = node._ext
+            if ext is not None and ext.hooks:
+                for hook in list(ext.hooks):
+                    replaced = hook(g)
+                    if replaced is not None:
+                        g = replaced
+            if target_ids is not None:
+                if id(node) in target_ids:
+                    results[id(node)] = (node, g)
+            elif node.op is None or (ext is not None and ext.retains_grad):
+                results[id(node)] = (node, g)
+            if node.op is None:
+                continue
+            _check_saved(node)
+            params = node.params
+            cts = node.op.vjp(g, node, *node.inputs, **params)
+            for i, parent in _edges(node):
+                ct = cts[i]
+                if ct is None:
+                    continue
+                ct = _fit(ct, node.inputs[i], node)
+                pid = id(parent)
+                if pid in grads:
+                    grads[pid] = grads[pid] + ct
+                else:
+                    grads[pid] = ct
+    finally:
+        set_grad_mode(prev_mode)
+    if not retain_graph:
+        free_graph(order)
+    return results
+
+
+def _stub(p: Value, inputs: tuple) -> Tensor:
+    """A stand-in for ``p`` holding no data: a zero-stride array of its shape and dtype."""
+    s = Tensor.__new__(Tensor)
+    s._array = xp.broadcast_to(xp.zeros((), p._array.dtype), p._array.shape)
+    s.op = p.op if p._rg else None
+    s.inputs = inputs if p._rg else ()
+    s.params = p.params if p._rg else None
+    s._rg = p._rg
+    s._grad = None
+    s._vc = None
+    s._ext = None
+    if s.op is not None:
+        s._sv = p._sv
+        e = s._ext = Ext()
+        e.freed = True
+        if p._ext is not None:
+            e.prev, e.born = p._ext.prev, p._ext.born
+    return s
+
+
+def free_graph(order: list[Value]) -> None:
+    """Release what the nodes in ``order`` saved for backward (see module docstring)."""
+    stubs: dict[int, Tensor] = {}
+    for node in order:  # inputs first, so a stub's own inputs are already stand-ins
+        if node.op is None:
+            continue
+        new_inputs = []
+        for p in node.inputs:
+            if isinstance(p, Value) and not (p.op is None and p._rg):
+                s = stubs.get(id(p))
+                if s is None:
+                    s = stubs[id(p)] = _stub(p, p.inputs)
+                new_inputs.append(s)
+            else:
+                new_inputs.append(p)
+        node.inputs = tuple(new_inputs)
+        node._ensure_ext().freed = True
+
+
+# ---- the public entry points ---------------------------------------------------------
+
+def _as_tuple(x) -> tuple:
+    if x is None:
+        return ()
+    if isinstance(x, Value):
+        return (x,)
+    return tuple(x)
+
+
+def _make_seeds(outputs: tuple, grad_outputs: tuple) -> list:
+    seeds = []
+    for i, (out, g) in enumerate(zip(outputs, grad_outputs, strict=True)):
+        if isinstance(g, Value):
+            if g.shape != out.shape:
+                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
+                                   f"{g.shape!r} and output[{i}] has a shape of {out.shape!r}.")
+            if g._array.dtype.kind == "c" and g._array.dtype != out._array.dtype:
+                raise RuntimeError(
+                    "For complex Tensors, both grad_output and output are required to have the "
+                    f"same dtype. Mismatch in dtype: grad_output[{i}] has a dtype of {g.dtype} "
+                    f"and output[{i}] has a dtype of {out.dtype}.")
+            seeds.append(g)
+        elif g is None:
+            if not out._rg:
+                raise RuntimeError(f"element {i} of tensors does not require grad and does not "
+                                   "have a grad_fn")
+            if out._array.size != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            if out._array.dtype.kind != "f":
+                raise RuntimeError(f"grad can be implicitly created only for real scalar outputs "
+                                   f"but got {out.dtype}")
+            seeds.append(_leaf(xp.ones(out._array.shape, out._array.dtype)))
+        else:
+            raise TypeError(f"gradients can be either Tensors or None, but got "
+                            f"{type(g).__name__}")
+    for i, out in enumerate(outputs):
+        if not out._rg:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have "
+                               "a grad_fn")
+    return seeds
+
+
+def _normalize_grads(outputs: tuple, grad_outputs) -> tuple:
+    grads = _as_tuple(grad_outputs) if grad_outputs is not None else (None,) * len(outputs)
+    if len(grads) != len(outputs):
+        raise RuntimeError(f"grad requires one grad_output per output: got {len(grads)} "
+                           f"grad_outputs for {len(outputs)} outputs")
+    return grads
+
+
+def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
+             create_graph: bool = False, grad_variables=None, inputs=None) -> None:
+    """Accumulate the gradients of ``tensors`` into the ``.grad`` of the graph's leaves
+    (or only of ``inputs``). Nothing is written unless the whole pass succeeds."""
+    if grad_variables is not None:
+        import warnings
+        warnings.warn("`grad_variables` is deprecated. Use `grad_tensors` instead.",
+                      FutureWarning, stacklevel=2)
+        grad_tensors = grad_variables
+    outputs = _as_tuple(tensors)
+    if inputs is not None:
+        inputs = _as_tuple(inputs)
+        if not inputs:
+            raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
+    if retain_graph is None:
+        retain_graph = create_graph
+    seeds = _make_seeds(outputs, _normalize_grads(outputs, grad_tensors))
+    results = run_backward(outputs, seeds, retain_graph=retain_graph,
+                           create_graph=create_graph, targets=inputs)
+    for t, g in results.values():
+        if inputs is None and t.op is not None and not t.retains_grad:
+            continue
+        _accumulate(t, g, create_graph)
+
+
+def _accumulate(t: Value, g: Tensor, create_graph: bool) -> None:
+    """``t.grad += g``: in place when no graph is being built, as PyTorch does."""
+    old = t._grad
+    if old is None:
+        t._grad = g if create_graph else _leaf(g._array.copy())
+    elif create_graph or old._rg:
+        t._grad = old + g
+    elif old._array.flags.writeable and old._array.dtype == g._array.dtype:
+        old._array += g._array
+        if old._vc is not None:
+            old._vc[0] += 1
+    else:
+        t._grad = _leaf(old._array + g._array)
+    ext = t._ext
+    if ext is not None and ext.post_hooks and t.op is None:
+        for hook in list(ext.post_hooks):
+            hook(t)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
+         create_graph: bool = False, only_inputs: bool = True, allow_unused: bool | None = None,
+         is_grads_batched: bool = False, materialize_grads: bool = False) -> tuple:
+    """The gradients of ``outputs`` w.r.t. ``inputs`` (a tuple); ``.grad`` is not touched."""
+    if not only_inputs:
+        import warnings
+        warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to "
+                      "True). To accumulate gradient for other parts of the graph, please use "
+                      "torch.autograd.backward.", FutureWarning, stacklevel=2)
+    if is_grads_batched:
+        raise NotImplementedError("grad(is_grads_batched=True) needs vmap, which is not "
+                                  "available yet")
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    elif materialize_grads and not allow_unused:
+        raise ValueError("Expected allow_unused to be True or not passed when "
+                         "materialize_grads=True, but got: allow_unused=False.")
+    outs = _as_tuple(outputs)
+    ins = _as_tuple(inputs)
+    for t in ins:
+        if not isinstance(t, Value):
+            raise TypeError(f"grad(): inputs must be Tensors, got {type(t).__name__}")
+        if not t._rg:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    if retain_graph is None:
+        retain_graph = create_graph
+    seeds = _make_seeds(outs, _normalize_grads(outs, grad_outputs))
+    results = run_backward(outs, seeds, retain_graph=retain_graph, create_graph=create_graph,
+                           targets=ins)
+    grads = []
+    for t in ins:
+        g = results[id(t)][1] if id(t) in results else None
+        if g is None:
+            if not allow_unused:
+                raise RuntimeError("One of the differentiated Tensors appears to not have been "
+                                   "used in the graph. Set allow_unused=True if this is the "
+                                   "desired behavior.")
+            if materialize_grads:
+                g = _leaf(xp.zeros(t._array.shape, t._array.dtype))
+        elif not create_graph and g._rg:
+            g = g.detach()
+        grads.append(g)
+    return tuple(grads)

@@ -1,0 +1,207 @@
+"""Layer ``nn``: ``graphgrad.nn.functional``, losses and activations as compositions of
+graphgrad ops (so they differentiate to any order with no rules of their own)."""
+
+from __future__ import annotations
+
+import warnings
+
+from graphgrad import ops
+from graphgrad.backend import xp
+from graphgrad.ops import gelu, log_softmax, one_hot, pad, relu, sigmoid, silu, softmax, softplus
+from graphgrad.ops import tanh
+from graphgrad.tensor import Tensor, Value
+
+__all__ = ["relu", "gelu", "softplus", "sigmoid", "tanh", "silu", "softmax", "log_softmax",
+           "one_hot", "pad", "linear", "mse_loss", "l1_loss", "nll_loss", "cross_entropy",
+           "binary_cross_entropy", "binary_cross_entropy_with_logits", "leaky_relu", "elu",
+           "logsigmoid", "dropout", "normalize", "huber_loss", "smooth_l1_loss"]
+
+
+def _reduce(loss: Tensor, reduction: str, name: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _warn_size(input, target, name: str) -> None:
+    if tuple(input.shape) != tuple(target.shape):
+        warnings.warn(f"Using a target size ({target.shape!r}) that is different to the input "
+                      f"size ({input.shape!r}). This will likely lead to incorrect results due "
+                      f"to broadcasting. Please ensure they have the same size.", UserWarning,
+                      stacklevel=3)
+
+
+def linear(input, weight, bias=None):
+    """``input @ weight.T + bias``."""
+    out = input @ weight.mT if weight.ndim > 1 else input @ weight
+    return out + bias if bias is not None else out
+
+
+def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
+    return ops.where(input > 0, input, input * negative_slope)
+
+
+def elu(input, alpha: float = 1.0, inplace: bool = False):
+    return ops.where(input > 0, input, alpha * ops.expm1(ops.clamp(input, max=0.0)))
+
+
+def logsigmoid(input):
+    return -softplus(-input)
+
+
+def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)``."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    from graphgrad.tensor.creation import _leaf, default_generator
+    keep = default_generator.rng.random(input._array.shape) >= p
+    return input * _leaf((keep / (1.0 - p)).astype(input._array.dtype))
+
+
+def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
+    n = ops.norm(input, p, dim, keepdim=True)
+    return input / ops.clamp(n, min=eps)
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    _warn_size(input, target, "mse_loss")
+    d = input - target
+    return _reduce(d * d, reduction, "mse_loss")
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    _warn_size(input, target, "l1_loss")
+    return _reduce((input - target).abs(), reduction, "l1_loss")
+
+
+def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0):
+    d = (input - target).abs()
+    loss = ops.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
+    return _reduce(loss, reduction, "huber_loss")
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean",
+                   beta: float = 1.0):
+    d = (input - target).abs()
+    loss = ops.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
+    return _reduce(loss, reduction, "smooth_l1_loss")
+
+
+def _class_dim_last(t):
+    """(N, C, d1, ...) -> (N*d1*..., C); (C,) -> (1, C)."""
+    if t.ndim == 1:
+        return t.unsqueeze(0)
+    if t.ndim == 2:
+        return t
+    return ops.movedim(t, 1, -1).reshape(-1, t.shape[1])
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100,
+             reduce=None, reduction: str = "mean"):
+    """Negative log likelihood of class indices ``target`` under log-probabilities
+    ``input`` (N, C) or (N, C, d1, ...)."""
+    if not isinstance(target, Value) or target._array.dtype.kind not in "iu":
+        raise RuntimeError(f"nll_loss: expected target of integer dtype (class indices), got "
+                           f"{getattr(target, 'dtype', type(target).__name__)}")
+    n_expected = 1 if input.ndim == 1 else input.shape[0]
+    n_target = 1 if target.ndim == 0 else target.shape[0]
+    if n_expected != n_target:
+        raise ValueError(f"Expected input batch_size ({n_expected}) to match target batch_size "
+                         f"({n_target}).")
+    logp = _class_dim_last(input)
+    tgt = target.reshape(-1)
+    c = logp.shape[1]
+    valid = tgt != ignore_index
+    safe = ops.where(valid, tgt, 0)
+    bad = (safe._array < 0) | (safe._array >= c)
+    if bad.any():
+        raise IndexError(f"nll_loss: Target {int(safe._array[bad][0])} is out of bounds "
+                         f"(number of classes: {c}).")
+    picked = -logp.gather(1, safe.unsqueeze(1)).squeeze(1)
+    w = valid.to(logp.dtype)
+    if weight is not None:
+        w = w * weight[safe]
+    loss = picked * w
+    if reduction == "mean":
+        return loss.sum() / w.sum()
+    if reduction == "none":
+        return loss.reshape(tuple(target.shape))
+    return _reduce(loss, reduction, "nll_loss")
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100,
+                  reduce=None, reduction: str = "mean", label_smoothing: float = 0.0):
+    """Softmax cross entropy of logits ``input`` (N, C) against class indices (or class
+    probabilities, a float tensor of the input's shape)."""
+    class_dim = 0 if input.ndim == 1 else 1
+    logp = log_softmax(input, dim=class_dim)
+    c = input.shape[class_dim]
+    if isinstance(target, Value) and target._array.dtype.kind == "f":  # probabilities
+        if tuple(target.shape) != tuple(input.shape):
+            raise RuntimeError(f"cross_entropy: expected target of shape {tuple(input.shape)} "
+                               f"for class probabilities, got {tuple(target.shape)}")
+        t = target * (1 - label_smoothing) + label_smoothing / c if label_smoothing else target
+        per = logp * t
+        if weight is not None:
+            shape = [1] * input.ndim
+            shape[class_dim] = c
+            per = per * weight.reshape(shape)
+        return _reduce(-per.sum(dim=class_dim), reduction, "cross_entropy")
+    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+    if not label_smoothing:
+        return nll
+    lp = _class_dim_last(logp)
+    tgt = target.reshape(-1)
+    valid = (tgt != ignore_index).to(lp.dtype)
+    smooth = -(lp * weight if weight is not None else lp).sum(dim=1) * valid
+    if reduction == "mean":
+        denom = (valid * weight[ops.where(tgt != ignore_index, tgt, 0)]).sum() \
+            if weight is not None else valid.sum()
+        smooth = smooth.sum() / denom
+    elif reduction == "sum":
+        smooth = smooth.sum()
+    else:
+        smooth = smooth.reshape(tuple(target.shape))
+    return (1 - label_smoothing) * nll + (label_smoothing / c) * smooth
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction: str = "mean"):
+    """``-(t log p + (1 - t) log(1 - p))`` with the logs clamped at -100 as in PyTorch."""
+    if tuple(input.shape) != tuple(target.shape):
+        raise ValueError(f"Using a target size ({target.shape!r}) that is different to the "
+                         f"input size ({input.shape!r}) is deprecated. Please ensure they have "
+                         f"the same size.")
+    arr = input._array
+    if arr.size and (xp.any(arr < 0) or xp.any(arr > 1)):
+        raise RuntimeError("all elements of input should be between 0 and 1")
+    log_p = ops.clamp(input.log(), min=-100.0)
+    log_q = ops.clamp((1 - input).log(), min=-100.0)
+    loss = -(target * log_p + (1 - target) * log_q)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, "binary_cross_entropy")
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
+                                     reduce=None, reduction: str = "mean", pos_weight=None):
+    """BCE on logits, computed stably: ``(1 - t) x + (1 + (w - 1) t) softplus(-x)``."""
+    if tuple(input.shape) != tuple(target.shape):
+        raise ValueError(f"Target size ({target.shape!r}) must be the same as input size "
+                         f"({input.shape!r})")
+    if pos_weight is None:
+        loss = (1 - target) * input + softplus(-input)
+    else:
+        log_weight = (pos_weight - 1) * target + 1
+        loss = (1 - target) * input + log_weight * softplus(-input)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, "binary_cross_entropy_with_logits")

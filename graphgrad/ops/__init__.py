@@ -1,0 +1,20 @@
+"""Layer ``ops``: every operator, each defined once (forward on arrays, vjp in graphgrad
+ops, shape/dtype rule), and the functions and Tensor methods that call them."""
+
+from . import arithmetic, compare, index, join, linalg, reduce, shape, unary
+from .arithmetic import *  # noqa: F401,F403
+from .base import REGISTRY, NO_PARAMS, Op, Spec, spec_of  # noqa: F401
+from .compare import *  # noqa: F401,F403
+from .index import *  # noqa: F401,F403
+from .join import *  # noqa: F401,F403
+from .linalg import *  # noqa: F401,F403
+from .methods import install as _install
+from .reduce import *  # noqa: F401,F403
+from .shape import *  # noqa: F401,F403
+from .unary import *  # noqa: F401,F403
+
+_install()
+
+__all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join.__all__,
+                  *linalg.__all__, *reduce.__all__, *shape.__all__, *unary.__all__,
+                  "REGISTRY", "Op", "Spec"})

@@ -1,0 +1,231 @@
+"""Layer ``ops``: arithmetic on broadcast tensors: + - * / // % ** neg, maximum, minimum."""
+
+from __future__ import annotations
+
+from graphgrad.backend import xp
+from graphgrad.tensor import Value
+
+from .compare import where
+from .elementwise import Elementwise
+
+__all__ = ["add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "neg", "maximum",
+           "minimum", "needs_grad", "true_divide", "subtract", "multiply", "divide", "fmod",
+           "rsub", "negative", "atan2"]
+
+
+def needs_grad(x) -> bool:
+    """Whether a rule should bother computing the cotangent for input ``x``."""
+    return isinstance(x, Value) and x._rg
+
+
+class Add(Elementwise):
+    saves_inputs = ()
+    forward = staticmethod(xp.add)
+
+    @staticmethod
+    def vjp(g, out, a, b):
+        return g, g
+
+
+class Sub(Elementwise):
+    saves_inputs = ()
+    forward = staticmethod(xp.subtract)
+
+    @staticmethod
+    def vjp(g, out, a, b):
+        return g, (-g if needs_grad(b) else None)
+
+
+class Mul(Elementwise):
+    forward = staticmethod(xp.multiply)
+
+    @staticmethod
+    def vjp(g, out, a, b):
+        return (g * b if needs_grad(a) else None), (g * a if needs_grad(b) else None)
+
+
+class Div(Elementwise):
+    @staticmethod
+    def forward(a, b, *, rounding_mode=None):
+        if rounding_mode is None:
+            return xp.true_divide(a, b)
+        if rounding_mode == "floor":
+            return xp.floor_divide(a, b)
+        q = xp.trunc(xp.true_divide(a, b))
+        dt = xp.result_type(a, b)
+        return q.astype(dt) if dt.kind in "iu" else q
+
+    @staticmethod
+    def vjp(g, out, a, b, *, rounding_mode=None):
+        if rounding_mode is not None:  # piecewise constant
+            return (g * 0 if needs_grad(a) else None), (g * 0 if needs_grad(b) else None)
+        ga = g / b if needs_grad(a) else None
+        gb = -g * a / (b * b) if needs_grad(b) else None
+        return ga, gb
+
+
+class FloorDivide(Elementwise):
+    differentiable = False  # PyTorch: "the derivative for 'floor_divide' is not implemented"
+    saves_inputs = ()
+    forward = staticmethod(xp.floor_divide)
+
+
+class Remainder(Elementwise):
+    """Python's ``%``: the result takes the divisor's sign (``torch.remainder``)."""
+
+    forward = staticmethod(xp.remainder)
+
+    @staticmethod
+    def vjp(g, out, a, b):
+        gb = -g * (a / b).floor() if needs_grad(b) else None
+        return g, gb
+
+
+class Fmod(Elementwise):
+    """C's fmod: the result takes the dividend's sign."""
+
+    forward = staticmethod(xp.fmod)
+
+    @staticmethod
+    def vjp(g, out, a, b):
+        gb = -g * (a / b).trunc() if needs_grad(b) else None
+        return g, gb
+
+
+class Pow(Elementwise):
+    """``a ** b`` for tensor or scalar base and exponent."""
+
+    saves_output = True
+
+    @staticmethod
+    def forward(a, b):
+        return xp.power(a, b)
+
+    @staticmethod
+    def vjp(g, out, a, b):
+        ga = gb = None
+        if needs_grad(a):
+            if isinstance(b, Value):
+                ga = where(b == 0, 0.0, g * b * a ** (b - 1))
+            elif b == 0:
+                ga = g * 0
+            else:
+                ga = g * b * a ** (b - 1)
+        if needs_grad(b):
+            # d/db a^b = a^b log a; PyTorch masks a == 0, b >= 0 to 0 instead of nan
+            gb = g * out * _log(a)
+            if isinstance(a, Value):
+                gb = where((a == 0) & (b >= 0), 0.0, gb)
+        return ga, gb
+
+
+def _log(a):
+    if isinstance(a, Value):
+        return a.log()
+    import math
+    return math.log(a)
+
+
+class Neg(Elementwise):
+    saves_inputs = ()
+    forward = staticmethod(xp.negative)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (-g,)
+
+
+class Maximum(Elementwise):
+    forward = staticmethod(xp.maximum)
+
+    @staticmethod
+    def vjp(g, out, a, b):
+        # ties share the gradient equally, as in PyTorch
+        half = g * 0.5
+        ga = where(a > b, g, where(a == b, half, 0.0)) if needs_grad(a) else None
+        gb = where(b > a, g, where(a == b, half, 0.0)) if needs_grad(b) else None
+        return ga, gb
+
+
+class Minimum(Elementwise):
+    forward = staticmethod(xp.minimum)
+
+    @staticmethod
+    def vjp(g, out, a, b):
+        half = g * 0.5
+        ga = where(a < b, g, where(a == b, half, 0.0)) if needs_grad(a) else None
+        gb = where(b < a, g, where(a == b, half, 0.0)) if needs_grad(b) else None
+        return ga, gb
+
+
+class Atan2(Elementwise):
+    forward = staticmethod(xp.arctan2)
+
+    @staticmethod
+    def vjp(g, out, a, b):
+        denom = a * a + b * b
+        return ((g * b / denom) if needs_grad(a) else None,
+                (-g * a / denom) if needs_grad(b) else None)
+
+
+def add(input, other, *, alpha=1):
+    return Add.apply(input, other if alpha == 1 else other * alpha)
+
+
+def sub(input, other, *, alpha=1):
+    return Sub.apply(input, other if alpha == 1 else other * alpha)
+
+
+def rsub(input, other, *, alpha=1):
+    return sub(other, input, alpha=alpha)
+
+
+def mul(input, other):
+    return Mul.apply(input, other)
+
+
+def div(input, other, *, rounding_mode: str | None = None):
+    if rounding_mode is None:
+        return Div.apply(input, other)
+    if rounding_mode not in ("floor", "trunc"):
+        raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
+                         f"but found '{rounding_mode}'")
+    return Div.apply(input, other, rounding_mode=rounding_mode)
+
+
+def floor_divide(input, other):
+    return FloorDivide.apply(input, other)
+
+
+def remainder(input, other):
+    return Remainder.apply(input, other)
+
+
+def fmod(input, other):
+    return Fmod.apply(input, other)
+
+
+def pow(input, exponent):
+    return Pow.apply(input, exponent)
+
+
+def neg(input):
+    return Neg.apply(input)
+
+
+def maximum(input, other):
+    return Maximum.apply(input, other)
+
+
+def minimum(input, other):
+    return Minimum.apply(input, other)
+
+
+def atan2(input, other):
+    return Atan2.apply(input, other)
+
+
+true_divide = divide = div
+subtract = sub
+multiply = mul
+negative = neg

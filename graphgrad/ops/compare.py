@@ -1,0 +1,173 @@
+"""Layer ``ops``: comparisons, logical and bitwise ops (not differentiable), and ``where``."""
+
+from __future__ import annotations
+
+from graphgrad.backend import xp
+
+from .base import NO_PARAMS, Spec, broadcast_shapes
+from .elementwise import Elementwise
+
+__all__ = ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+           "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where",
+           "isnan", "isinf", "isfinite", "equal", "allclose", "isclose"]
+
+
+class _Predicate(Elementwise):
+    differentiable = False
+    saves_inputs = ()
+    promotes = False
+
+
+class Eq(_Predicate):
+    forward = staticmethod(xp.equal)
+
+
+class Ne(_Predicate):
+    forward = staticmethod(xp.not_equal)
+
+
+class Lt(_Predicate):
+    forward = staticmethod(xp.less)
+
+
+class Le(_Predicate):
+    forward = staticmethod(xp.less_equal)
+
+
+class Gt(_Predicate):
+    forward = staticmethod(xp.greater)
+
+
+class Ge(_Predicate):
+    forward = staticmethod(xp.greater_equal)
+
+
+class LogicalAnd(_Predicate):
+    forward = staticmethod(xp.logical_and)
+
+
+class LogicalOr(_Predicate):
+    forward = staticmethod(xp.logical_or)
+
+
+class LogicalXor(_Predicate):
+    forward = staticmethod(xp.logical_xor)
+
+
+class LogicalNot(_Predicate):
+    forward = staticmethod(xp.logical_not)
+
+
+class BitwiseAnd(_Predicate):
+    forward = staticmethod(xp.bitwise_and)
+
+
+class BitwiseOr(_Predicate):
+    forward = staticmethod(xp.bitwise_or)
+
+
+class BitwiseXor(_Predicate):
+    forward = staticmethod(xp.bitwise_xor)
+
+
+class BitwiseNot(_Predicate):
+    forward = staticmethod(xp.invert)
+
+
+class Isnan(_Predicate):
+    forward = staticmethod(xp.isnan)
+
+
+class Isinf(_Predicate):
+    forward = staticmethod(xp.isinf)
+
+
+class Isfinite(_Predicate):
+    forward = staticmethod(xp.isfinite)
+
+
+class Where(Elementwise):
+    """``where(condition, input, other)``: input where condition holds, else other."""
+
+    saves_inputs = (0,)  # only the condition is read by the rule
+
+    @staticmethod
+    def forward(cond, a, b):
+        if getattr(cond, "dtype", None) != xp.bool_:
+            raise TypeError(f"where expected condition to be a boolean tensor, but got a tensor "
+                            f"with dtype {getattr(cond, 'dtype', type(cond).__name__)}")
+        return xp.where(cond, a, b)
+
+    @staticmethod
+    def vjp(g, out, cond, a, b):
+        return None, where(cond, g, 0.0), where(cond, 0.0, g)
+
+    @classmethod
+    def infer(cls, cond, a, b) -> Spec:
+        if isinstance(cond, Spec) and cond.dtype != xp.bool_:
+            raise TypeError(f"where expected condition to be a boolean tensor, but got a tensor "
+                            f"with dtype {cond.dtype}")
+        shapes = [s.shape for s in (cond, a, b) if isinstance(s, Spec)]
+        dt = xp.result_type(*[s.dtype if isinstance(s, Spec) else s for s in (a, b)])
+        return Spec(broadcast_shapes("where", *shapes), dt)
+
+
+def _binary(op):
+    def fn(input, other):
+        return op.apply(input, other)
+    fn.__name__ = op.__name__.lower()
+    return fn
+
+
+eq, ne, lt, le, gt, ge = (_binary(o) for o in (Eq, Ne, Lt, Le, Gt, Ge))
+logical_and, logical_or, logical_xor = (_binary(o) for o in (LogicalAnd, LogicalOr, LogicalXor))
+bitwise_and, bitwise_or, bitwise_xor = (_binary(o) for o in (BitwiseAnd, BitwiseOr, BitwiseXor))
+
+
+def logical_not(input):
+    return LogicalNot.apply(input)
+
+
+def bitwise_not(input):
+    return BitwiseNot.apply(input)
+
+
+def isnan(input):
+    return Isnan.apply(input)
+
+
+def isinf(input):
+    return Isinf.apply(input)
+
+
+def isfinite(input):
+    return Isfinite.apply(input)
+
+
+def where(condition, input=None, other=None):
+    """``where(c, x, y)``; ``where(c)`` alone is ``nonzero(c, as_tuple=True)``."""
+    if input is None and other is None:
+        from .index import nonzero
+        return nonzero(condition, as_tuple=True)
+    from graphgrad.tensor import dispatch
+    return dispatch(Where, (condition, input, other), NO_PARAMS)
+
+
+def equal(input, other) -> bool:
+    """True when both tensors have the same shape and elements."""
+    return input.shape == other.shape and bool(xp.array_equal(input._array, other._array))
+
+
+def isclose(input, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):
+    return IsClose.apply(input, other, rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
+def allclose(input, other, rtol: float = 1e-05, atol: float = 1e-08,
+             equal_nan: bool = False) -> bool:
+    return bool(xp.all(isclose(input, other, rtol, atol, equal_nan)._array))
+
+
+class IsClose(_Predicate):
+    @staticmethod
+    def forward(a, b, *, rtol, atol, equal_nan):
+        return xp.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)

@@ -1,0 +1,303 @@
+"""Layer ``ops``: indexing. ``x[index]`` (ints, slices, None, Ellipsis, bool masks,
+integer arrays), ``index_put`` (behind ``x[index] = v``), gather/scatter_add, one_hot,
+nonzero, index_select, masked_fill.
+
+Index tensors are data inputs of the op; the rest of the index is a hashable ``spec``
+(slices as ``("slice", start, stop, step)``; ``"T"`` marks where a tensor goes).
+"""
+
+from __future__ import annotations
+
+from graphgrad.backend import xp
+from graphgrad.tensor import Value
+from graphgrad.tensor.creation import _leaf
+
+from .arithmetic import needs_grad
+from .base import Op, Spec, normalize_dim
+
+__all__ = ["getitem", "index_put", "gather", "scatter_add", "one_hot", "nonzero",
+           "index_select", "masked_fill", "take_along_dim", "parse_index", "masked_select",
+           "select", "narrow"]
+
+_T = "T"
+
+
+def parse_index(index) -> tuple[tuple, list]:
+    """Split a Python index into (hashable spec, list of index tensors)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    spec, tensors = [], []
+    for item in index:
+        if isinstance(item, Value):
+            if item._array.dtype.kind not in "biu":
+                raise IndexError("tensors used as indices must be long, int, byte or bool "
+                                 "tensors")
+            spec.append(_T)
+            tensors.append(item)
+        elif isinstance(item, bool):
+            spec.append(_T)
+            tensors.append(_leaf(xp.asarray(item)))
+        elif isinstance(item, int) or item is None or item is Ellipsis:
+            spec.append(item)
+        elif isinstance(item, slice):
+            spec.append(("slice", _as_int(item.start), _as_int(item.stop), _as_int(item.step)))
+        elif isinstance(item, (list, xp.ndarray, range)):
+            arr = xp.asarray(item)
+            if arr.dtype.kind not in "biu":
+                if arr.size == 0:
+                    arr = arr.astype(xp.int64)
+                else:
+                    raise IndexError("tensors used as indices must be long, int, byte or bool "
+                                     "tensors")
+            spec.append(_T)
+            tensors.append(_leaf(arr))
+        elif hasattr(item, "__index__"):
+            spec.append(int(item.__index__()))
+        else:
+            raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long or "
+                             f"byte Variables are valid indices (got {type(item).__name__})")
+    return tuple(spec), tensors
+
+
+def _as_int(v):
+    return None if v is None else int(v.__index__()) if hasattr(v, "__index__") else v
+
+
+def build_index(spec: tuple, arrays) -> tuple:
+    """The NumPy index for ``spec`` with the index arrays filled in."""
+    it = iter(arrays)
+    out = []
+    for s in spec:
+        if s == _T and isinstance(s, str):
+            out.append(next(it))
+        elif isinstance(s, tuple):
+            out.append(slice(s[1], s[2], s[3]))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def _check_bounds(a, idx: tuple) -> None:
+    """NumPy's IndexError, reworded as PyTorch's for integer indices."""
+    dim = 0
+    for item in idx:
+        if item is Ellipsis:
+            dim = a.ndim - sum(1 for i in idx if i is not None and i is not Ellipsis
+                               and not (isinstance(i, xp.ndarray) and i.dtype == xp.bool_))
+            dim += sum(1 for i in idx[:idx.index(Ellipsis)] if i is not None)
+            continue
+        if item is None:
+            continue
+        if isinstance(item, int) and dim < a.ndim:
+            size = a.shape[dim]
+            if not -size <= item < size:
+                raise IndexError(f"index {item} is out of bounds for dimension {dim} with size "
+                                 f"{size}")
+        dim += item.ndim if isinstance(item, xp.ndarray) and item.dtype == xp.bool_ else 1
+
+
+class Getitem(Op):
+    saves_inputs = ()
+    promotes = False
+    view = True  # basic indexing gives a view; dispatch checks the memory
+
+    @staticmethod
+    def forward(a, *index_arrays, spec):
+        idx = build_index(spec, index_arrays)
+        try:
+            return xp.asarray(a[idx])
+        except IndexError:
+            _check_bounds(a, idx)
+            raise
+
+    @staticmethod
+    def vjp(g, out, a, *index_tensors, spec):
+        zeros = g.new_zeros(tuple(a.shape))
+        return (IndexPut.apply(zeros, g, *index_tensors, spec=spec, accumulate=True),
+                *([None] * len(index_tensors)))
+
+
+class IndexPut(Op):
+    """``out = base.clone(); out[index] = values`` (or ``+=`` with ``accumulate``,
+    where repeated indices add up)."""
+
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def forward(base, values, *index_arrays, spec, accumulate):
+        out = base.copy()
+        idx = build_index(spec, index_arrays)
+        if accumulate:
+            if index_arrays:
+                xp.add.at(out, idx, values)
+            else:
+                out[idx] += values
+        else:
+            out[idx] = values
+        return out
+
+    @staticmethod
+    def vjp(g, out, base, values, *index_tensors, spec, accumulate):
+        gb = None
+        if needs_grad(base):
+            gb = g if accumulate else IndexPut.apply(g, 0.0, *index_tensors, spec=spec,
+                                                     accumulate=False)
+        gv = Getitem.apply(g, *index_tensors, spec=spec) if needs_grad(values) else None
+        return (gb, gv, *([None] * len(index_tensors)))
+
+    @classmethod
+    def infer(cls, base, values, *index, spec, accumulate) -> Spec:
+        return Spec(base.shape, base.dtype)
+
+
+def getitem(input, index):
+    spec, tensors = parse_index(index)
+    if None in spec:
+        # numpy puts new axes where None stands; index without them, then reshape
+        no_none = tuple(s for s in spec if s is not None)
+        dummy = xp.broadcast_to(xp.zeros((), input._array.dtype), input._array.shape)
+        shape = dummy[build_index(spec, [t._array for t in tensors])].shape
+        return Getitem.apply(input, *tensors, spec=no_none).reshape(shape)
+    return Getitem.apply(input, *tensors, spec=spec)
+
+
+def index_put(input, indices, values, accumulate: bool = False):
+    spec, tensors = parse_index(tuple(indices))
+    return IndexPut.apply(input, values, *tensors, spec=spec, accumulate=accumulate)
+
+
+def select(input, dim: int, index: int):
+    d = normalize_dim(dim, input.ndim, "select")
+    return getitem(input, (slice(None),) * d + (index,))
+
+
+def narrow(input, dim: int, start: int, length: int):
+    d = normalize_dim(dim, input.ndim, "narrow")
+    return getitem(input, (slice(None),) * d + (slice(start, start + length),))
+
+
+def _along_axis_index(index, dim: int) -> tuple:
+    """The full NumPy index that picks ``index`` along ``dim`` (gather/scatter)."""
+    grids = list(xp.indices(index.shape, sparse=True))
+    grids[dim] = index
+    return tuple(grids)
+
+
+class Gather(Op):
+    """``out[i][j] = input[index[i][j]][j]`` for dim 0 (``torch.gather``)."""
+
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def forward(a, index, *, dim):
+        if index.dtype != xp.int64 and index.dtype.kind in "iu":
+            index = index.astype(xp.int64)
+        if index.dtype != xp.int64:
+            raise RuntimeError("gather(): Expected dtype int64 for index")
+        if index.ndim != a.ndim:
+            raise RuntimeError("Index tensor must have the same number of dimensions as input "
+                               "tensor")
+        for d in range(a.ndim):
+            if d != dim and index.shape[d] > a.shape[d]:
+                raise RuntimeError(f"Size does not match at dimension {d} expected index "
+                                   f"{list(index.shape)} to be smaller than self "
+                                   f"{list(a.shape)} apart from dimension {dim}")
+        return a[_along_axis_index(index, dim)]
+
+    @staticmethod
+    def vjp(g, out, a, index, *, dim):
+        zeros = g.new_zeros(tuple(a.shape))
+        return ScatterAdd.apply(zeros, index, g, dim=dim), None
+
+
+class ScatterAdd(Op):
+    """``out = base.clone(); out[index[i][j]][j] += src[i][j]`` for dim 0."""
+
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def forward(base, index, src, *, dim):
+        out = base.copy()
+        src = src[tuple(slice(0, s) for s in index.shape)] if src.shape != index.shape else src
+        xp.add.at(out, _along_axis_index(index, dim), src)
+        return out
+
+    @staticmethod
+    def vjp(g, out, base, index, src, *, dim):
+        gs = Gather.apply(g, index, dim=dim) if needs_grad(src) else None
+        return g, None, gs
+
+
+def gather(input, dim: int, index, *, sparse_grad: bool = False):
+    return Gather.apply(input, index, dim=normalize_dim(dim, input.ndim, "gather"))
+
+
+def take_along_dim(input, indices, dim=None):
+    if dim is None:
+        return gather(input.reshape(-1), 0, indices.reshape(-1))
+    return gather(input, dim, indices)
+
+
+def scatter_add(input, dim: int, index, src):
+    return ScatterAdd.apply(input, index, src, dim=normalize_dim(dim, input.ndim, "scatter_add"))
+
+
+class OneHot(Op):
+    differentiable = False
+    promotes = False
+    saves_inputs = ()
+
+    @staticmethod
+    def forward(a, *, num_classes):
+        if a.dtype.kind not in "iu":
+            raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+        if a.size and a.min() < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        n = num_classes if num_classes >= 0 else (int(a.max()) + 1 if a.size else 0)
+        if a.size and a.max() >= n:
+            raise RuntimeError("Class values must be smaller than num_classes.")
+        return (a[..., None] == xp.arange(n)).astype(xp.int64)
+
+
+def one_hot(tensor, num_classes: int = -1):
+    """``nn.functional.one_hot``: int64 tensor with a trailing class dim."""
+    return OneHot.apply(tensor, num_classes=num_classes)
+
+
+class Nonzero(Op):
+    differentiable = False
+    promotes = False
+    saves_inputs = ()
+
+    @staticmethod
+    def forward(a):
+        return xp.argwhere(a).astype(xp.int64)
+
+
+def nonzero(input, *, as_tuple: bool = False):
+    out = Nonzero.apply(input)
+    if as_tuple:
+        if input.ndim == 0:
+            return (out.reshape(-1),)
+        return tuple(out[:, i] for i in range(input.ndim))
+    return out
+
+
+def index_select(input, dim: int, index):
+    d = normalize_dim(dim, input.ndim, "index_select")
+    return getitem(input, (slice(None),) * d + (index,))
+
+
+def masked_fill(input, mask, value):
+    from .compare import where
+    return where(mask, value, input)
+
+
+def masked_select(input, mask):
+    from .shape import broadcast_tensors
+    x, m = broadcast_tensors(input, mask)
+    return getitem(x, m)
+

@@ -1,0 +1,128 @@
+"""Layer ``ops``: in-place ops (``add_``, ``x[i] = v``, ``zero_``...).
+
+Each in-place op runs the out-of-place op and writes its result into the tensor's
+buffer, bumping the version counter that saved-tensor checks compare against. When
+the graph is being recorded, the tensor is *rebased*: it becomes the node of the new
+op, while its previous identity lives on as a separate node (``ext.prev``) that the
+edges created before the change still lead to.
+"""
+
+from __future__ import annotations
+
+from graphgrad.backend import xp
+from graphgrad.tensor import Tensor, Value, is_grad_enabled
+from graphgrad.tensor.creation import _leaf
+
+from .arithmetic import needs_grad
+
+__all__ = ["apply_inplace", "fill_inplace"]
+
+
+def _check_allowed(t: Tensor) -> None:
+    if t._rg and t.op is None:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
+                           "operation.")
+    ext = t._ext
+    if ext is not None and ext.base is not None and ext.base._rg:
+        base = ext.base
+        if base.op is None:
+            raise RuntimeError("a view of a leaf Variable that requires grad is being used in "
+                               "an in-place operation.")
+        raise RuntimeError("graphgrad: an in-place operation on a view of a tensor that requires "
+                           "grad is not supported (the base's history would go stale); use an "
+                           "out-of-place op or clone() the view first.")
+
+
+def _bump(t: Value) -> int:
+    if t._vc is None:
+        t._vc = [0]
+    t._vc[0] += 1
+    return t._vc[0]
+
+
+def _write(t: Tensor, arr, name: str) -> None:
+    if arr.shape != t._array.shape:
+        raise RuntimeError(f"{name}: output with shape {list(t._array.shape)} doesn't match the "
+                           f"broadcast shape {list(arr.shape)}")
+    if not xp.can_cast(arr.dtype, t._array.dtype, "same_kind"):
+        raise RuntimeError(f"result type {_type_name(arr.dtype)} can't be cast to the desired "
+                           f"output type {_type_name(t._array.dtype)}")
+    if not t._array.flags.writeable:
+        raise RuntimeError(f"{name}: unsupported operation: the tensor's memory is read-only "
+                           "(it is an expanded view); clone() it first")
+    t._array[...] = arr
+
+
+def _type_name(dt) -> str:
+    return {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int",
+            "bool": "Bool", "float16": "Half"}.get(xp.dtype(dt).name, xp.dtype(dt).name)
+
+
+def _old_identity(t: Tensor) -> Tensor:
+    """A node standing for ``t`` as it was: same op, inputs and buffer, same counter."""
+    old = Tensor.__new__(Tensor)
+    old._array = t._array
+    old.op = t.op
+    old.inputs = t.inputs
+    old.params = t.params
+    old._rg = t._rg
+    old._grad = None
+    old._vc = t._vc
+    old._ext = None
+    if t.op is not None:
+        old._sv = t._sv
+    if t._ext is not None:
+        e = old._ensure_ext()
+        e.prev, e.born, e.base = t._ext.prev, t._ext.born, t._ext.base
+    return old
+
+
+def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
+    """``t <- fn(t, *args, **kw)`` in place; returns ``t``."""
+    recording = is_grad_enabled() and (t._rg or any(needs_grad(a) for a in args))
+    if not recording:
+        result = fn(t, *args, **kw)
+        _write(t, result._array, name)
+        _bump(t)
+        return t
+    _check_allowed(t)
+    if t._vc is None:
+        t._vc = [0]
+    old = _old_identity(t)
+    result = fn(old, *args, **kw)
+    if result._array.shape != t._array.shape:
+        _write(t, result._array, name)  # raises the shape error
+    saves = result.op.saves_inputs if result.op is not None else ()
+    if saves is True or (saves and 0 in saves):
+        # the new node's rule reads the old value: keep a copy with its own counter
+        old._array = old._array.copy()
+        old._vc = [t._vc[0]]
+    _write(t, result._array, name)
+    version = _bump(t)
+    if result.op is None:  # the op did not record (e.g. not differentiable)
+        return t
+    t.op, t.inputs, t.params, t._sv = result.op, result.inputs, result.params, result._sv
+    t._rg = True
+    ext = t._ensure_ext()
+    ext.prev = old
+    ext.born = version
+    return t
+
+
+def fill_inplace(t: Tensor, value, name: str = "fill_") -> Tensor:
+    """``t[...] = value`` (a number or a tensor broadcast to t's shape)."""
+    from .compare import where
+    if not (is_grad_enabled() and (t._rg or needs_grad(value))):
+        src = value._array if isinstance(value, Value) else value
+        if isinstance(value, Value) and xp.broadcast_shapes(src.shape, t._array.shape) \
+                != t._array.shape:
+            _write(t, xp.broadcast_to(src, xp.broadcast_shapes(src.shape, t._array.shape)), name)
+        if not t._array.flags.writeable:
+            _write(t, t._array, name)
+        t._array[...] = src
+        _bump(t)
+        return t
+    everywhere = _leaf(xp.ones(t._array.shape, xp.bool_))
+    if isinstance(value, Value):
+        value = value.to(t.dtype)
+    return apply_inplace(t, lambda old, v: where(everywhere, v, old), value, name=name)

@@ -1,0 +1,200 @@
+"""Layer ``ops``: joining and splitting: cat, stack, pad; split, chunk, unbind (which are
+slices, so they need no op of their own)."""
+
+from __future__ import annotations
+
+from graphgrad.backend import xp
+
+from .base import Op, Spec, normalize_dim
+from .index import getitem
+
+__all__ = ["cat", "concat", "concatenate", "stack", "pad", "split", "chunk", "unbind",
+           "hstack", "vstack", "tensor_split"]
+
+
+def _slice_along(t, dim: int, start: int, stop: int):
+    return getitem(t, (slice(None),) * dim + (slice(start, stop),))
+
+
+class Cat(Op):
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def forward(*arrays, dim):
+        return xp.concatenate(arrays, axis=dim)
+
+    @staticmethod
+    def vjp(g, out, *inputs, dim):
+        grads, start = [], 0
+        for t in inputs:
+            stop = start + t.shape[dim]
+            grads.append(_slice_along(g, dim, start, stop))
+            start = stop
+        return tuple(grads)
+
+    @classmethod
+    def infer(cls, *specs, dim) -> Spec:
+        first = specs[0]
+        for i, s in enumerate(specs):
+            if s.ndim != first.ndim:
+                raise RuntimeError(f"cat: Tensors must have same number of dimensions: got "
+                                   f"{first.ndim} and {s.ndim}")
+            for d in range(first.ndim):
+                if d != dim and None not in (s.shape[d], first.shape[d]) \
+                        and s.shape[d] != first.shape[d]:
+                    raise RuntimeError(f"cat: Sizes of tensors must match except in dimension "
+                                       f"{dim}. Expected size {first.shape[d]} but got size "
+                                       f"{s.shape[d]} for tensor number {i} in the list.")
+        sizes = [s.shape[dim] for s in specs]
+        total = None if None in sizes else sum(sizes)
+        shape = first.shape[:dim] + (total,) + first.shape[dim + 1:]
+        return Spec(shape, xp.result_type(*[s.dtype for s in specs]))
+
+
+class Stack(Op):
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def forward(*arrays, dim):
+        return xp.stack(arrays, axis=dim)
+
+    @staticmethod
+    def vjp(g, out, *inputs, dim):
+        return tuple(getitem(g, (slice(None),) * dim + (i,)) for i in range(len(inputs)))
+
+    @classmethod
+    def infer(cls, *specs, dim) -> Spec:
+        first = specs[0]
+        for i, s in enumerate(specs):
+            if s.shape != first.shape:
+                raise RuntimeError(f"stack expects each tensor to be equal size, but got "
+                                   f"{list(first.shape)} at entry 0 and {list(s.shape)} at "
+                                   f"entry {i}")
+        shape = first.shape[:dim] + (len(specs),) + first.shape[dim:]
+        return Spec(shape, xp.result_type(*[s.dtype for s in specs]))
+
+
+class Pad(Op):
+    """Constant padding; ``pad`` lists (before, after) pairs from the last dim backwards,
+    as ``torch.nn.functional.pad`` does."""
+
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def forward(a, *, pad, value):
+        widths = _widths(a.ndim, pad)
+        if any(lo < 0 or hi < 0 for lo, hi in widths):
+            crop = tuple(slice(-lo if lo < 0 else 0, hi if hi < 0 else None)
+                         for lo, hi in widths)
+            a = a[crop]
+            widths = [(max(lo, 0), max(hi, 0)) for lo, hi in widths]
+        return xp.pad(a, widths, mode="constant", constant_values=value)
+
+    @staticmethod
+    def vjp(g, out, a, *, pad, value):
+        widths = _widths(a.ndim, pad)
+        # undo the padding: negative pads (crops) become zero-padding of the gradient
+        back = []
+        for lo, hi in reversed(widths):
+            back += [-lo, -hi]
+        return (Pad.apply(g, pad=tuple(back), value=0.0),)
+
+
+def _widths(ndim: int, pad: tuple) -> list:
+    if len(pad) % 2 or len(pad) // 2 > ndim:
+        raise RuntimeError(f"Padding length must be divisible by 2 and at most twice the number "
+                           f"of dimensions of the input ({ndim}), got {len(pad)}")
+    widths = [(0, 0)] * ndim
+    for i in range(len(pad) // 2):
+        widths[ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    return widths
+
+
+def cat(tensors, dim: int = 0):
+    tensors = tuple(tensors)
+    if not tensors:
+        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+    # PyTorch skips 1-d empty tensors in cat (legacy behaviour kept for compatibility)
+    kept = tuple(t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)) or tensors[:1]
+    d = normalize_dim(dim, kept[0].ndim, "cat")
+    return Cat.apply(*kept, dim=d)
+
+
+concat = concatenate = cat
+
+
+def stack(tensors, dim: int = 0):
+    tensors = tuple(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    d = normalize_dim(dim, tensors[0].ndim + 1, "stack")
+    return Stack.apply(*tensors, dim=d)
+
+
+def hstack(tensors):
+    tensors = tuple(tensors)
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+def vstack(tensors):
+    return cat([t.reshape(1, -1) if t.ndim == 1 else t for t in tensors], 0)
+
+
+def pad(input, pad, mode: str = "constant", value=None):
+    if mode != "constant":
+        raise NotImplementedError(f"pad: mode={mode!r} is not supported yet (only 'constant')")
+    return Pad.apply(input, pad=tuple(int(p) for p in pad),
+                     value=0.0 if value is None else value)
+
+
+def split(tensor, split_size_or_sections, dim: int = 0):
+    """Pieces of ``split_size`` along ``dim`` (the last may be smaller), or of the listed
+    sizes."""
+    d = normalize_dim(dim, tensor.ndim, "split")
+    size = tensor.shape[d]
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        if step <= 0 and size:
+            raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got "
+                               f"dimension size of {size}")
+        bounds = [(s, min(s + step, size)) for s in range(0, size, step)] or [(0, 0)]
+    else:
+        sections = list(split_size_or_sections)
+        if sum(sections) != size:
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {size} "
+                               f"(input tensor's size at dimension {d}), but got "
+                               f"split_sizes={sections}")
+        bounds, start = [], 0
+        for s in sections:
+            bounds.append((start, start + s))
+            start += s
+    return tuple(_slice_along(tensor, d, a, b) for a, b in bounds)
+
+
+def chunk(input, chunks: int, dim: int = 0):
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    d = normalize_dim(dim, input.ndim, "chunk")
+    size = input.shape[d]
+    step = -(-size // chunks) if size else 1
+    return split(input, step, d)
+
+
+def tensor_split(input, indices_or_sections, dim: int = 0):
+    d = normalize_dim(dim, input.ndim, "tensor_split")
+    size = input.shape[d]
+    if isinstance(indices_or_sections, int):
+        n = indices_or_sections
+        sizes = [size // n + (1 if i < size % n else 0) for i in range(n)]
+        return split(input, sizes, d)
+    cuts = [0, *indices_or_sections, size]
+    return tuple(_slice_along(input, d, a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True))
+
+
+def unbind(input, dim: int = 0):
+    d = normalize_dim(dim, input.ndim, "unbind")
+    return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(input.shape[d]))
+

@@ -1,0 +1,292 @@
+"""Layer ``ops``: installs the op functions as ``Tensor`` methods and operators.
+
+This is the one place Tensor learns about particular ops (the documented upward edge
+from ``tensor`` to ``ops`` runs the other way: ops fill in the class).
+"""
+
+from __future__ import annotations
+
+from graphgrad.backend import to_dtype, xp
+from graphgrad.tensor import Tensor, Value, dispatch
+from graphgrad.tensor.creation import _leaf
+
+from . import arithmetic as A
+from . import compare as C
+from . import index as I
+from . import join as J
+from . import linalg as L
+from . import reduce as R
+from . import shape as S
+from . import unary as U
+from .base import NO_PARAMS
+from .inplace import apply_inplace, fill_inplace
+
+_Add, _Sub, _Mul, _Div, _Pow = A.Add, A.Sub, A.Mul, A.Div, A.Pow
+
+
+def _rev(op):
+    def method(self, other):
+        return dispatch(op, (other, self), NO_PARAMS)
+    return method
+
+
+def _fwd(op):
+    def method(self, other):
+        return dispatch(op, (self, other), NO_PARAMS)
+    return method
+
+
+def _eq(self, other):
+    if other is None:
+        return False
+    return dispatch(C.Eq, (self, other), NO_PARAMS)
+
+
+def _ne(self, other):
+    if other is None:
+        return True
+    return dispatch(C.Ne, (self, other), NO_PARAMS)
+
+
+def _logical_or_bitwise(logical, bitwise):
+    def method(self, other):
+        a = self._array.dtype == xp.bool_
+        b = other._array.dtype == xp.bool_ if isinstance(other, Value) else isinstance(other, bool)
+        return dispatch(logical if a and b else bitwise, (self, other), NO_PARAMS)
+    return method
+
+
+def _invert(self):
+    op = C.LogicalNot if self._array.dtype == xp.bool_ else C.BitwiseNot
+    return dispatch(op, (self,), NO_PARAMS)
+
+
+def _to(self, *args, **kwargs):
+    """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``; only the CPU
+    device exists."""
+    dtype = kwargs.pop("dtype", None)
+    kwargs.pop("device", None)
+    kwargs.pop("non_blocking", None)
+    kwargs.pop("copy", None)
+    for a in args:
+        if isinstance(a, Tensor):
+            dtype = a.dtype
+        elif isinstance(a, str) or a is None:
+            if a not in (None, "cpu") and not str(a).startswith("cpu"):
+                raise RuntimeError(f"graphgrad runs on the CPU only; device {a!r} is not "
+                                   "available")
+        else:
+            dtype = a
+    return self if dtype is None else U.cast(self, dtype)
+
+
+def _new(self, arr, requires_grad=False):
+    t = _leaf(arr)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+    size = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+    dt = to_dtype(dtype).np if dtype is not None else self._array.dtype
+    return _new(self, xp.zeros(tuple(size), dt), requires_grad)
+
+
+def _new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+    size = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+    dt = to_dtype(dtype).np if dtype is not None else self._array.dtype
+    return _new(self, xp.ones(tuple(size), dt), requires_grad)
+
+
+def _new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    dt = to_dtype(dtype).np if dtype is not None else self._array.dtype
+    return _new(self, xp.full(tuple(size), fill_value, dt), requires_grad)
+
+
+def _new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+    from graphgrad.tensor.creation import as_array
+    arr = as_array(data, dtype if dtype is not None else self.dtype)
+    return _new(self, arr, requires_grad)
+
+
+def _setitem(self, index, value):
+    spec, tensors = I.parse_index(index)
+    if isinstance(value, Value) and value._array.dtype != self._array.dtype:
+        value = value.to(self.dtype)
+    if None in spec:  # new axes do not change which elements are written
+        spec = tuple(s for s in spec if s is not None)
+
+    def put(old, v):
+        return I.IndexPut.apply(old, v, *tensors, spec=spec, accumulate=False)
+    apply_inplace(self, put, value, name="index_put_")
+
+
+def _inplace(fn, name):
+    def method(self, *args, **kwargs):
+        return apply_inplace(self, fn, *args, name=name, **kwargs)
+    method.__name__ = name
+    method.__doc__ = f"In-place version of ``{fn.__name__}``."
+    return method
+
+
+def _zero_(self):
+    return fill_inplace(self, 0, "zero_")
+
+
+def _fill_(self, value):
+    return fill_inplace(self, value, "fill_")
+
+
+def _copy_(self, src, non_blocking=False):
+    return fill_inplace(self, src, "copy_")
+
+
+def _uniform_(self, a=0.0, b=1.0, *, generator=None):
+    from graphgrad.tensor.creation import _rng
+    return fill_inplace(self, _leaf(_rng(generator).uniform(a, b, self._array.shape)
+                                    .astype(self._array.dtype)), "uniform_")
+
+
+def _normal_(self, mean=0.0, std=1.0, *, generator=None):
+    from graphgrad.tensor.creation import _rng
+    return fill_inplace(self, _leaf(_rng(generator).normal(mean, std, self._array.shape)
+                                    .astype(self._array.dtype)), "normal_")
+
+
+def _tensor_where(self, condition, other):
+    return C.where(condition, self, other)
+
+
+def _type_as(self, other):
+    return U.cast(self, other.dtype)
+
+
+def _type(self, dtype=None):
+    if dtype is None:
+        names = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
+                 "int32": "IntTensor", "bool": "BoolTensor", "float16": "HalfTensor"}
+        return "graphgrad." + names.get(self._array.dtype.name, self._array.dtype.name)
+    return U.cast(self, dtype)
+
+
+def _view(self, *shape):
+    if len(shape) == 1 and not isinstance(shape[0], (int, tuple, list)):
+        return U.cast(self, shape[0])  # view(dtype): reinterpretation is not supported
+    return S.reshape(self, *shape)
+
+
+def _T(self):
+    return S.permute(self, *reversed(range(self.ndim))) if self.ndim > 1 else self
+
+
+def _mT(self):
+    if self.ndim < 2:
+        raise RuntimeError(f"tensor.mT is only supported on matrices or batches of matrices. "
+                           f"Got {self.ndim}-D tensor.")
+    return S.transpose(self, -2, -1)
+
+
+def _chunk_method(self, chunks, dim=0):
+    return J.chunk(self, chunks, dim)
+
+
+def _split_method(self, split_size, dim=0):
+    return J.split(self, split_size, dim)
+
+
+def _unbind_method(self, dim=0):
+    return J.unbind(self, dim)
+
+
+_METHODS = {
+    # operators
+    "__add__": _fwd(_Add), "__radd__": _rev(_Add),
+    "__sub__": _fwd(_Sub), "__rsub__": _rev(_Sub),
+    "__mul__": _fwd(_Mul), "__rmul__": _rev(_Mul),
+    "__truediv__": _fwd(_Div), "__rtruediv__": _rev(_Div),
+    "__floordiv__": _fwd(A.FloorDivide), "__rfloordiv__": _rev(A.FloorDivide),
+    "__mod__": _fwd(A.Remainder), "__rmod__": _rev(A.Remainder),
+    "__pow__": _fwd(_Pow), "__rpow__": _rev(_Pow),
+    "__matmul__": _fwd(L.Matmul), "__rmatmul__": _rev(L.Matmul),
+    "__neg__": A.neg, "__pos__": lambda self: self, "__abs__": U.abs,
+    "__eq__": _eq, "__ne__": _ne,
+    "__lt__": _fwd(C.Lt), "__le__": _fwd(C.Le), "__gt__": _fwd(C.Gt), "__ge__": _fwd(C.Ge),
+    "__and__": _logical_or_bitwise(C.LogicalAnd, C.BitwiseAnd),
+    "__or__": _logical_or_bitwise(C.LogicalOr, C.BitwiseOr),
+    "__xor__": _logical_or_bitwise(C.LogicalXor, C.BitwiseXor),
+    "__rand__": _logical_or_bitwise(C.LogicalAnd, C.BitwiseAnd),
+    "__ror__": _logical_or_bitwise(C.LogicalOr, C.BitwiseOr),
+    "__invert__": _invert,
+    "__getitem__": I.getitem, "__setitem__": _setitem,
+    "__iadd__": _inplace(A.add, "add_"), "__isub__": _inplace(A.sub, "sub_"),
+    "__imul__": _inplace(A.mul, "mul_"), "__itruediv__": _inplace(A.div, "div_"),
+    # arithmetic
+    "add": A.add, "sub": A.sub, "subtract": A.sub, "mul": A.mul, "multiply": A.mul,
+    "div": A.div, "divide": A.div, "true_divide": A.div, "floor_divide": A.floor_divide,
+    "remainder": A.remainder, "fmod": A.fmod, "pow": A.pow, "neg": A.neg, "negative": A.neg,
+    "maximum": A.maximum, "minimum": A.minimum, "atan2": A.atan2,
+    "matmul": L.matmul, "mm": L.mm, "bmm": L.bmm, "mv": L.mv, "dot": L.dot, "outer": L.outer,
+    # unary
+    **{n: getattr(U, n) for n in (
+        "exp", "log", "log1p", "expm1", "log2", "log10", "sin", "cos", "tan", "tanh", "sinh",
+        "cosh", "asin", "acos", "atan", "arcsin", "arccos", "arctan", "sigmoid", "relu",
+        "abs", "absolute", "sign", "sqrt", "rsqrt", "reciprocal", "erf", "clamp", "clip",
+        "floor", "ceil", "trunc", "round", "clone", "square")},
+    # comparisons
+    "eq": C.eq, "ne": C.ne, "lt": C.lt, "le": C.le, "gt": C.gt, "ge": C.ge,
+    "logical_and": C.logical_and, "logical_or": C.logical_or, "logical_xor": C.logical_xor,
+    "logical_not": C.logical_not, "isnan": C.isnan, "isinf": C.isinf,
+    "isfinite": C.isfinite, "equal": C.equal, "allclose": C.allclose, "isclose": C.isclose,
+    "where": _tensor_where,
+    # reductions
+    **{n: getattr(R, n) for n in (
+        "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var", "std",
+        "norm", "logsumexp", "softmax", "log_softmax", "all", "any", "cumsum", "nansum",
+        "count_nonzero")},
+    # shape
+    **{n: getattr(S, n) for n in (
+        "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "swapaxes",
+        "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to", "repeat", "tile",
+        "flip", "movedim", "ravel")},
+    "view": _view, "view_as": lambda self, other: S.reshape(self, *other.shape),
+    "reshape_as": lambda self, other: S.reshape(self, *other.shape),
+    "contiguous": lambda self, memory_format=None: self,
+    # indexing and joining
+    "gather": I.gather, "scatter_add": I.scatter_add, "index_select": I.index_select,
+    "masked_fill": I.masked_fill, "masked_select": I.masked_select, "nonzero": I.nonzero,
+    "take_along_dim": I.take_along_dim, "select": I.select, "narrow": I.narrow,
+    "split": _split_method, "chunk": _chunk_method, "unbind": _unbind_method,
+    # dtype and construction
+    "to": _to, "type": _type, "type_as": _type_as,
+    "float": lambda self: U.cast(self, "float32"), "double": lambda self: U.cast(self, "float64"),
+    "half": lambda self: U.cast(self, "float16"), "long": lambda self: U.cast(self, "int64"),
+    "int": lambda self: U.cast(self, "int32"), "bool": lambda self: U.cast(self, "bool"),
+    "cpu": lambda self: self,
+    "new_zeros": _new_zeros, "new_ones": _new_ones, "new_full": _new_full,
+    "new_tensor": _new_tensor, "new_empty": _new_zeros,
+    # in place
+    "add_": _inplace(A.add, "add_"), "sub_": _inplace(A.sub, "sub_"),
+    "mul_": _inplace(A.mul, "mul_"), "div_": _inplace(A.div, "div_"),
+    "pow_": _inplace(A.pow, "pow_"), "neg_": _inplace(A.neg, "neg_"),
+    "exp_": _inplace(U.exp, "exp_"), "log_": _inplace(U.log, "log_"),
+    "sqrt_": _inplace(U.sqrt, "sqrt_"), "abs_": _inplace(U.abs, "abs_"),
+    "sigmoid_": _inplace(U.sigmoid, "sigmoid_"), "tanh_": _inplace(U.tanh, "tanh_"),
+    "relu_": _inplace(U.relu, "relu_"), "clamp_": _inplace(U.clamp, "clamp_"),
+    "clip_": _inplace(U.clamp, "clip_"),
+    "masked_fill_": _inplace(I.masked_fill, "masked_fill_"),
+    "scatter_add_": _inplace(I.scatter_add, "scatter_add_"),
+    "index_put_": _inplace(I.index_put, "index_put_"),
+    "zero_": _zero_, "fill_": _fill_, "copy_": _copy_, "uniform_": _uniform_,
+    "normal_": _normal_,
+}
+
+_PROPERTIES = {"T": _T, "mT": _mT}
+
+
+def install() -> None:
+    for name, fn in _METHODS.items():
+        setattr(Tensor, name, fn)
+    for name, fn in _PROPERTIES.items():
+        setattr(Tensor, name, property(fn))
+    Tensor.__array_ufunc__ = None  # ndarray OP tensor -> Tensor's reflected operator

@@ -1,0 +1,463 @@
+"""Layer ``ops``: reductions over ``dim`` (int, tuple or None) with ``keepdim``: sum, mean,
+prod, amax/amin, argmax/argmin, norm, logsumexp; and softmax/log_softmax.
+
+``var``, ``std``, ``max``/``min`` with a dim, ``all``/``any`` are built from these.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from typing import NamedTuple
+
+from graphgrad.backend import result_float_dtype, xp
+
+from .base import Op, Spec, normalize_dim, normalize_dims
+from .compare import where
+
+__all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var",
+           "std", "var_mean", "std_mean", "norm", "vector_norm", "logsumexp", "softmax",
+           "log_softmax", "all", "any", "count_nonzero", "cumsum", "nansum"]
+
+
+def _kept_shape(shape: tuple, dims: tuple) -> tuple:
+    return tuple(1 if i in dims else s for i, s in enumerate(shape))
+
+
+def expand_back(g, shape: tuple, dims: tuple, keepdim: bool):
+    """Broadcast a reduction's cotangent back over the reduced dims."""
+    if not keepdim:
+        g = g.reshape(_kept_shape(shape, dims))
+    return g.expand(shape)
+
+
+class _Reduce(Op):
+    """Reduces ``dims`` (a normalized tuple) of input 0."""
+
+    @classmethod
+    def infer(cls, a, *rest, dim, keepdim, **params) -> Spec:
+        shape = tuple(1 if i in dim else s for i, s in enumerate(a.shape)) if keepdim else \
+            tuple(s for i, s in enumerate(a.shape) if i not in dim)
+        probe = [xp.ones((1,) * a.ndim, a.dtype)] + [
+            xp.ones((1,) * r.ndim, r.dtype) if isinstance(r, Spec) else r for r in rest]
+        with xp.errstate(all="ignore"):
+            dt = cls.forward(*probe, dim=dim, keepdim=keepdim, **params).dtype
+        if cls.promotes:
+            cast = result_float_dtype(dt, a.dtype)
+            dt = cast if cast is not None else dt
+        return Spec(shape, xp.dtype(dt))
+
+
+class Sum(_Reduce):
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def forward(a, *, dim, keepdim, dtype=None):
+        if dtype is None and a.dtype.kind in "bui":
+            dtype = xp.int64  # PyTorch sums bools and ints as int64
+        return xp.asarray(xp.sum(a, axis=dim, keepdims=keepdim, dtype=dtype))
+
+    @staticmethod
+    def vjp(g, out, a, *, dim, keepdim, dtype=None):
+        return (expand_back(g, a.shape, dim, keepdim),)
+
+
+class Mean(_Reduce):
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def forward(a, *, dim, keepdim, dtype=None):
+        if a.dtype.kind not in "fc" and dtype is None:
+            raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be "
+                               f"either a floating point or complex dtype. Got: "
+                               f"{a.dtype.name.capitalize()}")
+        return xp.asarray(xp.mean(a, axis=dim, keepdims=keepdim, dtype=dtype))
+
+    @staticmethod
+    def vjp(g, out, a, *, dim, keepdim, dtype=None):
+        n = 1
+        for d in dim:
+            n *= a.shape[d]
+        return (expand_back(g, a.shape, dim, keepdim) / max(n, 1),)
+
+
+class Prod(_Reduce):
+    saves_output = True
+    promotes = False
+
+    @staticmethod
+    def forward(a, *, dim, keepdim, dtype=None):
+        if dtype is None and a.dtype.kind in "bui":
+            dtype = xp.int64
+        return xp.asarray(xp.prod(a, axis=dim, keepdims=keepdim, dtype=dtype))
+
+    @staticmethod
+    def vjp(g, out, a, *, dim, keepdim, dtype=None):
+        # d prod / d a_i = prod of the others. Where a_i != 0 that is out / a_i; at a
+        # zero it is the product of the non-zeros if that zero is the only one, else 0.
+        shape = a.shape
+        out_e = expand_back(out, shape, dim, keepdim)
+        is_zero = a == 0
+        nonzero_prod = where(is_zero, 1.0, a).prod(dim=dim, keepdim=True).expand(shape)
+        zeros = is_zero.sum(dim=dim, keepdim=True).expand(shape)
+        others = where(is_zero, where(zeros == 1, nonzero_prod, 0.0),
+                       out_e / where(is_zero, 1.0, a))
+        return (expand_back(g, shape, dim, keepdim) * others,)
+
+
+class _Extremum(_Reduce):
+    """amax/amin: the gradient is shared evenly among the elements that attain it."""
+
+    saves_output = True
+    promotes = False
+
+    @staticmethod
+    def vjp(g, out, a, *, dim, keepdim):
+        mask = (a == expand_back(out, a.shape, dim, keepdim)).to(g.dtype)
+        share = mask / mask.sum(dim=dim, keepdim=True)
+        return (expand_back(g, a.shape, dim, keepdim) * share,)
+
+
+def _empty_check(name, a, dim):
+    if a.size == 0 and (builtins.any(a.shape[d] == 0 for d in dim) or not dim):
+        raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() "
+                         f"== 0. Specify the reduction dim with the 'dim' argument.")
+
+
+class Amax(_Extremum):
+    @staticmethod
+    def forward(a, *, dim, keepdim):
+        _empty_check("amax", a, dim)
+        return xp.asarray(xp.amax(a, axis=dim, keepdims=keepdim))
+
+
+class Amin(_Extremum):
+    @staticmethod
+    def forward(a, *, dim, keepdim):
+        _empty_check("amin", a, dim)
+        return xp.asarray(xp.amin(a, axis=dim, keepdims=keepdim))
+
+
+class Argmax(Op):
+    differentiable = False
+    promotes = False
+    saves_inputs = ()
+
+    @staticmethod
+    def forward(a, *, dim, keepdim):
+        if dim is None:
+            return xp.asarray(xp.argmax(a), dtype=xp.int64)
+        return xp.argmax(a, axis=dim, keepdims=keepdim).astype(xp.int64)
+
+
+class Argmin(Op):
+    differentiable = False
+    promotes = False
+    saves_inputs = ()
+
+    @staticmethod
+    def forward(a, *, dim, keepdim):
+        if dim is None:
+            return xp.asarray(xp.argmin(a), dtype=xp.int64)
+        return xp.argmin(a, axis=dim, keepdims=keepdim).astype(xp.int64)
+
+
+class Norm(_Reduce):
+    """Vector p-norm over ``dim``: ``(sum |x|^p)^(1/p)``, p in (0, inf]."""
+
+    saves_output = True
+    promotes = False
+
+    @staticmethod
+    def forward(a, *, p, dim, keepdim):
+        x = xp.abs(a)
+        if p == math.inf:
+            r = xp.amax(x, axis=dim, keepdims=keepdim)
+        elif p == -math.inf:
+            r = xp.amin(x, axis=dim, keepdims=keepdim)
+        elif p == 0:
+            r = xp.sum(x != 0, axis=dim, keepdims=keepdim).astype(x.dtype)
+        elif p == 2:
+            r = xp.sqrt(xp.sum(x * x, axis=dim, keepdims=keepdim))
+        elif p == 1:
+            r = xp.sum(x, axis=dim, keepdims=keepdim)
+        else:
+            r = xp.sum(x ** p, axis=dim, keepdims=keepdim) ** (1.0 / p)
+        return xp.asarray(r, dtype=x.dtype)
+
+    @staticmethod
+    def vjp(g, out, a, *, p, dim, keepdim):
+        shape = a.shape
+        ge = expand_back(g, shape, dim, keepdim)
+        oe = expand_back(out, shape, dim, keepdim)
+        if p == 0:
+            return (ge * 0,)
+        if p == 1:
+            return (ge * a.sign(),)
+        if p in (math.inf, -math.inf):
+            mask = (a.abs() == oe).to(g.dtype)
+            return (ge * a.sign() * mask / mask.sum(dim=dim, keepdim=True),)
+        safe = where(oe == 0, 1.0, oe)
+        if p == 2:
+            return (where(oe == 0, 0.0, ge * a / safe),)
+        grad = ge * a * a.abs() ** (p - 2) / safe ** (p - 1)
+        return (where(oe == 0, 0.0, grad),)
+
+
+class Logsumexp(_Reduce):
+    saves_output = True
+
+    @staticmethod
+    def forward(a, *, dim, keepdim):
+        if a.dtype.kind not in "fc":
+            a = a.astype(xp.float32)
+        m = xp.amax(a, axis=dim, keepdims=True) if a.size else xp.zeros((1,) * a.ndim, a.dtype)
+        m = xp.where(xp.isfinite(m), m, 0)
+        r = xp.log(xp.sum(xp.exp(a - m), axis=dim, keepdims=True)) + m
+        return xp.asarray(r if keepdim else xp.squeeze(r, axis=dim))
+
+    @staticmethod
+    def vjp(g, out, a, *, dim, keepdim):
+        shape = a.shape
+        return (expand_back(g, shape, dim, keepdim) * (a - expand_back(out, shape, dim,
+                                                                       keepdim)).exp(),)
+
+
+class _SoftmaxBase(Op):
+    promotes = False
+    saves_inputs = ()
+    saves_output = True
+
+    @classmethod
+    def infer(cls, a, *, dim) -> Spec:
+        dt = a.dtype if a.dtype.kind in "fc" else xp.dtype(xp.float32)
+        return Spec(a.shape, dt)
+
+
+class Softmax(_SoftmaxBase):
+    @staticmethod
+    def forward(a, *, dim):
+        if a.dtype.kind not in "fc":
+            raise RuntimeError(f"softmax: expected a floating point tensor, got {a.dtype}")
+        e = xp.exp(a - xp.amax(a, axis=dim, keepdims=True))
+        return e / xp.sum(e, axis=dim, keepdims=True)
+
+    @staticmethod
+    def vjp(g, out, a, *, dim):
+        return (out * (g - (g * out).sum(dim=dim, keepdim=True)),)
+
+
+class LogSoftmax(_SoftmaxBase):
+    @staticmethod
+    def forward(a, *, dim):
+        if a.dtype.kind not in "fc":
+            raise RuntimeError(f"log_softmax: expected a floating point tensor, got {a.dtype}")
+        s = a - xp.amax(a, axis=dim, keepdims=True)
+        return s - xp.log(xp.sum(xp.exp(s), axis=dim, keepdims=True))
+
+    @staticmethod
+    def vjp(g, out, a, *, dim):
+        return (g - out.exp() * g.sum(dim=dim, keepdim=True),)
+
+
+class Cumsum(Op):
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def forward(a, *, dim):
+        return xp.cumsum(a, axis=dim, dtype=xp.int64 if a.dtype.kind in "bui" else None)
+
+    @staticmethod
+    def vjp(g, out, a, *, dim):
+        # reverse cumulative sum: flip, cumsum, flip
+        return (g.flip(dim).cumsum(dim).flip(dim),)
+
+
+# ---- user functions ------------------------------------------------------------------
+
+def _dims(input, dim, name):
+    return normalize_dims(dim, input.ndim, name)
+
+
+def sum(input, dim=None, keepdim: bool = False, *, dtype=None):
+    from graphgrad.backend import to_dtype
+    params = {"dim": _dims(input, dim, "sum"), "keepdim": keepdim}
+    if dtype is not None:
+        params["dtype"] = to_dtype(dtype).np
+    return Sum.apply(input, **params)
+
+
+def nansum(input, dim=None, keepdim: bool = False):
+    return sum(where(input.isnan(), 0.0, input), dim, keepdim)
+
+
+def mean(input, dim=None, keepdim: bool = False, *, dtype=None):
+    from graphgrad.backend import to_dtype
+    params = {"dim": _dims(input, dim, "mean"), "keepdim": keepdim}
+    if dtype is not None:
+        params["dtype"] = to_dtype(dtype).np
+    return Mean.apply(input, **params)
+
+
+def prod(input, dim=None, keepdim: bool = False, *, dtype=None):
+    from graphgrad.backend import to_dtype
+    params = {"dim": _dims(input, dim, "prod"), "keepdim": keepdim}
+    if dtype is not None:
+        params["dtype"] = to_dtype(dtype).np
+    return Prod.apply(input, **params)
+
+
+def amax(input, dim=(), keepdim: bool = False):
+    """Maximum over ``dim`` (all dims when ``dim`` is () or None); ties share the gradient."""
+    return Amax.apply(input, dim=_dims(input, dim if dim != () else None, "amax"),
+                      keepdim=keepdim)
+
+
+def amin(input, dim=(), keepdim: bool = False):
+    return Amin.apply(input, dim=_dims(input, dim if dim != () else None, "amin"),
+                      keepdim=keepdim)
+
+
+class MaxMin(NamedTuple):
+    """``max(x, dim)`` returns ``(values, indices)`` (``torch.return_types.max``)."""
+
+    values: object
+    indices: object
+
+
+def _select_extremum(input, dim, keepdim, arg, name):
+    if not isinstance(dim, int):
+        from graphgrad.tensor import Value
+        if isinstance(dim, Value):  # max(x, other): elementwise
+            from .arithmetic import maximum, minimum
+            return (maximum if name == "max" else minimum)(input, dim)
+        raise TypeError(f"{name}(): argument 'dim' must be int, not {type(dim).__name__}")
+    d = normalize_dim(dim, input.ndim, name) if input.ndim else 0
+    if input.ndim == 0:
+        return MaxMin(input, arg(input))
+    indices = arg(input, d, True)
+    # gather picks one element per slice, so the gradient goes to that index only,
+    # as PyTorch's max(dim) does (amax shares among ties instead)
+    values = input.gather(d, indices)
+    if not keepdim:
+        values, indices = values.squeeze(d), indices.squeeze(d)
+    return MaxMin(values, indices)
+
+
+def max(input, dim=None, keepdim: bool = False):
+    """``max(x)``: the largest element; ``max(x, dim)``: (values, indices);
+    ``max(x, other)``: elementwise maximum."""
+    if dim is None:
+        return amax(input)
+    return _select_extremum(input, dim, keepdim, argmax, "max")
+
+
+def min(input, dim=None, keepdim: bool = False):
+    if dim is None:
+        return amin(input)
+    return _select_extremum(input, dim, keepdim, argmin, "min")
+
+
+def argmax(input, dim=None, keepdim: bool = False):
+    d = None if dim is None else normalize_dim(dim, input.ndim, "argmax") if input.ndim else None
+    return Argmax.apply(input, dim=d, keepdim=keepdim)
+
+
+def argmin(input, dim=None, keepdim: bool = False):
+    d = None if dim is None else normalize_dim(dim, input.ndim, "argmin") if input.ndim else None
+    return Argmin.apply(input, dim=d, keepdim=keepdim)
+
+
+def _correction(unbiased, correction):
+    if correction is not None:
+        return correction
+    return 1 if unbiased is None or unbiased else 0
+
+
+def var(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    """Variance over ``dim`` with Bessel's ``correction`` (default 1)."""
+    if isinstance(dim, bool):  # var(x, False): the old unbiased positional form
+        dim, unbiased = None, dim
+    dims = _dims(input, dim, "var")
+    n = 1
+    for d in dims:
+        n *= input.shape[d]
+    centered = input - input.mean(dim=dims, keepdim=True)
+    return (centered * centered).sum(dim=dims, keepdim=keepdim) / builtins.max(
+        n - _correction(unbiased, correction), 0)
+
+
+def std(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    return var(input, dim, unbiased, keepdim, correction=correction).sqrt()
+
+
+def var_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    return (var(input, dim, unbiased, keepdim, correction=correction),
+            mean(input, dim, keepdim))
+
+
+def std_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
+    return (std(input, dim, unbiased, keepdim, correction=correction),
+            mean(input, dim, keepdim))
+
+
+def vector_norm(input, ord=2, dim=None, keepdim: bool = False, *, dtype=None):
+    if input._array.dtype.kind not in "fc":
+        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as "
+                           f"input. Got {input.dtype.name.capitalize()}")
+    return Norm.apply(input, p=float(ord), dim=_dims(input, dim, "norm"), keepdim=keepdim)
+
+
+def norm(input, p="fro", dim=None, keepdim: bool = False, dtype=None):
+    """``torch.norm``: the vector p-norm of the flattened input or over ``dim``
+    (``"fro"`` is p=2)."""
+    if p == "fro" or p is None:
+        p = 2
+    if isinstance(p, str):
+        raise NotImplementedError(f"norm: p={p!r} (matrix norms) is not supported")
+    return vector_norm(input, p, dim, keepdim)
+
+
+def logsumexp(input, dim, keepdim: bool = False):
+    return Logsumexp.apply(input, dim=_dims(input, dim, "logsumexp"), keepdim=keepdim)
+
+
+def softmax(input, dim: int, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    return Softmax.apply(input, dim=normalize_dim(dim, input.ndim, "softmax"))
+
+
+def log_softmax(input, dim: int, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    return LogSoftmax.apply(input, dim=normalize_dim(dim, input.ndim, "log_softmax"))
+
+
+def cumsum(input, dim: int, *, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    return Cumsum.apply(input, dim=normalize_dim(dim, input.ndim, "cumsum"))
+
+
+def all(input, dim=None, keepdim: bool = False):
+    return (input != 0).sum(dim, keepdim) == (
+        input.numel() if dim is None else _count(input, dim))
+
+
+def any(input, dim=None, keepdim: bool = False):
+    return (input != 0).sum(dim, keepdim) > 0
+
+
+def _count(input, dim):
+    n = 1
+    for d in _dims(input, dim, "all"):
+        n *= input.shape[d]
+    return n
+
+
+def count_nonzero(input, dim=None):
+    return (input != 0).sum(dim)

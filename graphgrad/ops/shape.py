@@ -1,0 +1,273 @@
+"""Layer ``ops``: ops that move elements without computing: reshape (and view, flatten,
+squeeze, unsqueeze), permute (and transpose, .T, .mT), expand/broadcast_to, repeat, flip."""
+
+from __future__ import annotations
+
+import math
+
+from graphgrad.backend import xp
+
+from .base import Op, Spec, normalize_dim
+
+__all__ = ["reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose",
+           "swapaxes", "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to",
+           "repeat", "tile", "flip", "movedim", "ravel", "atleast_1d", "broadcast_tensors"]
+
+
+class _Movement(Op):
+    saves_inputs = ()
+    promotes = False
+    view = True
+
+
+class Reshape(_Movement):
+    @staticmethod
+    def forward(a, *, shape):
+        return xp.reshape(a, shape)
+
+    @staticmethod
+    def vjp(g, out, a, *, shape):
+        return (g.reshape(a.shape),)
+
+    @classmethod
+    def infer(cls, a, *, shape) -> Spec:
+        numel = math.prod(a.shape) if None not in a.shape else None
+        if shape.count(-1) > 1:
+            raise RuntimeError("only one dimension can be inferred")
+        known = math.prod(s for s in shape if s != -1)
+        if numel is None:
+            if -1 in shape:
+                shape = tuple(None if s == -1 else s for s in shape)
+            return Spec(tuple(shape), a.dtype)
+        if -1 in shape:
+            if known == 0 or numel % known:
+                raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+            shape = tuple(numel // known if s == -1 else s for s in shape)
+        elif known != numel:
+            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+        return Spec(tuple(shape), a.dtype)
+
+
+class Permute(_Movement):
+    @staticmethod
+    def forward(a, *, dims):
+        return xp.transpose(a, dims)
+
+    @staticmethod
+    def vjp(g, out, a, *, dims):
+        inverse = [0] * len(dims)
+        for i, d in enumerate(dims):
+            inverse[d] = i
+        return (g.permute(*inverse),)
+
+    @classmethod
+    def infer(cls, a, *, dims) -> Spec:
+        if sorted(dims) != list(range(a.ndim)):
+            raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input "
+                               f"does not match the length of the desired ordering of "
+                               f"dimensions i.e. input.dim() = {a.ndim} is not equal to "
+                               f"len(dims) = {len(dims)}" if len(dims) != a.ndim else
+                               f"permute(): duplicate dims are not allowed in {list(dims)}")
+        return Spec(tuple(a.shape[d] for d in dims), a.dtype)
+
+
+class Expand(_Movement):
+    """Broadcast to ``shape`` without copying; the engine sums the cotangent back."""
+
+    @staticmethod
+    def forward(a, *, shape):
+        return xp.broadcast_to(a, shape)
+
+    @staticmethod
+    def vjp(g, out, a, *, shape):
+        return (g,)
+
+    @classmethod
+    def infer(cls, a, *, shape) -> Spec:
+        if len(shape) < a.ndim:
+            raise RuntimeError(f"expand: the number of sizes provided ({len(shape)}) must be "
+                               f"greater or equal to the number of dimensions in the tensor "
+                               f"({a.ndim})")
+        lead = len(shape) - a.ndim
+        for i, s in enumerate(a.shape):
+            if s is not None and s != 1 and shape[lead + i] not in (s, None):
+                raise RuntimeError(
+                    f"The expanded size of the tensor ({shape[lead + i]}) must match the "
+                    f"existing size ({s}) at non-singleton dimension {lead + i}.  Target sizes: "
+                    f"{list(shape)}.  Tensor sizes: {list(a.shape)}")
+        return Spec(tuple(shape), a.dtype)
+
+
+class Repeat(Op):
+    """``tensor.repeat(*repeats)``: tile the tensor (a copy, unlike expand)."""
+
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def forward(a, *, repeats):
+        if len(repeats) < a.ndim:
+            raise RuntimeError("Number of dimensions of repeat dims can not be smaller than "
+                               "number of dimensions of tensor")
+        return xp.tile(a, repeats)
+
+    @staticmethod
+    def vjp(g, out, a, *, repeats):
+        padded = (1,) * (len(repeats) - a.ndim) + tuple(a.shape)
+        pairs = []
+        for r, s in zip(repeats, padded, strict=True):
+            pairs += [r, s]
+        summed = g.reshape(pairs).sum(dim=tuple(range(0, 2 * len(repeats), 2)))
+        return (summed.reshape(a.shape),)
+
+
+class Flip(Op):
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def forward(a, *, dims):
+        return xp.flip(a, dims).copy()
+
+    @staticmethod
+    def vjp(g, out, a, *, dims):
+        return (g.flip(dims),)
+
+
+# ---- user functions ------------------------------------------------------------------
+
+def _shape_arg(shape) -> tuple:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return tuple(int(s) for s in shape)
+
+
+def reshape(input, *shape):
+    return Reshape.apply(input, shape=_shape_arg(shape))
+
+
+view = reshape
+
+
+def ravel(input):
+    return reshape(input, -1)
+
+
+def flatten(input, start_dim: int = 0, end_dim: int = -1):
+    nd = input.ndim
+    if nd == 0:
+        return reshape(input, 1)
+    s = normalize_dim(start_dim, nd, "flatten")
+    e = normalize_dim(end_dim, nd, "flatten")
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    shape = tuple(input.shape)
+    return reshape(input, shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
+
+
+def unflatten(input, dim: int, sizes):
+    d = normalize_dim(dim, input.ndim, "unflatten")
+    shape = tuple(input.shape)
+    return reshape(input, shape[:d] + tuple(sizes) + shape[d + 1:])
+
+
+def squeeze(input, dim=None):
+    shape = tuple(input.shape)
+    if dim is None:
+        dims = {i for i, s in enumerate(shape) if s == 1}
+    else:
+        dims = {normalize_dim(d, len(shape), "squeeze") if shape else 0
+                for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}
+        dims = {d for d in dims if shape and shape[d] == 1}
+    return reshape(input, tuple(s for i, s in enumerate(shape) if i not in dims))
+
+
+def unsqueeze(input, dim: int):
+    shape = list(input.shape)
+    d = normalize_dim(dim, len(shape) + 1, "unsqueeze")
+    shape.insert(d, 1)
+    return reshape(input, tuple(shape))
+
+
+def permute(input, *dims):
+    dims = _shape_arg(dims)
+    nd = input.ndim
+    if len(dims) != nd:
+        raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does "
+                           f"not match the length of the desired ordering of dimensions i.e. "
+                           f"input.dim() = {nd} is not equal to len(dims) = {len(dims)}")
+    return Permute.apply(input, dims=tuple(normalize_dim(d, nd, "permute") for d in dims))
+
+
+def transpose(input, dim0: int, dim1: int):
+    nd = input.ndim
+    if nd == 0:
+        return input
+    d0, d1 = normalize_dim(dim0, nd, "transpose"), normalize_dim(dim1, nd, "transpose")
+    dims = list(range(nd))
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return Permute.apply(input, dims=tuple(dims))
+
+
+swapaxes = swapdims = transpose
+
+
+def movedim(input, source: int, destination: int):
+    nd = input.ndim
+    s, d = normalize_dim(source, nd, "movedim"), normalize_dim(destination, nd, "movedim")
+    order = [i for i in range(nd) if i != s]
+    order.insert(d, s)
+    return Permute.apply(input, dims=tuple(order))
+
+
+def t(input):
+    if input.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is "
+                           f"{input.ndim}D")
+    return transpose(input, 0, 1) if input.ndim == 2 else input
+
+
+def expand(input, *sizes):
+    sizes = _shape_arg(sizes)
+    lead = len(sizes) - input.ndim
+    shape = tuple(input.shape)
+    resolved = tuple(shape[i - lead] if s == -1 and i >= lead else s
+                     for i, s in enumerate(sizes))
+    if resolved == shape:
+        return input
+    return Expand.apply(input, shape=resolved)
+
+
+def broadcast_to(input, shape):
+    return expand(input, *shape)
+
+
+def expand_as(input, other):
+    return expand(input, *other.shape)
+
+
+def broadcast_tensors(*tensors):
+    shape = xp.broadcast_shapes(*[tuple(t.shape) for t in tensors])
+    return tuple(expand(t, *shape) for t in tensors)
+
+
+def repeat(input, *repeats):
+    return Repeat.apply(input, repeats=_shape_arg(repeats))
+
+
+def tile(input, dims):
+    dims = tuple(dims)
+    if len(dims) < input.ndim:
+        dims = (1,) * (input.ndim - len(dims)) + dims
+    return repeat(input, *dims)
+
+
+def flip(input, dims):
+    if isinstance(dims, int):
+        dims = (dims,)
+    return Flip.apply(input, dims=tuple(normalize_dim(d, input.ndim, "flip") for d in dims))
+
+
+def atleast_1d(input):
+    return reshape(input, 1) if input.ndim == 0 else input
+

@@ -1,0 +1,445 @@
+"""Layer ``ops``: elementwise math of one tensor (exp, log, trig, activations, casts)."""
+
+from __future__ import annotations
+
+import math
+
+from graphgrad.backend import to_dtype, xp
+
+from .base import Spec
+from .compare import where
+from .elementwise import Elementwise
+
+__all__ = ["exp", "log", "log1p", "expm1", "log2", "log10", "sin", "cos", "tan", "tanh",
+           "sinh", "cosh", "asin", "acos", "atan", "sigmoid", "relu", "gelu", "softplus",
+           "abs", "sign", "sqrt", "rsqrt", "reciprocal", "erf", "clamp", "clip", "floor",
+           "ceil", "round", "trunc", "cast", "clone", "square", "silu", "arcsin", "arccos",
+           "arctan", "absolute", "special_erf"]
+
+_SQRT_2 = math.sqrt(2.0)
+_SQRT_2PI = math.sqrt(2.0 * math.pi)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+class _Unary(Elementwise):
+    saves_inputs = True
+
+
+class _FromOutput(Elementwise):
+    """Unary ops whose derivative is a function of the output (as PyTorch saves it)."""
+
+    saves_inputs = ()
+    saves_output = True
+
+
+class Exp(_FromOutput):
+    forward = staticmethod(xp.exp)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * out,)
+
+
+class Expm1(_FromOutput):
+    forward = staticmethod(xp.expm1)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * (out + 1),)
+
+
+class Log(_Unary):
+    forward = staticmethod(xp.log)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g / a,)
+
+
+class Log1p(_Unary):
+    forward = staticmethod(xp.log1p)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g / (a + 1),)
+
+
+class Log2(_Unary):
+    forward = staticmethod(xp.log2)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g / (a * math.log(2.0)),)
+
+
+class Log10(_Unary):
+    forward = staticmethod(xp.log10)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g / (a * math.log(10.0)),)
+
+
+class Sin(_Unary):
+    forward = staticmethod(xp.sin)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * a.cos(),)
+
+
+class Cos(_Unary):
+    forward = staticmethod(xp.cos)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (-g * a.sin(),)
+
+
+class Tan(_FromOutput):
+    forward = staticmethod(xp.tan)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * (out * out + 1),)
+
+
+class Tanh(_FromOutput):
+    forward = staticmethod(xp.tanh)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * (1 - out * out),)
+
+
+class Sinh(_Unary):
+    forward = staticmethod(xp.sinh)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * a.cosh(),)
+
+
+class Cosh(_Unary):
+    forward = staticmethod(xp.cosh)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * a.sinh(),)
+
+
+class Asin(_Unary):
+    forward = staticmethod(xp.arcsin)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * (1 - a * a).rsqrt(),)
+
+
+class Acos(_Unary):
+    forward = staticmethod(xp.arccos)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (-g * (1 - a * a).rsqrt(),)
+
+
+class Atan(_Unary):
+    forward = staticmethod(xp.arctan)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g / (a * a + 1),)
+
+
+class Sigmoid(_FromOutput):
+    @staticmethod
+    def forward(a):
+        # split by sign so exp never overflows
+        e = xp.exp(-xp.abs(a))
+        return xp.where(a >= 0, 1 / (1 + e), e / (1 + e))
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * out * (1 - out),)
+
+
+class Relu(_FromOutput):
+    promotes = False
+
+    @staticmethod
+    def forward(a):
+        return xp.maximum(a, 0).astype(a.dtype, copy=False)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * (out > 0),)
+
+
+def _erf_array(a):
+    try:
+        from scipy.special import erf as scipy_erf
+    except ImportError:  # NumPy has no erf: fall back on math.erf, element by element
+        flat = [math.erf(v) for v in a.reshape(-1).tolist()]
+        return xp.asarray(flat, dtype=xp.float64).reshape(a.shape)
+    return scipy_erf(a)
+
+
+class Erf(_Unary):
+    @staticmethod
+    def forward(a):
+        a = xp.asarray(a)
+        out = _erf_array(a)
+        return out.astype(a.dtype if a.dtype.kind == "f" else out.dtype, copy=False)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * _TWO_OVER_SQRT_PI * (-a * a).exp(),)
+
+
+class Gelu(_Unary):
+    """GELU, exact (``x * Phi(x)`` with the normal CDF) or ``approximate="tanh"``."""
+
+    @staticmethod
+    def forward(a, *, approximate="none"):
+        if approximate == "tanh":
+            k = math.sqrt(2.0 / math.pi)
+            return 0.5 * a * (1 + xp.tanh(k * (a + 0.044715 * a * a * a)))
+        if approximate != "none":
+            raise RuntimeError("approximate argument must be either none or tanh.")
+        return 0.5 * a * (1 + Erf.forward(a / _SQRT_2))
+
+    @staticmethod
+    def vjp(g, out, a, *, approximate="none"):
+        if approximate == "tanh":
+            k = math.sqrt(2.0 / math.pi)
+            inner = k * (a + 0.044715 * a * a * a)
+            t = inner.tanh()
+            d = 0.5 * (1 + t) + 0.5 * a * (1 - t * t) * k * (1 + 3 * 0.044715 * a * a)
+            return (g * d,)
+        cdf = 0.5 * (1 + (a / _SQRT_2).erf())
+        pdf = (-0.5 * a * a).exp() / _SQRT_2PI
+        return (g * (cdf + a * pdf),)
+
+
+class Softplus(_Unary):
+    """``log(1 + exp(beta x)) / beta``, linear where ``beta x > threshold``."""
+
+    @staticmethod
+    def forward(a, *, beta=1.0, threshold=20.0):
+        z = a * beta
+        return xp.where(z > threshold, a, xp.logaddexp(0, z) / beta).astype(a.dtype, copy=False)
+
+    @staticmethod
+    def vjp(g, out, a, *, beta=1.0, threshold=20.0):
+        z = a * beta
+        return (g * where(z > threshold, 1.0, z.sigmoid()),)
+
+
+class Abs(_Unary):
+    promotes = False
+    forward = staticmethod(xp.abs)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * a.sign(),)
+
+
+class _ZeroGrad(_Unary):
+    """Piecewise-constant ops: differentiable with derivative zero, as in PyTorch."""
+
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def vjp(g, out, a, **params):
+        return (g * 0,)
+
+
+class Sign(_ZeroGrad):
+    forward = staticmethod(xp.sign)
+
+
+class Floor(_ZeroGrad):
+    forward = staticmethod(xp.floor)
+
+
+class Ceil(_ZeroGrad):
+    forward = staticmethod(xp.ceil)
+
+
+class Trunc(_ZeroGrad):
+    forward = staticmethod(xp.trunc)
+
+
+class Round(_ZeroGrad):
+    @staticmethod
+    def forward(a, *, decimals=0):
+        return xp.round(a, decimals)
+
+
+class Sqrt(_FromOutput):
+    forward = staticmethod(xp.sqrt)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g / (2 * out),)
+
+
+class Rsqrt(_FromOutput):
+    @staticmethod
+    def forward(a):
+        return 1 / xp.sqrt(a)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (-0.5 * g * out * out * out,)
+
+
+class Reciprocal(_FromOutput):
+    @staticmethod
+    def forward(a):
+        return 1 / a
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (-g * out * out,)
+
+
+class Clamp(_Unary):
+    """Clamp to ``[min, max]`` (scalar bounds; tensor bounds go through maximum/minimum)."""
+
+    promotes = False
+
+    @staticmethod
+    def forward(a, *, min=None, max=None):
+        if min is None and max is None:
+            raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+        return xp.clip(a, min, max).astype(xp.result_type(a, min if min is not None else max),
+                                              copy=False)
+
+    @staticmethod
+    def vjp(g, out, a, *, min=None, max=None):
+        mask = None
+        if min is not None:
+            mask = a >= min
+        if max is not None:
+            upper = a <= max
+            mask = upper if mask is None else mask & upper
+        return (g * mask,)
+
+
+class Cast(Elementwise):
+    """``tensor.to(dtype)``; differentiable between floating dtypes."""
+
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def forward(a, *, dtype):
+        return xp.asarray(a).astype(dtype)
+
+    @staticmethod
+    def vjp(g, out, a, *, dtype):
+        return (g.to(a.dtype),)
+
+    @classmethod
+    def infer(cls, a, *, dtype) -> Spec:
+        return Spec(a.shape, xp.dtype(dtype))
+
+
+class Clone(Elementwise):
+    saves_inputs = ()
+    promotes = False
+
+    @staticmethod
+    def forward(a):
+        return xp.array(a, copy=True)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g,)
+
+
+def _unary(op, name):
+    def fn(input):
+        return op.apply(input)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Elementwise ``{name}`` (op ``{op.__name__}``)."
+    return fn
+
+
+exp = _unary(Exp, "exp")
+expm1 = _unary(Expm1, "expm1")
+log = _unary(Log, "log")
+log1p = _unary(Log1p, "log1p")
+log2 = _unary(Log2, "log2")
+log10 = _unary(Log10, "log10")
+sin = _unary(Sin, "sin")
+cos = _unary(Cos, "cos")
+tan = _unary(Tan, "tan")
+tanh = _unary(Tanh, "tanh")
+sinh = _unary(Sinh, "sinh")
+cosh = _unary(Cosh, "cosh")
+asin = arcsin = _unary(Asin, "asin")
+acos = arccos = _unary(Acos, "acos")
+atan = arctan = _unary(Atan, "atan")
+sigmoid = _unary(Sigmoid, "sigmoid")
+relu = _unary(Relu, "relu")
+erf = special_erf = _unary(Erf, "erf")
+abs = absolute = _unary(Abs, "abs")
+sign = _unary(Sign, "sign")
+floor = _unary(Floor, "floor")
+ceil = _unary(Ceil, "ceil")
+trunc = _unary(Trunc, "trunc")
+sqrt = _unary(Sqrt, "sqrt")
+rsqrt = _unary(Rsqrt, "rsqrt")
+reciprocal = _unary(Reciprocal, "reciprocal")
+clone = _unary(Clone, "clone")
+
+
+def round(input, *, decimals: int = 0):
+    return Round.apply(input, decimals=decimals) if decimals else Round.apply(input)
+
+
+def gelu(input, approximate: str = "none"):
+    return Gelu.apply(input, approximate=approximate) if approximate != "none" \
+        else Gelu.apply(input)
+
+
+def softplus(input, beta: float = 1.0, threshold: float = 20.0):
+    return Softplus.apply(input, beta=beta, threshold=threshold)
+
+
+def silu(input):
+    """``x * sigmoid(x)``."""
+    return input * sigmoid(input)
+
+
+def square(input):
+    return input * input
+
+
+def clamp(input, min=None, max=None):
+    """Clamp to ``[min, max]``; bounds may be numbers or tensors."""
+    from graphgrad.tensor import Value
+    if isinstance(min, Value) or isinstance(max, Value):
+        from .arithmetic import maximum, minimum
+        out = input
+        if min is not None:
+            out = maximum(out, min)
+        if max is not None:
+            out = minimum(out, max)
+        return out
+    return Clamp.apply(input, min=min, max=max)
+
+
+clip = clamp
+
+
+def cast(input, dtype):
+    """``input.to(dtype)``; returns ``input`` itself when the dtype already matches."""
+    np_dtype = to_dtype(dtype).np
+    if input._array.dtype == np_dtype:
+        return input
+    return Cast.apply(input, dtype=np_dtype)

@@ -1,0 +1,263 @@
+"""Layer ``tensor``: making leaf tensors (``tensor``, ``zeros``, ``rand``...) and the
+global random generator behind ``manual_seed``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphgrad.backend import get_default_dtype, to_dtype, xp
+
+from .value import Tensor, Value, _leaf
+
+__all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange",
+           "linspace", "eye", "rand", "randn", "randint", "randperm", "zeros_like",
+           "ones_like", "full_like", "empty_like", "rand_like", "randn_like", "randint_like",
+           "manual_seed", "seed", "initial_seed", "Generator", "default_generator", "as_array",
+           "scalar_tensor"]
+
+
+class Generator:
+    """A seeded random source (``graphgrad.Generator().manual_seed(0)``), NumPy's PCG64."""
+
+    def __init__(self, device: str = "cpu"):
+        self._seed = 67280421310721
+        self.rng = xp.random.default_rng(self._seed)
+
+    def manual_seed(self, seed: int) -> Generator:
+        self._seed = int(seed)
+        self.rng = xp.random.default_rng(self._seed)
+        return self
+
+    def initial_seed(self) -> int:
+        return self._seed
+
+    def seed(self) -> int:
+        s = int(xp.random.SeedSequence().entropy) % (2**63)
+        self.manual_seed(s)
+        return s
+
+
+default_generator = Generator()
+
+
+def manual_seed(seed: int) -> Generator:
+    """Seed graphgrad's global random generator (``rand``, ``randn``, dropout, init...)."""
+    return default_generator.manual_seed(seed)
+
+
+def seed() -> int:
+    return default_generator.seed()
+
+
+def initial_seed() -> int:
+    return default_generator.initial_seed()
+
+
+def _rng(generator: Generator | None):
+    return (generator or default_generator).rng
+
+
+def as_array(data: Any, dtype=None):
+    """``tensor(data)``'s conversion: Python floats become the default dtype, ints int64,
+    bools bool; NumPy arrays keep their dtype; a list of tensors is stacked."""
+    if isinstance(data, Value):
+        arr = data._array.copy()
+    elif isinstance(data, xp.ndarray):
+        arr = data.copy()
+    else:
+        arr = xp.array(data)
+        if arr.dtype == xp.float64 and not _holds_float64(data):
+            arr = arr.astype(get_default_dtype().np)
+        elif arr.dtype.kind in "iu" and arr.dtype != xp.int64 and not _holds_numpy(data):
+            arr = arr.astype(xp.int64)
+        elif arr.dtype == xp.complex128 and not _holds_float64(data):
+            arr = arr.astype(xp.complex64 if get_default_dtype().np == xp.float32
+                             else xp.complex128)
+        elif arr.dtype.kind not in "biufc":
+            raise TypeError(f"Could not infer dtype of {type(data).__name__}")
+    if dtype is not None:
+        arr = arr.astype(to_dtype(dtype).np)
+    return arr
+
+
+def _holds_float64(data) -> bool:
+    """True when ``data`` contains float64 arrays or tensors (which keep their dtype)."""
+    if isinstance(data, (xp.ndarray, xp.generic)):
+        return data.dtype in (xp.float64, xp.complex128)
+    if isinstance(data, Value):
+        return data._array.dtype in (xp.float64, xp.complex128)
+    if isinstance(data, (list, tuple)):
+        return any(_holds_float64(d) for d in data)
+    return False
+
+
+def _holds_numpy(data) -> bool:
+    if isinstance(data, (xp.ndarray, xp.generic, Value)):
+        return True
+    if isinstance(data, (list, tuple)) and data:
+        return _holds_numpy(data[0])
+    return False
+
+
+def _new(arr, requires_grad: bool) -> Tensor:
+    t = _leaf(arr)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def tensor(data: Any, dtype=None, device=None, requires_grad: bool = False,
+           pin_memory: bool = False) -> Tensor:
+    """A new leaf tensor holding a copy of ``data``."""
+    return _new(as_array(data, dtype), requires_grad)
+
+
+def scalar_tensor(s, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return _new(xp.array(s, dtype=(to_dtype(dtype) if dtype else get_default_dtype()).np),
+                requires_grad)
+
+
+def as_tensor(data: Any, dtype=None, device=None) -> Tensor:
+    """Like ``tensor`` but shares memory with a NumPy array or a tensor where it can."""
+    if isinstance(data, Tensor) and (dtype is None or to_dtype(dtype) == data.dtype):
+        return data
+    if isinstance(data, xp.ndarray) and (dtype is None or to_dtype(dtype).np == data.dtype):
+        return _leaf(data)
+    return tensor(data, dtype=dtype)
+
+
+def from_numpy(array) -> Tensor:
+    """A tensor sharing memory with ``array`` (changes show through both)."""
+    if not isinstance(array, xp.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
+    from graphgrad.backend import from_numpy_dtype
+    from_numpy_dtype(array.dtype)  # raises PyTorch's message for unsupported dtypes
+    return _leaf(array)
+
+
+def _size(size: tuple) -> tuple:
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    try:
+        return tuple(int(s) for s in size)
+    except TypeError:
+        raise TypeError(f"size must be a sequence of ints, got {size!r}") from None
+
+
+def _dt(dtype, default=None):
+    return to_dtype(dtype).np if dtype is not None else (default or get_default_dtype().np)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return _new(xp.zeros(_size(size), _dt(dtype)), requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return _new(xp.ones(_size(size), _dt(dtype)), requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return _new(xp.empty(_size(size), _dt(dtype)), requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    if dtype is None:
+        dtype = (xp.bool_ if isinstance(fill_value, bool) else
+                 xp.int64 if isinstance(fill_value, int) else None)
+        dtype = dtype if dtype is not None else get_default_dtype().np
+    else:
+        dtype = to_dtype(dtype).np
+    return _new(xp.full(_size((size,)), fill_value, dtype), requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None,
+           requires_grad: bool = False) -> Tensor:
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        is_int = all(isinstance(v, int) for v in (start, end, step))
+        dtype = xp.int64 if is_int else get_default_dtype().np
+    else:
+        dtype = to_dtype(dtype).np
+    return _new(xp.arange(start, end, step).astype(dtype), requires_grad)
+
+
+def linspace(start, end, steps: int, dtype=None, device=None,
+             requires_grad: bool = False) -> Tensor:
+    return _new(xp.linspace(start, end, steps).astype(_dt(dtype)), requires_grad)
+
+
+def eye(n: int, m: int | None = None, dtype=None, device=None,
+        requires_grad: bool = False) -> Tensor:
+    return _new(xp.eye(n, m, dtype=_dt(dtype)), requires_grad)
+
+
+def rand(*size, generator: Generator | None = None, dtype=None, device=None,
+         requires_grad: bool = False) -> Tensor:
+    """Uniform samples on [0, 1)."""
+    return _new(_rng(generator).random(_size(size)).astype(_dt(dtype)), requires_grad)
+
+
+def randn(*size, generator: Generator | None = None, dtype=None, device=None,
+          requires_grad: bool = False) -> Tensor:
+    """Standard normal samples."""
+    return _new(_rng(generator).standard_normal(_size(size)).astype(_dt(dtype)),
+                requires_grad)
+
+
+def randint(low, high=None, size=None, *, generator: Generator | None = None, dtype=None,
+            device=None, requires_grad: bool = False) -> Tensor:
+    """Integers uniform on [low, high); ``randint(high, size)`` as in PyTorch."""
+    if size is None:  # randint(high, size)
+        low, high, size = 0, low, high
+    if size is None:
+        raise TypeError("randint() missing required argument 'size'")
+    arr = _rng(generator).integers(low, high, size=_size((size,)))
+    return _new(arr.astype(_dt(dtype, xp.int64)), requires_grad)
+
+
+def randperm(n: int, *, generator: Generator | None = None, dtype=None,
+             device=None) -> Tensor:
+    return _new(_rng(generator).permutation(n).astype(_dt(dtype, xp.int64)), False)
+
+
+def _like(t: Tensor, dtype):
+    return t._array.shape, (to_dtype(dtype).np if dtype is not None else t._array.dtype)
+
+
+def zeros_like(input: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    shape, dt = _like(input, dtype)
+    return _new(xp.zeros(shape, dt), requires_grad)
+
+
+def ones_like(input: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    shape, dt = _like(input, dtype)
+    return _new(xp.ones(shape, dt), requires_grad)
+
+
+def empty_like(input: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    shape, dt = _like(input, dtype)
+    return _new(xp.empty(shape, dt), requires_grad)
+
+
+def full_like(input: Tensor, fill_value, dtype=None, device=None,
+              requires_grad: bool = False) -> Tensor:
+    shape, dt = _like(input, dtype)
+    return _new(xp.full(shape, fill_value, dt), requires_grad)
+
+
+def rand_like(input: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    shape, dt = _like(input, dtype)
+    return _new(default_generator.rng.random(shape).astype(dt), requires_grad)
+
+
+def randn_like(input: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    shape, dt = _like(input, dtype)
+    return _new(default_generator.rng.standard_normal(shape).astype(dt), requires_grad)
+
+
+def randint_like(input: Tensor, low, high=None, dtype=None, device=None) -> Tensor:
+    if high is None:
+        low, high = 0, low
+    shape, dt = _like(input, dtype)
+    return _new(default_generator.rng.integers(low, high, size=shape).astype(dt), False)

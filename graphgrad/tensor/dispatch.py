@@ -1,0 +1,126 @@
+"""Layer ``tensor``: the one dispatch function every op call goes through, and the
+context stack that transforms (forward AD, vmap, tracers) push themselves onto.
+
+``dispatch(op, args, params)`` hands the call to the interpreter on top of the stack;
+with an empty stack it runs the op eagerly, recording a graph node only when a
+gradient is needed. This function is the eager hot path: keep it small.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphgrad.backend import result_float_dtype, xp
+
+from .value import Tensor, Value, record
+
+__all__ = ["dispatch", "push_interpreter", "pop_interpreter", "current_interpreter",
+           "is_grad_enabled", "set_grad_mode", "Interpreter"]
+
+_F64 = xp.dtype(xp.float64)
+_C128 = xp.dtype(xp.complex128)
+_grad_enabled = True
+_stack: list = []
+_top = None
+
+
+class Interpreter:
+    """Base of everything that sits on the context stack. ``process`` receives each op
+    call made while it is on top; it may call ``dispatch`` again for the level below
+    (``lowered()`` pops it for the duration)."""
+
+    def process(self, op, args: tuple, params: dict):
+        raise NotImplementedError
+
+    def lowered(self):
+        return _Lowered(self)
+
+
+class _Lowered:
+    __slots__ = ("interp", "index")
+
+    def __init__(self, interp):
+        self.interp = interp
+
+    def __enter__(self):
+        global _top
+        self.index = _stack.index(self.interp)
+        del _stack[self.index]
+        _top = _stack[-1] if _stack else None
+
+    def __exit__(self, *exc):
+        global _top
+        _stack.insert(self.index, self.interp)
+        _top = _stack[-1]
+
+
+def push_interpreter(interp: Interpreter) -> None:
+    global _top
+    _stack.append(interp)
+    _top = interp
+
+
+def pop_interpreter(interp: Interpreter) -> None:
+    global _top
+    if not _stack or _stack[-1] is not interp:
+        raise RuntimeError("graphgrad: interpreter stack corrupted (popped out of order)")
+    _stack.pop()
+    _top = _stack[-1] if _stack else None
+
+
+def current_interpreter():
+    return _top
+
+
+def is_grad_enabled() -> bool:
+    """Whether ops record the graph for reverse-mode differentiation."""
+    return _grad_enabled
+
+
+def set_grad_mode(mode: bool) -> bool:
+    """Set grad mode; returns the previous mode (used by ``graphgrad.autograd.grad_mode``)."""
+    global _grad_enabled
+    prev = _grad_enabled
+    _grad_enabled = bool(mode)
+    return prev
+
+
+def dispatch(op, args: tuple, params: dict) -> Any:
+    """Run ``op`` on ``args`` (tensors and Python scalars) with keyword ``params``."""
+    if _top is not None:
+        return _top.process(op, args, params)
+    arrays = [a._array if isinstance(a, Value) else a for a in args]
+    try:
+        out = op.forward(*arrays, **params)
+    except Exception as e:  # the shape/dtype rule explains what NumPy only hints at
+        raise op.explain_failure(e, args, params) from e
+    odt = out.dtype
+    if (odt is _F64 or odt is _C128) and op.promotes:
+        cast = result_float_dtype(odt, *[a.dtype for a in arrays if isinstance(a, xp.ndarray)])
+        if cast is not None:
+            out = out.astype(cast)
+    if _grad_enabled and op.differentiable:
+        for a in args:
+            if isinstance(a, Value) and a._rg:
+                return record(op, args, params, out)
+    t = Tensor.__new__(Tensor)
+    t._array = out
+    t.op = None
+    t.inputs = ()
+    t.params = None
+    t._rg = False
+    t._grad = None
+    t._vc = None
+    t._ext = None
+    if op.view:
+        _share_version(t, args[0])
+    return t
+
+
+def _share_version(t: Value, base: Value) -> None:
+    """A view shares its base's version counter, so in-place writes through either
+    are seen by saved-tensor checks on both."""
+    if xp.may_share_memory(t._array, base._array):
+        if base._vc is None:
+            base._vc = [0]
+        t._vc = base._vc

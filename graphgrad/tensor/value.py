@@ -1,0 +1,469 @@
+"""Layer ``tensor``: ``Value``, the graph node, and ``Tensor``, the user's class.
+
+A ``Value`` is one node of the computational graph, as in the lecture's homework:
+the op that created it (``op``, None for a leaf), its ``inputs`` (Values and Python
+scalars) with the op's keyword ``params``, and its cached array. ``Tensor`` adds the
+user-facing API. ``record`` is the one place a node is added to the graph.
+
+Ops install the arithmetic methods on Tensor (layer ``ops``); ``backward`` reaches
+the ``autograd`` layer lazily. Those are the two documented upward edges.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+from collections.abc import Callable
+
+from graphgrad.backend import dtype as _dtype
+from graphgrad.backend import from_numpy_dtype, xp
+
+__all__ = ["Value", "Tensor", "Ext", "record", "Size"]
+
+
+class Size(tuple):
+    """``tensor.shape``: a tuple that prints like ``torch.Size([2, 3])``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"graphgrad.Size({list(self)})"
+
+    def numel(self) -> int:
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+
+class Ext:
+    """Rarely-needed per-node state, kept out of the hot slots: hooks, ``retain_grad``,
+    the identity a tensor had before an in-place op rebased it, and freeing."""
+
+    __slots__ = ("hooks", "retains_grad", "prev", "born", "base", "freed", "post_hooks")
+
+    def __init__(self):
+        self.hooks: list | None = None
+        self.post_hooks: list | None = None
+        self.retains_grad = False
+        self.prev: Value | None = None   # the node this tensor was before an in-place op
+        self.born = 0                    # version at which this identity became current
+        self.base: Value | None = None   # for views: the tensor they look into
+        self.freed = False               # saved values released by a backward pass
+
+
+class Value:
+    """A node of the computational graph: creator op, inputs, params, cached array."""
+
+    __slots__ = ("_array", "op", "inputs", "params", "_rg", "_grad", "_vc", "_ext", "_sv",
+                 "__weakref__")
+
+    def _ensure_ext(self) -> Ext:
+        e = self._ext
+        if e is None:
+            e = self._ext = Ext()
+        return e
+
+    @property
+    def _version(self) -> int:
+        vc = self._vc
+        return 0 if vc is None else vc[0]
+
+
+def record(op, args: tuple, params: dict, out) -> Tensor:
+    """Make the output tensor of ``op`` as a graph node that requires grad."""
+    t = Tensor.__new__(Tensor)
+    t._array = out
+    t.op = op
+    t.inputs = args
+    t.params = params
+    t._rg = True
+    t._grad = None
+    t._vc = None
+    t._ext = None
+    # Versions of the inputs as this node saw them: backward checks them against
+    # in-place changes. None stands for "all zero", the common case.
+    sv = None
+    for a in args:
+        if isinstance(a, Value) and a._vc is not None:
+            sv = tuple(a._vc[0] if isinstance(a, Value) and a._vc is not None else 0
+                       for a in args)
+            break
+    t._sv = sv
+    if op.view and xp.may_share_memory(out, args[0]._array):
+        base = args[0]
+        if base._vc is None:
+            base._vc = [0]
+        t._vc = base._vc
+        t._ensure_ext().base = base
+    return t
+
+
+def _leaf(array, requires_grad: bool = False) -> Tensor:
+    t = Tensor.__new__(Tensor)
+    t._array = array
+    t.op = None
+    t.inputs = ()
+    t.params = None
+    t._rg = requires_grad
+    t._grad = None
+    t._vc = None
+    t._ext = None
+    return t
+
+
+class Tensor(Value):
+    """A multi-dimensional array that records how it was computed.
+
+    Create one with ``graphgrad.tensor(data, dtype=None, requires_grad=False)``.
+    """
+
+    __slots__ = ()
+    __array_priority__ = 1000  # ndarray OP tensor defers to Tensor's reflected method
+
+    def __init__(self, data: Any = None, *, dtype=None, requires_grad: bool = False):
+        from .creation import as_array  # tensor(...)'s conversion rules, in one place
+        self._array = as_array(data if data is not None else [], dtype)
+        self.op = None
+        self.inputs = ()
+        self.params = None
+        self._rg = False
+        self._grad = None
+        self._vc = None
+        self._ext = None
+        if requires_grad:
+            self.requires_grad_(True)
+
+    # ---- metadata -------------------------------------------------------------
+    @property
+    def shape(self) -> Size:
+        return Size(self._array.shape)
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return Size(self._array.shape)
+        return self._array.shape[dim]
+
+    @property
+    def dtype(self) -> _dtype:
+        return from_numpy_dtype(self._array.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return self._array.ndim
+
+    def dim(self) -> int:
+        return self._array.ndim
+
+    ndimension = dim
+
+    def numel(self) -> int:
+        return int(self._array.size)
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self._array.itemsize
+
+    def is_floating_point(self) -> bool:
+        return self._array.dtype.kind == "f"
+
+    def is_complex(self) -> bool:
+        return self._array.dtype.kind == "c"
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    @property
+    def is_cuda(self) -> bool:
+        return False
+
+    def __len__(self) -> int:
+        if self._array.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._array.shape[0]
+
+    def __hash__(self) -> int:  # __eq__ is elementwise; identity hashing as in PyTorch
+        return id(self)
+
+    # ---- conversion -----------------------------------------------------------
+    def numpy(self, *, force: bool = False):
+        if self._rg and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
+                               "Use tensor.detach().numpy() instead.")
+        return self._array
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._array
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def item(self):
+        if self._array.size != 1:
+            raise RuntimeError(f"a Tensor with {self._array.size} elements cannot be converted "
+                               "to Scalar")
+        return self._array.reshape(()).item()
+
+    def tolist(self):
+        return self._array.tolist()
+
+    def _scalar(self, kind: str):
+        if self._array.size != 1:
+            raise RuntimeError(f"a Tensor with {self._array.size} elements cannot be converted "
+                               "to Scalar" if kind != "bool" else
+                               "Boolean value of Tensor with more than one value is ambiguous")
+        return self._array.reshape(()).item()
+
+    def __bool__(self) -> bool:
+        top = _interp()
+        if top is not None and hasattr(top, "to_python"):
+            return bool(top.to_python(self, "bool"))
+        return bool(self._scalar("bool"))
+
+    def __float__(self) -> float:
+        top = _interp()
+        if top is not None and hasattr(top, "to_python"):
+            return float(top.to_python(self, "float"))
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        top = _interp()
+        if top is not None and hasattr(top, "to_python"):
+            return int(top.to_python(self, "int"))
+        return int(self._scalar("int"))
+
+    def __index__(self) -> int:
+        if self._array.dtype.kind not in "iub" or self._array.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an "
+                            "index")
+        return int(self._array.reshape(()).item())
+
+    def __iter__(self):
+        if self._array.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._array.shape[0]))
+
+    def __repr__(self) -> str:
+        from .format import tensor_repr
+        return tensor_repr(self)
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        if self._array.ndim == 0 and spec:
+            return format(self.item(), spec)
+        return repr(self)
+
+    # ---- autograd state -------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        return self._rg
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        if self.op is not None:
+            msg = "you can only change requires_grad flags of leaf variables."
+            if not flag:
+                msg += (" If you want to use a computed variable in a subgraph that doesn't "
+                        "require differentiation use var_no_grad = var.detach().")
+            raise RuntimeError(msg)
+        if flag and self._array.dtype.kind not in "fc":
+            raise RuntimeError("only Tensors of floating point and complex dtype can require "
+                               "gradients")
+        self._rg = bool(flag)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if self.op is not None and not requires_grad:
+            self.requires_grad = requires_grad  # raises PyTorch's message
+        if requires_grad and self._array.dtype.kind not in "fc":
+            raise RuntimeError("Only Tensors of floating point and complex dtype can require "
+                               "gradients")
+        if self.op is None:
+            self._rg = bool(requires_grad)
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.op is None
+
+    @property
+    def grad(self) -> Tensor | None:
+        g = self._grad
+        if g is None and self.op is not None and self._rg and not (
+                self._ext is not None and self._ext.retains_grad):
+            warnings.warn(
+                "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. "
+                "Its .grad attribute won't be populated during autograd.backward(). If you "
+                "indeed want the .grad field to be populated for a non-leaf Tensor, use "
+                ".retain_grad() on the non-leaf Tensor. If you access the non-leaf Tensor by "
+                "mistake, make sure you access the leaf Tensor instead.", UserWarning,
+                stacklevel=2)
+        return g
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got grad "
+                                f"of type {type(value).__name__}")
+            if value.shape != self.shape:
+                raise RuntimeError(f"assigned grad has data of a different size: "
+                                   f"{tuple(value.shape)} vs {tuple(self.shape)}")
+        self._grad = value
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._ext is not None and self._ext.retains_grad
+
+    def retain_grad(self) -> None:
+        if not self._rg:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self.op is not None:
+            self._ensure_ext().retains_grad = True
+
+    @property
+    def grad_fn(self):
+        if self.op is None:
+            return None
+        return BackwardNode(self)
+
+    def register_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(grad) -> Tensor | None`` runs when the gradient w.r.t. this tensor is
+        computed; a returned tensor replaces the gradient."""
+        if not self._rg:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        ext = self._ensure_ext()
+        if ext.hooks is None:
+            ext.hooks = []
+        ext.hooks.append(hook)
+        return RemovableHandle(ext.hooks, hook)
+
+    def register_post_accumulate_grad_hook(self, hook: Callable) -> RemovableHandle:
+        if not self._rg:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.op is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
+                               "tensors")
+        ext = self._ensure_ext()
+        if ext.post_hooks is None:
+            ext.post_hooks = []
+        ext.post_hooks.append(hook)
+        return RemovableHandle(ext.post_hooks, hook)
+
+    def detach(self) -> Tensor:
+        """A new leaf sharing storage and version counter, outside the graph."""
+        t = _leaf(self._array)
+        if self._vc is None:
+            self._vc = [0]
+        t._vc = self._vc
+        return t
+
+    def detach_(self) -> Tensor:
+        if self._ext is not None and self._ext.base is not None:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        self.op = None
+        self.inputs = ()
+        self.params = None
+        self._rg = False
+        return self
+
+    @property
+    def data(self) -> Tensor:
+        """The array behind this tensor as a new leaf (own version counter: changes
+        through ``.data`` are invisible to autograd, as in PyTorch)."""
+        return _leaf(self._array)
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        self._array = value._array if isinstance(value, Value) else xp.asarray(value)
+
+    def backward(self, gradient=None, retain_graph: bool | None = None,
+                 create_graph: bool = False, inputs=None) -> None:
+        """Compute the gradient of this tensor w.r.t. graph leaves (see
+        ``graphgrad.autograd.backward``)."""
+        from graphgrad.autograd import backward  # the documented lazy upward edge
+        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+
+def _interp():
+    from . import dispatch
+    return dispatch._top
+
+
+class RemovableHandle:
+    """Returned by ``register_hook``; ``remove()`` takes the hook out again."""
+
+    __slots__ = ("_hooks", "_hook")
+
+    def __init__(self, hooks: list, hook: Callable):
+        self._hooks = hooks
+        self._hook = hook
+
+    def remove(self) -> None:
+        try:
+            self._hooks.remove(self._hook)
+        except ValueError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def op_backward_name(op) -> str:
+    return f"{op.__name__}Backward0"
+
+
+class BackwardNode:
+    """What ``tensor.grad_fn`` returns: a view of the node from autograd's side, named
+    like PyTorch's (``MulBackward0``) with ``next_functions``."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Value):
+        self._value = value
+
+    def name(self) -> str:
+        return op_backward_name(self._value.op)
+
+    @property
+    def next_functions(self) -> tuple:
+        out = []
+        for a in self._value.inputs:
+            if not isinstance(a, Value) or not a._rg:
+                out.append((None, 0))
+            elif a.op is None:
+                out.append((AccumulateGrad(a), 0))
+            else:
+                out.append((BackwardNode(a), 0))
+        return tuple(out)
+
+    @property
+    def metadata(self) -> dict:
+        return {}
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, BackwardNode) and other._value is self._value
+
+    def __hash__(self) -> int:
+        return id(self._value)
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object at {hex(id(self._value))}>"
+
+
+class AccumulateGrad:
+    """The node a leaf's gradient lands in (``next_functions`` shows it)."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable: Value):
+        self.variable = variable
+
+    def name(self) -> str:
+        return "torch::autograd::AccumulateGrad"
+
+    def __repr__(self) -> str:
+        return f"<AccumulateGrad object at {hex(id(self.variable))}>"
