@@ -17,6 +17,7 @@ from .value import Tensor, Value, record
 __all__ = ["dispatch", "push_interpreter", "pop_interpreter", "current_interpreter",
            "is_grad_enabled", "set_grad_mode", "Interpreter"]
 
+_ndarray = xp.ndarray
 _F64 = xp.dtype(xp.float64)
 _C128 = xp.dtype(xp.complex128)
 _grad_enabled = True
@@ -94,6 +95,8 @@ def dispatch(op, args: tuple, params: dict) -> Any:
         out = op.forward(*arrays, **params)
     except Exception as e:  # the shape/dtype rule explains what NumPy only hints at
         raise op.explain_failure(e, args, params) from e
+    if type(out) is not _ndarray:  # ufuncs return NumPy scalars for 0-d inputs
+        out = xp.asarray(out)
     odt = out.dtype
     if (odt is _F64 or odt is _C128) and op.promotes:
         cast = result_float_dtype(odt, *[a.dtype for a in arrays if isinstance(a, xp.ndarray)])

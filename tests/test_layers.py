@@ -1,0 +1,109 @@
+"""Every module imports only from its own layer or the layers below it
+(../shared/DESIGN.md, "Layers"), except the documented upward edges."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "graphgrad"
+
+# Lowest first. Layers on one rank may not import each other either way round.
+RANKS = [
+    ["backend"],
+    ["tensor"],
+    ["ops"],
+    ["autograd"],
+    ["func"],
+    ["numdiff"],
+    ["graph"],
+    ["passes"],
+    ["backends"],
+    ["nn", "optim", "data", "utils"],
+    ["static"],
+    ["fx", "jit", "dynamo"],
+    ["capture"],
+    ["cli"],
+]
+RANK = {layer: i for i, names in enumerate(RANKS) for layer in names}
+
+# The upward edges DESIGN.md allows, each in one place: Tensor.backward reaches autograd
+# lazily. (Op rules calling ops go through dispatch in `tensor`, which is downward.)
+ALLOWED_UPWARD = {("tensor/value.py", "autograd")}
+
+
+def _layer_of_module(dotted: str) -> str | None:
+    parts = dotted.split(".")
+    if parts[0] != "graphgrad":
+        return None
+    if len(parts) == 1:
+        return "graphgrad"  # the package root re-exports everything
+    return parts[1]
+
+
+def _modules():
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in ("__init__.py", "__main__.py"):
+            continue  # the package root sits above every layer
+        layer = rel.split("/")[0].removesuffix(".py")
+        yield rel, layer, path
+
+
+def _imports(path: Path, layer_pkg: str):
+    tree = ast.parse(path.read_text())
+    rel_pkg = path.relative_to(ROOT.parent).with_suffix("").parts
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = rel_pkg[:len(rel_pkg) - node.level]
+                if path.name == "__init__.py":
+                    base = rel_pkg[:len(rel_pkg) - node.level + 1]
+                mod = ".".join(base + ((node.module,) if node.module else ()))
+            else:
+                mod = node.module or ""
+            if mod == "graphgrad":  # from graphgrad import ops: the names are layers
+                for alias in node.names:
+                    yield node.lineno, f"graphgrad.{alias.name}"
+                continue
+            yield node.lineno, mod
+
+
+def test_every_layer_is_known():
+    unknown = {layer for _, layer, _ in _modules() if layer not in RANK}
+    assert not unknown, f"add these folders to the layer list in DESIGN.md and here: {unknown}"
+
+
+@pytest.mark.parametrize("rel,layer,path", list(_modules()), ids=lambda v: str(v))
+def test_imports_respect_layers(rel, layer, path):
+    bad = []
+    for lineno, mod in _imports(path, layer):
+        target = _layer_of_module(mod)
+        if target is None or target == layer:
+            continue
+        if target == "graphgrad":
+            if layer != "cli":
+                bad.append(f"{rel}:{lineno} imports the package root ({mod})")
+            continue
+        if target not in RANK:
+            continue  # a plain module at the root, e.g. graphgrad.cli: checked by its own rank
+        if RANK[target] >= RANK[layer] and (rel, target) not in ALLOWED_UPWARD:
+            bad.append(f"{rel}:{lineno} imports {mod} (layer {target!r} is not below "
+                       f"{layer!r})")
+    assert not bad, "\n".join(bad)
+
+
+def test_detects_a_violation(tmp_path):
+    """The checker itself must catch an upward import."""
+    fake = ROOT / "backend" / "_probe_violation.py"
+    fake.write_text("from graphgrad.autograd import grad\n")
+    try:
+        found = [m for _, m in _imports(fake, "backend") if _layer_of_module(m) == "autograd"]
+        assert found and RANK["autograd"] > RANK["backend"]
+    finally:
+        fake.unlink()
