@@ -26,6 +26,10 @@ class Add(Elementwise):
     def vjp(g, out, a, b):
         return g, g
 
+    @staticmethod
+    def jvp(dots, out, a, b):
+        return Add.apply(_t(dots[0]), _t(dots[1]))
+
 
 class Sub(Elementwise):
     saves_inputs = ()
@@ -35,6 +39,10 @@ class Sub(Elementwise):
     def vjp(g, out, a, b):
         return g, (-g if needs_grad(b) else None)
 
+    @staticmethod
+    def jvp(dots, out, a, b):
+        return Sub.apply(_t(dots[0]), _t(dots[1]))
+
 
 class Mul(Elementwise):
     forward = staticmethod(xp.multiply)
@@ -42,6 +50,11 @@ class Mul(Elementwise):
     @staticmethod
     def vjp(g, out, a, b):
         return (g * b if needs_grad(a) else None), (g * a if needs_grad(b) else None)
+
+    @staticmethod
+    def jvp(dots, out, a, b):
+        da, db = dots
+        return _plus(da * b if da is not None else None, a * db if db is not None else None)
 
 
 class Div(Elementwise):
@@ -63,6 +76,14 @@ class Div(Elementwise):
         gb = -g * a / (b * b) if needs_grad(b) else None
         return ga, gb
 
+    @staticmethod
+    def jvp(dots, out, a, b, *, rounding_mode=None):
+        if rounding_mode is not None:
+            return None
+        da, db = dots
+        return _plus(da / b if da is not None else None,
+                     -db * out / b if db is not None else None)
+
 
 class FloorDivide(Elementwise):
     differentiable = False  # PyTorch: "the derivative for 'floor_divide' is not implemented"
@@ -80,6 +101,11 @@ class Remainder(Elementwise):
         gb = -g * (a / b).floor() if needs_grad(b) else None
         return g, gb
 
+    @staticmethod
+    def jvp(dots, out, a, b):
+        da, db = dots
+        return _plus(da, -db * (a / b).floor() if db is not None else None)
+
 
 class Fmod(Elementwise):
     """C's fmod: the result takes the dividend's sign."""
@@ -90,6 +116,11 @@ class Fmod(Elementwise):
     def vjp(g, out, a, b):
         gb = -g * (a / b).trunc() if needs_grad(b) else None
         return g, gb
+
+    @staticmethod
+    def jvp(dots, out, a, b):
+        da, db = dots
+        return _plus(da, -db * (a / b).trunc() if db is not None else None)
 
 
 class Pow(Elementwise):
@@ -118,6 +149,35 @@ class Pow(Elementwise):
                 gb = where((a == 0) & (b >= 0), 0.0, gb)
         return ga, gb
 
+    @staticmethod
+    def jvp(dots, out, a, b):
+        da, db = dots
+        ta = tb = None
+        if da is not None:
+            if isinstance(b, Value):
+                ta = where(b == 0, 0.0, da * b * a ** (b - 1))
+            else:
+                ta = da * 0 if b == 0 else da * b * a ** (b - 1)
+        if db is not None:
+            tb = db * out * _log(a)
+            if isinstance(a, Value):
+                tb = where((a == 0) & (b >= 0), 0.0, tb)
+        return _plus(ta, tb)
+
+
+def _t(d):
+    """An absent tangent is zero; the scalar 0.0 broadcasts like any tensor would."""
+    return 0.0 if d is None else d
+
+
+def _plus(x, y):
+    """Sum of tangent terms, where None is an absent (zero) term."""
+    if x is None:
+        return y
+    if y is None:
+        return x
+    return x + y
+
 
 def _log(a):
     if isinstance(a, Value):
@@ -134,6 +194,10 @@ class Neg(Elementwise):
     def vjp(g, out, a):
         return (-g,)
 
+    @staticmethod
+    def jvp(dots, out, a):
+        return -dots[0]
+
 
 class Maximum(Elementwise):
     forward = staticmethod(xp.maximum)
@@ -146,6 +210,11 @@ class Maximum(Elementwise):
         gb = where(b > a, g, where(a == b, half, 0.0)) if needs_grad(b) else None
         return ga, gb
 
+    @staticmethod
+    def jvp(dots, out, a, b):
+        da, db = _t(dots[0]), _t(dots[1])
+        return where(a > b, da, where(a == b, (da + db) * 0.5, db))
+
 
 class Minimum(Elementwise):
     forward = staticmethod(xp.minimum)
@@ -157,6 +226,11 @@ class Minimum(Elementwise):
         gb = where(b < a, g, where(a == b, half, 0.0)) if needs_grad(b) else None
         return ga, gb
 
+    @staticmethod
+    def jvp(dots, out, a, b):
+        da, db = _t(dots[0]), _t(dots[1])
+        return where(a < b, da, where(a == b, (da + db) * 0.5, db))
+
 
 class Atan2(Elementwise):
     forward = staticmethod(xp.arctan2)
@@ -166,6 +240,13 @@ class Atan2(Elementwise):
         denom = a * a + b * b
         return ((g * b / denom) if needs_grad(a) else None,
                 (-g * a / denom) if needs_grad(b) else None)
+
+    @staticmethod
+    def jvp(dots, out, a, b):
+        da, db = dots
+        denom = a * a + b * b
+        return _plus(da * b / denom if da is not None else None,
+                     -db * a / denom if db is not None else None)
 
 
 def add(input, other, *, alpha=1):

@@ -102,6 +102,11 @@ class Where(Elementwise):
     def vjp(g, out, cond, a, b):
         return None, where(cond, g, 0.0), where(cond, 0.0, g)
 
+    @staticmethod
+    def jvp(dots, out, cond, a, b):
+        da, db = dots[1], dots[2]
+        return where(cond, 0.0 if da is None else da, 0.0 if db is None else db)
+
     @classmethod
     def infer(cls, cond, a, b) -> Spec:
         if isinstance(cond, Spec) and cond.dtype != xp.bool_:

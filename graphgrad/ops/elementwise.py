@@ -5,8 +5,9 @@ from __future__ import annotations
 from graphgrad.backend import result_float_dtype, xp
 
 from .base import Op, Spec, broadcast_shapes
+from .batching import align, logical_ndim
 
-__all__ = ["Elementwise"]
+__all__ = ["Elementwise", "Diagonal"]
 
 
 class _Elementwise(Op):
@@ -25,5 +26,23 @@ class _Elementwise(Op):
             dt = cast if cast is not None else dt
         return Spec(shape, xp.dtype(dt))
 
+    @classmethod
+    def batch(cls, vals, bdims, **params):
+        """Batch first, ranks lined up: then broadcasting does the rest."""
+        rank = max(logical_ndim(v, d) for v, d in zip(vals, bdims, strict=True))
+        args = [align(v, d, rank) if d is not None else v
+                for v, d in zip(vals, bdims, strict=True)]
+        return cls.apply(*args, **params), 0
+
+
+class _Diagonal(_Elementwise):
+    """One-input elementwise ops: the Jacobian is diagonal, so J v is the vjp's own formula
+    applied to the tangent (``vjp(g)`` is ``g * f'(a)``, and so is ``jvp(v)``)."""
+
+    @classmethod
+    def jvp(cls, dots, out, a, **params):
+        return cls.vjp(dots[0], out, a, **params)[0]
+
 
 Elementwise = _Elementwise
+Diagonal = _Diagonal

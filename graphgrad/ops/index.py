@@ -14,6 +14,7 @@ from graphgrad.tensor.creation import _leaf
 
 from .arithmetic import needs_grad
 from .base import Op, Spec, normalize_dim
+from .batching import align, all_to_front, to_front
 
 __all__ = ["getitem", "index_put", "gather", "scatter_add", "one_hot", "nonzero",
            "index_select", "masked_fill", "take_along_dim", "parse_index", "masked_select",
@@ -96,6 +97,26 @@ def _check_bounds(a, idx: tuple) -> None:
         dim += item.ndim if isinstance(item, xp.ndarray) and item.dtype == xp.bool_ else 1
 
 
+def _advanced_split(spec: tuple) -> bool:
+    """True when the index tensors are separated by other items: NumPy then puts the
+    broadcast index dims first instead of in place."""
+    where_t = [i for i, s in enumerate(spec) if s == _T and isinstance(s, str)]
+    return bool(where_t) and where_t[-1] - where_t[0] + 1 != len(where_t)
+
+
+def _index_ndim(arrays) -> int:
+    return max((a.ndim if a.dtype != xp.bool_ else 1 for a in arrays), default=0)
+
+
+def _no_batched_indices(bdims, name: str) -> None:
+    if any(d is not None for d in bdims):
+        raise NotImplementedError(f"vmap: {name} with an index tensor that is batched is not "
+                                  f"supported; index with an unbatched tensor, or use gather")
+
+
+_FULL = ("slice", None, None, None)
+
+
 class Getitem(Op):
     saves_inputs = ()
     promotes = False
@@ -115,6 +136,18 @@ class Getitem(Op):
         zeros = g.new_zeros(tuple(a.shape))
         return (IndexPut.apply(zeros, g, *index_tensors, spec=spec, accumulate=True),
                 *([None] * len(index_tensors)))
+
+    @staticmethod
+    def jvp(dots, out, a, *index_tensors, spec):
+        return Getitem.apply(dots[0], *index_tensors, spec=spec)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, spec):
+        _no_batched_indices(bdims[1:], "indexing")
+        a = to_front(vals[0], bdims[0])
+        out = cls.apply(a, *vals[1:], spec=(_FULL, *spec))
+        bdim = _index_ndim([v._array for v in vals[1:]]) if _advanced_split(spec) else 0
+        return out, bdim
 
 
 class IndexPut(Op):
@@ -149,6 +182,32 @@ class IndexPut(Op):
     @classmethod
     def infer(cls, base, values, *index, spec, accumulate) -> Spec:
         return Spec(base.shape, base.dtype)
+
+    @staticmethod
+    def jvp(dots, out, base, values, *index_tensors, spec, accumulate):
+        db, dv = dots[0], dots[1]
+        if db is None:
+            db = out.new_zeros(tuple(out.shape))
+        return IndexPut.apply(db, 0.0 if dv is None else dv, *index_tensors, spec=spec,
+                              accumulate=accumulate)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, spec, accumulate):
+        _no_batched_indices(bdims[2:], "index_put")
+        base, values = vals[0], vals[1]
+        size = (base if bdims[0] is not None else values).shape[
+            bdims[0] if bdims[0] is not None else bdims[1]]
+        base = all_to_front([base], [bdims[0]])[0] if bdims[0] is not None else \
+            base.unsqueeze(0).expand(size, *base.shape).clone()
+        if bdims[1] is not None:
+            if _advanced_split(spec):
+                raise NotImplementedError("vmap: index_put with batched values and separated "
+                                          "index tensors is not supported")
+            example = xp.broadcast_to(xp.zeros((), base._array.dtype), base.shape[1:])
+            rank = example[build_index(spec, [v._array for v in vals[2:]])].ndim
+            values = align(values, bdims[1], rank)
+        out = cls.apply(base, values, *vals[2:], spec=(_FULL, *spec), accumulate=accumulate)
+        return out, 0
 
 
 def getitem(input, index):
@@ -211,6 +270,15 @@ class Gather(Op):
         zeros = g.new_zeros(tuple(a.shape))
         return ScatterAdd.apply(zeros, index, g, dim=dim), None
 
+    @staticmethod
+    def jvp(dots, out, a, index, *, dim):
+        return Gather.apply(dots[0], index, dim=dim)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dim):
+        a, index = all_to_front(vals, bdims)
+        return cls.apply(a, index, dim=dim + 1), 0
+
 
 class ScatterAdd(Op):
     """``out = base.clone(); out[index[i][j]][j] += src[i][j]`` for dim 0."""
@@ -229,6 +297,20 @@ class ScatterAdd(Op):
     def vjp(g, out, base, index, src, *, dim):
         gs = Gather.apply(g, index, dim=dim) if needs_grad(src) else None
         return g, None, gs
+
+    @staticmethod
+    def jvp(dots, out, base, index, src, *, dim):
+        db, ds = dots[0], dots[2]
+        if db is None:
+            db = out.new_zeros(tuple(out.shape))
+        if ds is None:
+            return db
+        return ScatterAdd.apply(db, index, ds, dim=dim)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dim):
+        base, index, src = all_to_front(vals, bdims)
+        return cls.apply(base, index, src, dim=dim + 1), 0
 
 
 def gather(input, dim: int, index, *, sparse_grad: bool = False):
@@ -261,6 +343,13 @@ class OneHot(Op):
             raise RuntimeError("Class values must be smaller than num_classes.")
         return (a[..., None] == xp.arange(n)).astype(xp.int64)
 
+    @classmethod
+    def batch(cls, vals, bdims, *, num_classes):
+        if num_classes < 0:
+            raise NotImplementedError("vmap: one_hot needs an explicit num_classes inside vmap "
+                                      "(the class count would differ between examples)")
+        return cls.apply(to_front(vals[0], bdims[0]), num_classes=num_classes), 0
+
 
 def one_hot(tensor, num_classes: int = -1):
     """``nn.functional.one_hot``: int64 tensor with a trailing class dim."""
@@ -275,6 +364,11 @@ class Nonzero(Op):
     @staticmethod
     def forward(a):
         return xp.argwhere(a).astype(xp.int64)
+
+    @classmethod
+    def batch(cls, vals, bdims):
+        raise RuntimeError("vmap: nonzero has a data-dependent output shape, which cannot be "
+                           "batched (the number of nonzeros differs between examples)")
 
 
 def nonzero(input, *, as_tuple: bool = False):

@@ -6,10 +6,21 @@ from __future__ import annotations
 from graphgrad.backend import xp
 
 from .base import Op, Spec, normalize_dim
+from .batching import all_to_front, to_front
 from .index import getitem
 
 __all__ = ["cat", "concat", "concatenate", "stack", "pad", "split", "chunk", "unbind",
            "hstack", "vstack", "tensor_split"]
+
+
+def _dense(dots, inputs):
+    """Tangents with absent ones as zeros (cat and stack are linear in all inputs)."""
+    return [d if d is not None else x.new_zeros(tuple(x.shape)).to(_first(dots).dtype)
+            for d, x in zip(dots, inputs, strict=True)]
+
+
+def _first(dots):
+    return next(d for d in dots if d is not None)
 
 
 def _slice_along(t, dim: int, start: int, stop: int):
@@ -32,6 +43,14 @@ class Cat(Op):
             grads.append(_slice_along(g, dim, start, stop))
             start = stop
         return tuple(grads)
+
+    @staticmethod
+    def jvp(dots, out, *inputs, dim):
+        return Cat.apply(*_dense(dots, inputs), dim=dim)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dim):
+        return cls.apply(*all_to_front(vals, bdims), dim=dim + 1), 0
 
     @classmethod
     def infer(cls, *specs, dim) -> Spec:
@@ -63,6 +82,14 @@ class Stack(Op):
     @staticmethod
     def vjp(g, out, *inputs, dim):
         return tuple(getitem(g, (slice(None),) * dim + (i,)) for i in range(len(inputs)))
+
+    @staticmethod
+    def jvp(dots, out, *inputs, dim):
+        return Stack.apply(*_dense(dots, inputs), dim=dim)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dim):
+        return cls.apply(*all_to_front(vals, bdims), dim=dim + 1), 0
 
     @classmethod
     def infer(cls, *specs, dim) -> Spec:
@@ -101,6 +128,14 @@ class Pad(Op):
         for lo, hi in reversed(widths):
             back += [-lo, -hi]
         return (Pad.apply(g, pad=tuple(back), value=0.0),)
+
+    @staticmethod
+    def jvp(dots, out, a, *, pad, value):
+        return Pad.apply(dots[0], pad=pad, value=0.0)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, pad, value):
+        return cls.apply(to_front(vals[0], bdims[0]), pad=pad, value=value), 0
 
 
 def _widths(ndim: int, pad: tuple) -> list:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from graphgrad.backend import result_float_dtype, xp
 
 from .arithmetic import needs_grad
-from .base import Op, Spec, broadcast_shapes, fmt_shape
+from .base import Op, Spec, broadcast_shapes, fmt_shape, spec_of
+from .batching import logical_ndim, to_front
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "outer", "inner"]
 
@@ -43,6 +44,36 @@ class Matmul(Op):
             gb = a.mT @ g
         return ga, gb
 
+    @staticmethod
+    def jvp(dots, out, a, b):
+        da, db = dots
+        ta = Matmul.apply(da, b) if da is not None else None
+        tb = Matmul.apply(a, db) if db is not None else None
+        return tb if ta is None else ta if tb is None else ta + tb
+
+    @classmethod
+    def batch(cls, vals, bdims):
+        """Batch dim first; a batched vector becomes a one-row (or one-column) matrix so
+        the batch is not mistaken for a matrix dim; then batch ranks are lined up."""
+        (a, b), (da, db) = vals, bdims
+        la, lb = logical_ndim(a, da), logical_ndim(b, db)
+        a, b = to_front(a, da), to_front(b, db)
+        if da is not None and la == 1:
+            a = a.unsqueeze(1)
+        if db is not None and lb == 1:
+            b = b.unsqueeze(-1)
+        eff_a = 2 if (da is not None and la == 1) else la
+        eff_b = 2 if (db is not None and lb == 1) else lb
+        nbatch = max(eff_a - 2, eff_b - 2, 0)
+        if da is not None and eff_a - 2 < nbatch:
+            a = a.reshape(a.shape[0], *([1] * (nbatch - eff_a + 2)), *a.shape[1:])
+        if db is not None and eff_b - 2 < nbatch:
+            b = b.reshape(b.shape[0], *([1] * (nbatch - eff_b + 2)), *b.shape[1:])
+        out = Matmul.apply(a, b)
+        size = (a if da is not None else b).shape[0]
+        logical = cls.infer(_example(vals[0], bdims[0]), _example(vals[1], bdims[1]))
+        return out.reshape(size, *logical.shape), 0
+
     @classmethod
     def infer(cls, a, b) -> Spec:
         if a.ndim == 0 or b.ndim == 0:
@@ -59,6 +90,14 @@ class Matmul(Op):
         dt = xp.result_type(a.dtype, b.dtype)
         cast = result_float_dtype(dt, a.dtype, b.dtype)
         return Spec(shape, cast if cast is not None else dt)
+
+
+def _example(v, bdim) -> Spec:
+    """The Spec of one example of a (possibly batched) physical value."""
+    s = spec_of(v)
+    if bdim is None:
+        return s
+    return Spec(s.shape[:bdim] + s.shape[bdim + 1:], s.dtype)
 
 
 def matmul(input, other):

@@ -13,6 +13,7 @@ from typing import NamedTuple
 from graphgrad.backend import result_float_dtype, xp
 
 from .base import Op, Spec, normalize_dim, normalize_dims
+from .batching import to_front
 from .compare import where
 
 __all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var",
@@ -47,6 +48,19 @@ class _Reduce(Op):
             dt = cast if cast is not None else dt
         return Spec(shape, xp.dtype(dt))
 
+    @classmethod
+    def jvp(cls, dots, out, a, *, dim, keepdim, **params):
+        # every reduction's vjp is expand(g) * W(a): W, the derivative of the output
+        # w.r.t. each element of its slice, turns the tangent into (da * W).sum(dim)
+        weight = cls.vjp(out.new_ones(tuple(out.shape)), out, a, dim=dim, keepdim=keepdim,
+                         **params)[0]
+        return (dots[0] * weight).sum(dim=dim, keepdim=keepdim)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dim, keepdim, **params):
+        a = to_front(vals[0], bdims[0])
+        return cls.apply(a, dim=tuple(d + 1 for d in dim), keepdim=keepdim, **params), 0
+
 
 class Sum(_Reduce):
     saves_inputs = ()
@@ -61,6 +75,10 @@ class Sum(_Reduce):
     @staticmethod
     def vjp(g, out, a, *, dim, keepdim, dtype=None):
         return (expand_back(g, a.shape, dim, keepdim),)
+
+    @classmethod
+    def jvp(cls, dots, out, a, **params):  # linear
+        return cls.apply(dots[0], **params)
 
 
 class Mean(_Reduce):
@@ -80,7 +98,11 @@ class Mean(_Reduce):
         n = 1
         for d in dim:
             n *= a.shape[d]
-        return (expand_back(g, a.shape, dim, keepdim) / max(n, 1),)
+        return (expand_back(g, a.shape, dim, keepdim) / builtins.max(n, 1),)
+
+    @classmethod
+    def jvp(cls, dots, out, a, **params):  # linear
+        return cls.apply(dots[0], **params)
 
 
 class Prod(_Reduce):
@@ -152,6 +174,14 @@ class Argmax(Op):
         return xp.argmax(a, axis=dim, keepdims=keepdim).astype(xp.int64)
 
 
+    @classmethod
+    def batch(cls, vals, bdims, *, dim, keepdim):
+        a = to_front(vals[0], bdims[0])
+        if dim is None:
+            out = cls.apply(a.reshape(a.shape[0], -1), dim=1, keepdim=False)
+            return (out.reshape(a.shape[0], *([1] * (a.ndim - 1))) if keepdim else out), 0
+        return cls.apply(a, dim=dim + 1, keepdim=keepdim), 0
+
 class Argmin(Op):
     differentiable = False
     promotes = False
@@ -163,6 +193,14 @@ class Argmin(Op):
             return xp.asarray(xp.argmin(a), dtype=xp.int64)
         return xp.argmin(a, axis=dim, keepdims=keepdim).astype(xp.int64)
 
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dim, keepdim):
+        a = to_front(vals[0], bdims[0])
+        if dim is None:
+            out = cls.apply(a.reshape(a.shape[0], -1), dim=1, keepdim=False)
+            return (out.reshape(a.shape[0], *([1] * (a.ndim - 1))) if keepdim else out), 0
+        return cls.apply(a, dim=dim + 1, keepdim=keepdim), 0
 
 class Norm(_Reduce):
     """Vector p-norm over ``dim``: ``(sum |x|^p)^(1/p)``, p in (0, inf]."""
@@ -235,6 +273,10 @@ class _SoftmaxBase(Op):
         dt = a.dtype if a.dtype.kind in "fc" else xp.dtype(xp.float32)
         return Spec(a.shape, dt)
 
+    @classmethod
+    def batch(cls, vals, bdims, *, dim):
+        return cls.apply(to_front(vals[0], bdims[0]), dim=dim + 1), 0
+
 
 class Softmax(_SoftmaxBase):
     @staticmethod
@@ -247,6 +289,11 @@ class Softmax(_SoftmaxBase):
     @staticmethod
     def vjp(g, out, a, *, dim):
         return (out * (g - (g * out).sum(dim=dim, keepdim=True)),)
+
+    @staticmethod
+    def jvp(dots, out, a, *, dim):
+        d = dots[0]
+        return out * (d - (d * out).sum(dim=dim, keepdim=True))
 
 
 class LogSoftmax(_SoftmaxBase):
@@ -261,6 +308,11 @@ class LogSoftmax(_SoftmaxBase):
     def vjp(g, out, a, *, dim):
         return (g - out.exp() * g.sum(dim=dim, keepdim=True),)
 
+    @staticmethod
+    def jvp(dots, out, a, *, dim):
+        d = dots[0]
+        return d - (out.exp() * d).sum(dim=dim, keepdim=True)
+
 
 class Cumsum(Op):
     saves_inputs = ()
@@ -274,6 +326,14 @@ class Cumsum(Op):
     def vjp(g, out, a, *, dim):
         # reverse cumulative sum: flip, cumsum, flip
         return (g.flip(dim).cumsum(dim).flip(dim),)
+
+    @staticmethod
+    def jvp(dots, out, a, *, dim):
+        return dots[0].cumsum(dim)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dim):
+        return cls.apply(to_front(vals[0], bdims[0]), dim=dim + 1), 0
 
 
 # ---- user functions ------------------------------------------------------------------

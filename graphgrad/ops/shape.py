@@ -8,15 +8,25 @@ import math
 from graphgrad.backend import xp
 
 from .base import Op, Spec, normalize_dim
+from .batching import align, to_front
 
 __all__ = ["reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose",
            "swapaxes", "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to",
            "repeat", "tile", "flip", "movedim", "ravel", "atleast_1d", "broadcast_tensors"]
 
 
-class _Movement(Op):
+class _Linear(Op):
+    """Ops linear in their one input: J v is the op applied to v."""
+
     saves_inputs = ()
     promotes = False
+
+    @classmethod
+    def jvp(cls, dots, out, a, **params):
+        return cls.apply(dots[0], **params)
+
+
+class _Movement(_Linear):
     view = True
 
 
@@ -28,6 +38,11 @@ class Reshape(_Movement):
     @staticmethod
     def vjp(g, out, a, *, shape):
         return (g.reshape(a.shape),)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, shape):
+        a = to_front(vals[0], bdims[0])
+        return cls.apply(a, shape=(a.shape[0], *shape)), 0
 
     @classmethod
     def infer(cls, a, *, shape) -> Spec:
@@ -61,6 +76,11 @@ class Permute(_Movement):
         return (g.permute(*inverse),)
 
     @classmethod
+    def batch(cls, vals, bdims, *, dims):
+        a = to_front(vals[0], bdims[0])
+        return cls.apply(a, dims=(0, *(d + 1 for d in dims))), 0
+
+    @classmethod
     def infer(cls, a, *, dims) -> Spec:
         if sorted(dims) != list(range(a.ndim)):
             raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input "
@@ -83,6 +103,11 @@ class Expand(_Movement):
         return (g,)
 
     @classmethod
+    def batch(cls, vals, bdims, *, shape):
+        a = align(vals[0], bdims[0], len(shape))
+        return cls.apply(a, shape=(a.shape[0], *shape)), 0
+
+    @classmethod
     def infer(cls, a, *, shape) -> Spec:
         if len(shape) < a.ndim:
             raise RuntimeError(f"expand: the number of sizes provided ({len(shape)}) must be "
@@ -98,7 +123,7 @@ class Expand(_Movement):
         return Spec(tuple(shape), a.dtype)
 
 
-class Repeat(Op):
+class Repeat(_Linear):
     """``tensor.repeat(*repeats)``: tile the tensor (a copy, unlike expand)."""
 
     saves_inputs = ()
@@ -120,8 +145,13 @@ class Repeat(Op):
         summed = g.reshape(pairs).sum(dim=tuple(range(0, 2 * len(repeats), 2)))
         return (summed.reshape(a.shape),)
 
+    @classmethod
+    def batch(cls, vals, bdims, *, repeats):
+        a = align(vals[0], bdims[0], len(repeats))
+        return cls.apply(a, repeats=(1, *repeats)), 0
 
-class Flip(Op):
+
+class Flip(_Linear):
     saves_inputs = ()
     promotes = False
 
@@ -132,6 +162,11 @@ class Flip(Op):
     @staticmethod
     def vjp(g, out, a, *, dims):
         return (g.flip(dims),)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dims):
+        a = to_front(vals[0], bdims[0])
+        return cls.apply(a, dims=tuple(d + 1 for d in dims)), 0
 
 
 # ---- user functions ------------------------------------------------------------------

@@ -8,7 +8,7 @@ from graphgrad.backend import to_dtype, xp
 
 from .base import Spec
 from .compare import where
-from .elementwise import Elementwise
+from .elementwise import Diagonal, Elementwise
 
 __all__ = ["exp", "log", "log1p", "expm1", "log2", "log10", "sin", "cos", "tan", "tanh",
            "sinh", "cosh", "asin", "acos", "atan", "sigmoid", "relu", "gelu", "softplus",
@@ -21,11 +21,11 @@ _SQRT_2PI = math.sqrt(2.0 * math.pi)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
-class _Unary(Elementwise):
+class _Unary(Diagonal):
     saves_inputs = True
 
 
-class _FromOutput(Elementwise):
+class _FromOutput(Diagonal):
     """Unary ops whose derivative is a function of the output (as PyTorch saves it)."""
 
     saves_inputs = ()
@@ -343,6 +343,10 @@ class Cast(Elementwise):
     def vjp(g, out, a, *, dtype):
         return (g.to(a.dtype),)
 
+    @staticmethod
+    def jvp(dots, out, a, *, dtype):
+        return dots[0].to(out.dtype)
+
     @classmethod
     def infer(cls, a, *, dtype) -> Spec:
         return Spec(a.shape, xp.dtype(dtype))
@@ -359,6 +363,10 @@ class Clone(Elementwise):
     @staticmethod
     def vjp(g, out, a):
         return (g,)
+
+    @staticmethod
+    def jvp(dots, out, a):
+        return dots[0]
 
 
 def _unary(op, name):

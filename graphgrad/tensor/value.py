@@ -40,7 +40,7 @@ class Ext:
     """Rarely-needed per-node state, kept out of the hot slots: hooks, ``retain_grad``,
     the identity a tensor had before an in-place op rebased it, and freeing."""
 
-    __slots__ = ("hooks", "retains_grad", "prev", "born", "base", "freed", "post_hooks")
+    __slots__ = ("hooks", "retains_grad", "prev", "born", "base", "freed", "post_hooks", "fw")
 
     def __init__(self):
         self.hooks: list | None = None
@@ -50,6 +50,7 @@ class Ext:
         self.born = 0                    # version at which this identity became current
         self.base: Value | None = None   # for views: the tensor they look into
         self.freed = False               # saved values released by a backward pass
+        self.fw: dict | None = None      # forward-AD tangents, keyed by their level
 
 
 class Value:
@@ -386,8 +387,8 @@ class Tensor(Value):
 
 
 def _interp():
-    from . import dispatch
-    return dispatch._top
+    from .dispatch import current_interpreter
+    return current_interpreter()
 
 
 class RemovableHandle:

@@ -1,0 +1,182 @@
+"""Layer ``autograd``: forward-mode AD with dual tensors (``torch.autograd.forward_ad``).
+
+A forward-AD level is an interpreter on the dispatch stack. While it is active, each
+op call reaches it first: it runs the op on the level below (so the primal is
+computed, and taped for reverse mode, as usual), then computes the output's tangent
+with the op's ``jvp`` rule and attaches it to the output tensor under this level.
+
+Tangents live on the tensors themselves (``ext.fw[level]``), not on wrappers, so the
+tensors a reverse-mode graph saves still carry their tangents: backward rules run
+inside a level propagate tangents too, which is forward-over-reverse. The jvp rules
+run with the level popped, so nested levels differentiate each other's tangent
+computations without confusing their perturbations.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from graphgrad.tensor import Interpreter, Tensor, Value, dispatch, pop_interpreter
+from graphgrad.tensor import push_interpreter
+from graphgrad.tensor.dispatch import _stack
+
+__all__ = ["dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual",
+           "UnpackedDualTensor", "JVPLevel", "tangent_of", "active_levels"]
+
+_MISSING = ("Trying to use forward AD with {op} that does not support it because it has not "
+            "been implemented yet.\nPlease file an issue to graphgrad so that we can "
+            "prioritize its implementation")
+
+
+class JVPLevel(Interpreter):
+    """One forward-AD level: the tensors it perturbed and the tangents it computed."""
+
+    _count = 0
+
+    def __init__(self):
+        self.index = JVPLevel._count
+        JVPLevel._count += 1
+        self.carriers: list[Value] = []  # tensors holding a tangent of this level
+        self.active = True
+
+    def __repr__(self) -> str:
+        return f"JVPLevel({self.index})"
+
+    def tangent(self, t) -> Tensor | None:
+        if not isinstance(t, Value):
+            return None
+        e = t._ext
+        if e is None or e.fw is None:
+            return None
+        return e.fw.get(self)
+
+    def attach(self, t: Value, tangent: Tensor) -> None:
+        if tangent.shape != t.shape:
+            tangent = tangent.expand(*t.shape)  # a rule may leave broadcasting implicit
+        if tangent._array.dtype != t._array.dtype:
+            tangent = tangent.to(t.dtype)
+        e = t._ensure_ext()
+        if e.fw is None:
+            e.fw = {}
+        if self not in e.fw:
+            self.carriers.append(t)
+        e.fw[self] = tangent
+
+    def process(self, op, args: tuple, params: dict):
+        dots = tuple(self.tangent(a) for a in args)
+        with self.lowered():
+            out = dispatch(op, args, params)
+            if not op.differentiable or all(d is None for d in dots):
+                return out
+            if op.jvp is None:
+                raise NotImplementedError(_MISSING.format(op=op.__name__))
+            tangent = op.jvp(dots, out, *args, **params)
+            if tangent is not None:
+                self.attach(out, tangent)
+        return out
+
+    def close(self) -> None:
+        for t in self.carriers:
+            e = t._ext
+            if e is not None and e.fw is not None:
+                e.fw.pop(self, None)
+        self.carriers.clear()
+        self.active = False
+
+
+def tangent_of(t, level: JVPLevel) -> Tensor | None:
+    return level.tangent(t)
+
+
+def active_levels() -> list[JVPLevel]:
+    return [i for i in _stack if isinstance(i, JVPLevel)]
+
+
+def enter_dual_level() -> JVPLevel:
+    """Start a new forward-AD level and return it (levels nest)."""
+    level = JVPLevel()
+    push_interpreter(level)
+    return level
+
+
+def exit_dual_level(*, level: JVPLevel | None = None) -> None:
+    levels = active_levels()
+    if not levels:
+        raise RuntimeError("Trying to exit a forward AD level but no level is active.")
+    level = level or levels[-1]
+    if _stack[-1] is not level:
+        raise RuntimeError("Trying to exit a forward AD level that was not the last one that "
+                           "was created. This is not supported.")
+    pop_interpreter(level)
+    level.close()
+
+
+class dual_level:  # noqa: N801 - PyTorch's name
+    """Context manager for a forward-AD level; ``__enter__`` returns the level. All
+    tangents of the level are dropped on exit."""
+
+    def __enter__(self) -> JVPLevel:
+        self.level = enter_dual_level()
+        return self.level
+
+    def __exit__(self, *exc) -> None:
+        exit_dual_level(level=self.level)
+
+
+def _level_or_current(level: JVPLevel | None) -> JVPLevel | None:
+    if level is not None:
+        return level
+    levels = active_levels()
+    return levels[-1] if levels else None
+
+
+def make_dual(tensor: Tensor, tangent: Tensor, *, level: JVPLevel | None = None) -> Tensor:
+    """A tensor aliasing ``tensor`` that carries ``tangent`` at ``level`` (default: the
+    innermost). It stays differentiable in reverse mode."""
+    lvl = _level_or_current(level)
+    if lvl is None or not lvl.active:
+        raise RuntimeError("Trying to create a dual Tensor for forward AD but no level exists, "
+                           "make sure to enter_dual_level() first.")
+    if tensor._array.dtype.kind not in "fc":
+        raise ValueError(f"Expected primal to be floating point or complex, but got: "
+                         f"{tensor.dtype}")
+    if not isinstance(tangent, Value):
+        raise TypeError(f"make_dual: expected tangent to be a Tensor, got "
+                        f"{type(tangent).__name__}")
+    if tangent._array.dtype.kind not in "fc":
+        raise ValueError(f"Expected tangent to be floating point or complex, but got: "
+                         f"{tangent.dtype}")
+    if tuple(tangent.shape) != tuple(tensor.shape):
+        raise RuntimeError(f"Trying to set a forward gradient that has a different size than "
+                           f"that of the original Tensor, this is not supported. Tensor is of "
+                           f"size {list(tensor.shape)} while the given forward gradient is of "
+                           f"size {list(tangent.shape)}.")
+    # the alias is made below the level, so it carries no tangent of the level yet
+    out = _below(lvl, lambda: tensor.view_as(tensor))
+    lvl.attach(out, tangent)
+    return out
+
+
+def _below(level: JVPLevel, fn):
+    if level in _stack:
+        with level.lowered():
+            return fn()
+    return fn()
+
+
+class UnpackedDualTensor(NamedTuple):
+    """``unpack_dual``'s result: the primal and the tangent (None when there is none)."""
+
+    primal: Tensor
+    tangent: Tensor | None
+
+
+def unpack_dual(tensor, *, level: JVPLevel | None = None) -> UnpackedDualTensor:
+    lvl = _level_or_current(level)
+    if lvl is None or not isinstance(tensor, Value):
+        return UnpackedDualTensor(tensor, None)
+    tangent = lvl.tangent(tensor)
+    if tangent is None:
+        return UnpackedDualTensor(tensor, None)
+    primal = _below(lvl, lambda: tensor.view_as(tensor))
+    return UnpackedDualTensor(primal, tangent)

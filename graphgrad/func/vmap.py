@@ -1,0 +1,265 @@
+"""Layer ``func``: ``vmap``, vectorizing a function over a batch dimension.
+
+A vmap level is an interpreter on the dispatch stack. Inside it, a mapped input is a
+``BatchedTensor``: to the user's function it looks like one example (``shape`` has no
+batch dim), while it holds the whole batch (``_phys``) with the batch at ``_bdim``.
+Each op call on batched tensors is handed to the op's batching rule, which rewrites
+it into one op call on the physical tensors (no Python loop over examples). Levels
+nest, and the physical tensors are ordinary tensors, so reverse mode records them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from graphgrad.backend import xp
+from graphgrad.tensor import Interpreter, Tensor, Value, dispatch, pop_interpreter
+from graphgrad.tensor import push_interpreter
+
+from .pytree import tree_flatten, tree_unflatten
+
+__all__ = ["vmap", "BatchedTensor", "VmapLevel"]
+
+_ITEM = ("vmap: It looks like you're calling .item() on a Tensor. We don't support vmap over "
+         "calling .item() on a Tensor, please try to rewrite what you're doing with other "
+         "operations.")
+_CONTROL = ("vmap: It looks like you're attempting to use a Tensor in some data-dependent "
+            "control flow. We don't support that yet, please shout over at "
+            "https://github.com/pytorch/functorch/issues/257 .")
+
+
+class BatchedTensor(Tensor):
+    """One example's view of a batch: logical shape without the batch dim."""
+
+    __slots__ = ("_phys", "_bdim", "_level")
+
+    def __init__(self, phys: Value, bdim: int, level: VmapLevel):
+        shape = list(phys._array.shape)
+        del shape[bdim]
+        # a zero-stride stand-in gives the logical shape and dtype to code that reads
+        # _array's metadata; values must come from _phys
+        self._array = xp.broadcast_to(xp.zeros((), phys._array.dtype), tuple(shape))
+        self.op = None
+        self.inputs = ()
+        self.params = None
+        self._rg = phys._rg
+        self._grad = None
+        self._vc = None
+        self._ext = None
+        self._phys = phys
+        self._bdim = bdim
+        self._level = level
+
+    def __repr__(self) -> str:
+        return f"BatchedTensor(lvl={self._level.index}, bdim={self._bdim}, value=\n{self._phys!r})"
+
+    __str__ = __repr__
+
+    def item(self):
+        raise RuntimeError(_ITEM)
+
+    def tolist(self):
+        raise RuntimeError(_ITEM.replace(".item()", ".tolist()"))
+
+    def numpy(self, *, force: bool = False):
+        raise RuntimeError("vmap: It looks like you're calling .numpy() on a Tensor. We don't "
+                           "support that inside vmap.")
+
+    def __array__(self, dtype=None, copy=None):
+        raise RuntimeError("vmap: a batched tensor cannot be converted to a NumPy array inside "
+                           "vmap (the function would see one example's zeros)")
+
+    def __bool__(self):
+        raise RuntimeError(_CONTROL)
+
+    def __float__(self):
+        raise RuntimeError(_ITEM)
+
+    def __int__(self):
+        raise RuntimeError(_ITEM)
+
+    __index__ = __int__
+
+    def requires_grad_(self, requires_grad: bool = True) -> BatchedTensor:
+        self._phys.requires_grad_(requires_grad)
+        self._rg = self._phys._rg
+        return self
+
+    def detach(self) -> BatchedTensor:
+        return BatchedTensor(self._phys.detach(), self._bdim, self._level)
+
+    # reverse mode records the physical tensors: autograd unwraps through this hook
+    def _unwrap_for_autograd(self):
+        return self._phys, self._bdim, self._level
+
+
+class VmapLevel(Interpreter):
+    _count = 0
+
+    def __init__(self, size: int, randomness: str):
+        self.size = size
+        self.randomness = randomness
+        self.index = VmapLevel._count
+        VmapLevel._count += 1
+
+    def __repr__(self) -> str:
+        return f"VmapLevel({self.index}, size={self.size})"
+
+    def process(self, op, args: tuple, params: dict):
+        vals, bdims, batched = [], [], False
+        for a in args:
+            if isinstance(a, BatchedTensor) and a._level is self:
+                vals.append(a._phys)
+                bdims.append(a._bdim)
+                batched = True
+            else:
+                vals.append(a)
+                bdims.append(None)
+        with self.lowered():
+            if not batched:
+                return dispatch(op, args, params)
+            if op.batch is None:
+                raise NotImplementedError(f"vmap: there is no batching rule for the op "
+                                          f"{op.__name__} yet")
+            out, bdim = op.batch(tuple(vals), tuple(bdims), **params)
+        if bdim is None:
+            return out
+        return BatchedTensor(out, bdim, self)
+
+
+def _in_dims_leaves(in_dims, args_spec, name: str, args) -> list:
+    """One in_dim per leaf of the flattened args."""
+    if isinstance(in_dims, int) or in_dims is None:
+        return [in_dims] * args_spec.num_leaves
+    if not isinstance(in_dims, (tuple, list)):
+        raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): expected `in_dims` to "
+                         f"be int or a (potentially nested) tuple matching the structure of "
+                         f"inputs, got: {type(in_dims)}.")
+    if len(in_dims) != len(args):
+        raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): in_dims is not "
+                         f"compatible with the structure of `inputs`. in_dims has structure "
+                         f"{tree_flatten(tuple(in_dims))[1]} but inputs has structure "
+                         f"{args_spec}.")
+    out = []
+    for d, a in zip(in_dims, args, strict=True):
+        leaves, spec = tree_flatten(a)
+        if isinstance(d, int) or d is None:
+            out += [d] * len(leaves)
+        else:
+            sub = tree_flatten(d)[0]
+            if len(sub) != len(leaves):
+                raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): in_dims is "
+                                 f"not compatible with the structure of `inputs`. in_dims has "
+                                 f"structure {tree_flatten(d)[1]} but inputs has structure "
+                                 f"{spec}.")
+            out += sub
+    return out
+
+
+def _fn_name(f) -> str:
+    return getattr(f, "__name__", type(f).__name__)
+
+
+def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=None):
+    """Vectorize ``func`` over dim ``in_dims`` of its inputs; outputs get the batch dim at
+    ``out_dims``. ``in_dims``/``out_dims`` are ints, None (not mapped) or pytrees of them."""
+    if randomness not in ("error", "different", "same"):
+        raise RuntimeError(f"Only allowed values for randomness are 'error', 'different', or "
+                           f"'same'. Got {randomness}")
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size <= 0):
+        raise ValueError(f"vmap: chunk_size should be None or greater than 0. (got "
+                         f"{chunk_size})")
+
+    @functools.wraps(func)
+    def wrapped(*args, **kwargs):
+        name = _fn_name(func)
+        if not args:
+            raise ValueError(f"vmap({name})(<inputs>): got no inputs. Maybe you forgot to add "
+                             f"inputs, or you are trying to vmap over a function with no "
+                             f"inputs. The latter is unsupported.")
+        flat, spec = tree_flatten(args)
+        dims = _in_dims_leaves(in_dims, spec, name, args)
+        size = None
+        sizes = []
+        for x, d in zip(flat, dims, strict=True):
+            if d is None:
+                continue
+            if not isinstance(x, Value):
+                raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): Got "
+                                 f"in_dim={d} for an input but the input is of type "
+                                 f"{type(x)}. We cannot vmap over non-Tensor arguments, please "
+                                 f"use None as the respective in_dim")
+            if not -x.ndim <= d < max(x.ndim, 1) or x.ndim == 0:
+                raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): Got "
+                                 f"in_dim={d} for some input, but that input is a Tensor of "
+                                 f"dimensionality {x.ndim} so expected in_dim to satisfy "
+                                 f"-{x.ndim} <= in_dim < {x.ndim}.")
+            sizes.append(x.shape[d])
+        if not sizes:
+            raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): at least one "
+                             f"input must be a Tensor with a mapped dimension (in_dim not "
+                             f"None)")
+        if len(set(sizes)) > 1:
+            raise ValueError(f"vmap: Expected all tensors to have the same size in the mapped "
+                             f"dimension, got sizes {sizes} for the mapped dimension")
+        size = sizes[0]
+        if chunk_size is not None and chunk_size < size:
+            return _chunked(func, flat, spec, dims, size, kwargs)
+        return _run(func, flat, spec, dims, size, kwargs, out_dims, randomness, name)
+
+    def _chunked(f, flat, spec, dims, size, kwargs):
+        from graphgrad.ops import cat
+        pieces = []
+        for start in range(0, size, chunk_size):
+            part = [x.narrow(d, start, min(chunk_size, size - start)) if d is not None else x
+                    for x, d in zip(flat, dims, strict=True)]
+            pieces.append(_run(f, part, spec, dims, min(chunk_size, size - start), kwargs,
+                               out_dims, randomness, _fn_name(f)))
+        leaves0, ospec = tree_flatten(pieces[0])
+        odims = _out_dims_leaves(out_dims, ospec, _fn_name(f))
+        columns = [tree_flatten(p)[0] for p in pieces]
+        joined = [cat([c[i] for c in columns], dim=odims[i]) for i in range(len(leaves0))]
+        return tree_unflatten(joined, ospec)
+
+    return wrapped
+
+
+def _out_dims_leaves(out_dims, out_spec, name):
+    if isinstance(out_dims, int):
+        return [out_dims] * out_spec.num_leaves
+    leaves = tree_flatten(out_dims)[0]
+    if len(leaves) != out_spec.num_leaves:
+        raise ValueError(f"vmap({name}, ..., out_dims={out_dims})(<inputs>): out_dims is not "
+                         f"compatible with the structure of `outputs`. out_dims has structure "
+                         f"{tree_flatten(out_dims)[1]} but outputs has structure {out_spec}.")
+    return leaves
+
+
+def _run(func, flat, spec, dims, size, kwargs, out_dims, randomness, name):
+    level = VmapLevel(size, randomness)
+    push_interpreter(level)
+    try:
+        wrapped_args = [BatchedTensor(x, d % x.ndim, level) if d is not None else x
+                        for x, d in zip(flat, dims, strict=True)]
+        out = func(*tree_unflatten(wrapped_args, spec), **kwargs)
+    finally:
+        pop_interpreter(level)
+    leaves, ospec = tree_flatten(out)
+    odims = _out_dims_leaves(out_dims, ospec, name)
+    results = []
+    for y, od in zip(leaves, odims, strict=True):
+        if not isinstance(y, Value):
+            raise ValueError(f"vmap({name}, ...): `{name}` must only return Tensors, got type "
+                             f"{type(y)}. Did you mean to set out_dims= to None for output?")
+        if isinstance(y, BatchedTensor) and y._level is level:
+            phys, bd = y._phys, y._bdim
+            if od is None:
+                raise ValueError(f"vmap({name}, ..., out_dims={out_dims}): can not return a "
+                                 f"BatchedTensor when out_dim is None")
+            results.append(phys.movedim(bd, od % phys.ndim) if bd != od % phys.ndim else phys)
+        elif od is None:
+            results.append(y)
+        else:  # unbatched output: every example gets the same value
+            d = od % (y.ndim + 1)
+            results.append(y.unsqueeze(d).expand(*(y.shape[:d] + (size,) + y.shape[d:])))
+    return tree_unflatten(results, ospec)
