@@ -1,0 +1,302 @@
+"""Layer ``autograd``: ``torch.autograd.functional``: jacobian, hessian, vjp, jvp, hvp, vhp.
+
+With ``vectorize=False`` the Jacobian is built the lecture's way: reverse mode gives
+one *row* per backward pass, forward mode one *column* per forward pass, and the rows
+or columns are stacked. With ``vectorize=True`` the passes are batched with vmap
+(``graphgrad.func``, reached lazily: the one upward edge of this module).
+"""
+
+from __future__ import annotations
+
+from graphgrad.backend import xp
+from graphgrad.tensor import Value, zeros_like
+from graphgrad.tensor.creation import _leaf
+
+from . import forward_ad as fwad
+from .engine import grad as _grad
+from .grad_mode import enable_grad as enable_grad_ctx
+
+__all__ = ["jacobian", "hessian", "vjp", "jvp", "hvp", "vhp"]
+
+
+def _as_tuple(x, what: str, fn: str) -> tuple[tuple, bool]:
+    if isinstance(x, Value):
+        return (x,), False
+    if isinstance(x, (tuple, list)):
+        for i, t in enumerate(x):
+            if not isinstance(t, Value):
+                raise TypeError(f"The {what} given to {fn} must be either a Tensor or a tuple of "
+                                f"Tensors but the value at index {i} has type {type(t)}.")
+        return tuple(x), True
+    raise TypeError(f"The {what} given to {fn} must be either a Tensor or a tuple of Tensors but "
+                    f"the given {what} has type {type(x)}.")
+
+
+def _grad_inputs(inputs: tuple) -> tuple:
+    """Aliases of the inputs that require grad. An input that already requires grad
+    keeps its history (a view), so an enclosing differentiation sees through; others
+    become fresh leaves (the caller's tensors are untouched).""""
+    out = []
+    for t in inputs:
+        a = t.view_as(t)  # an op, so forward-AD tangents and vmap batching carry over
+        if not a.requires_grad and (a.is_floating_point() or a.is_complex()):
+            a.requires_grad_(True)
+        out.append(a)
+    return tuple(out)
+
+
+def _check_strict(grads, out_index: int, strict: bool, fn: str) -> None:
+    if strict:
+        for j, g in enumerate(grads):
+            if g is None:
+                raise RuntimeError(f"Output {out_index} of the user-provided function is "
+                                   f"independent of input {j}. This is not allowed in strict "
+                                   f"mode.")
+
+
+def _fill(g, like):
+    return g if g is not None else zeros_like(like)
+
+
+def _finish(t, create_graph: bool):
+    return t if create_graph or not isinstance(t, Value) else t.detach()
+
+
+def _pack(blocks, outs_tuple: bool, ins_tuple: bool):
+    """blocks[i][j] -> PyTorch's nesting (tensor, tuple, or tuple of tuples)."""
+    if not outs_tuple and not ins_tuple:
+        return blocks[0][0]
+    if not outs_tuple:
+        return tuple(blocks[0])
+    if not ins_tuple:
+        return tuple(b[0] for b in blocks)
+    return tuple(tuple(b) for b in blocks)
+
+
+def jacobian(func, inputs, create_graph: bool = False, strict: bool = False,
+             vectorize: bool = False, strategy: str = "reverse-mode"):
+    """d func(inputs) / d inputs, shaped ``output.shape + input.shape`` for each pair."""
+    if strategy not in ("reverse-mode", "forward-mode"):
+        raise ValueError('Expected strategy to be either "forward-mode" or "reverse-mode". Hint: '
+                         'If your function has more outputs than inputs, "forward-mode" tends '
+                         'to be more performant. Otherwise, prefer to use "reverse-mode".')
+    if strict and vectorize:
+        raise RuntimeError("torch.autograd.functional.jacobian: `strict=True` and "
+                           "`vectorized=True` are not supported together. Please either set "
+                           "`strict=False` or `vectorize=False`.")
+    ins, ins_tuple = _as_tuple(inputs, "inputs", "jacobian")
+    if vectorize:
+        from graphgrad import func as F  # the documented lazy upward edge
+        jac_fn = F.jacrev if strategy == "reverse-mode" else F.jacfwd
+        argnums = tuple(range(len(ins)))
+        _, outs_tuple = _as_tuple(_call_outputs(func, ins, ins_tuple),
+                                  "outputs of the user-provided function", "jacobian")
+        res = jac_fn(lambda *xs: func(*xs) if ins_tuple else func(xs[0]), argnums=argnums)(*ins)
+        blocks = [list(r) for r in res] if outs_tuple else [list(res)]
+        blocks = [[_finish(b, create_graph) for b in row] for row in blocks]
+        return _pack(blocks, outs_tuple, ins_tuple)
+    if strategy == "forward-mode":
+        return _jacobian_columns(func, ins, ins_tuple, create_graph, strict)
+    return _jacobian_rows(func, ins, ins_tuple, create_graph, strict)
+
+
+def _call_outputs(func, ins, ins_tuple):
+    with enable_grad_ctx():
+        return func(*ins) if ins_tuple else func(ins[0])
+
+
+def _jacobian_rows(func, ins, ins_tuple, create_graph, strict):
+    """One backward pass per output element: the rows of the Jacobian."""
+    with enable_grad_ctx():
+        xs = _grad_inputs(ins)
+        raw = func(*xs) if ins_tuple else func(xs[0])
+        outs, outs_tuple = _as_tuple(raw, "outputs of the user-provided function", "jacobian")
+        blocks = []
+        for i, out in enumerate(outs):
+            flat = out.reshape(-1)
+            rows = [[] for _ in xs]
+            for k in range(flat.shape[0]):
+                if out.requires_grad:
+                    grads = _grad(flat[k], xs, retain_graph=True, create_graph=create_graph,
+                                  allow_unused=True)
+                else:
+                    grads = (None,) * len(xs)
+                _check_strict(grads, i, strict, "jacobian")
+                for j, g in enumerate(grads):
+                    rows[j].append(_fill(g, xs[j]))
+            block = []
+            for j, x in enumerate(xs):
+                if rows[j]:
+                    from graphgrad.ops import stack
+                    jac = stack(rows[j]).reshape(*out.shape, *x.shape)
+                else:
+                    jac = _leaf(xp.zeros(tuple(out.shape) + tuple(x.shape), x._array.dtype))
+                block.append(_finish(jac, create_graph))
+            blocks.append(block)
+    return _pack(blocks, outs_tuple, ins_tuple)
+
+
+def _jacobian_columns(func, ins, ins_tuple, create_graph, strict):
+    """One forward pass per input element: the columns of the Jacobian."""
+    from graphgrad.ops import stack
+    cols: list[list] = []  # cols[j][k] = tuple of output tangents
+    outs = outs_tuple = None
+    with enable_grad_ctx():
+        for j, x in enumerate(ins):
+            per = []
+            n = x.numel()
+            for k in range(n):
+                with fwad.dual_level() as level:
+                    e = xp.zeros(x._array.size, x._array.dtype)
+                    e[k] = 1
+                    tangent = _leaf(e.reshape(x._array.shape))
+                    xs = [fwad.make_dual(t, tangent, level=level) if idx == j else t
+                          for idx, t in enumerate(ins)]
+                    raw = func(*xs) if ins_tuple else func(xs[0])
+                    outs, outs_tuple = _as_tuple(raw, "outputs of the user-provided function",
+                                                 "jacobian")
+                    tangents = [fwad.unpack_dual(o, level=level).tangent for o in outs]
+                if strict and any(t is None for t in tangents):
+                    bad = next(i for i, t in enumerate(tangents) if t is None)
+                    raise RuntimeError(f"Output {bad} of the user-provided function is "
+                                       f"independent of input {j}. This is not allowed in strict "
+                                       f"mode.")
+                per.append([_fill(t, o) for t, o in zip(tangents, outs, strict=True)])
+            cols.append(per)
+        if outs is None:
+            outs, outs_tuple = _as_tuple(func(*ins) if ins_tuple else func(ins[0]),
+                                         "outputs of the user-provided function", "jacobian")
+        blocks = []
+        for i, out in enumerate(outs):
+            block = []
+            for j, x in enumerate(ins):
+                column = [c[i] for c in cols[j]]
+                if column:
+                    jac = stack(column, dim=-1).reshape(*out.shape, *x.shape)
+                else:
+                    jac = _leaf(xp.zeros(tuple(out.shape) + tuple(x.shape), out._array.dtype))
+                block.append(_finish(jac, create_graph))
+            blocks.append(block)
+    return _pack(blocks, outs_tuple, ins_tuple)
+
+
+def hessian(func, inputs, create_graph: bool = False, strict: bool = False,
+            vectorize: bool = False, outer_jacobian_strategy: str = "reverse-mode"):
+    """The Hessian of a scalar function: the Jacobian of its gradient."""
+    ins, ins_tuple = _as_tuple(inputs, "inputs", "hessian")
+
+    def scalar(*xs):
+        out = func(*xs)
+        o, is_tuple = _as_tuple(out, "outputs of the user-provided function", "hessian")
+        if is_tuple or o[0].numel() != 1:
+            raise RuntimeError(f"The function given to hessian should return a single element "
+                               f"Tensor, but it returned a tensor of shape "
+                               f"{tuple(o[0].shape)}" if not is_tuple else
+                               "The function given to hessian should return a single Tensor")
+        return o[0].reshape(())
+
+    def gradient(*xs):
+        g = jacobian(scalar, xs, create_graph=True, strict=strict, vectorize=vectorize)
+        return g
+
+    jac = jacobian(gradient, ins, create_graph=create_graph, strict=strict,
+                   vectorize=vectorize, strategy=outer_jacobian_strategy)
+    if not ins_tuple:
+        return jac[0][0]
+    return jac
+
+
+def vjp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
+    """``(func(inputs), v^T J)``."""
+    ins, ins_tuple = _as_tuple(inputs, "inputs", "vjp")
+    with enable_grad_ctx():
+        xs = _grad_inputs(ins)
+        raw = func(*xs) if ins_tuple else func(xs[0])
+        outs, outs_tuple = _as_tuple(raw, "outputs of the user-provided function", "vjp")
+        if v is None:
+            if len(outs) != 1 or outs[0].numel() != 1:
+                raise RuntimeError("The vector v can only be None if the user-provided function "
+                                   "returns a single Tensor with a single element.")
+            vs = (None,)
+        else:
+            vs, _ = _as_tuple(v, "v", "vjp")
+            for o, w in zip(outs, vs, strict=True):
+                if tuple(o.shape) != tuple(w.shape):
+                    raise RuntimeError(f"Mismatch in shape: v has a shape of {tuple(w.shape)} "
+                                       f"and the output of the function has shape "
+                                       f"{tuple(o.shape)}.")
+        used = [(o, w) for o, w in zip(outs, vs, strict=True) if o.requires_grad]
+        if used:
+            grads = _grad([o for o, _ in used], xs, grad_outputs=[w for _, w in used],
+                          create_graph=create_graph, allow_unused=True)
+        else:
+            grads = (None,) * len(xs)
+        _check_strict(grads, 0, strict, "vjp")
+    res = tuple(_finish(_fill(g, x), create_graph) for g, x in zip(grads, xs, strict=True))
+    out = tuple(_finish(o, create_graph) for o in outs)
+    return (out if outs_tuple else out[0]), (res if ins_tuple else res[0])
+
+
+def jvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
+    """``(func(inputs), J v)`` by forward-mode AD."""
+    ins, ins_tuple = _as_tuple(inputs, "inputs", "jvp")
+    if v is None:
+        if len(ins) != 1 or ins[0].numel() != 1:
+            raise RuntimeError("The vector v can only be None if the input to the user-provided "
+                               "function is a single Tensor with a single element.")
+        vs = (_leaf(xp.ones(ins[0]._array.shape, ins[0]._array.dtype)),)
+    else:
+        vs, _ = _as_tuple(v, "v", "jvp")
+    with enable_grad_ctx(), fwad.dual_level() as level:
+        duals = [fwad.make_dual(x, t, level=level) for x, t in zip(ins, vs, strict=True)]
+        raw = func(*duals) if ins_tuple else func(duals[0])
+        outs, outs_tuple = _as_tuple(raw, "outputs of the user-provided function", "jvp")
+        unpacked = [fwad.unpack_dual(o, level=level) for o in outs]
+    if strict and any(u.tangent is None for u in unpacked):
+        raise RuntimeError("The output of the user-provided function is independent of input "
+                           "0. This is not allowed in strict mode.")
+    out = tuple(_finish(u.primal, create_graph) for u in unpacked)
+    tans = tuple(_finish(_fill(u.tangent, o), create_graph) for u, o in
+                 zip(unpacked, outs, strict=True))
+    return (out if outs_tuple else out[0]), (tans if outs_tuple else tans[0])
+
+
+def vhp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
+    """``(func(inputs), v^T H)`` by double backward."""
+    ins, ins_tuple = _as_tuple(inputs, "inputs", "vhp")
+    with enable_grad_ctx():
+        xs = _grad_inputs(ins)
+        out = func(*xs) if ins_tuple else func(xs[0])
+        if not isinstance(out, Value) or out.numel() != 1:
+            raise RuntimeError("The function given to vhp should return a single element Tensor")
+        grads = _grad(out, xs, create_graph=True, allow_unused=True)
+        vs, _ = _as_tuple(v, "v", "vhp") if v is not None else ((None,), False)
+        used = [(g, w) for g, w in zip(grads, vs, strict=True) if g is not None and
+                g.requires_grad]
+        if used:
+            second = _grad([g for g, _ in used], xs, grad_outputs=[w for _, w in used],
+                           create_graph=create_graph, allow_unused=True)
+        else:
+            second = (None,) * len(xs)
+    res = tuple(_finish(_fill(s, x), create_graph) for s, x in zip(second, xs, strict=True))
+    return _finish(out, create_graph), (res if ins_tuple else res[0])
+
+
+def hvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
+    """``(func(inputs), H v)``: forward-over-reverse (a jvp of the gradient)."""
+    ins, ins_tuple = _as_tuple(inputs, "inputs", "hvp")
+    vs, _ = _as_tuple(v, "v", "hvp")
+    with enable_grad_ctx(), fwad.dual_level() as level:
+        duals = [fwad.make_dual(x, t, level=level) for x, t in zip(ins, vs, strict=True)]
+        xs = [d if d.requires_grad else d.requires_grad_() for d in duals]
+        out = func(*xs) if ins_tuple else func(xs[0])
+        if not isinstance(out, Value) or out.numel() != 1:
+            raise RuntimeError("The function given to hvp should return a single element Tensor")
+        grads = _grad(out, xs, create_graph=True, allow_unused=True)
+        res = []
+        for g, x in zip(grads, xs, strict=True):
+            t = fwad.unpack_dual(g, level=level).tangent if g is not None else None
+            res.append(_finish(_fill(t, x), create_graph))
+    res = tuple(res)
+    return _finish(out, create_graph), (res if ins_tuple else res[0])
+
