@@ -35,7 +35,7 @@ def _as_tuple(x, what: str, fn: str) -> tuple[tuple, bool]:
 def _grad_inputs(inputs: tuple) -> tuple:
     """Aliases of the inputs that require grad. An input that already requires grad
     keeps its history (a view), so an enclosing differentiation sees through; others
-    become fresh leaves (the caller's tensors are untouched).""""
+    become fresh leaves (the caller's tensors are untouched)."""
     out = []
     for t in inputs:
         a = t.view_as(t)  # an op, so forward-AD tangents and vmap batching carry over
