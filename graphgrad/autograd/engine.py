@@ -53,26 +53,41 @@ def _edges(node: Value):
 
 def toposort(roots: Sequence[Value]) -> list[Value]:
     """Nodes reachable from ``roots`` (through inputs that require grad), each after all
-    of its inputs. Iterative DFS."""
+    of its inputs. Iterative DFS: no recursion limit on deep graphs."""
     order: list[Value] = []
     seen: set[int] = set()
     for root in roots:
         if id(root) in seen:
             continue
         seen.add(id(root))
-        stack = [(root, _edges(root) if root.op is not None else iter(()))]
+        stack = [(root, 0)]
         while stack:
-            node, it = stack[-1]
-            for _, parent in it:
-                if id(parent) not in seen:
-                    seen.add(id(parent))
-                    stack.append((parent, _edges(parent) if parent.op is not None
-                                  else iter(())))
-                    break
+            node, i = stack[-1]
+            inputs = node.inputs
+            n = len(inputs)
+            while i < n:
+                p = inputs[i]
+                i += 1
+                if isinstance(p, Value) and p._rg:
+                    if p._ext is not None:
+                        sv = node._sv
+                        p = _resolve(p, sv[i - 1] if sv is not None else 0)
+                    if id(p) not in seen:
+                        seen.add(id(p))
+                        stack[-1] = (node, i)
+                        stack.append((p, 0))
+                        break
             else:
                 stack.pop()
                 order.append(node)
     return order
+
+
+class Freed(tuple):
+    """The saved input versions of a node whose saved values a backward pass released;
+    its type marks the node as freed."""
+
+    __slots__ = ()
 
 
 # ---- checks --------------------------------------------------------------------------
@@ -95,7 +110,7 @@ def _check_saved(node: Value) -> None:
     op = node.op
     saves = op.saves_inputs
     ext = node._ext
-    if ext is not None and ext.freed and (saves or op.saves_output):
+    if type(node._sv) is Freed:
         raise RuntimeError(_TWICE)
     if saves:
         sv = node._sv
@@ -172,15 +187,24 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
                 results[id(node)] = (node, g)
             if node.op is None:
                 continue
-            _check_saved(node)
-            params = node.params
-            cts = node.op.vjp(g, node, *node.inputs, **params)
-            for i, parent in _edges(node):
-                ct = cts[i]
+            op = node.op
+            if op.saves_inputs or op.saves_output:  # an op that saves nothing frees nothing
+                _check_saved(node)
+            inputs = node.inputs
+            cts = op.vjp(g, node, *inputs, **node.params)
+            sv = node._sv
+            for i, ct in enumerate(cts):
                 if ct is None:
                     continue
-                ct = _fit(ct, node.inputs[i], node)
-                pid = id(parent)
+                p = inputs[i]
+                if not (isinstance(p, Value) and p._rg):
+                    continue
+                a, c = p._array, ct._array
+                if a.shape != c.shape or a.dtype != c.dtype:
+                    ct = _fit(ct, p, node)
+                if p._ext is not None:
+                    p = _resolve(p, sv[i] if sv is not None else 0)
+                pid = id(p)
                 if pid in grads:
                     grads[pid] = grads[pid] + ct
                 else:
@@ -192,10 +216,25 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
     return results
 
 
+_DUMMIES: dict = {}
+
+
+def _dummy(shape: tuple, dtype):
+    """A read-only zero-stride array of ``shape``: no memory, shared per (shape, dtype)."""
+    key = (shape, dtype)
+    d = _DUMMIES.get(key)
+    if d is None:
+        if len(_DUMMIES) > 4096:
+            _DUMMIES.clear()
+        d = _DUMMIES[key] = xp.broadcast_to(xp.zeros((), dtype), shape)
+    return d
+
+
 def _stub(p: Value, inputs: tuple) -> Tensor:
     """A stand-in for ``p`` holding no data: a zero-stride array of its shape and dtype."""
     s = Tensor.__new__(Tensor)
-    s._array = xp.broadcast_to(xp.zeros((), p._array.dtype), p._array.shape)
+    a = p._array
+    s._array = _dummy(a.shape, a.dtype)
     s.op = p.op if p._rg else None
     s.inputs = inputs if p._rg else ()
     s.params = p.params if p._rg else None
@@ -204,12 +243,16 @@ def _stub(p: Value, inputs: tuple) -> Tensor:
     s._vc = None
     s._ext = None
     if s.op is not None:
-        s._sv = p._sv
-        e = s._ext = Ext()
-        e.freed = True
+        s._sv = _freed_versions(p)
         if p._ext is not None:
+            e = s._ext = Ext()
             e.prev, e.born = p._ext.prev, p._ext.born
     return s
+
+
+def _freed_versions(node: Value) -> Freed:
+    sv = node._sv
+    return sv if type(sv) is Freed else Freed(sv if sv is not None else (0,) * len(node.inputs))
 
 
 def free_graph(order: list[Value]) -> None:
@@ -228,7 +271,7 @@ def free_graph(order: list[Value]) -> None:
             else:
                 new_inputs.append(p)
         node.inputs = tuple(new_inputs)
-        node._ensure_ext().freed = True
+        node._sv = _freed_versions(node)
 
 
 # ---- the public entry points ---------------------------------------------------------

@@ -105,6 +105,10 @@ class VmapLevel(Interpreter):
     def __repr__(self) -> str:
         return f"VmapLevel({self.index}, size={self.size})"
 
+    def batched_random(self, sample, shape: tuple) -> BatchedTensor:
+        """randomness="different": one sample per example, drawn in one go."""
+        return BatchedTensor(sample((self.size, *shape)), 0, self)
+
     def process(self, op, args: tuple, params: dict):
         vals, bdims, batched = [], [], False
         for a in args:

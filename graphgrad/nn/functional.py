@@ -61,9 +61,10 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
         return input
     if p == 1.0:
         return input * 0.0
-    from graphgrad.tensor.creation import _leaf, default_generator
-    keep = default_generator.rng.random(input._array.shape) >= p
-    return input * _leaf((keep / (1.0 - p)).astype(input._array.dtype))
+    from graphgrad.tensor.creation import random_tensor
+    keep = random_tensor(lambda rng, s: rng.random(s), tuple(input.shape),
+                         input._array.dtype) >= p
+    return input * ops.where(keep, 1.0 / (1.0 - p), 0.0)
 
 
 def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12):

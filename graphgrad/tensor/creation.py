@@ -13,6 +13,7 @@ __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty"
            "linspace", "eye", "rand", "randn", "randint", "randperm", "zeros_like",
            "ones_like", "full_like", "empty_like", "rand_like", "randn_like", "randint_like",
            "manual_seed", "seed", "initial_seed", "Generator", "default_generator", "as_array",
+           "random_tensor",
            "scalar_tensor"]
 
 
@@ -97,6 +98,35 @@ def _holds_numpy(data) -> bool:
     if isinstance(data, (list, tuple)) and data:
         return _holds_numpy(data[0])
     return False
+
+
+_RANDOM_ERROR = ("vmap: called random operation while in randomness error mode. Please either "
+                 "use the 'same' or 'different' randomness flags on vmap or perform the "
+                 "randomness operation out of vmap")
+
+
+def random_tensor(draw, shape: tuple, dtype, requires_grad: bool = False,
+                  generator: Generator | None = None) -> Tensor:
+    """A tensor of ``draw(rng, shape)`` samples. Inside vmap the level's ``randomness``
+    decides: "error" raises, "same" draws once for all examples, "different" draws one
+    sample per example (a batched tensor)."""
+    from .dispatch import _stack
+    levels = [i for i in _stack if hasattr(i, "randomness")]
+    rng = _rng(generator)
+
+    def sample(shape, lower):
+        for k in range(len(lower) - 1, -1, -1):
+            level = lower[k]
+            if level.randomness == "error":
+                raise RuntimeError(_RANDOM_ERROR)
+            if level.randomness == "different":
+                return level.batched_random(lambda s: sample(s, lower[:k]), shape)
+        return _leaf(draw(rng, shape).astype(dtype))
+
+    t = sample(tuple(shape), levels)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
 
 
 def _new(arr, requires_grad: bool) -> Tensor:
@@ -195,14 +225,15 @@ def eye(n: int, m: int | None = None, dtype=None, device=None,
 def rand(*size, generator: Generator | None = None, dtype=None, device=None,
          requires_grad: bool = False) -> Tensor:
     """Uniform samples on [0, 1)."""
-    return _new(_rng(generator).random(_size(size)).astype(_dt(dtype)), requires_grad)
+    return random_tensor(lambda rng, s: rng.random(s), _size(size), _dt(dtype), requires_grad,
+                         generator)
 
 
 def randn(*size, generator: Generator | None = None, dtype=None, device=None,
           requires_grad: bool = False) -> Tensor:
     """Standard normal samples."""
-    return _new(_rng(generator).standard_normal(_size(size)).astype(_dt(dtype)),
-                requires_grad)
+    return random_tensor(lambda rng, s: rng.standard_normal(s), _size(size), _dt(dtype),
+                         requires_grad, generator)
 
 
 def randint(low, high=None, size=None, *, generator: Generator | None = None, dtype=None,
@@ -212,8 +243,8 @@ def randint(low, high=None, size=None, *, generator: Generator | None = None, dt
         low, high, size = 0, low, high
     if size is None:
         raise TypeError("randint() missing required argument 'size'")
-    arr = _rng(generator).integers(low, high, size=_size((size,)))
-    return _new(arr.astype(_dt(dtype, xp.int64)), requires_grad)
+    return random_tensor(lambda rng, s: rng.integers(low, high, size=s), _size((size,)),
+                         _dt(dtype, xp.int64), requires_grad, generator)
 
 
 def randperm(n: int, *, generator: Generator | None = None, dtype=None,
@@ -248,16 +279,16 @@ def full_like(input: Tensor, fill_value, dtype=None, device=None,
 
 def rand_like(input: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     shape, dt = _like(input, dtype)
-    return _new(default_generator.rng.random(shape).astype(dt), requires_grad)
+    return random_tensor(lambda rng, s: rng.random(s), shape, dt, requires_grad)
 
 
 def randn_like(input: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     shape, dt = _like(input, dtype)
-    return _new(default_generator.rng.standard_normal(shape).astype(dt), requires_grad)
+    return random_tensor(lambda rng, s: rng.standard_normal(s), shape, dt, requires_grad)
 
 
 def randint_like(input: Tensor, low, high=None, dtype=None, device=None) -> Tensor:
     if high is None:
         low, high = 0, low
     shape, dt = _like(input, dtype)
-    return _new(default_generator.rng.integers(low, high, size=shape).astype(dt), False)
+    return random_tensor(lambda rng, s: rng.integers(low, high, size=s), shape, dt)

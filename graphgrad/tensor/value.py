@@ -38,9 +38,9 @@ class Size(tuple):
 
 class Ext:
     """Rarely-needed per-node state, kept out of the hot slots: hooks, ``retain_grad``,
-    the identity a tensor had before an in-place op rebased it, and freeing."""
+    the identity a tensor had before an in-place op rebased it, forward-AD tangents."""
 
-    __slots__ = ("hooks", "retains_grad", "prev", "born", "base", "freed", "post_hooks", "fw")
+    __slots__ = ("hooks", "retains_grad", "prev", "born", "base", "post_hooks", "fw")
 
     def __init__(self):
         self.hooks: list | None = None
@@ -49,7 +49,6 @@ class Ext:
         self.prev: Value | None = None   # the node this tensor was before an in-place op
         self.born = 0                    # version at which this identity became current
         self.base: Value | None = None   # for views: the tensor they look into
-        self.freed = False               # saved values released by a backward pass
         self.fw: dict | None = None      # forward-AD tangents, keyed by their level
 
 
