@@ -120,7 +120,7 @@ def random_tensor(draw, shape: tuple, dtype, requires_grad: bool = False,
             if level.randomness == "error":
                 raise RuntimeError(_RANDOM_ERROR)
             if level.randomness == "different":
-                return level.batched_random(lambda s: sample(s, lower[:k]), shape)
+                return level.batched_random(lambda s, below=lower[:k]: sample(s, below), shape)
         return _leaf(draw(rng, shape).astype(dtype))
 
     t = sample(tuple(shape), levels)
