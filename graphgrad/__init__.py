@@ -14,7 +14,13 @@ from . import ops
 from .ops import *  # noqa: F401,F403
 from . import autograd
 from .autograd import enable_grad, inference_mode, no_grad, set_grad_enabled
+from . import func
+from . import numdiff
 from . import nn
+
+# gradcheck lives in numdiff (above autograd); PyTorch users look for it in autograd
+autograd.gradcheck = numdiff.gradcheck
+autograd.gradgradcheck = numdiff.gradgradcheck
 
 half = float16
 float = float32  # noqa: A001 - PyTorch's aliases

@@ -19,6 +19,7 @@ def needs_grad(x) -> bool:
 
 
 class Add(Elementwise):
+    holomorphic = True
     saves_inputs = ()
     forward = staticmethod(xp.add)
 
@@ -32,6 +33,7 @@ class Add(Elementwise):
 
 
 class Sub(Elementwise):
+    holomorphic = True
     saves_inputs = ()
     forward = staticmethod(xp.subtract)
 
@@ -45,6 +47,7 @@ class Sub(Elementwise):
 
 
 class Mul(Elementwise):
+    holomorphic = True
     forward = staticmethod(xp.multiply)
 
     @staticmethod
@@ -58,6 +61,8 @@ class Mul(Elementwise):
 
 
 class Div(Elementwise):
+    holomorphic = True
+
     @staticmethod
     def forward(a, b, *, rounding_mode=None):
         if rounding_mode is None:
@@ -126,6 +131,7 @@ class Fmod(Elementwise):
 class Pow(Elementwise):
     """``a ** b`` for tensor or scalar base and exponent."""
 
+    holomorphic = True
     saves_output = True
 
     @staticmethod
@@ -187,6 +193,7 @@ def _log(a):
 
 
 class Neg(Elementwise):
+    holomorphic = True
     saves_inputs = ()
     forward = staticmethod(xp.negative)
 

@@ -88,6 +88,7 @@ class Op:
     view = False            # the output may share memory with input 0
     saves_inputs: bool | tuple = True  # which inputs vjp reads (True: all, (): none)
     saves_output = False    # whether vjp reads the output
+    holomorphic = False     # complex inputs give the analytic continuation (complex step)
     jvp = None              # forward-mode rule, added by the forward-AD issue
     batch = None            # batching rule, added by the vmap issue
 

@@ -19,10 +19,12 @@ class _Predicate(Elementwise):
 
 
 class Eq(_Predicate):
+    holomorphic = True
     forward = staticmethod(xp.equal)
 
 
 class Ne(_Predicate):
+    holomorphic = True
     forward = staticmethod(xp.not_equal)
 
 
@@ -89,6 +91,7 @@ class Isfinite(_Predicate):
 class Where(Elementwise):
     """``where(condition, input, other)``: input where condition holds, else other."""
 
+    holomorphic = True
     saves_inputs = (0,)  # only the condition is read by the rule
 
     @staticmethod

@@ -118,6 +118,7 @@ _FULL = ("slice", None, None, None)
 
 
 class Getitem(Op):
+    holomorphic = True
     saves_inputs = ()
     promotes = False
     view = True  # basic indexing gives a view; dispatch checks the memory
@@ -154,6 +155,7 @@ class IndexPut(Op):
     """``out = base.clone(); out[index] = values`` (or ``+=`` with ``accumulate``,
     where repeated indices add up)."""
 
+    holomorphic = True
     saves_inputs = ()
     promotes = False
 
@@ -246,6 +248,7 @@ def _along_axis_index(index, dim: int) -> tuple:
 class Gather(Op):
     """``out[i][j] = input[index[i][j]][j]`` for dim 0 (``torch.gather``)."""
 
+    holomorphic = True
     saves_inputs = ()
     promotes = False
 
@@ -283,6 +286,7 @@ class Gather(Op):
 class ScatterAdd(Op):
     """``out = base.clone(); out[index[i][j]][j] += src[i][j]`` for dim 0."""
 
+    holomorphic = True
     saves_inputs = ()
     promotes = False
 

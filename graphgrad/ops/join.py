@@ -28,6 +28,7 @@ def _slice_along(t, dim: int, start: int, stop: int):
 
 
 class Cat(Op):
+    holomorphic = True
     saves_inputs = ()
     promotes = False
 
@@ -72,6 +73,7 @@ class Cat(Op):
 
 
 class Stack(Op):
+    holomorphic = True
     saves_inputs = ()
     promotes = False
 
@@ -107,6 +109,7 @@ class Pad(Op):
     """Constant padding; ``pad`` lists (before, after) pairs from the last dim backwards,
     as ``torch.nn.functional.pad`` does."""
 
+    holomorphic = True
     saves_inputs = ()
     promotes = False
 

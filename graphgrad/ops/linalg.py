@@ -14,6 +14,8 @@ __all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "outer", "inner"]
 class Matmul(Op):
     """NumPy/PyTorch ``matmul``: vectors, matrices, and batches that broadcast."""
 
+    holomorphic = True
+
     @staticmethod
     def forward(a, b):
         if a.ndim == 0 or b.ndim == 0:

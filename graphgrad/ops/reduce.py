@@ -63,6 +63,7 @@ class _Reduce(Op):
 
 
 class Sum(_Reduce):
+    holomorphic = True
     saves_inputs = ()
     promotes = False
 
@@ -82,6 +83,7 @@ class Sum(_Reduce):
 
 
 class Mean(_Reduce):
+    holomorphic = True
     saves_inputs = ()
     promotes = False
 
@@ -106,6 +108,7 @@ class Mean(_Reduce):
 
 
 class Prod(_Reduce):
+    holomorphic = True
     saves_output = True
     promotes = False
 
@@ -245,13 +248,16 @@ class Norm(_Reduce):
 
 
 class Logsumexp(_Reduce):
+    holomorphic = True
     saves_output = True
 
     @staticmethod
     def forward(a, *, dim, keepdim):
         if a.dtype.kind not in "fc":
             a = a.astype(xp.float32)
-        m = xp.amax(a, axis=dim, keepdims=True) if a.size else xp.zeros((1,) * a.ndim, a.dtype)
+        # shift by the largest real part (complex inputs: the complex step)
+        re = xp.real(a)
+        m = xp.amax(re, axis=dim, keepdims=True) if a.size else xp.zeros((1,) * a.ndim, re.dtype)
         m = xp.where(xp.isfinite(m), m, 0)
         r = xp.log(xp.sum(xp.exp(a - m), axis=dim, keepdims=True)) + m
         return xp.asarray(r if keepdim else xp.squeeze(r, axis=dim))
@@ -279,11 +285,13 @@ class _SoftmaxBase(Op):
 
 
 class Softmax(_SoftmaxBase):
+    holomorphic = True
+
     @staticmethod
     def forward(a, *, dim):
         if a.dtype.kind not in "fc":
             raise RuntimeError(f"softmax: expected a floating point tensor, got {a.dtype}")
-        e = xp.exp(a - xp.amax(a, axis=dim, keepdims=True))
+        e = xp.exp(a - xp.amax(xp.real(a), axis=dim, keepdims=True))
         return e / xp.sum(e, axis=dim, keepdims=True)
 
     @staticmethod
@@ -297,11 +305,13 @@ class Softmax(_SoftmaxBase):
 
 
 class LogSoftmax(_SoftmaxBase):
+    holomorphic = True
+
     @staticmethod
     def forward(a, *, dim):
         if a.dtype.kind not in "fc":
             raise RuntimeError(f"log_softmax: expected a floating point tensor, got {a.dtype}")
-        s = a - xp.amax(a, axis=dim, keepdims=True)
+        s = a - xp.amax(xp.real(a), axis=dim, keepdims=True)
         return s - xp.log(xp.sum(xp.exp(s), axis=dim, keepdims=True))
 
     @staticmethod
@@ -315,6 +325,7 @@ class LogSoftmax(_SoftmaxBase):
 
 
 class Cumsum(Op):
+    holomorphic = True
     saves_inputs = ()
     promotes = False
 

@@ -31,6 +31,8 @@ class _Movement(_Linear):
 
 
 class Reshape(_Movement):
+    holomorphic = True
+
     @staticmethod
     def forward(a, *, shape):
         return xp.reshape(a, shape)
@@ -64,6 +66,8 @@ class Reshape(_Movement):
 
 
 class Permute(_Movement):
+    holomorphic = True
+
     @staticmethod
     def forward(a, *, dims):
         return xp.transpose(a, dims)
@@ -93,6 +97,8 @@ class Permute(_Movement):
 
 class Expand(_Movement):
     """Broadcast to ``shape`` without copying; the engine sums the cotangent back."""
+
+    holomorphic = True
 
     @staticmethod
     def forward(a, *, shape):
@@ -126,6 +132,7 @@ class Expand(_Movement):
 class Repeat(_Linear):
     """``tensor.repeat(*repeats)``: tile the tensor (a copy, unlike expand)."""
 
+    holomorphic = True
     saves_inputs = ()
     promotes = False
 
@@ -152,6 +159,7 @@ class Repeat(_Linear):
 
 
 class Flip(_Linear):
+    holomorphic = True
     saves_inputs = ()
     promotes = False
 

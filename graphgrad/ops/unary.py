@@ -33,6 +33,7 @@ class _FromOutput(Diagonal):
 
 
 class Exp(_FromOutput):
+    holomorphic = True
     forward = staticmethod(xp.exp)
 
     @staticmethod
@@ -41,6 +42,7 @@ class Exp(_FromOutput):
 
 
 class Expm1(_FromOutput):
+    holomorphic = True
     forward = staticmethod(xp.expm1)
 
     @staticmethod
@@ -49,6 +51,7 @@ class Expm1(_FromOutput):
 
 
 class Log(_Unary):
+    holomorphic = True
     forward = staticmethod(xp.log)
 
     @staticmethod
@@ -57,6 +60,7 @@ class Log(_Unary):
 
 
 class Log1p(_Unary):
+    holomorphic = True
     forward = staticmethod(xp.log1p)
 
     @staticmethod
@@ -65,6 +69,7 @@ class Log1p(_Unary):
 
 
 class Log2(_Unary):
+    holomorphic = True
     forward = staticmethod(xp.log2)
 
     @staticmethod
@@ -73,6 +78,7 @@ class Log2(_Unary):
 
 
 class Log10(_Unary):
+    holomorphic = True
     forward = staticmethod(xp.log10)
 
     @staticmethod
@@ -81,6 +87,7 @@ class Log10(_Unary):
 
 
 class Sin(_Unary):
+    holomorphic = True
     forward = staticmethod(xp.sin)
 
     @staticmethod
@@ -89,6 +96,7 @@ class Sin(_Unary):
 
 
 class Cos(_Unary):
+    holomorphic = True
     forward = staticmethod(xp.cos)
 
     @staticmethod
@@ -97,6 +105,7 @@ class Cos(_Unary):
 
 
 class Tan(_FromOutput):
+    holomorphic = True
     forward = staticmethod(xp.tan)
 
     @staticmethod
@@ -105,6 +114,7 @@ class Tan(_FromOutput):
 
 
 class Tanh(_FromOutput):
+    holomorphic = True
     forward = staticmethod(xp.tanh)
 
     @staticmethod
@@ -113,6 +123,7 @@ class Tanh(_FromOutput):
 
 
 class Sinh(_Unary):
+    holomorphic = True
     forward = staticmethod(xp.sinh)
 
     @staticmethod
@@ -121,6 +132,7 @@ class Sinh(_Unary):
 
 
 class Cosh(_Unary):
+    holomorphic = True
     forward = staticmethod(xp.cosh)
 
     @staticmethod
@@ -129,6 +141,7 @@ class Cosh(_Unary):
 
 
 class Asin(_Unary):
+    holomorphic = True
     forward = staticmethod(xp.arcsin)
 
     @staticmethod
@@ -137,6 +150,7 @@ class Asin(_Unary):
 
 
 class Acos(_Unary):
+    holomorphic = True
     forward = staticmethod(xp.arccos)
 
     @staticmethod
@@ -145,6 +159,7 @@ class Acos(_Unary):
 
 
 class Atan(_Unary):
+    holomorphic = True
     forward = staticmethod(xp.arctan)
 
     @staticmethod
@@ -153,8 +168,12 @@ class Atan(_Unary):
 
 
 class Sigmoid(_FromOutput):
+    holomorphic = True
+
     @staticmethod
     def forward(a):
+        if a.dtype.kind == "c":  # the analytic continuation, for the complex step
+            return 1 / (1 + xp.exp(-a))
         # split by sign so exp never overflows
         e = xp.exp(-xp.abs(a))
         return xp.where(a >= 0, 1 / (1 + e), e / (1 + e))
@@ -186,6 +205,8 @@ def _erf_array(a):
 
 
 class Erf(_Unary):
+    holomorphic = True
+
     @staticmethod
     def forward(a):
         a = xp.asarray(a)
@@ -279,6 +300,7 @@ class Round(_ZeroGrad):
 
 
 class Sqrt(_FromOutput):
+    holomorphic = True
     forward = staticmethod(xp.sqrt)
 
     @staticmethod
@@ -287,6 +309,8 @@ class Sqrt(_FromOutput):
 
 
 class Rsqrt(_FromOutput):
+    holomorphic = True
+
     @staticmethod
     def forward(a):
         return 1 / xp.sqrt(a)
@@ -297,6 +321,8 @@ class Rsqrt(_FromOutput):
 
 
 class Reciprocal(_FromOutput):
+    holomorphic = True
+
     @staticmethod
     def forward(a):
         return 1 / a
@@ -340,6 +366,11 @@ class Cast(Elementwise):
         return xp.asarray(a).astype(dtype)
 
     @staticmethod
+    def holomorphic(*, dtype) -> bool:
+        """A cast keeps the analytic value only between complex dtypes."""
+        return xp.dtype(dtype).kind == "c"
+
+    @staticmethod
     def vjp(g, out, a, *, dtype):
         return (g.to(a.dtype),)
 
@@ -353,6 +384,7 @@ class Cast(Elementwise):
 
 
 class Clone(Elementwise):
+    holomorphic = True
     saves_inputs = ()
     promotes = False
 

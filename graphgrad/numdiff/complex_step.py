@@ -1,0 +1,120 @@
+"""Layer ``numdiff``: complex-step differentiation.
+
+For a function that is real on real inputs and holomorphic, ``f(x + i h) = f(x) +
+i h f'(x) + O(h^2)``, so ``f'(x) = Im f(x + i h) / h`` with no subtraction of close
+numbers: the step can be 1e-20 and the result is exact to rounding.
+
+It needs the *analytic continuation* of every op on the way. graphgrad's ops compute
+it (NumPy's complex exp, sin, log, sqrt... are the analytic functions; arithmetic,
+matmul, sums and the shape ops are linear or polynomial); their vjp rules are written
+without conjugation, so reverse mode on complex inputs also gives the analytic
+derivative (PyTorch's convention conjugates instead). Ops that are not holomorphic
+(abs, comparisons, max/min, relu, clamp, sign, rounding, casts to real...) would give
+a silently wrong derivative: in complex-step mode they raise, naming the op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from graphgrad.tensor import Interpreter, Value, dispatch, pop_interpreter, push_interpreter
+from graphgrad.tensor.creation import _leaf
+
+from .finite import as_array, default_step, evaluate
+
+__all__ = ["complex_step_mode", "ComplexStepError", "cs_jacobian", "cs_hessian",
+           "ComplexStepMode"]
+
+
+class ComplexStepError(ValueError):
+    """A non-holomorphic op met a complex input in complex-step mode."""
+
+
+class ComplexStepMode(Interpreter):
+    """Checks every op call: complex inputs may only reach holomorphic ops."""
+
+    def process(self, op, args: tuple, params: dict):
+        ok = op.holomorphic
+        if callable(ok):
+            ok = ok(**params)
+        if not ok:
+            for a in args:
+                if isinstance(a, Value) and a._array.dtype.kind == "c":
+                    raise ComplexStepError(
+                        f"complex step: {op.__name__} is not holomorphic, so its complex "
+                        f"extension does not carry the derivative (inputs: "
+                        f"{', '.join(str(tuple(x.shape)) + ' ' + x.dtype.name for x in args if isinstance(x, Value))}"  # noqa: E501
+                        f"). Rewrite f without it, or use a finite-difference method.")
+                if isinstance(a, complex):
+                    raise ComplexStepError(f"complex step: {op.__name__} is not holomorphic "
+                                           f"and got a complex scalar")
+        with self.lowered():
+            return dispatch(op, args, params)
+
+
+@contextlib.contextmanager
+def complex_step_mode():
+    """Within the block, a non-holomorphic op applied to complex values raises."""
+    mode = ComplexStepMode()
+    push_interpreter(mode)
+    try:
+        yield mode
+    finally:
+        pop_interpreter(mode)
+
+
+def _complex_dtype(dt) -> np.dtype:
+    return np.dtype(np.complex64 if np.dtype(dt) == np.float32 else np.complex128)
+
+
+def cs_jacobian(f, x, h: float | None = None) -> np.ndarray:
+    """d f(x) / d x by the complex step, one evaluation per input element:
+    column j is ``Im f(x + i h e_j) / h``."""
+    x0 = as_array(x)
+    if x0.dtype.kind != "f":
+        x0 = x0.astype(np.float64)
+    h = default_step("complex_step", x0.dtype) if h is None else h
+    cdt = _complex_dtype(x0.dtype)
+    flat = x0.reshape(-1).astype(cdt)
+    columns = []
+    with complex_step_mode():
+        for j in range(flat.size):
+            z = flat.copy()
+            z[j] += 1j * h
+            columns.append(np.imag(evaluate(f, z.reshape(x0.shape))) / h)
+    out_shape = columns[0].shape if columns else ()
+    jac = np.stack(columns, axis=-1) if columns else np.zeros(out_shape + (0,))
+    return jac.reshape(out_shape + x0.shape)
+
+
+def cs_hessian(f, x, h: float | None = None) -> np.ndarray:
+    """The Hessian of a scalar ``f``: column j is ``Im(grad f(x + i h e_j)) / h``, the
+    complex step taken through graphgrad's reverse-mode gradient (n gradient passes,
+    each exact to rounding)."""
+    from graphgrad.autograd import enable_grad
+    from graphgrad.autograd import grad as autograd_grad
+    x0 = as_array(x)
+    if x0.dtype.kind != "f":
+        x0 = x0.astype(np.float64)
+    h = default_step("complex_step", x0.dtype) if h is None else h
+    cdt = _complex_dtype(x0.dtype)
+    flat = x0.reshape(-1).astype(cdt)
+    columns = []
+    with complex_step_mode(), enable_grad():
+        for j in range(flat.size):
+            z = flat.copy()
+            z[j] += 1j * h
+            xz = _leaf(z.reshape(x0.shape))
+            xz.requires_grad_(True)
+            out = f(xz)
+            if out.numel() != 1:
+                raise RuntimeError(f"cs_hessian: f must return a single element, got shape "
+                                   f"{tuple(out.shape)}")
+            seed = _leaf(np.ones(out._array.shape, out._array.dtype))
+            (g,) = autograd_grad(out, xz, grad_outputs=seed, allow_unused=True)
+            gz = np.zeros(x0.shape, cdt) if g is None else g.detach()._array
+            columns.append(np.imag(gz).reshape(-1) / h)
+    hess = np.stack(columns, axis=-1) if columns else np.zeros((0, 0))
+    return hess.reshape(x0.shape + x0.shape)
