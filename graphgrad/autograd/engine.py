@@ -109,6 +109,8 @@ def _modified_error(t: Value, current: int, expected: int) -> RuntimeError:
 def _check_saved(node: Value) -> None:
     op = node.op
     saves = op.saves_inputs
+    if callable(saves):
+        saves = saves(*node.inputs, **node.params)
     ext = node._ext
     if type(node._sv) is Freed:
         raise RuntimeError(_TWICE)
@@ -382,6 +384,14 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
                       FutureWarning, stacklevel=2)
         grad_tensors = grad_variables
     outputs = _as_tuple(tensors)
+    if create_graph:
+        import warnings
+        warnings.warn("Using backward() with create_graph=True will create a reference cycle "
+                      "between the parameter and its gradient which can cause a memory leak. We "
+                      "recommend using autograd.grad when creating the graph to avoid this. If "
+                      "you have to use this function, make sure to reset the .grad fields of "
+                      "your parameters to None after use to break the cycle and avoid the leak.",
+                      UserWarning, stacklevel=3)
     if inputs is not None:
         inputs = _as_tuple(inputs)
         if not inputs:

@@ -11,7 +11,7 @@ import numpy as xp
 __all__ = [
     "xp", "dtype", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "bool_", "complex64", "complex128", "to_dtype", "from_numpy_dtype",
-    "get_default_dtype", "set_default_dtype", "result_float_dtype",
+    "get_default_dtype", "set_default_dtype", "result_float_dtype", "torch_promotion",
 ]
 
 
@@ -101,6 +101,28 @@ def to_dtype(d) -> dtype:
     if hasattr(d, "dtype") and not isinstance(d, type):  # a torch dtype-like object or array
         d = d.dtype
     return from_numpy_dtype(d)
+
+
+_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
+def torch_promotion(out_dtype, arrays) -> xp.dtype | None:
+    """PyTorch's type promotion where it differs from NumPy's, for an op whose NumPy
+    result has ``out_dtype`` (float64, complex128 or int64: the only cases that differ).
+    A 0-d tensor counts only when it is of a higher category (bool < int < float <
+    complex) than the other tensors, and then gives that category's default dtype; no
+    float64 comes out of inputs without float64. Returns the dtype to cast to, or None."""
+    full = [a.dtype for a in arrays if isinstance(a, xp.ndarray) and a.ndim]
+    zero = [a.dtype for a in arrays if isinstance(a, xp.ndarray) and not a.ndim]
+    if full and zero:
+        want = xp.result_type(*full)
+        top = max(zero, key=lambda d: _CATEGORY[d.kind])
+        if _CATEGORY[top.kind] > _CATEGORY[want.kind]:
+            want = {1: xp.dtype(xp.int64), 2: _default[0].np,
+                    3: xp.dtype(xp.complex64 if _default[0] is float32 else xp.complex128)
+                    }[_CATEGORY[top.kind]]
+        return None if want == out_dtype else want
+    return result_float_dtype(out_dtype, *(full or zero))
 
 
 def result_float_dtype(arr_dtype, *tensor_dtypes) -> xp.dtype | None:

@@ -46,9 +46,15 @@ class Sub(Elementwise):
         return Sub.apply(_t(dots[0]), _t(dots[1]))
 
 
+def _other_operand_saved(a, b) -> tuple:
+    """a * b saves b for a's gradient and a for b's: only what a needed gradient uses."""
+    return tuple(i for i, other in ((0, b), (1, a)) if needs_grad(other))
+
+
 class Mul(Elementwise):
     holomorphic = True
     forward = staticmethod(xp.multiply)
+    saves_inputs = staticmethod(_other_operand_saved)
 
     @staticmethod
     def vjp(g, out, a, b):
@@ -62,6 +68,8 @@ class Mul(Elementwise):
 
 class Div(Elementwise):
     holomorphic = True
+    # a / b: a's gradient reads b; b's reads a and b
+    saves_inputs = staticmethod(lambda a, b, **_: (0, 1) if needs_grad(b) else (1,))
 
     @staticmethod
     def forward(a, b, *, rounding_mode=None):

@@ -22,7 +22,8 @@ from typing import Any, NamedTuple
 from graphgrad.backend import from_numpy_dtype, xp
 from graphgrad.tensor import Value, dispatch
 
-__all__ = ["Op", "REGISTRY", "Spec", "spec_of", "broadcast_shapes", "NO_PARAMS", "fmt_shape"]
+__all__ = ["Op", "REGISTRY", "Spec", "spec_of", "broadcast_shapes", "NO_PARAMS", "fmt_shape",
+           "saved_inputs"]
 
 REGISTRY: dict[str, type[Op]] = {}
 NO_PARAMS: dict = {}  # shared, never mutated: the params of every op call without any
@@ -86,7 +87,9 @@ class Op:
     differentiable = True   # False: results never require grad (comparisons, argmax...)
     promotes = True         # apply PyTorch's "no float64 out of float32 inputs" rule
     view = False            # the output may share memory with input 0
-    saves_inputs: bool | tuple = True  # which inputs vjp reads (True: all, (): none)
+    # which inputs vjp reads: True (all), a tuple of positions, or a function of the
+    # inputs and params returning one (when it depends on which inputs need grad)
+    saves_inputs = True
     saves_output = False    # whether vjp reads the output
     holomorphic = False     # complex inputs give the analytic continuation (complex step)
     jvp = None              # forward-mode rule, added by the forward-AD issue
@@ -148,6 +151,14 @@ class Op:
                          + (f"; {params}" if params else "") + ")") \
             if isinstance(err, (RuntimeError, ValueError, TypeError, IndexError)) \
             else RuntimeError(f"{name}: {type(err).__name__}: {err} (inputs: {described})")
+
+
+def saved_inputs(op, inputs: tuple, params: dict):
+    """The positions of the inputs whose values ``op``'s vjp reads (True: all)."""
+    s = op.saves_inputs
+    if callable(s):
+        return s(*inputs, **params)
+    return s
 
 
 def normalize_dim(dim: int, ndim: int, op: str = "") -> int:

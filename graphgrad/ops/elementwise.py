@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from graphgrad.backend import result_float_dtype, xp
+from graphgrad.backend import torch_promotion, xp
 
 from .base import Op, Spec, broadcast_shapes
 from .batching import align, logical_ndim
 
 __all__ = ["Elementwise", "Diagonal"]
+
+
+_WIDE = (xp.dtype(xp.float64), xp.dtype(xp.int64), xp.dtype(xp.complex128))
 
 
 class _Elementwise(Op):
@@ -18,11 +21,12 @@ class _Elementwise(Op):
     def infer(cls, *specs, **params) -> Spec:
         shapes = [s.shape for s in specs if isinstance(s, Spec)]
         shape = broadcast_shapes(cls.__name__.lower(), *shapes)
-        dummies = [xp.ones((), s.dtype) if isinstance(s, Spec) else s for s in specs]
+        # one-element stand-ins that keep each input's rank (0-d inputs promote weakly)
+        dummies = [xp.ones((1,) * s.ndim, s.dtype) if isinstance(s, Spec) else s for s in specs]
         with xp.errstate(all="ignore"):
-            dt = cls.forward(*dummies, **params).dtype
-        if cls.promotes:
-            cast = result_float_dtype(dt, *[s.dtype for s in specs if isinstance(s, Spec)])
+            dt = xp.asarray(cls.forward(*dummies, **params)).dtype
+        if cls.promotes and dt in _WIDE:
+            cast = torch_promotion(dt, dummies)
             dt = cast if cast is not None else dt
         return Spec(shape, xp.dtype(dt))
 

@@ -126,6 +126,8 @@ class Getitem(Op):
     @staticmethod
     def forward(a, *index_arrays, spec):
         idx = build_index(spec, index_arrays)
+        if not index_arrays and Ellipsis not in idx:
+            idx = idx + (Ellipsis,)  # a[0] of a vector: a 0-d view, not a NumPy scalar copy
         try:
             return xp.asarray(a[idx])
         except IndexError:

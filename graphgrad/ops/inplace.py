@@ -14,6 +14,7 @@ from graphgrad.tensor import Tensor, Value, is_grad_enabled
 from graphgrad.tensor.creation import _leaf
 
 from .arithmetic import needs_grad
+from .base import saved_inputs
 
 __all__ = ["apply_inplace", "fill_inplace"]
 
@@ -92,7 +93,8 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
     result = fn(old, *args, **kw)
     if result._array.shape != t._array.shape:
         _write(t, result._array, name)  # raises the shape error
-    saves = result.op.saves_inputs if result.op is not None else ()
+    saves = saved_inputs(result.op, result.inputs, result.params) if result.op is not None \
+        else ()
     if saves is True or (saves and 0 in saves):
         # the new node's rule reads the old value: keep a copy with its own counter
         old._array = old._array.copy()

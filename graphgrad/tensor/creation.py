@@ -65,6 +65,8 @@ def as_array(data: Any, dtype=None):
         arr = data._array.copy()
     elif isinstance(data, xp.ndarray):
         arr = data.copy()
+    elif dtype is not None:
+        return xp.array(data, dtype=to_dtype(dtype).np)
     else:
         arr = xp.array(data)
         if arr.dtype == xp.float64 and not _holds_float64(data):
@@ -132,7 +134,10 @@ def random_tensor(draw, shape: tuple, dtype, requires_grad: bool = False,
 def _new(arr, requires_grad: bool) -> Tensor:
     t = _leaf(arr)
     if requires_grad:
-        t.requires_grad_(True)
+        if arr.dtype.kind not in "fc":  # the factory keyword's wording, as in PyTorch
+            raise RuntimeError("Only Tensors of floating point and complex dtype can require "
+                               "gradients")
+        t._rg = True
     return t
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphgrad.backend import result_float_dtype, xp
+from graphgrad.backend import torch_promotion, xp
 
 from .value import Tensor, Value, record
 
@@ -20,6 +20,7 @@ __all__ = ["dispatch", "push_interpreter", "pop_interpreter", "current_interpret
 _ndarray = xp.ndarray
 _F64 = xp.dtype(xp.float64)
 _C128 = xp.dtype(xp.complex128)
+_I64 = xp.dtype(xp.int64)
 _grad_enabled = True
 _stack: list = []
 _top = None
@@ -98,11 +99,11 @@ def dispatch(op, args: tuple, params: dict) -> Any:
     if type(out) is not _ndarray:  # ufuncs return NumPy scalars for 0-d inputs
         out = xp.asarray(out)
     odt = out.dtype
-    if (odt is _F64 or odt is _C128) and op.promotes:
-        cast = result_float_dtype(odt, *[a.dtype for a in arrays if isinstance(a, xp.ndarray)])
+    if (odt is _F64 or odt is _I64 or odt is _C128) and op.promotes:
+        cast = torch_promotion(odt, arrays)
         if cast is not None:
             out = out.astype(cast)
-    if _grad_enabled and op.differentiable:
+    if _grad_enabled and op.differentiable and out.dtype.kind in "fc":
         for a in args:
             if isinstance(a, Value) and a._rg:
                 return record(op, args, params, out)

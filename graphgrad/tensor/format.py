@@ -18,7 +18,7 @@ def _float_formatter(arr):
         return lambda v: _special(v) or f"{v:.0f}."
     amax, amin = float(nonzero.max()), float(nonzero.min())
     if xp.all(finite == xp.round(finite)):
-        if amax > 1e8:
+        if amax / amin > 1000.0 or amax > 1e8:
             return lambda v: _special(v) or f"{v:.4e}"
         return lambda v: _special(v) or f"{v:.0f}."
     if amax / amin > 1000.0 or amax > 1e8 or amin < 1e-4:
@@ -49,9 +49,14 @@ def format_array(arr) -> str:
             return str(int(v))
     flat = arr.reshape(-1)
     sample = flat if flat.size <= 1000 else xp.concatenate([flat[:3], flat[-3:]])
-    width = max(len(base(v)) for v in sample.tolist())
-    return xp.array2string(arr, separator=", ", prefix=_PREFIX, threshold=1000, edgeitems=3,
+    values = sample.tolist()
+    if arr.dtype.kind == "f":  # PyTorch sizes columns by the finite nonzero values
+        values = [v for v in values if v == v and v not in (float("inf"), float("-inf"))
+                  and v != 0] or values
+    width = max(len(base(v)) for v in values)
+    text = xp.array2string(arr, separator=", ", prefix=_PREFIX, threshold=1000, edgeitems=3,
                            max_line_width=80, formatter={"all": lambda v: base(v).rjust(width)})
+    return text.replace(", ...,", ",  ...,")
 
 
 def tensor_repr(t) -> str:

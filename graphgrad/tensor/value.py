@@ -195,6 +195,9 @@ class Tensor(Value):
         return self._array
 
     def __array__(self, dtype=None, copy=None):
+        if self._rg:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
+                               "Use tensor.detach().numpy() instead.")
         a = self._array
         return a if dtype is None else a.astype(dtype, copy=False)
 
@@ -276,8 +279,7 @@ class Tensor(Value):
         if self.op is not None and not requires_grad:
             self.requires_grad = requires_grad  # raises PyTorch's message
         if requires_grad and self._array.dtype.kind not in "fc":
-            raise RuntimeError("Only Tensors of floating point and complex dtype can require "
-                               "gradients")
+            raise RuntimeError("only Tensors of floating point dtype can require gradients")
         if self.op is None:
             self._rg = bool(requires_grad)
         return self
@@ -307,8 +309,10 @@ class Tensor(Value):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got grad "
                                 f"of type {type(value).__name__}")
             if value.shape != self.shape:
-                raise RuntimeError(f"assigned grad has data of a different size: "
-                                   f"{tuple(value.shape)} vs {tuple(self.shape)}")
+                raise RuntimeError(f"attempting to assign a gradient of size "
+                                   f"'{list(value.shape)}' to a tensor of size "
+                                   f"'{list(self.shape)}'. Please ensure that the gradient and "
+                                   f"the tensor are the same size")
         self._grad = value
 
     @property
