@@ -915,9 +915,6 @@ def test_setitem_slice_and_mask_on_non_leaf():
     _both(fn)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an in-place op on a view of a non-leaf that "
-                   "requires grad (z[:, 0] += v) raises 'not supported'; PyTorch rebases the "
-                   "base through CopySlices")
 def test_inplace_on_view_of_non_leaf():
     def fn(lib):
         x = lib.tensor([[1.0, -2.0], [3.0, -4.0]], dtype=lib.float64, requires_grad=True)

@@ -24,14 +24,13 @@ def _check_allowed(t: Tensor) -> None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
                            "operation.")
     ext = t._ext
-    if ext is not None and ext.base is not None and ext.base._rg:
+    if ext is not None and ext.base is not None:
         base = ext.base
-        if base.op is None:
+        while base._ext is not None and base._ext.base is not None:
+            base = base._ext.base
+        if base._rg and base.op is None:
             raise RuntimeError("a view of a leaf Variable that requires grad is being used in "
                                "an in-place operation.")
-        raise RuntimeError("graphgrad: an in-place operation on a view of a tensor that requires "
-                           "grad is not supported (the base's history would go stale); use an "
-                           "out-of-place op or clone() the view first.")
 
 
 def _bump(t: Value) -> int:
@@ -87,6 +86,8 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
         _bump(t)
         return t
     _check_allowed(t)
+    if t._ext is not None and t._ext.base is not None:
+        return _inplace_on_view(t, fn, args, kw, name)
     if t._vc is None:
         t._vc = [0]
     old = _old_identity(t)
@@ -108,6 +109,31 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
     ext = t._ensure_ext()
     ext.prev = old
     ext.born = version
+    return t
+
+
+def _inplace_on_view(t: Tensor, fn, args, kw, name: str) -> Tensor:
+    """An in-place op on a view, while recording: the new values are written into the
+    base with ``index_put`` (rebasing the base, so its history sees the change), and
+    the view becomes a fresh view of the rebased base. Views made by indexing only."""
+    from .index import Getitem, IndexPut
+    ext = t._ext
+    view_op, view_args, view_params = ext.view
+    if view_op is not Getitem:
+        raise NotImplementedError(
+            f"graphgrad: {name} on a view made by {view_op.__name__.lower()} of a tensor in a "
+            f"recorded graph is not supported; index the base instead (x[i] = ...), or clone() "
+            f"the view first")
+    base, index, spec = ext.base, view_args[1:], view_params["spec"]
+    old = _old_identity(t)
+    new_values = fn(old, *args, **kw)
+    apply_inplace(base, lambda b, v: IndexPut.apply(b, v, *index, spec=spec, accumulate=False),
+                  new_values, name=name)
+    fresh = Getitem.apply(base, *index, spec=spec)
+    t.op, t.inputs, t.params, t._rg = fresh.op, fresh.inputs, fresh.params, fresh._rg
+    if fresh.op is not None:
+        t._sv = fresh._sv
+    ext.prev, ext.born = old, t._vc[0]
     return t
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from graphgrad.backend import torch_promotion, xp
 
-from .value import Tensor, Value, record
+from .value import Tensor, Value, mark_view, record
 
 __all__ = ["dispatch", "push_interpreter", "pop_interpreter", "current_interpreter",
            "is_grad_enabled", "set_grad_mode", "Interpreter"]
@@ -117,14 +117,5 @@ def dispatch(op, args: tuple, params: dict) -> Any:
     t._vc = None
     t._ext = None
     if op.view:
-        _share_version(t, args[0])
+        mark_view(t, op, args, params)
     return t
-
-
-def _share_version(t: Value, base: Value) -> None:
-    """A view shares its base's version counter, so in-place writes through either
-    are seen by saved-tensor checks on both."""
-    if xp.may_share_memory(t._array, base._array):
-        if base._vc is None:
-            base._vc = [0]
-        t._vc = base._vc

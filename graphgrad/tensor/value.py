@@ -18,7 +18,7 @@ from collections.abc import Callable
 from graphgrad.backend import dtype as _dtype
 from graphgrad.backend import from_numpy_dtype, xp
 
-__all__ = ["Value", "Tensor", "Ext", "record", "Size"]
+__all__ = ["Value", "Tensor", "Ext", "record", "Size", "mark_view"]
 
 
 class Size(tuple):
@@ -40,7 +40,7 @@ class Ext:
     """Rarely-needed per-node state, kept out of the hot slots: hooks, ``retain_grad``,
     the identity a tensor had before an in-place op rebased it, forward-AD tangents."""
 
-    __slots__ = ("hooks", "retains_grad", "prev", "born", "base", "post_hooks", "fw")
+    __slots__ = ("hooks", "retains_grad", "prev", "born", "base", "view", "post_hooks", "fw")
 
     def __init__(self):
         self.hooks: list | None = None
@@ -49,6 +49,7 @@ class Ext:
         self.prev: Value | None = None   # the node this tensor was before an in-place op
         self.born = 0                    # version at which this identity became current
         self.base: Value | None = None   # for views: the tensor they look into
+        self.view: tuple | None = None   # ... and how: (op, args, params) of the view op
         self.fw: dict | None = None      # forward-AD tangents, keyed by their level
 
 
@@ -90,13 +91,23 @@ def record(op, args: tuple, params: dict, out) -> Tensor:
                        for a in args)
             break
     t._sv = sv
-    if op.view and xp.may_share_memory(out, args[0]._array):
-        base = args[0]
+    if op.view:
+        mark_view(t, op, args, params)
+    return t
+
+
+def mark_view(t: Value, op, args: tuple, params: dict) -> None:
+    """When a view op's result shares memory with its input, it shares the input's
+    version counter (in-place writes through either are seen by saved-tensor checks)
+    and remembers how it looks into it (in-place ops on views update the base)."""
+    base = args[0]
+    if xp.may_share_memory(t._array, base._array):
         if base._vc is None:
             base._vc = [0]
         t._vc = base._vc
-        t._ensure_ext().base = base
-    return t
+        ext = t._ensure_ext()
+        ext.base = base
+        ext.view = (op, args, params)
 
 
 def _leaf(array, requires_grad: bool = False) -> Tensor:
