@@ -69,21 +69,29 @@ def _complex_dtype(dt) -> np.dtype:
     return np.dtype(np.complex64 if np.dtype(dt) == np.float32 else np.complex128)
 
 
-def cs_jacobian(f, x, h: float | None = None) -> np.ndarray:
-    """d f(x) / d x by the complex step, one evaluation per input element:
-    column j is ``Im f(x + i h e_j) / h``."""
+def _stepped(x, h):
+    """The real input, the step, and a function giving ``x + i h e_j`` (complex)."""
     x0 = as_array(x)
     if x0.dtype.kind != "f":
         x0 = x0.astype(np.float64)
     h = default_step("complex_step", x0.dtype) if h is None else h
-    cdt = _complex_dtype(x0.dtype)
-    flat = x0.reshape(-1).astype(cdt)
+    flat = x0.reshape(-1).astype(_complex_dtype(x0.dtype))
+
+    def at(j: int) -> np.ndarray:
+        z = flat.copy()
+        z[j] += 1j * h
+        return z.reshape(x0.shape)
+    return x0, h, at
+
+
+def cs_jacobian(f, x, h: float | None = None) -> np.ndarray:
+    """d f(x) / d x by the complex step, one evaluation per input element:
+    column j is ``Im f(x + i h e_j) / h``."""
+    x0, h, at = _stepped(x, h)
     columns = []
     with complex_step_mode():
-        for j in range(flat.size):
-            z = flat.copy()
-            z[j] += 1j * h
-            columns.append(np.imag(evaluate(f, z.reshape(x0.shape))) / h)
+        for j in range(x0.size):
+            columns.append(np.imag(evaluate(f, at(j))) / h)
     out_shape = columns[0].shape if columns else ()
     jac = np.stack(columns, axis=-1) if columns else np.zeros(out_shape + (0,))
     return jac.reshape(out_shape + x0.shape)
@@ -95,18 +103,11 @@ def cs_hessian(f, x, h: float | None = None) -> np.ndarray:
     each exact to rounding)."""
     from graphgrad.autograd import enable_grad
     from graphgrad.autograd import grad as autograd_grad
-    x0 = as_array(x)
-    if x0.dtype.kind != "f":
-        x0 = x0.astype(np.float64)
-    h = default_step("complex_step", x0.dtype) if h is None else h
-    cdt = _complex_dtype(x0.dtype)
-    flat = x0.reshape(-1).astype(cdt)
+    x0, h, at = _stepped(x, h)
     columns = []
     with complex_step_mode(), enable_grad():
-        for j in range(flat.size):
-            z = flat.copy()
-            z[j] += 1j * h
-            xz = _leaf(z.reshape(x0.shape))
+        for j in range(x0.size):
+            xz = _leaf(at(j))
             xz.requires_grad_(True)
             out = f(xz)
             if out.numel() != 1:
@@ -114,7 +115,7 @@ def cs_hessian(f, x, h: float | None = None) -> np.ndarray:
                                    f"{tuple(out.shape)}")
             seed = _leaf(np.ones(out._array.shape, out._array.dtype))
             (g,) = autograd_grad(out, xz, grad_outputs=seed, allow_unused=True)
-            gz = np.zeros(x0.shape, cdt) if g is None else g.detach()._array
+            gz = np.zeros(x0.shape) if g is None else g.detach()._array
             columns.append(np.imag(gz).reshape(-1) / h)
     hess = np.stack(columns, axis=-1) if columns else np.zeros((0, 0))
     return hess.reshape(x0.shape + x0.shape)

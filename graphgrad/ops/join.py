@@ -27,11 +27,23 @@ def _slice_along(t, dim: int, start: int, stop: int):
     return getitem(t, (slice(None),) * dim + (slice(start, stop),))
 
 
-class Cat(Op):
+class _Join(Op):
+    """cat and stack: linear in all their inputs together."""
+
     holomorphic = True
     saves_inputs = ()
     promotes = False
 
+    @classmethod
+    def jvp(cls, dots, out, *inputs, dim):
+        return cls.apply(*_dense(dots, inputs), dim=dim)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dim):
+        return cls.apply(*all_to_front(vals, bdims), dim=dim + 1), 0
+
+
+class Cat(_Join):
     @staticmethod
     def forward(*arrays, dim):
         return xp.concatenate(arrays, axis=dim)
@@ -45,13 +57,6 @@ class Cat(Op):
             start = stop
         return tuple(grads)
 
-    @staticmethod
-    def jvp(dots, out, *inputs, dim):
-        return Cat.apply(*_dense(dots, inputs), dim=dim)
-
-    @classmethod
-    def batch(cls, vals, bdims, *, dim):
-        return cls.apply(*all_to_front(vals, bdims), dim=dim + 1), 0
 
     @classmethod
     def infer(cls, *specs, dim) -> Spec:
@@ -72,11 +77,7 @@ class Cat(Op):
         return Spec(shape, xp.result_type(*[s.dtype for s in specs]))
 
 
-class Stack(Op):
-    holomorphic = True
-    saves_inputs = ()
-    promotes = False
-
+class Stack(_Join):
     @staticmethod
     def forward(*arrays, dim):
         return xp.stack(arrays, axis=dim)
@@ -85,13 +86,6 @@ class Stack(Op):
     def vjp(g, out, *inputs, dim):
         return tuple(getitem(g, (slice(None),) * dim + (i,)) for i in range(len(inputs)))
 
-    @staticmethod
-    def jvp(dots, out, *inputs, dim):
-        return Stack.apply(*_dense(dots, inputs), dim=dim)
-
-    @classmethod
-    def batch(cls, vals, bdims, *, dim):
-        return cls.apply(*all_to_front(vals, bdims), dim=dim + 1), 0
 
     @classmethod
     def infer(cls, *specs, dim) -> Spec:

@@ -165,17 +165,19 @@ class Amin(_Extremum):
         return xp.asarray(xp.amin(a, axis=dim, keepdims=keepdim))
 
 
-class Argmax(Op):
+class _ArgExtremum(Op):
+    """argmax/argmin over ``dim`` (None: of the flattened tensor), as int64."""
+
     differentiable = False
     promotes = False
     saves_inputs = ()
+    _find = None  # NumPy's argmax or argmin
 
-    @staticmethod
-    def forward(a, *, dim, keepdim):
+    @classmethod
+    def forward(cls, a, *, dim, keepdim):
         if dim is None:
-            return xp.asarray(xp.argmax(a), dtype=xp.int64)
-        return xp.argmax(a, axis=dim, keepdims=keepdim).astype(xp.int64)
-
+            return xp.asarray(cls._find(a), dtype=xp.int64)
+        return cls._find(a, axis=dim, keepdims=keepdim).astype(xp.int64)
 
     @classmethod
     def batch(cls, vals, bdims, *, dim, keepdim):
@@ -185,25 +187,14 @@ class Argmax(Op):
             return (out.reshape(a.shape[0], *([1] * (a.ndim - 1))) if keepdim else out), 0
         return cls.apply(a, dim=dim + 1, keepdim=keepdim), 0
 
-class Argmin(Op):
-    differentiable = False
-    promotes = False
-    saves_inputs = ()
 
-    @staticmethod
-    def forward(a, *, dim, keepdim):
-        if dim is None:
-            return xp.asarray(xp.argmin(a), dtype=xp.int64)
-        return xp.argmin(a, axis=dim, keepdims=keepdim).astype(xp.int64)
+class Argmax(_ArgExtremum):
+    _find = staticmethod(xp.argmax)
 
 
-    @classmethod
-    def batch(cls, vals, bdims, *, dim, keepdim):
-        a = to_front(vals[0], bdims[0])
-        if dim is None:
-            out = cls.apply(a.reshape(a.shape[0], -1), dim=1, keepdim=False)
-            return (out.reshape(a.shape[0], *([1] * (a.ndim - 1))) if keepdim else out), 0
-        return cls.apply(a, dim=dim + 1, keepdim=keepdim), 0
+class Argmin(_ArgExtremum):
+    _find = staticmethod(xp.argmin)
+
 
 class Norm(_Reduce):
     """Vector p-norm over ``dim``: ``(sum |x|^p)^(1/p)``, p in (0, inf]."""
@@ -462,7 +453,11 @@ def var(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=Non
 
 
 def std(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
-    return var(input, dim, unbiased, keepdim, correction=correction).sqrt()
+    v = var(input, dim, unbiased, keepdim, correction=correction)
+    # where the variance is 0, sqrt's derivative is infinite; PyTorch's std gives the
+    # gradient 0 there instead of nan. The inner where keeps nan out of the unused branch.
+    flat = v == 0
+    return where(flat, 0.0, where(flat, 1.0, v).sqrt())
 
 
 def var_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
