@@ -17,6 +17,8 @@ from .autograd import enable_grad, inference_mode, no_grad, set_grad_enabled
 from . import func
 from . import numdiff
 from . import nn
+from . import graph
+from . import static
 
 # gradcheck lives in numdiff (above autograd); PyTorch users look for it in autograd
 autograd.gradcheck = numdiff.gradcheck

@@ -21,10 +21,11 @@ RANKS = [
     ["graph"],
     ["passes"],
     ["backends"],
-    ["nn", "optim", "data", "utils"],
+    ["nn", "optim", "data", "utils", "serialization"],
     ["static"],
     ["fx", "jit", "dynamo"],
     ["capture"],
+    ["train"],
     ["cli"],
 ]
 RANK = {layer: i for i, names in enumerate(RANKS) for layer in names}

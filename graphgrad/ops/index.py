@@ -216,6 +216,32 @@ class IndexPut(Op):
 
 def getitem(input, index):
     spec, tensors = parse_index(index)
+    if tensors and any(type(s) is int for s in spec) and all(t.ndim for t in tensors):
+        return _ints_first(input, spec, tensors)
+    return _getitem(input, spec, tensors)
+
+
+def _ints_first(input, spec: tuple, tensors: list):
+    """PyTorch applies integer indices first (as ``select``), so an int never joins the
+    index tensors in NumPy's rule that separated index tensors put their dims first:
+    ``x[0, :, idx]`` is ``x[0][:, idx]``. Index with the ints, then with the tensors."""
+    basic, rest = [], []
+    it = iter(tensors)
+    for s in spec:
+        if s == _T and isinstance(s, str):
+            t = next(it)
+            # a bool mask stands for as many dims as it has
+            basic += [_FULL] * (t.ndim if t._array.dtype == xp.bool_ else 1)
+            rest.append(_T)
+        elif type(s) is int:
+            basic.append(s)
+        else:
+            basic.append(s)
+            rest.append(s if s is Ellipsis else _FULL)  # a None's new axis now exists
+    return _getitem(_getitem(input, tuple(basic), []), tuple(rest), tensors)
+
+
+def _getitem(input, spec: tuple, tensors: list):
     if None in spec:
         # numpy puts new axes where None stands; index without them, then reshape
         no_none = tuple(s for s in spec if s is not None)
@@ -301,7 +327,14 @@ class ScatterAdd(Op):
 
     @staticmethod
     def vjp(g, out, base, index, src, *, dim):
-        gs = Gather.apply(g, index, dim=dim) if needs_grad(src) else None
+        gs = None
+        if needs_grad(src):
+            gs = Gather.apply(g, index, dim=dim)
+            if tuple(src.shape) != tuple(index.shape):
+                # only src's leading index.shape block is scattered: the rest gets zero
+                block = tuple(("slice", 0, s, None) for s in index.shape)
+                gs = IndexPut.apply(g.new_zeros(tuple(src.shape)), gs, spec=block,
+                                    accumulate=False)
         return g, None, gs
 
     @staticmethod
@@ -370,6 +403,10 @@ class Nonzero(Op):
     @staticmethod
     def forward(a):
         return xp.argwhere(a).astype(xp.int64)
+
+    @classmethod
+    def infer(cls, a) -> Spec:  # the count of nonzeros is known only at run time
+        return Spec((None, len(a.shape)), xp.dtype(xp.int64))
 
     @classmethod
     def batch(cls, vals, bdims):

@@ -1,0 +1,30 @@
+"""Layer ``graph``: the one computational-graph IR of graphgrad.
+
+``Graph`` is a flat list of ``Node``s in topological order; nodes call ops of
+``graphgrad.ops.REGISTRY`` (no second op set), carry data and control-dependency
+inputs, and hold sub-graphs for ``cond`` and ``while_loop``. ``GraphBuilder`` turns op
+calls on ``Symbol``s into nodes; ``grad`` differentiates a graph by extending it;
+``Interpreter`` runs one (``Scheduler`` on several threads); ``verify``, printing
+(table, Python) and DOT serve every producer: the static API and the capture frontends.
+"""
+
+from .builder import GraphBuilder, builder_of, building
+from .dot import have_dot, render, to_dot
+from .errors import FailedPreconditionError, GraphError, InvalidArgumentError, OpError
+from .grad import grad
+from .graph import Graph
+from .interpreter import Interpreter, needed_nodes
+from .node import KINDS, Dyn, Node
+from .printer import PythonCode, python_code, tabular
+from .scheduler import LogEntry, Scheduler, overlaps
+from .spec import Spec, merge_specs, short, tf_dtype_name, tf_shape
+from .symbol import Symbol, symbol
+from .trace import trace
+from .verify import propagate_specs, toposort, verify
+
+__all__ = ["Graph", "Node", "Dyn", "KINDS", "Spec", "Symbol", "symbol", "GraphBuilder",
+           "building", "builder_of", "grad", "Interpreter", "Scheduler", "LogEntry", "overlaps",
+           "verify", "toposort", "propagate_specs", "tabular", "python_code", "PythonCode",
+           "to_dot", "render", "have_dot", "trace", "needed_nodes", "short", "tf_shape",
+           "tf_dtype_name", "merge_specs", "GraphError",
+           "OpError", "InvalidArgumentError", "FailedPreconditionError"]

@@ -1,0 +1,235 @@
+"""Layer ``graph``: differentiation of a Graph by graph extension.
+
+``grad(graph, outputs, inputs)`` walks the graph backwards and calls each op's vjp
+rule on Symbols while a GraphBuilder of the same graph is active: the rules are
+graphgrad programs, so the backward pass appears as more nodes of the same graph.
+Cotangents are un-broadcast here, in one place, as the eager engine does.
+
+Control flow: the gradient of a ``cond`` is a ``cond`` on the same predicate whose
+branches are the gradient graphs of the two branches (each built by copying the
+branch and extending the copy). The gradient of a ``while_loop`` is a ``while_grad``
+node: at run time it replays the loop keeping each iteration's state (a tape, as
+TF's while-loop gradient keeps stacks), then runs the body's vjp graph - itself
+built by graph extension - from the last iteration back to the first. The walk is
+iterative over nodes; it recurses only into nested control flow, once per level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from graphgrad.backend import xp
+from graphgrad.tensor import Value
+
+from .builder import GraphBuilder, building
+from .graph import Graph
+from .interpreter import Interpreter
+from .node import Node
+from .spec import Spec
+from .symbol import Symbol, symbol
+from .vjp_node import fit
+
+__all__ = ["grad"]
+
+
+def _differentiable(spec) -> bool:
+    return isinstance(spec, Spec) and xp.dtype(spec.dtype).kind in "fc"
+
+
+def _fit(ct, spec: Spec):
+    """Reduce a cotangent to its input's shape and dtype (the one un-broadcast place)."""
+    return fit(ct, spec.shape, spec.dtype)
+
+
+def zeros(spec: Spec, like=None):
+    """Zeros of ``spec``: a constant when the shape is known, else ``like * 0``."""
+    if None not in spec.shape or like is None:
+        return _const(xp.zeros(tuple(spec.shape), spec.dtype))
+    return like * 0
+
+
+def _const(arr):
+    from .interpreter import as_tensor
+    return as_tensor(arr)
+
+
+def grad(graph: Graph, outputs: Sequence[Node], inputs: Sequence[Node],
+         grad_outputs: Sequence | None = None) -> list[Node | None]:
+    """Append to ``graph`` the nodes computing d(sum of outputs)/d(input) for each input
+    (seeded with ``grad_outputs``, default ones); None for an input not reached."""
+    outputs = [getattr(o, "_node", o) for o in outputs]  # Symbols stand for their nodes
+    inputs = [getattr(i, "_node", i) for i in inputs]
+    with building(graph) as b:
+        if b.graph is not graph:
+            b = GraphBuilder(graph)
+        with b.active():
+            gs = _grad(b, graph, outputs, inputs, grad_outputs)
+    return [None if s is None else s._node for s in gs]
+
+
+def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs) -> list:
+    wanted = set(inputs)
+    reach: set[Node] = set(inputs)  # nodes that depend on an input: only they get cotangents
+    for n in graph.nodes:
+        if n not in reach and any(i in reach for i in n.input_nodes()):
+            reach.add(n)
+    cts: dict[Node, Symbol] = {}
+    multi: dict[Node, list] = {}
+    results: dict[Node, Symbol] = {}
+    for k, o in enumerate(outputs):
+        if grad_outputs is not None and grad_outputs[k] is not None:
+            seed = grad_outputs[k]
+            seed = seed if isinstance(seed, Symbol) else symbol(b.node_of(seed,
+                                                                          literal_ok=False))
+        else:
+            seed = symbol(b.node_of(_const(xp.ones(tuple(d or 1 for d in o.spec.shape),
+                                                    o.spec.dtype)))) \
+                if None not in o.spec.shape else symbol(o) * 0 + 1
+        cts[o] = cts[o] + seed if o in cts else seed
+    for node in reversed(list(graph.nodes)):  # a snapshot: the walk appends nodes
+        if node not in reach:
+            continue
+        if node.kind in ("vjp", "while_grad") and node in multi:
+            raise NotImplementedError(f"graph.grad: cannot differentiate {node.kind} node "
+                                      f"{node.name!r} again (higher order needs static shapes "
+                                      f"and no while_loop)")
+        if node.kind in ("cond", "while_loop"):
+            gs = multi.pop(node, None)
+            if gs is None:
+                continue
+            ins = _cond_grad(b, node, gs) if node.kind == "cond" else _while_grad(b, node, gs)
+            _accumulate(cts, node.inputs, ins, reach)
+            continue
+        g = cts.pop(node, None)
+        if g is None:
+            continue
+        if node in wanted:
+            results[node] = g
+        if node.kind == "item":
+            src = node.inputs[0]
+            slot = multi.setdefault(src, [None] * len(src.spec))
+            i = node.params["index"]
+            slot[i] = g if slot[i] is None else slot[i] + g
+        elif node.kind == "call":
+            op = node.op
+            if not op.differentiable:
+                continue
+            if node.nargs != len(node.inputs):
+                raise NotImplementedError(f"graph.grad: node {node.name!r} ({op.__name__}) "
+                                          f"takes run-time params; it has no gradient graph")
+            if _unknown_dims(node):
+                _accumulate(cts, node.inputs, _vjp_node(b, node, g, reach), reach)
+                continue
+            syms = [_marked(i, i in reach) if isinstance(i, Node) else i for i in node.inputs]
+            try:
+                ins = op.vjp(g, symbol(node), *syms, **node.params)
+            except TypeError as e:
+                raise NotImplementedError(
+                    f"graph.grad: the vjp rule of {op.__name__} (node {node.name!r}) failed "
+                    f"on symbolic inputs {[i.spec for i in node.input_nodes()]}: {e}. Rules "
+                    f"that read unknown (None) dims need a static shape") from e
+            _accumulate(cts, node.inputs, ins, reach)
+    return [results.get(x) for x in inputs]
+
+
+def _unknown_dims(node: Node) -> bool:
+    for s in (node.spec, *[i.spec for i in node.input_nodes()]):
+        if isinstance(s, Spec) and (s.shape is None or None in s.shape):
+            return True
+    return False
+
+
+def _vjp_node(b: GraphBuilder, node: Node, g, reach) -> list:
+    """A ``vjp`` node: the rule runs at run time, when every dim is known."""
+    wrt = tuple(k for k, i in enumerate(node.inputs)
+                if isinstance(i, Node) and i in reach and _differentiable(i.spec))
+    literals = {k: i for k, i in enumerate(node.inputs) if not isinstance(i, Node)}
+    params = {"op": node.op, "op_params": node.params, "literals": literals, "wrt": wrt,
+              "n": len(node.inputs)}
+    outs = b.multi("vjp", [g, symbol(node), *[symbol(i) for i in node.input_nodes()]], {},
+                   tuple(node.inputs[k].spec for k in wrt), params=params,
+                   name=node.name + "_vjp")
+    res = [None] * len(node.inputs)
+    for k, o in zip(wrt, outs, strict=True):
+        res[k] = o
+    return res
+
+
+def _marked(node: Node, needs: bool) -> Symbol:
+    """A Symbol that tells the vjp rule whether its cotangent is wanted (``_rg``)."""
+    s = symbol(node)
+    s._rg = needs and _differentiable(node.spec)
+    return s
+
+
+def _accumulate(cts: dict, inputs, ins, reach) -> None:
+    b = None
+    for i, ct in zip(inputs, ins, strict=False):
+        if ct is None or not isinstance(i, Node) or i not in reach or not _differentiable(
+                i.spec):
+            continue
+        if not isinstance(ct, Symbol):
+            from graphgrad.tensor.dispatch import current_interpreter
+            b = b or current_interpreter()
+            ct = symbol(b.node_of(ct if isinstance(ct, Value) else _const(xp.asarray(ct)),
+                                  literal_ok=False))
+        ct = _fit(ct, i.spec)
+        cts[i] = cts[i] + ct if i in cts else ct
+
+
+def _copy_and_grad(branch: Graph, name: str, n_grad_inputs: int, gspecs,
+                   wrt: Sequence[int]) -> Graph:
+    """A new graph: placeholders (branch inputs..., cotangents...) -> the cotangents of
+    the branch inputs at positions ``wrt``. Built by copying ``branch`` and extending."""
+    g = Graph(name)
+    sb = GraphBuilder(g)
+    xs = [g.placeholder(p.spec, p.name) for p in branch.inputs[:n_grad_inputs]]
+    rest = [g.placeholder(p.spec, p.name) for p in branch.inputs[n_grad_inputs:]]
+    gph = [g.placeholder(s, f"grad_{k}") for k, s in enumerate(gspecs)]
+    with sb.active():
+        outs = Interpreter(branch).run(*[symbol(p) for p in (*xs, *rest)])
+        outs = [sb.node_of(o, literal_ok=False) for o in outs]
+        allx = [*xs, *rest]
+        targets = [allx[k] for k in wrt]
+        gs = _grad(sb, g, outs, targets, [symbol(p) for p in gph])
+        res = []
+        for k, t in zip(wrt, gs, strict=True):
+            if t is None:
+                t = zeros(allx[k].spec, symbol(allx[k]))
+            res.append(sb.node_of(t, literal_ok=False))
+    g.set_outputs(res)
+    return g
+
+
+def _cond_grad(b: GraphBuilder, node: Node, gs: list) -> list:
+    specs = node.spec
+    gsyms = [g if g is not None else zeros(s, None) for g, s in zip(gs, specs, strict=True)]
+    caps = node.inputs[1:]
+    wrt = [k for k, c in enumerate(caps) if _differentiable(c.spec)]
+    then = _copy_and_grad(node.subgraphs["then"], node.name + "_then_grad", len(caps), specs,
+                          wrt)
+    other = _copy_and_grad(node.subgraphs["else"], node.name + "_else_grad", len(caps), specs,
+                           wrt)
+    outs = b.multi("cond", [node.inputs[0], *caps, *gsyms], {"then": then, "else": other},
+                   tuple(caps[k].spec for k in wrt), name=node.name + "_grad")
+    res = [None] * (len(node.inputs))
+    for k, o in zip(wrt, outs, strict=True):
+        res[1 + k] = o
+    return res
+
+
+def _while_grad(b: GraphBuilder, node: Node, gs: list) -> list:
+    n = node.params["n"]
+    ins = node.inputs
+    m = len(ins) - n
+    specs = node.spec
+    gsyms = [g if g is not None else zeros(s, None) for g, s in zip(gs, specs, strict=True)]
+    body = node.subgraphs["body"]
+    wrt = list(range(n + m))
+    # non-float loop variables (counters) get zero cotangents: they carry no gradient
+    vjp = _copy_and_grad(body, node.name + "_body_vjp", n, specs, wrt)
+    outs = b.multi("while_grad", [*ins, *gsyms],
+                   {"cond": node.subgraphs["cond"], "body": body, "vjp": vjp},
+                   tuple(i.spec for i in ins), params={"n": n, "m": m},
+                   name=node.name + "_grad")
+    return outs

@@ -1,0 +1,185 @@
+"""Layer ``graph``: ``Symbol``, the symbolic tensor that stands for one node of a Graph.
+
+Like vmap's BatchedTensor, it is a Tensor whose ``_array`` is a zero-stride stand-in
+(unknown dims stand in as 1) so that code reading metadata works; its values exist
+only when the graph runs. ``shape`` reports unknown dims as None. Used outside a
+graph builder, a Symbol's Tensor methods activate its own graph's builder, so
+``x + 1`` or ``x.sum()`` on a placeholder always add nodes (TF1's "ops are only added").
+"""
+
+from __future__ import annotations
+
+import functools
+
+from graphgrad.backend import xp
+from graphgrad.tensor import Size, Tensor
+
+from .node import Node
+from .spec import Spec
+from .spec import tf_dtype_name, tf_shape
+
+__all__ = ["Symbol", "symbol"]
+
+_BOOL = ("Using a `tf.Tensor` as a Python `bool` is not allowed. Use `if t is not None:` "
+         "instead of `if t:` to test if a tensor is defined, and use TensorFlow ops such as "
+         "tf.cond to execute subgraphs conditioned on the value of a tensor.")
+
+
+class _StandIn(xp.ndarray):
+    """The stand-in array: metadata only. NumPy math on it is a bug (a Symbol reached
+    eager code): say so instead of computing on zeros."""
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        raise TypeError(f"a symbolic tensor (graph node) reached eager NumPy code "
+                        f"({ufunc.__name__}); build it inside its graph")
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func.__name__ in ("shape", "ndim", "size", "result_type", "may_share_memory",
+                             "broadcast_to", "shares_memory"):
+            return super().__array_function__(func, types, args, kwargs)
+        raise TypeError(f"a symbolic tensor (graph node) reached eager NumPy code "
+                        f"({func.__name__}); build it inside its graph")
+
+
+def _stand_in(spec) -> xp.ndarray:
+    shape = tuple(1 if d is None else d for d in (spec.shape or ()))
+    return xp.broadcast_to(xp.zeros((), spec.dtype), shape).view(_StandIn)
+
+
+class Symbol(Tensor):
+    """A symbolic tensor: the value of ``_node`` once its graph runs."""
+
+    __slots__ = ("_node",)
+
+    @property
+    def shape(self) -> Size | None:
+        """The static shape: None for an unknown dim; None itself for an unknown rank."""
+        shape = self._node.spec.shape
+        return None if shape is None else Size(shape)
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    @property
+    def graph(self):
+        return self._node.graph
+
+    @property
+    def node(self) -> Node:
+        return self._node
+
+    @property
+    def name(self) -> str:
+        return f"{self._node.name}:0"
+
+    @property
+    def op_name(self) -> str:
+        return self._node.name
+
+    def get_shape(self):
+        return self.shape
+
+    def __repr__(self) -> str:
+        s = self._node.spec
+        return (f'Tensor("{self.name}", shape={tf_shape(s.shape)}, '
+                f"dtype={xp.dtype(s.dtype).name})") if s is not None else \
+            f'<Operation "{self._node.name}">'
+
+    __str__ = __repr__
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __bool__(self):
+        raise TypeError(_BOOL)
+
+    def item(self):
+        raise TypeError(f"{self!r} is symbolic: its value exists only when the graph runs "
+                        f"(use Session.run)")
+
+    def numpy(self, *, force: bool = False):
+        return self.item()
+
+    tolist = item
+    __float__ = item
+    __int__ = item
+    __index__ = item
+
+    def __array__(self, dtype=None, copy=None):
+        return self.item()
+
+    def __len__(self) -> int:
+        d = self.shape[0] if self.shape else None  # unknown rank or dim: no len
+        if d is None:
+            raise TypeError(f"len is not well defined for a symbolic tensor of shape "
+                            f"{tf_shape(self.shape)}")
+        return d
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def dtype_name(self) -> str:
+        return tf_dtype_name(self._node.spec.dtype)
+
+    def eval(self, feed_dict=None, session=None):
+        if session is None:
+            raise ValueError("Cannot evaluate tensor using `eval()`: No default session is "
+                             "registered. Use `with sess.as_default()` or pass an explicit "
+                             "session to `eval(session=sess)`")
+        return session.run(self, feed_dict=feed_dict)
+
+
+def symbol(node: Node, cls: type = Symbol) -> Symbol:
+    """The Symbol of a node (a fresh wrapper: Symbols are cheap views of nodes)."""
+    t = object.__new__(cls)
+    spec = node.spec if isinstance(node.spec, Spec) else None
+    t._array = _stand_in(spec) if spec is not None else _stand_in_none()
+    t.op = None
+    t.inputs = ()
+    t.params = None
+    t._rg = False
+    t._grad = None
+    t._vc = None
+    t._ext = None
+    t._sv = None
+    t._node = node
+    return t
+
+
+def _stand_in_none():
+    return xp.broadcast_to(xp.zeros((), xp.float32), ()).view(_StandIn)
+
+
+_SKIP = {"__init__", "__new__", "__repr__", "__str__", "__hash__", "__bool__", "__array__",
+         "__len__", "__iter__", "__getattribute__", "__setattr__", "__getattr__",
+         "__init_subclass__", "__class__", "__reduce__", "__reduce_ex__", "__sizeof__",
+         "__dir__", "__format__", "__subclasshook__", "__delattr__", "__array_priority__",
+         "_ensure_ext", "item", "numpy", "tolist", "__float__", "__int__", "__index__",
+         "size", "eval", "__deepcopy__", "__copy__", "dim", "__eq__", "__ne__"}
+
+
+def _activating(name: str, fn):
+    @functools.wraps(fn)
+    def method(self, *args, **kwargs):
+        from .builder import building
+        with building(self._node.graph):
+            return fn(self, *args, **kwargs)
+    return method
+
+
+def _install() -> None:
+    """Wrap Tensor's methods so that a Symbol used outside a builder activates its own."""
+    for name in dir(Tensor):
+        if name in _SKIP or name in Symbol.__dict__:
+            continue
+        attr = getattr(Tensor, name, None)
+        if callable(attr) and not isinstance(attr, type):
+            setattr(Symbol, name, _activating(name, attr))
+    for name in ("__eq__", "__ne__"):  # elementwise comparisons build nodes too
+        attr = getattr(Tensor, name)
+        setattr(Symbol, name, _activating(name, attr))
+    Symbol.__hash__ = lambda self: id(self)
+
+
+_install()
