@@ -1,0 +1,355 @@
+"""Per-op cases for the forward-mode (jvp) and vmap tests in ``test_func.py``.
+
+Each case is one small function written once against a namespace ``m``: graphgrad
+itself, or ``TORCH`` (torch under graphgrad's names where they differ, e.g.
+``m.gelu``). ``make(rng)`` returns one example's inputs as NumPy arrays; the test
+turns them into tensors of both frameworks, stacks several examples for vmap, and
+compares graphgrad with ``torch.func``. ``ops`` names the ``graphgrad.ops.REGISTRY``
+entries the case is meant to exercise: a test checks they really are dispatched, and
+another fails when a registered op has no case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as TNF
+
+__all__ = ["Case", "CASES", "TORCH"]
+
+
+class _TorchNamespace:
+    """``torch`` under graphgrad's function names where those differ."""
+
+    gelu = staticmethod(TNF.gelu)
+    softplus = staticmethod(TNF.softplus)
+    pad = staticmethod(TNF.pad)
+    one_hot = staticmethod(TNF.one_hot)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+TORCH = _TorchNamespace()
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    ops: tuple[str, ...]
+    fn: Callable          # fn(m, *inputs)
+    make: Callable        # make(rng) -> tuple of NumPy arrays: one example
+    diff: tuple | None = None  # inputs that get tangents (None: every float input)
+    jvp: bool = True      # False for cases made only of non-differentiable ops
+    in_dims: tuple = ()   # the vmap in_dims variants to try (empty: the defaults)
+    vmap_error: bool = False  # both frameworks refuse to vmap it (dynamic shapes)
+    rtol: float = 1e-9
+
+
+# ---- input makers ---------------------------------------------------------------------
+
+def normal(*shape):
+    return lambda rng: rng.standard_normal(shape)
+
+
+def positive(*shape):
+    return lambda rng: rng.uniform(0.5, 2.0, shape)
+
+
+def unit(*shape):
+    return lambda rng: rng.uniform(-0.9, 0.9, shape)
+
+
+def integral(*shape, low=-2, high=3):
+    """Small integers stored as float64: comparisons then see ties."""
+    return lambda rng: rng.integers(low, high, shape).astype(np.float64)
+
+
+def ints(*shape, low=0, high=4):
+    return lambda rng: rng.integers(low, high, shape)
+
+
+def bools(*shape):
+    return lambda rng: rng.random(shape) < 0.5
+
+
+def special(*shape):
+    """Floats with some nan and inf in them."""
+    def make(rng):
+        a = rng.standard_normal(shape)
+        flat = a.reshape(-1)
+        flat[rng.integers(0, flat.size, 2)] = np.nan
+        flat[rng.integers(0, flat.size, 2)] = np.inf
+        flat[rng.integers(0, flat.size, 1)] = -np.inf
+        return a
+    return make
+
+
+def near(*shape):
+    """Two arrays that are equal in some places and close in others."""
+    def make(rng):
+        a = rng.standard_normal(shape)
+        b = a + rng.choice([0.0, 1e-9, 1e-3], shape)
+        return a, b
+    return make
+
+
+def inputs(*makers):
+    return lambda rng: tuple(m(rng) for m in makers)
+
+
+def _case(name, ops, fn, make, **kw) -> Case:
+    if isinstance(ops, str):
+        ops = (ops,)
+    return Case(name, tuple(ops), fn, make, **kw)
+
+
+X = (3, 4)  # the example shape of most cases
+
+# ---- unary elementwise ----------------------------------------------------------------
+
+_UNARY = {
+    "Abs": (lambda m, x: m.abs(x), normal),
+    "Acos": (lambda m, x: m.acos(x), unit),
+    "Asin": (lambda m, x: m.asin(x), unit),
+    "Atan": (lambda m, x: m.atan(x), normal),
+    "Ceil": (lambda m, x: m.ceil(x), normal),
+    "Cos": (lambda m, x: m.cos(x), normal),
+    "Cosh": (lambda m, x: m.cosh(x), normal),
+    "Erf": (lambda m, x: m.erf(x), normal),
+    "Exp": (lambda m, x: m.exp(x), normal),
+    "Expm1": (lambda m, x: m.expm1(x), normal),
+    "Floor": (lambda m, x: m.floor(x), normal),
+    "Log": (lambda m, x: m.log(x), positive),
+    "Log10": (lambda m, x: m.log10(x), positive),
+    "Log1p": (lambda m, x: m.log1p(x), positive),
+    "Log2": (lambda m, x: m.log2(x), positive),
+    "Neg": (lambda m, x: m.neg(x), normal),
+    "Reciprocal": (lambda m, x: m.reciprocal(x), positive),
+    "Relu": (lambda m, x: m.relu(x), normal),
+    "Round": (lambda m, x: m.round(x), normal),
+    "Rsqrt": (lambda m, x: m.rsqrt(x), positive),
+    "Sigmoid": (lambda m, x: m.sigmoid(x), normal),
+    "Sign": (lambda m, x: m.sign(x), normal),
+    "Sin": (lambda m, x: m.sin(x), normal),
+    "Sinh": (lambda m, x: m.sinh(x), normal),
+    "Sqrt": (lambda m, x: m.sqrt(x), positive),
+    "Tan": (lambda m, x: m.tan(x), unit),
+    "Tanh": (lambda m, x: m.tanh(x), normal),
+    "Trunc": (lambda m, x: m.trunc(x), normal),
+    "Clone": (lambda m, x: m.clone(x), normal),
+}
+
+CASES: list[Case] = [_case(op.lower(), op, fn, inputs(maker(*X)))
+                     for op, (fn, maker) in _UNARY.items()]
+
+CASES += [
+    _case("round_decimals", "Round", lambda m, x: m.round(x * 10, decimals=1),
+          inputs(normal(*X))),
+    _case("gelu", "Gelu", lambda m, x: m.gelu(x), inputs(normal(*X))),
+    _case("gelu_tanh", "Gelu", lambda m, x: m.gelu(x, approximate="tanh"), inputs(normal(*X))),
+    _case("softplus", "Softplus", lambda m, x: m.softplus(x * 3, beta=2.0, threshold=4.0),
+          inputs(normal(*X))),
+    _case("clamp", "Clamp", lambda m, x: m.clamp(x, min=-0.5, max=0.5), inputs(normal(*X))),
+    _case("clamp_min", "Clamp", lambda m, x: m.clamp(x, min=0.1), inputs(normal(*X))),
+    _case("cast_float32", "Cast", lambda m, x: x.to(m.float32) * 2, inputs(normal(*X)),
+          rtol=1e-6),
+    _case("sum_of_float32", ("Cast", "Sum"), lambda m, x: x.float().sum(dim=0).double(),
+          inputs(normal(*X)), rtol=1e-6),
+]
+
+# ---- binary elementwise ---------------------------------------------------------------
+
+_BINARY = {
+    "Add": (lambda m, x, y: m.add(x, y), normal, normal),
+    "Sub": (lambda m, x, y: m.sub(x, y), normal, normal),
+    "Mul": (lambda m, x, y: m.mul(x, y), normal, normal),
+    "Div": (lambda m, x, y: m.div(x, y), normal, positive),
+    "Pow": (lambda m, x, y: m.pow(x, y), positive, normal),
+    "Maximum": (lambda m, x, y: m.maximum(x, y), normal, normal),
+    "Minimum": (lambda m, x, y: m.minimum(x, y), normal, normal),
+    "Atan2": (lambda m, x, y: m.atan2(x, y), normal, normal),
+    "Fmod": (lambda m, x, y: m.fmod(x * 3, y), normal, positive),
+    "Remainder": (lambda m, x, y: m.remainder(x * 3, y), normal, positive),
+}
+
+for _op, (_fn, _mx, _my) in _BINARY.items():
+    CASES.append(_case(_op.lower(), _op, _fn, inputs(_mx(*X), _my(*X))))
+    # the second operand broadcasts along the first dim of the first
+    CASES.append(_case(_op.lower() + "_bcast", _op, _fn, inputs(_mx(*X), _my(X[1]))))
+
+CASES += [
+    _case("add_alpha_scalar", ("Add", "Mul"), lambda m, x, y: m.add(x, y, alpha=2.5) + 1.5,
+          inputs(normal(*X), normal(*X))),
+    _case("rsub_scalar", "Sub", lambda m, x: 2.0 - x, inputs(normal(*X))),
+    _case("div_scalar", "Div", lambda m, x: 1.5 / x, inputs(positive(*X))),
+    _case("pow_scalar_exponent", "Pow", lambda m, x: x ** 3, inputs(normal(*X))),
+    _case("pow_scalar_base", "Pow", lambda m, x: 2.0 ** x, inputs(normal(*X))),
+    _case("floor_divide", "FloorDivide", lambda m, x, y: m.floor_divide(x * 3, y),
+          inputs(normal(*X), positive(*X)), jvp=False),
+]
+
+# ---- comparisons, logical, bitwise, predicates ----------------------------------------
+
+for _op, _name in [("Eq", "eq"), ("Ne", "ne"), ("Lt", "lt"), ("Le", "le"), ("Gt", "gt"),
+                   ("Ge", "ge")]:
+    CASES.append(_case(_name, _op, lambda m, x, y, _n=_name: getattr(m, _n)(x, y),
+                       inputs(integral(*X), integral(*X)), jvp=False))
+for _op, _name in [("LogicalAnd", "logical_and"), ("LogicalOr", "logical_or"),
+                   ("LogicalXor", "logical_xor")]:
+    CASES.append(_case(_name, _op, lambda m, x, y, _n=_name: getattr(m, _n)(x, y),
+                       inputs(bools(*X), bools(*X)), jvp=False))
+for _op, _name in [("BitwiseAnd", "bitwise_and"), ("BitwiseOr", "bitwise_or"),
+                   ("BitwiseXor", "bitwise_xor")]:
+    CASES.append(_case(_name, _op, lambda m, x, y, _n=_name: getattr(m, _n)(x, y),
+                       inputs(ints(*X, high=16), ints(*X, high=16)), jvp=False))
+CASES += [
+    _case("logical_not", "LogicalNot", lambda m, x: m.logical_not(x), inputs(bools(*X)),
+          jvp=False),
+    _case("bitwise_not", "BitwiseNot", lambda m, x: m.bitwise_not(x),
+          inputs(ints(*X, high=16)), jvp=False),
+    _case("bitwise_not_bool", "BitwiseNot", lambda m, x: m.bitwise_not(x), inputs(bools(*X)),
+          jvp=False),
+    _case("isnan", "Isnan", lambda m, x: m.isnan(x), inputs(special(*X)), jvp=False),
+    _case("isinf", "Isinf", lambda m, x: m.isinf(x), inputs(special(*X)), jvp=False),
+    _case("isfinite", "Isfinite", lambda m, x: m.isfinite(x), inputs(special(*X)), jvp=False),
+    _case("isclose", "IsClose", lambda m, x, y: m.isclose(x, y, rtol=1e-6), near(*X),
+          jvp=False),
+    _case("where", "Where", lambda m, c, x, y: m.where(c, x, y),
+          inputs(bools(*X), normal(*X), normal(*X))),
+    _case("where_from_gt_scalar", ("Where", "Gt"), lambda m, x: m.where(x > 0, x * x, 0.5),
+          inputs(normal(*X))),
+    _case("where_bcast", "Where", lambda m, c, x, y: m.where(c, x, y),
+          inputs(bools(X[1]), normal(*X), normal(X[1]))),
+]
+
+# ---- reductions and normalizations ----------------------------------------------------
+
+CASES += [
+    _case("sum", "Sum", lambda m, x: m.sum(x), inputs(normal(*X))),
+    _case("sum_dim", "Sum", lambda m, x: m.sum(x, dim=1), inputs(normal(*X))),
+    _case("sum_dims_keepdim", "Sum", lambda m, x: m.sum(x, dim=(0, 1), keepdim=True),
+          inputs(normal(*X))),
+    _case("mean", "Mean", lambda m, x: m.mean(x), inputs(normal(*X))),
+    _case("mean_dim_keepdim", "Mean", lambda m, x: m.mean(x, dim=0, keepdim=True),
+          inputs(normal(*X))),
+    _case("prod", "Prod", lambda m, x: m.prod(x), inputs(positive(*X))),
+    _case("prod_dim", "Prod", lambda m, x: m.prod(x, dim=1), inputs(normal(*X))),
+    _case("amax", "Amax", lambda m, x: m.amax(x, dim=1), inputs(normal(*X))),
+    _case("amax_all", "Amax", lambda m, x: m.amax(x, dim=(0, 1)), inputs(normal(*X))),
+    _case("amin", "Amin", lambda m, x: m.amin(x, dim=0, keepdim=True), inputs(normal(*X))),
+    _case("max_dim", ("Argmax", "Gather"), lambda m, x: m.max(x, dim=1), inputs(normal(*X))),
+    _case("min_all", "Amin", lambda m, x: m.min(x), inputs(normal(*X))),
+    _case("argmax", "Argmax", lambda m, x: m.argmax(x, dim=1), inputs(normal(*X)), jvp=False),
+    _case("argmax_all", "Argmax", lambda m, x: m.argmax(x), inputs(normal(*X)), jvp=False),
+    _case("argmin", "Argmin", lambda m, x: m.argmin(x, dim=0, keepdim=True),
+          inputs(normal(*X)), jvp=False),
+    _case("norm", "Norm", lambda m, x: m.norm(x), inputs(normal(*X))),
+    _case("norm_p1_dim", "Norm", lambda m, x: m.norm(x, p=1, dim=1), inputs(normal(*X))),
+    _case("norm_p3_keepdim", "Norm", lambda m, x: m.norm(x, p=3, dim=0, keepdim=True),
+          inputs(normal(*X))),
+    _case("logsumexp", "Logsumexp", lambda m, x: m.logsumexp(x, dim=1), inputs(normal(*X))),
+    _case("logsumexp_keepdim", "Logsumexp", lambda m, x: m.logsumexp(x, dim=0, keepdim=True),
+          inputs(normal(*X))),
+    _case("softmax", "Softmax", lambda m, x: m.softmax(x, dim=1), inputs(normal(*X))),
+    _case("softmax_dim0", "Softmax", lambda m, x: m.softmax(x, dim=0), inputs(normal(*X))),
+    _case("log_softmax", "LogSoftmax", lambda m, x: m.log_softmax(x, dim=-1),
+          inputs(normal(*X))),
+    _case("cumsum", "Cumsum", lambda m, x: m.cumsum(x, dim=1), inputs(normal(*X))),
+    _case("cumsum_dim0", "Cumsum", lambda m, x: m.cumsum(x, dim=0), inputs(normal(*X))),
+    _case("var_std", ("Mean", "Sub", "Sum"),
+          lambda m, x: (m.var(x, dim=1), m.std(x, dim=0)), inputs(normal(*X))),
+]
+
+# ---- shape ----------------------------------------------------------------------------
+
+CASES += [
+    _case("reshape", "Reshape", lambda m, x: x.reshape(4, 3), inputs(normal(*X))),
+    _case("reshape_flat", "Reshape", lambda m, x: x.reshape(-1), inputs(normal(*X))),
+    _case("unsqueeze_squeeze", "Reshape", lambda m, x: x.unsqueeze(1).squeeze(0) * 1,
+          inputs(normal(*X))),
+    _case("permute", "Permute", lambda m, x: x.permute(2, 0, 1), inputs(normal(2, 3, 4))),
+    _case("transpose", "Permute", lambda m, x: x.transpose(0, 1), inputs(normal(*X))),
+    _case("movedim", "Permute", lambda m, x: m.movedim(x, 0, -1), inputs(normal(2, 3, 4))),
+    _case("expand", "Expand", lambda m, x: x.expand(3, 4), inputs(normal(3, 1))),
+    _case("expand_new_dims", "Expand", lambda m, x: x.expand(2, 3, 4), inputs(normal(4))),
+    _case("repeat", "Repeat", lambda m, x: x.repeat(2, 1, 3), inputs(normal(*X))),
+    _case("flip", "Flip", lambda m, x: x.flip(0), inputs(normal(*X))),
+    _case("flip_both", "Flip", lambda m, x: x.flip((0, 1)), inputs(normal(*X))),
+]
+
+# ---- indexing -------------------------------------------------------------------------
+
+CASES += [
+    _case("getitem_slices", "Getitem", lambda m, x: x[1:, ::2], inputs(normal(*X))),
+    _case("getitem_int", "Getitem", lambda m, x: x[0], inputs(normal(*X))),
+    _case("getitem_negative", "Getitem", lambda m, x: x[:, -1], inputs(normal(*X))),
+    _case("getitem_ellipsis_none", ("Getitem", "Reshape"), lambda m, x: x[..., None, 1],
+          inputs(normal(*X))),
+    _case("getitem_tensor", "Getitem", lambda m, x, i: x[i], inputs(normal(*X), ints(5, high=3)),
+          in_dims=((0, None), (1, None))),
+    _case("getitem_tensor_dim1", "Getitem", lambda m, x, i: x[:, i],
+          inputs(normal(*X), ints(2, 2, high=4)), in_dims=((0, None), (-1, None))),
+    _case("getitem_split_advanced", "Getitem", lambda m, x, i, j: x[i, :, j],
+          inputs(normal(2, 3, 4), ints(5, high=2), ints(5, high=4)),
+          in_dims=((0, None, None), (2, None, None))),
+    _case("index_select", "Getitem", lambda m, x, i: m.index_select(x, 1, i),
+          inputs(normal(*X), ints(3, high=4)), in_dims=((0, None), (1, None))),
+    _case("index_put", "IndexPut", lambda m, x, i, v: m.index_put(x, (i,), v),
+          inputs(normal(*X), ints(2, high=3), normal(2, 4)),
+          in_dims=((0, None, 0), (1, None, None), (None, None, 0))),
+    _case("index_put_accumulate", "IndexPut",
+          lambda m, x, i, v: m.index_put(x, (i,), v, accumulate=True),
+          inputs(normal(*X), lambda rng: np.array([0, 2, 0]), normal(3, 4)),
+          in_dims=((0, None, 0), (None, None, 1), (1, None, None))),
+    _case("index_put_scalar_value", "IndexPut",
+          lambda m, x, i: m.index_put(x, (i,), m.tensor(2.5, dtype=m.float64)),
+          inputs(normal(*X), ints(2, high=3)), in_dims=((1, None),)),
+    _case("gather", "Gather", lambda m, x, i: m.gather(x, 1, i),
+          inputs(normal(*X), ints(3, 2, high=4))),
+    _case("gather_dim0", "Gather", lambda m, x, i: m.gather(x, 0, i),
+          inputs(normal(*X), ints(2, 4, high=3)), in_dims=((0, 0), (1, None), (None, 0))),
+    _case("scatter_add", "ScatterAdd", lambda m, x, i, s: m.scatter_add(x, 1, i, s),
+          inputs(normal(*X), ints(3, 2, high=4), normal(3, 2))),
+    _case("scatter_add_dim0", "ScatterAdd", lambda m, x, i, s: m.scatter_add(x, 0, i, s),
+          inputs(normal(*X), ints(2, 4, high=3), normal(2, 4)),
+          in_dims=((0, 0, 0), (None, None, 0), (1, 0, None))),
+    _case("one_hot", "OneHot", lambda m, i: m.one_hot(i, num_classes=5),
+          inputs(ints(3, high=5)), jvp=False),
+    _case("nonzero", "Nonzero", lambda m, x: m.nonzero(x), inputs(bools(*X)), jvp=False,
+          vmap_error=True),
+]
+
+# ---- joining and padding --------------------------------------------------------------
+
+CASES += [
+    _case("cat", "Cat", lambda m, x, y: m.cat([x, y], dim=1), inputs(normal(*X), normal(3, 2))),
+    _case("cat_dim0_three", "Cat", lambda m, x, y: m.cat([x, y, x], dim=0),
+          inputs(normal(*X), normal(2, 4))),
+    _case("stack", "Stack", lambda m, x, y: m.stack([x, y], dim=1),
+          inputs(normal(*X), normal(*X))),
+    _case("stack_last", "Stack", lambda m, x, y: m.stack([x, y], dim=-1),
+          inputs(normal(*X), normal(*X))),
+    _case("pad", "Pad", lambda m, x: m.pad(x, (1, 2)), inputs(normal(*X))),
+    _case("pad_2d_value", "Pad", lambda m, x: m.pad(x, (1, 0, 2, 1), value=0.5),
+          inputs(normal(*X))),
+]
+
+# ---- matmul ---------------------------------------------------------------------------
+
+CASES += [
+    _case("matmul_vv", "Matmul", lambda m, a, b: m.matmul(a, b), inputs(normal(4), normal(4))),
+    _case("matmul_mv", "Matmul", lambda m, a, b: m.matmul(a, b), inputs(normal(*X), normal(4))),
+    _case("matmul_vm", "Matmul", lambda m, a, b: m.matmul(a, b),
+          inputs(normal(4), normal(4, 5))),
+    _case("matmul_mm", "Matmul", lambda m, a, b: m.matmul(a, b),
+          inputs(normal(*X), normal(4, 5))),
+    _case("matmul_bmm", "Matmul", lambda m, a, b: m.matmul(a, b),
+          inputs(normal(2, 3, 4), normal(2, 4, 5))),
+    _case("matmul_broadcast", "Matmul", lambda m, a, b: m.matmul(a, b),
+          inputs(normal(2, 3, 4), normal(4, 5))),
+]
