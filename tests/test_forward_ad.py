@@ -210,8 +210,6 @@ def test_missing_forward_rule_error():
         _NoJvp.apply(fwad.make_dual(x, gg.ones(3)))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: make_dual on a tensor that already has a tangent at "
-                   "the same level silently replaces it; torch refuses")
 def test_make_dual_of_a_dual_at_the_same_level_error():
     msg = ("Making a dual Tensor based on a Tensor that already has a forward gradient at the "
            "same level")
@@ -391,8 +389,6 @@ def _setitem(y, d):
     return y
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: in-place ops ignore forward AD: the result keeps "
-                   "the old tangent (or gets none); torch updates the tangent")
 @pytest.mark.parametrize("name", INPLACE)
 def test_inplace_ops_update_the_tangent(name):
     (x, v), (xt, vt) = both(rand(3), rand(3, seed=1))

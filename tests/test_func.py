@@ -370,8 +370,6 @@ def test_jvp_errors(call, message):
         call(F, x)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: func.jvp accepts a bare tensor as `tangents` "
-                   "(wraps it in a tuple); torch raises the structure-mismatch error")
 def test_jvp_tangents_must_match_primals_structure():
     (x,), (xt,) = both(np.ones(3))
     msg = r"Expected primals and tangents to have the same python structure"
@@ -455,8 +453,6 @@ def test_jacrev_has_aux():
     close(F.jacrev(f, has_aux=True)(x), TF.jacrev(f, has_aux=True)(xt))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: jacfwd(has_aux=True) fails: its internal "
-                   "vmap(out_dims=(0, None)) rejects the None entry of out_dims")
 def test_jacfwd_has_aux():
     (x,), (xt,) = both(rng_for("jf_aux").standard_normal(3))
     f = lambda a: (a.sin() * a.sum(), {"c": a.cos()})  # noqa: E731
@@ -538,8 +534,6 @@ def test_vmap_unbatched_output_is_expanded():
     close(F.vmap(lambda a: y * 2)(x), TF.vmap(lambda a: yt * 2)(xt))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a None in out_dims (the way to return an unbatched "
-                   "output) is rejected as a structure mismatch")
 def test_vmap_out_dims_none_for_unbatched_output():
     (x, y), (xt, yt) = both(np.ones((4, 3)), np.arange(3.0))
     f = lambda a, b: (a * b, b.sum())  # noqa: E731
@@ -547,15 +541,11 @@ def test_vmap_out_dims_none_for_unbatched_output():
           TF.vmap(f, in_dims=(0, None), out_dims=(0, None))(xt, yt))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: out_dims=None for a single unbatched output is "
-                   "rejected (torch returns the output as is)")
 def test_vmap_out_dims_none_single_output():
     (x, y), (xt, yt) = both(np.ones((4, 3)), np.arange(3.0))
     close(F.vmap(lambda a: y, out_dims=None)(x), TF.vmap(lambda a: yt, out_dims=None)(xt))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an out-of-range out_dims wraps around (modulo) "
-                   "instead of raising IndexError")
 @pytest.mark.parametrize("out_dims", [2, -3])
 def test_vmap_out_dims_out_of_range(out_dims):
     (x,), (xt,) = both(np.ones((4, 3)))
@@ -681,8 +671,6 @@ def test_vmap_nothing_mapped_error():
         F.vmap(lambda a, b: a + b, in_dims=(None, None))(x, x)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a None inside a nested in_dims (tuple, list or dict "
-                   "entry) is rejected as a structure mismatch: pytree flattening drops None")
 @pytest.mark.parametrize("variant", ["tuple", "list", "dict", "tuple_and_top_level_none"])
 def test_vmap_nested_in_dims_with_none(variant):
     (a, b), (at, bt) = both(rng_for("nested_none").standard_normal((5, 3)), np.arange(3.0))
@@ -844,10 +832,16 @@ VMAP_REVERSE_BUGS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: reverse mode inside vmap: the gradient w.r.t. an "
-                   "unbatched input is summed over the batch, and vmap(jacrev)/vmap(hessian) "
-                   "raise 'Mismatch in shape: grad_output[0] has a shape of ...'")
-@pytest.mark.parametrize("name", VMAP_REVERSE_BUGS)
+_VMAP_OF_JACREV = pytest.mark.xfail(strict=True, reason=(
+    "BUG: vmap(jacrev(f)) and vmap(hessian(f)) fail with 'Mismatch in shape': the engine "
+    "unwraps the cotangent (batched by jacrev's inner vmap) as if it belonged to the outer "
+    "vmap level of the output"))
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=_VMAP_OF_JACREV) if n in ("vmap_jacrev", "vmap_hessian",
+                                                   "vmap_jacrev_unbatched_w") else n
+    for n in VMAP_REVERSE_BUGS])
 def test_reverse_mode_inside_vmap(name):
     build, args = VMAP_REVERSE_BUGS[name]
     gs, ts = both(*args())
@@ -869,8 +863,6 @@ def test_results_on_plain_inputs_do_not_require_grad():
     assert all(no_grad_tree(r) for r in torch_results)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the aux output of grad/vjp(has_aux=True) keeps "
-                   "its graph (requires_grad=True, grad_fn set); torch.func returns it detached")
 @pytest.mark.parametrize("transform", ["grad", "vjp"])
 def test_aux_does_not_require_grad(transform):
     (x,), (xt,) = both(np.arange(3.0))
@@ -1230,7 +1222,6 @@ def _shared_vmap(case, variant, data):
 # ---- deterministic repros of the bugs the shared sweep classifies --------------------
 
 
-@pytest.mark.xfail(strict=True, reason=_ZERO_D_DIM)
 @pytest.mark.parametrize("name", ["softmax", "log_softmax", "cumsum"])
 def test_vmap_dim0_of_a_0d_example(name):
     (x,), (xt,) = both(np.arange(3.0))
@@ -1254,9 +1245,6 @@ def test_vmap_setitem_into_a_batched_tensor(in_dims):
           TF.vmap(_setitem_first, in_dims=in_dims)(at, vt))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: writing a batched value into an unbatched tensor "
-                   "inside vmap silently drops the values (returns zeros); torch raises 'vmap: "
-                   "inplace arithmetic(self, *extra_args) is not possible ...'")
 def test_vmap_setitem_batched_value_into_unbatched_tensor():
     (a, v), (at, vt) = both(np.zeros(3), np.arange(2.0) + 1)
     with pytest.raises(RuntimeError, match="vmap: inplace arithmetic"):
@@ -1265,7 +1253,6 @@ def test_vmap_setitem_batched_value_into_unbatched_tensor():
         F.vmap(_setitem_first, in_dims=(None, 0))(a, v)
 
 
-@pytest.mark.xfail(strict=True, reason=_INT_DIV)
 def test_int_true_division_by_a_0d_int_tensor():
     (a, b), (at, bt) = both(np.array([3, 4]), np.array(3))
     close(a / b, at / bt)

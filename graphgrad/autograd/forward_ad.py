@@ -151,6 +151,9 @@ def make_dual(tensor: Tensor, tangent: Tensor, *, level: JVPLevel | None = None)
                            f"that of the original Tensor, this is not supported. Tensor is of "
                            f"size {list(tensor.shape)} while the given forward gradient is of "
                            f"size {list(tangent.shape)}.")
+    if lvl.tangent(tensor) is not None:
+        raise RuntimeError(f"Making a dual Tensor based on a Tensor that already has a forward "
+                           f"gradient at the same level {lvl.index} is not supported.")
     # the alias is made below the level, so it carries no tangent of the level yet
     out = _below(lvl, lambda: tensor.view_as(tensor))
     lvl.attach(out, tangent)

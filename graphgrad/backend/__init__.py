@@ -114,6 +114,11 @@ def torch_promotion(out_dtype, arrays) -> xp.dtype | None:
     float64 comes out of inputs without float64. Returns the dtype to cast to, or None."""
     full = [a.dtype for a in arrays if isinstance(a, xp.ndarray) and a.ndim]
     zero = [a.dtype for a in arrays if isinstance(a, xp.ndarray) and not a.ndim]
+    top_in = max((_CATEGORY[d.kind] for d in full + zero), default=0)
+    if _CATEGORY[out_dtype.kind] > top_in:  # the op made the category (int / int, exp(int))
+        want = _default[0].np if out_dtype.kind == "f" else xp.dtype(
+            xp.complex64 if _default[0] is float32 else xp.complex128)
+        return None if want == out_dtype else want
     if full and zero:
         want = xp.result_type(*full)
         top = max(zero, key=lambda d: _CATEGORY[d.kind])

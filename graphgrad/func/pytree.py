@@ -37,24 +37,27 @@ class TreeSpec(NamedTuple):
 LEAF = TreeSpec("leaf", None, ())
 
 
-def tree_flatten(tree) -> tuple[list, TreeSpec]:
+def tree_flatten(tree, none_is_leaf: bool = False) -> tuple[list, TreeSpec]:
+    """Leaves and structure. ``none_is_leaf``: None counts as a leaf (vmap's in_dims and
+    out_dims use None for "not mapped")."""
     leaves: list = []
-    spec = _flatten(tree, leaves)
+    spec = _flatten(tree, leaves, none_is_leaf)
     return leaves, spec
 
 
-def _flatten(tree, leaves: list) -> TreeSpec:
-    if tree is None:
+def _flatten(tree, leaves: list, none_is_leaf: bool = False) -> TreeSpec:
+    if tree is None and not none_is_leaf:
         return TreeSpec("none", None, ())
+    n = none_is_leaf
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):
-        return TreeSpec("namedtuple", type(tree), tuple(_flatten(c, leaves) for c in tree))
+        return TreeSpec("namedtuple", type(tree), tuple(_flatten(c, leaves, n) for c in tree))
     if isinstance(tree, tuple):
-        return TreeSpec("tuple", None, tuple(_flatten(c, leaves) for c in tree))
+        return TreeSpec("tuple", None, tuple(_flatten(c, leaves, n) for c in tree))
     if isinstance(tree, list):
-        return TreeSpec("list", None, tuple(_flatten(c, leaves) for c in tree))
+        return TreeSpec("list", None, tuple(_flatten(c, leaves, n) for c in tree))
     if isinstance(tree, dict):
         keys = tuple(tree)
-        return TreeSpec("dict", keys, tuple(_flatten(tree[k], leaves) for k in keys))
+        return TreeSpec("dict", keys, tuple(_flatten(tree[k], leaves, n) for k in keys))
     leaves.append(tree)
     return LEAF
 

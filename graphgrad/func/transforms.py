@@ -20,9 +20,10 @@ from graphgrad.autograd import grad as autograd_grad
 from graphgrad.autograd.engine import _unwrap, toposort
 from graphgrad.autograd.forward_ad import active_levels, dual_level, make_dual, unpack_dual
 from graphgrad.tensor import Value, eye, zeros_like
+from graphgrad.tensor.dispatch import _stack
 
 from .pytree import tree_flatten, tree_map, tree_unflatten
-from .vmap import vmap
+from .vmap import BatchedTensor, VmapLevel, vmap
 
 __all__ = ["grad", "grad_and_value", "vjp", "jvp", "linearize", "jacrev", "jacfwd", "hessian",
            "hvp"]
@@ -52,11 +53,12 @@ def _norm_argnums(argnums, nargs: int, api: str) -> tuple[tuple, bool]:
     return tuple(out), single
 
 
-def _fresh(x):
+def _fresh(x, levels=()):
     """An alias of ``x`` that requires grad: it keeps x's tangents (forward AD), its
     batching (vmap) and, when x already requires grad, its history."""
     if not isinstance(x, Value):
         raise ValueError(f"Thing passed to transform API must be Tensor, got {type(x)}")
+    x = _expand_over(x, levels)
     y = x.view_as(x)
     if not y.requires_grad:
         y.requires_grad_(True)
@@ -65,14 +67,44 @@ def _fresh(x):
     return y
 
 
-def _diff_args(args: tuple, argnums: tuple):
+def _expand_over(x, levels):
+    """``x`` batched (by expansion) along each of ``levels`` it is not batched at."""
+    for level in levels:
+        if not _batched_at(x, level):
+            with level.lowered():
+                phys = x.unsqueeze(0).expand(level.size, *x.shape)
+            x = BatchedTensor(phys, 0, level)
+    return x
+
+
+def _batched_at(x, level) -> bool:
+    while isinstance(x, BatchedTensor):
+        if x._level is level:
+            return True
+        x = x._phys
+    return False
+
+
+def _levels_to_expand(out, flat_all) -> list:
+    """Inside vmap, the vmap levels at which the output is batched but an input is not.
+    Reverse mode records the physical tensors, so such a shared (unbatched) input would
+    receive the sum of the examples' gradients: the call is redone with the input
+    expanded along those levels, giving one gradient per example."""
+    outs = [o for o in tree_flatten(out)[0] if isinstance(o, Value)]
+    ins = [x for fresh in flat_all for x in fresh]
+    return [lvl for lvl in _stack if isinstance(lvl, VmapLevel)
+            and any(_batched_at(o, lvl) for o in outs)
+            and any(not _batched_at(x, lvl) for x in ins)]
+
+
+def _diff_args(args: tuple, argnums: tuple, levels=()):
     """Replace the differentiated args by fresh aliases; return the new args, the flat
     list of fresh leaves and the per-argnum specs."""
     args = list(args)
     flat_all, specs = [], []
     for a in argnums:
         leaves, spec = tree_flatten(args[a])
-        fresh = [_fresh(x) for x in leaves]
+        fresh = [_fresh(x, levels) for x in leaves]
         args[a] = tree_unflatten(fresh, spec)
         flat_all.append(fresh)
         specs.append(spec)
@@ -134,6 +166,11 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
         with enable_grad(), _transform():  # transforms ignore an enclosing no_grad
             new_args, flat_all, specs = _diff_args(args, nums)
             out = func(*new_args, **kwargs)
+            levels = _levels_to_expand(out[0] if has_aux and isinstance(out, tuple) else out,
+                                       flat_all)
+            if levels:
+                new_args, flat_all, specs = _diff_args(args, nums, levels)
+                out = func(*new_args, **kwargs)
             aux = None
             if has_aux:
                 if not (isinstance(out, tuple) and len(out) == 2):
@@ -154,7 +191,7 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
                 grads = [None] * len(leaves)
         g = _grads_to_structure(grads, flat_all, specs, single)
         g, out = _release(g), _release(out)
-        return (g, (out, aux)) if has_aux else (g, out)
+        return (g, (out, _release(aux))) if has_aux else (g, out)
     return wrapper
 
 
@@ -172,8 +209,14 @@ def grad(func, argnums=0, has_aux: bool = False):
 def vjp(func, *primals, has_aux: bool = False):
     """``(output, vjp_fn)``; ``vjp_fn(cotangents)`` returns one vjp per primal."""
     with enable_grad(), _transform():
-        new_primals, flat_all, specs = _diff_args(primals, tuple(range(len(primals))))
+        every = tuple(range(len(primals)))
+        new_primals, flat_all, specs = _diff_args(primals, every)
         out = func(*new_primals)
+        levels = _levels_to_expand(out[0] if has_aux and isinstance(out, tuple) else out,
+                                   flat_all)
+        if levels:
+            new_primals, flat_all, specs = _diff_args(primals, every, levels)
+            out = func(*new_primals)
     aux = None
     if has_aux:
         if not (isinstance(out, tuple) and len(out) == 2):
@@ -210,7 +253,7 @@ def vjp(func, *primals, has_aux: bool = False):
         return _release(_grads_to_structure(grads, flat_all, specs, False))
 
     shown = _release(out)
-    return (shown, vjp_fn, aux) if has_aux else (shown, vjp_fn)
+    return (shown, vjp_fn, _release(aux)) if has_aux else (shown, vjp_fn)
 
 
 # ---- forward mode --------------------------------------------------------------------
@@ -221,7 +264,7 @@ def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False)
         raise RuntimeError("jvp(f, primals, tangents): Expected primals to be a tuple. E.g. it "
                            "should be valid to call f(*primals).")
     flat_p, p_spec = tree_flatten(primals)
-    flat_t, t_spec = tree_flatten(tangents if isinstance(tangents, tuple) else (tangents,))
+    flat_t, t_spec = tree_flatten(tangents)
     if p_spec != t_spec:
         raise RuntimeError(f"jvp(f, primals, tangents): Expected primals and tangents to have "
                            f"the same python structure. For example, if primals is a tuple of "

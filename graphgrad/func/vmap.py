@@ -150,7 +150,7 @@ def _in_dims_leaves(in_dims, args_spec, name: str, args) -> list:
         if isinstance(d, int) or d is None:
             out += [d] * len(leaves)
         else:
-            sub = tree_flatten(d)[0]
+            sub = tree_flatten(d, none_is_leaf=True)[0]
             if len(sub) != len(leaves):
                 raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): in_dims is "
                                  f"not compatible with the structure of `inputs`. in_dims has "
@@ -200,9 +200,8 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
                                  f"-{x.ndim} <= in_dim < {x.ndim}.")
             sizes.append(x.shape[d])
         if not sizes:
-            raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): at least one "
-                             f"input must be a Tensor with a mapped dimension (in_dim not "
-                             f"None)")
+            raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): Expected at "
+                             f"least one Tensor to vmap over")
         if len(set(sizes)) > 1:
             raise ValueError(f"vmap: Expected all tensors to have the same size in the mapped "
                              f"dimension, got sizes {sizes} for the mapped dimension")
@@ -229,9 +228,9 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
 
 
 def _out_dims_leaves(out_dims, out_spec, name):
-    if isinstance(out_dims, int):
+    if isinstance(out_dims, int) or out_dims is None:
         return [out_dims] * out_spec.num_leaves
-    leaves = tree_flatten(out_dims)[0]
+    leaves = tree_flatten(out_dims, none_is_leaf=True)[0]
     if len(leaves) != out_spec.num_leaves:
         raise ValueError(f"vmap({name}, ..., out_dims={out_dims})(<inputs>): out_dims is not "
                          f"compatible with the structure of `outputs`. out_dims has structure "
@@ -255,6 +254,9 @@ def _run(func, flat, spec, dims, size, kwargs, out_dims, randomness, name):
         if not isinstance(y, Value):
             raise ValueError(f"vmap({name}, ...): `{name}` must only return Tensors, got type "
                              f"{type(y)}. Did you mean to set out_dims= to None for output?")
+        if od is not None and not -(y.ndim + 1) <= od <= y.ndim:
+            raise IndexError(f"Dimension out of range (expected to be in range of "
+                             f"[{-(y.ndim + 1)}, {y.ndim}], but got {od})")
         if isinstance(y, BatchedTensor) and y._level is level:
             phys, bd = y._phys, y._bdim
             if od is None:

@@ -77,13 +77,45 @@ def _old_identity(t: Tensor) -> Tensor:
     return old
 
 
+_VMAP_INPLACE = ("vmap: inplace arithmetic(self, *extra_args) is not possible because there "
+                 "exists a Tensor `other` in extra_args that has more elements than `self`. This "
+                 "happened due to `other` being vmapped over but `self` not being vmapped over "
+                 "in a vmap. Please try to use out-of-place operators instead of inplace "
+                 "arithmetic.")
+
+
+def _is_wrapper(t) -> bool:
+    """vmap's batched tensors hold their values elsewhere; their _array is a stand-in."""
+    return hasattr(type(t), "_unwrap_for_autograd")
+
+
+def _carry_tangents(t: Tensor, result: Tensor) -> None:
+    """Forward-AD tangents of the new value move to the tensor written in place."""
+    fw = result._ext.fw if result._ext is not None else None
+    old = t._ext.fw if t._ext is not None else None
+    if not fw and not old:
+        return
+    ext = t._ensure_ext()
+    for level in list(old or ()):
+        if not fw or level not in fw:
+            del ext.fw[level]  # the new value does not depend on that level's input
+    for level, tangent in (fw or {}).items():
+        level.attach(t, tangent)
+
+
 def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
     """``t <- fn(t, *args, **kw)`` in place; returns ``t``."""
+    if _is_wrapper(t):
+        raise NotImplementedError(f"vmap: {name} on a batched tensor is not supported; use the "
+                                  f"out-of-place op")
     recording = is_grad_enabled() and (t._rg or any(needs_grad(a) for a in args))
     if not recording:
         result = fn(t, *args, **kw)
+        if _is_wrapper(result):
+            raise RuntimeError(_VMAP_INPLACE)
         _write(t, result._array, name)
         _bump(t)
+        _carry_tangents(t, result)
         return t
     _check_allowed(t)
     if t._ext is not None and t._ext.base is not None:
@@ -92,6 +124,8 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
         t._vc = [0]
     old = _old_identity(t)
     result = fn(old, *args, **kw)
+    if _is_wrapper(result):
+        raise RuntimeError(_VMAP_INPLACE)
     if result._array.shape != t._array.shape:
         _write(t, result._array, name)  # raises the shape error
     saves = saved_inputs(result.op, result.inputs, result.params) if result.op is not None \
@@ -109,6 +143,7 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
     ext = t._ensure_ext()
     ext.prev = old
     ext.born = version
+    _carry_tangents(t, result)
     return t
 
 

@@ -122,13 +122,17 @@ class Prod(_Reduce):
     def vjp(g, out, a, *, dim, keepdim, dtype=None):
         # d prod / d a_i = prod of the others. Where a_i != 0 that is out / a_i; at a
         # zero it is the product of the non-zeros if that zero is the only one, else 0.
+        # That 0 must still have the right derivative (second order): with exactly two
+        # zeros a_i, a_k the product of the others is (non-zeros) * a_k, and a_k is written
+        # (sum of the zeros) - a_i; with three or more it is flat to first order.
         shape = a.shape
         out_e = expand_back(out, shape, dim, keepdim)
         is_zero = a == 0
         nonzero_prod = where(is_zero, 1.0, a).prod(dim=dim, keepdim=True).expand(shape)
         zeros = is_zero.sum(dim=dim, keepdim=True).expand(shape)
-        others = where(is_zero, where(zeros == 1, nonzero_prod, 0.0),
-                       out_e / where(is_zero, 1.0, a))
+        other_zero = where(is_zero, a, 0.0).sum(dim=dim, keepdim=True).expand(shape) - a
+        at_zero = nonzero_prod * where(zeros == 1, 1.0, where(zeros == 2, other_zero, 0.0))
+        others = where(is_zero, at_zero, out_e / where(is_zero, 1.0, a))
         return (expand_back(g, shape, dim, keepdim) * others,)
 
 
@@ -272,7 +276,7 @@ class _SoftmaxBase(Op):
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):
-        return cls.apply(to_front(vals[0], bdims[0]), dim=dim + 1), 0
+        return _along_dim_batched(cls, vals[0], bdims[0], dim), 0
 
 
 class Softmax(_SoftmaxBase):
@@ -335,10 +339,19 @@ class Cumsum(Op):
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):
-        return cls.apply(to_front(vals[0], bdims[0]), dim=dim + 1), 0
+        return _along_dim_batched(cls, vals[0], bdims[0], dim), 0
 
 
 # ---- user functions ------------------------------------------------------------------
+
+def _along_dim_batched(op, a, bdim, dim: int):
+    """Apply an op along ``dim`` of each example: the batch goes first; a 0-d example
+    gets a dim of its own for the op and loses it after."""
+    a = to_front(a, bdim)
+    if a.ndim == 1:
+        return op.apply(a.unsqueeze(1), dim=1).squeeze(1)
+    return op.apply(a, dim=dim + 1)
+
 
 def _dims(input, dim, name):
     return normalize_dims(dim, input.ndim, name)
