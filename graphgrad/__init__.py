@@ -17,6 +17,9 @@ from .autograd import enable_grad, inference_mode, no_grad, set_grad_enabled
 from . import func
 from . import numdiff
 from . import nn
+from . import optim
+from . import utils
+from .serialization import load, save
 from . import graph
 from . import static
 

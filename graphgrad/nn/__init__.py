@@ -1,6 +1,9 @@
-"""Layer ``nn``: neural-network building blocks. For now ``functional``; modules come
-with the nn issue."""
+"""Layer ``nn``: neural-network building blocks in PyTorch's shape: ``Module`` and its
+layers, ``Parameter``, ``init`` and ``functional``."""
 
-from . import functional
+from . import functional, init
+from .modules import *  # noqa: F401,F403
+from .modules import __all__ as _modules_all
+from .parameter import Buffer, Parameter
 
-__all__ = ["functional"]
+__all__ = ["functional", "init", "Parameter", "Buffer", *_modules_all]

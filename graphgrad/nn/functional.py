@@ -11,10 +11,13 @@ from graphgrad.ops import gelu, log_softmax, one_hot, pad, relu, sigmoid, silu, 
 from graphgrad.ops import tanh
 from graphgrad.tensor import Tensor, Value
 
+from .patches import avg_pool2d, conv2d, fold, max_pool2d, unfold  # noqa: F401
+
 __all__ = ["relu", "gelu", "softplus", "sigmoid", "tanh", "silu", "softmax", "log_softmax",
            "one_hot", "pad", "linear", "mse_loss", "l1_loss", "nll_loss", "cross_entropy",
            "binary_cross_entropy", "binary_cross_entropy_with_logits", "leaky_relu", "elu",
-           "logsigmoid", "dropout", "normalize", "huber_loss", "smooth_l1_loss"]
+           "logsigmoid", "dropout", "normalize", "huber_loss", "smooth_l1_loss", "layer_norm",
+           "embedding", "unfold", "fold", "conv2d", "max_pool2d", "avg_pool2d"]
 
 
 def _reduce(loss: Tensor, reduction: str, name: str) -> Tensor:
@@ -143,6 +146,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     """Softmax cross entropy of logits ``input`` (N, C) against class indices (or class
     probabilities, a float tensor of the input's shape)."""
     class_dim = 0 if input.ndim == 1 else 1
+    if _plain_classification(input, target, weight, ignore_index, reduction, label_smoothing):
+        return _cross_entropy_mean(input, target)
     logp = log_softmax(input, dim=class_dim)
     c = input.shape[class_dim]
     if isinstance(target, Value) and target._array.dtype.kind == "f":  # probabilities
@@ -172,6 +177,32 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     else:
         smooth = smooth.reshape(tuple(target.shape))
     return (1 - label_smoothing) * nll + (label_smoothing / c) * smooth
+
+
+def _plain_classification(input, target, weight, ignore_index, reduction, smoothing) -> bool:
+    """The training-loop case: (N, C) logits, N class indices, all valid, mean, no
+    weights or smoothing."""
+    if (input.ndim != 2 or weight is not None or smoothing or reduction != "mean"
+            or not isinstance(target, Value) or target.ndim != 1
+            or target._array.dtype.kind not in "iu" or target.shape[0] != input.shape[0]
+            or target.shape[0] == 0):
+        return False
+    t = target._array
+    return not bool((t == ignore_index).any())
+
+
+def _cross_entropy_mean(input, target):
+    """``-mean(log_softmax(x)[i, t_i])`` with a one-hot mask instead of a gather: the same
+    value, and its backward is one multiply where a gather's is a scatter (``np.add.at``)
+    plus bookkeeping; 4 ops in all, which matters in a small training step."""
+    n, c = input.shape
+    t = target._array
+    bad = (t < 0) | (t >= c)
+    if bad.any():
+        raise IndexError(f"nll_loss: Target {int(t[bad][0])} is out of bounds (number of "
+                         f"classes: {c}).")
+    mask = one_hot(target, c)
+    return (log_softmax(input, dim=1) * mask).sum() * (-1.0 / n)
 
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
@@ -206,3 +237,40 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction, "binary_cross_entropy_with_logits")
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """Normalise over the trailing ``normalized_shape`` dims (biased variance), then
+    scale and shift."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(input.shape[input.ndim - len(shape):]) != shape:
+        raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape "
+                           f"[*, {', '.join(map(str, shape))}], but got input of size"
+                           f"{list(input.shape)}")
+    dims = tuple(range(input.ndim - len(shape), input.ndim))
+    centered = input - input.mean(dim=dims, keepdim=True)
+    var = (centered * centered).mean(dim=dims, keepdim=True)
+    out = centered * ops.rsqrt(var + eps)
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def embedding(input, weight, padding_idx: int | None = None, max_norm=None,
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False):
+    """Rows of ``weight`` picked by the integer ``input``; no gradient reaches the
+    ``padding_idx`` row."""
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not "
+                                  "supported")
+    if not isinstance(input, Value) or input._array.dtype.kind not in "iu":
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the "
+                           "following scalar types: Long, Int")
+    out = weight[input]
+    if padding_idx is not None:
+        if padding_idx < 0:
+            padding_idx += weight.shape[0]
+        out = out * (input != padding_idx).unsqueeze(-1).to(weight.dtype)
+    return out

@@ -144,7 +144,10 @@ class Pow(Elementwise):
 
     @staticmethod
     def forward(a, b):
-        return xp.power(a, b)
+        out = xp.power(a, b)
+        if xp.result_type(a, b) == xp.bool_:  # NumPy has no bool loop (int8); PyTorch keeps bool
+            return out.astype(xp.bool_)
+        return out
 
     @staticmethod
     def vjp(g, out, a, b):

@@ -176,6 +176,8 @@ def normalize_dims(dim, ndim: int, op: str = "") -> tuple:
     if isinstance(dim, int):
         dim = (dim,)
     out = tuple(sorted({normalize_dim(d, ndim, op) for d in dim}))
+    if ndim == 0:  # dim 0 (or -1) of a 0-d tensor is the tensor itself: nothing to reduce
+        return ()
     if len(out) != len(dim):
         raise RuntimeError(f"{op}: dim {dim} appears multiple times in the list of dims")
     return out

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from graphgrad.backend import xp
+from graphgrad.backend import torch_promotion, xp
 
-from .base import NO_PARAMS, Spec, broadcast_shapes
-from .elementwise import Elementwise
+from .base import NO_PARAMS
+from .elementwise import _WIDE, Elementwise
 
 __all__ = ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
            "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where",
@@ -93,13 +93,19 @@ class Where(Elementwise):
 
     holomorphic = True
     saves_inputs = (0,)  # only the condition is read by the rule
+    promotes = False  # the condition takes no part in type promotion: forward promotes
 
     @staticmethod
     def forward(cond, a, b):
         if getattr(cond, "dtype", None) != xp.bool_:
             raise TypeError(f"where expected condition to be a boolean tensor, but got a tensor "
                             f"with dtype {getattr(cond, 'dtype', type(cond).__name__)}")
-        return xp.where(cond, a, b)
+        out = xp.asarray(xp.where(cond, a, b))
+        if out.dtype in _WIDE:
+            cast = torch_promotion(out.dtype, [a, b])
+            if cast is not None:
+                out = out.astype(cast)
+        return out
 
     @staticmethod
     def vjp(g, out, cond, a, b):
@@ -109,15 +115,6 @@ class Where(Elementwise):
     def jvp(dots, out, cond, a, b):
         da, db = dots[1], dots[2]
         return where(cond, 0.0 if da is None else da, 0.0 if db is None else db)
-
-    @classmethod
-    def infer(cls, cond, a, b) -> Spec:
-        if isinstance(cond, Spec) and cond.dtype != xp.bool_:
-            raise TypeError(f"where expected condition to be a boolean tensor, but got a tensor "
-                            f"with dtype {cond.dtype}")
-        shapes = [s.shape for s in (cond, a, b) if isinstance(s, Spec)]
-        dt = xp.result_type(*[s.dtype if isinstance(s, Spec) else s for s in (a, b)])
-        return Spec(broadcast_shapes("where", *shapes), dt)
 
 
 def _binary(op):

@@ -216,29 +216,47 @@ class IndexPut(Op):
 
 def getitem(input, index):
     spec, tensors = parse_index(index)
-    if tensors and any(type(s) is int for s in spec) and all(t.ndim for t in tensors):
+    if _ints_among_index_tensors(tensors, spec):
         return _ints_first(input, spec, tensors)
     return _getitem(input, spec, tensors)
 
 
+def _is_int_scalar(t) -> bool:
+    """A 0-d integer index tensor, which PyTorch indexes with as with an int."""
+    return t.ndim == 0 and t._array.dtype != xp.bool_
+
+
+def _ints_among_index_tensors(tensors: list, spec: tuple) -> bool:
+    if any(t.ndim == 0 and not _is_int_scalar(t) for t in tensors):
+        return False  # a 0-d bool index adds an axis: NumPy's rule stands
+    ints = sum(type(s) is int for s in spec) + sum(_is_int_scalar(t) for t in tensors)
+    return ints > 0 and any(not _is_int_scalar(t) for t in tensors)
+
+
 def _ints_first(input, spec: tuple, tensors: list):
-    """PyTorch applies integer indices first (as ``select``), so an int never joins the
-    index tensors in NumPy's rule that separated index tensors put their dims first:
-    ``x[0, :, idx]`` is ``x[0][:, idx]``. Index with the ints, then with the tensors."""
-    basic, rest = [], []
+    """PyTorch applies integer indices (ints and 0-d integer tensors) first, as ``select``,
+    so they never join the index tensors in NumPy's rule that separated index tensors put
+    their dims first: ``x[0, :, idx]`` is ``x[0][:, idx]``. Index with the ints, then with
+    the tensors."""
+    basic, basic_tensors, rest, rest_tensors = [], [], [], []
     it = iter(tensors)
     for s in spec:
         if s == _T and isinstance(s, str):
             t = next(it)
+            if _is_int_scalar(t):
+                basic.append(_T)
+                basic_tensors.append(t)
+                continue
             # a bool mask stands for as many dims as it has
             basic += [_FULL] * (t.ndim if t._array.dtype == xp.bool_ else 1)
             rest.append(_T)
+            rest_tensors.append(t)
         elif type(s) is int:
             basic.append(s)
         else:
             basic.append(s)
             rest.append(s if s is Ellipsis else _FULL)  # a None's new axis now exists
-    return _getitem(_getitem(input, tuple(basic), []), tuple(rest), tensors)
+    return _getitem(_getitem(input, tuple(basic), basic_tensors), tuple(rest), rest_tensors)
 
 
 def _getitem(input, spec: tuple, tensors: list):

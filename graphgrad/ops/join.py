@@ -3,7 +3,7 @@ slices, so they need no op of their own)."""
 
 from __future__ import annotations
 
-from graphgrad.backend import xp
+from graphgrad.backend import result_float_dtype, xp
 
 from .base import Op, Spec, normalize_dim
 from .batching import all_to_front, to_front
@@ -28,11 +28,11 @@ def _slice_along(t, dim: int, start: int, stop: int):
 
 
 class _Join(Op):
-    """cat and stack: linear in all their inputs together."""
+    """cat and stack: linear in all their inputs together. Their dtype follows PyTorch's
+    promotion (float32 with int64 gives float32, where NumPy gives float64)."""
 
     holomorphic = True
     saves_inputs = ()
-    promotes = False
 
     @classmethod
     def jvp(cls, dots, out, *inputs, dim):
@@ -74,7 +74,7 @@ class Cat(_Join):
         sizes = [s.shape[dim] for s in specs]
         total = None if None in sizes else sum(sizes)
         shape = first.shape[:dim] + (total,) + first.shape[dim + 1:]
-        return Spec(shape, xp.result_type(*[s.dtype for s in specs]))
+        return Spec(shape, _promoted(specs))
 
 
 class Stack(_Join):
@@ -96,7 +96,7 @@ class Stack(_Join):
                                    f"{list(first.shape)} at entry 0 and {list(s.shape)} at "
                                    f"entry {i}")
         shape = first.shape[:dim] + (len(specs),) + first.shape[dim:]
-        return Spec(shape, xp.result_type(*[s.dtype for s in specs]))
+        return Spec(shape, _promoted(specs))
 
 
 class Pad(Op):
@@ -133,6 +133,15 @@ class Pad(Op):
     @classmethod
     def batch(cls, vals, bdims, *, pad, value):
         return cls.apply(to_front(vals[0], bdims[0]), pad=pad, value=value), 0
+
+
+def _promoted(specs) -> xp.dtype:
+    """The dtype dispatch gives cat and stack: NumPy's, less any float64 that no input
+    has."""
+    dtypes = [s.dtype for s in specs]
+    dt = xp.result_type(*dtypes)
+    cast = result_float_dtype(dt, *dtypes)
+    return xp.dtype(cast if cast is not None else dt)
 
 
 def _widths(ndim: int, pad: tuple) -> list:

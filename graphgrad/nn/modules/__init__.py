@@ -1,0 +1,18 @@
+"""Layer ``nn``: the module classes (``Module`` and the layers built on it)."""
+
+from .activation import *  # noqa: F401,F403
+from .container import ModuleDict, ModuleList, Sequential
+from .conv import Conv2d
+from .dropout import Dropout
+from .flatten import Flatten, Unflatten
+from .linear import Identity, Linear
+from .loss import *  # noqa: F401,F403
+from .module import Module
+from .normalization import LayerNorm
+from .pooling import AvgPool2d, MaxPool2d
+from .sparse import Embedding
+from . import activation, loss
+
+__all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Linear", "Conv2d",
+           "Dropout", "Flatten", "Unflatten", "LayerNorm", "MaxPool2d", "AvgPool2d",
+           "Embedding", *activation.__all__, *loss.__all__]

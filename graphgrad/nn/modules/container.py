@@ -1,0 +1,149 @@
+"""Layer ``nn``: containers: ``Sequential``, ``ModuleList``, ``ModuleDict``."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
+
+from .module import Module
+
+__all__ = ["Sequential", "ModuleList", "ModuleDict"]
+
+
+def _index(i: int, n: int) -> int:
+    if not -n <= i < n:
+        raise IndexError(f"index {i} is out of range")
+    return i % n
+
+
+class Sequential(Module):
+    """Modules applied in order: ``Sequential(a, b)`` or ``Sequential(OrderedDict(...))``."""
+
+    def __init__(self, *args) -> None:
+        super().__init__()
+        if len(args) == 1 and isinstance(args[0], OrderedDict):
+            for name, m in args[0].items():
+                self.add_module(name, m)
+        else:
+            for i, m in enumerate(args):
+                self.add_module(str(i), m)
+
+    def __getitem__(self, idx):
+        items = list(self._modules.items())
+        if isinstance(idx, slice):
+            return Sequential(OrderedDict(items[idx]))
+        return items[_index(idx, len(items))][1]
+
+    def __setitem__(self, idx: int, module: Module) -> None:
+        key = list(self._modules)[_index(idx, len(self._modules))]
+        self.add_module(key, module)
+
+    def __delitem__(self, idx) -> None:
+        keys = list(self._modules)
+        for k in (keys[idx] if isinstance(idx, slice) else [keys[_index(idx, len(keys))]]):
+            del self._modules[k]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def append(self, module: Module) -> Sequential:
+        self.add_module(str(len(self)), module)
+        return self
+
+    def forward(self, input):
+        for m in self._modules.values():
+            input = m(input)
+        return input
+
+
+class ModuleList(Module):
+    """A list of modules, registered (so their parameters are found)."""
+
+    def __init__(self, modules: Iterable[Module] | None = None) -> None:
+        super().__init__()
+        if modules is not None:
+            self.extend(modules)
+
+    def __getitem__(self, idx):
+        mods = list(self._modules.values())
+        if isinstance(idx, slice):
+            return ModuleList(mods[idx])
+        return mods[_index(idx, len(mods))]
+
+    def __setitem__(self, idx: int, module: Module) -> None:
+        self.add_module(str(_index(idx, len(self))), module)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def append(self, module: Module) -> ModuleList:
+        self.add_module(str(len(self)), module)
+        return self
+
+    def extend(self, modules: Iterable[Module]) -> ModuleList:
+        for m in modules:
+            self.append(m)
+        return self
+
+    def insert(self, index: int, module: Module) -> None:
+        mods = list(self._modules.values())
+        mods.insert(index, module)
+        self._modules.clear()
+        for i, m in enumerate(mods):
+            self.add_module(str(i), m)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("ModuleList has no forward: iterate over it")
+
+
+class ModuleDict(Module):
+    """A dict of modules, registered, in insertion order."""
+
+    def __init__(self, modules: Mapping[str, Module] | None = None) -> None:
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key: str) -> Module:
+        return self._modules[key]
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        self.add_module(key, module)
+
+    def __delitem__(self, key: str) -> None:
+        del self._modules[key]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._modules
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+    def pop(self, key: str) -> Module:
+        return self._modules.pop(key)
+
+    def update(self, modules) -> None:
+        pairs = modules.items() if isinstance(modules, Mapping) else modules
+        for k, m in pairs:
+            self[k] = m
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("ModuleDict has no forward: index it")

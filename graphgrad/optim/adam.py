@@ -1,0 +1,94 @@
+"""Layer ``optim``: Adam (Kingma & Ba 2014) and AdamW (decoupled weight decay,
+Loshchilov & Hutter 2019), with PyTorch's update exactly:
+
+    p = p * (1 - lr * weight_decay)                       (AdamW only)
+    g = grad + weight_decay * p                           (Adam only)
+    m = m + (1 - beta1) * (g - m);  v = beta2 * v + (1 - beta2) * g * g
+    vmax = max(vmax, v)                                   (amsgrad: use vmax for v)
+    p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from graphgrad.autograd import no_grad
+from graphgrad.ops import maximum
+from graphgrad.tensor import tensor, zeros_like
+
+from .optimizer import Optimizer
+
+__all__ = ["Adam", "AdamW"]
+
+
+class Adam(Optimizer):
+    _decoupled = False
+
+    def __init__(self, params: Iterable, lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, amsgrad: bool = False, *,
+                 maximize: bool = False) -> None:
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if eps < 0.0:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        for i, b in enumerate(betas):
+            if not 0.0 <= b < 1.0:
+                raise ValueError(f"Invalid beta parameter at index {i}: {b}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize))
+
+    def step(self, closure: Callable | None = None):
+        loss = self._closure_loss(closure)
+        with no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p._grad is not None:
+                        self._update(p, group)
+        return loss
+
+    def _update(self, p, group: dict) -> None:
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        wd, amsgrad = group["weight_decay"], group["amsgrad"]
+        g = -p._grad if group["maximize"] else p._grad
+        state = self.state[p]
+        if not state:
+            state["step"] = tensor(0.0)  # a float32 0-d tensor, as PyTorch keeps it
+            state["exp_avg"] = zeros_like(p)
+            state["exp_avg_sq"] = zeros_like(p)
+            if amsgrad:
+                state["max_exp_avg_sq"] = zeros_like(p)
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        state["step"].add_(1)
+        step = float(state["step"])
+        if wd != 0:
+            if self._decoupled:
+                p.mul_(1 - lr * wd)
+            else:
+                g = g.add(p, alpha=wd)
+        m.add_(g - m, alpha=1 - beta1)  # lerp_(g, 1 - beta1)
+        v.mul_(beta2).add_(g * g, alpha=1 - beta2)
+        bias_correction1 = 1 - beta1 ** step
+        bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
+        if amsgrad:
+            vmax = state["max_exp_avg_sq"]
+            vmax.copy_(maximum(vmax, v))
+            v = vmax
+        denom = (v.sqrt() / bias_correction2_sqrt).add_(eps)
+        p.add_(m / denom, alpha=-lr / bias_correction1)
+
+
+class AdamW(Adam):
+    """Adam with the weight decay applied to the parameters, not the gradient
+    (default ``weight_decay=1e-2``)."""
+
+    _decoupled = True
+
+    def __init__(self, params: Iterable, lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, amsgrad: bool = False, *,
+                 maximize: bool = False) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)

@@ -1,0 +1,71 @@
+"""The digits training job end to end (one epoch), its checkpoint, and the example."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import graphgrad as gg
+
+pytest.importorskip("sklearn")
+
+from graphgrad.serialization import load  # noqa: E402
+from graphgrad.train import load_digits_split, make_model, train_digits  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_split_is_held_out_and_stratified():
+    xtr, ytr, xte, yte = load_digits_split(0)
+    assert xtr.shape[1] == 64 and len(xtr) + len(xte) == 1797 and len(xte) == 359
+    assert xtr.dtype == np.float32 and 0 <= xtr.min() and xtr.max() <= 1
+    assert np.bincount(yte).min() >= 35
+    a = load_digits_split(0)[2]
+    assert np.array_equal(a, xte) and not np.array_equal(load_digits_split(1)[2], xte)
+
+
+def test_train_one_epoch_mlp(tmp_path, capsys):
+    r = train_digits(epochs=1, quiet=True, out_dir=tmp_path, plot=False)
+    out = capsys.readouterr().out
+    assert f"test accuracy: {r['test_accuracy']:.4f}" in out
+    assert "mean step time:" in out and f"checkpoint: {tmp_path}" in out
+    assert 0.7 <= r["test_accuracy"] <= 1.0  # one epoch of Adam: ~0.8
+    assert r["step_time_ms"] > 0 and len(r["history"]["step_loss"]) == 23
+    ckpt = load(r["checkpoint"])
+    assert ckpt["config"]["model"] == "mlp" and ckpt["test_accuracy"] == r["test_accuracy"]
+    model = make_model("mlp")
+    model.load_state_dict(ckpt["model"])
+    _, _, xte, yte = load_digits_split(0)
+    with gg.no_grad():
+        acc = float((model(gg.tensor(xte)).argmax(dim=1) == gg.tensor(yte)).float().mean())
+    assert acc == pytest.approx(r["test_accuracy"])
+
+
+def test_train_is_reproducible_and_cnn_runs(tmp_path):
+    a = train_digits(epochs=1, quiet=True, out_dir=tmp_path, plot=False, optimizer="sgd",
+                     lr=0.05)
+    b = train_digits(epochs=1, quiet=True, out_dir=tmp_path, plot=False, optimizer="sgd",
+                     lr=0.05)
+    assert a["history"]["step_loss"] == b["history"]["step_loss"]
+    c = train_digits(model="cnn", epochs=1, batch_size=128, quiet=True, out_dir=tmp_path,
+                     plot=False, optimizer="adamw", lr=3e-3)
+    assert Path(c["checkpoint"]).name == "digits_cnn.npz" and c["test_accuracy"] > 0.3
+
+
+def test_bad_choices_raise():
+    with pytest.raises(ValueError, match="unknown model"):
+        make_model("rnn")
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        train_digits(epochs=0, optimizer="rmsprop", quiet=True, plot=False)
+
+
+def test_example_script_runs(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("digits_train",
+                                                  ROOT / "examples" / "digits_train.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    r = mod.main(["--epochs", "1", "--quiet", "--no-plot", "--out", str(tmp_path)])
+    assert r["epochs"] == 1 and "test accuracy" in capsys.readouterr().out
