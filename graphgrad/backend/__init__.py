@@ -112,6 +112,15 @@ def torch_promotion(out_dtype, arrays) -> xp.dtype | None:
     A 0-d tensor counts only when it is of a higher category (bool < int < float <
     complex) than the other tensors, and then gives that category's default dtype; no
     float64 comes out of inputs without float64. Returns the dtype to cast to, or None."""
+    same = False  # fast path: every array input already has out_dtype, so it stands
+    for a in arrays:
+        if isinstance(a, xp.ndarray):
+            if a.dtype != out_dtype:
+                break
+            same = True
+    else:
+        if same:
+            return None
     full = [a.dtype for a in arrays if isinstance(a, xp.ndarray) and a.ndim]
     zero = [a.dtype for a in arrays if isinstance(a, xp.ndarray) and not a.ndim]
     top_in = max((_CATEGORY[d.kind] for d in full + zero), default=0)

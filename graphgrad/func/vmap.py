@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 
-from graphgrad.backend import xp
+from graphgrad.autograd.engine import _dummy
 from graphgrad.tensor import Interpreter, Tensor, Value, dispatch, pop_interpreter
 from graphgrad.tensor import push_interpreter
 
@@ -37,8 +37,8 @@ class BatchedTensor(Tensor):
         shape = list(phys._array.shape)
         del shape[bdim]
         # a zero-stride stand-in gives the logical shape and dtype to code that reads
-        # _array's metadata; values must come from _phys
-        self._array = xp.broadcast_to(xp.zeros((), phys._array.dtype), tuple(shape))
+        # _array's metadata; values must come from _phys (shared per shape and dtype)
+        self._array = _dummy(tuple(shape), phys._array.dtype)
         self.op = None
         self.inputs = ()
         self.params = None

@@ -60,9 +60,18 @@ class Matmul(Op):
     @classmethod
     def batch(cls, vals, bdims):
         """Batch dim first; a batched vector becomes a one-row (or one-column) matrix so
-        the batch is not mistaken for a matrix dim; then batch ranks are lined up."""
+        the batch is not mistaken for a matrix dim; then batch ranks are lined up.
+
+        When one side is an unbatched vector or matrix and the other a batch of vectors
+        or matrices, the batch is folded into the rows (batched left side) or columns
+        (batched right side) of one product: one BLAS gemm/gemv instead of NumPy's loop
+        of one small product per example."""
         (a, b), (da, db) = vals, bdims
         la, lb = logical_ndim(a, da), logical_ndim(b, db)
+        if (da is None) != (db is None) and 1 <= la <= 2 and 1 <= lb <= 2:
+            folded = _fold(a, b, da, db, la, lb)
+            if folded is not None:
+                return folded
         a, b = to_front(a, da), to_front(b, db)
         if da is not None and la == 1:
             a = a.unsqueeze(1)
@@ -96,6 +105,36 @@ class Matmul(Op):
         dt = xp.result_type(a.dtype, b.dtype)
         cast = result_float_dtype(dt, a.dtype, b.dtype)
         return Spec(shape, cast if cast is not None else dt)
+
+
+def _fold(a, b, da, db, la, lb):
+    """Matmul.batch when exactly one side is batched and both are logical vectors or
+    matrices: the batch becomes extra rows or columns of a single product. Returns
+    None (the general rule runs and reports the error) when the inner dims differ."""
+    if db is None:  # batched left side: a (B, k) or (B, m, k); b (k,) or (k, n)
+        a = to_front(a, da)
+        size, k = a.shape[0], a.shape[-1]
+        if k != b.shape[0]:
+            return None
+        if la == 1:  # (B, k) @ b: already one product
+            return Matmul.apply(a, b), 0
+        m = a.shape[1]
+        out = Matmul.apply(a.reshape(size * m, k), b)  # (B*m,) or (B*m, n)
+        return out.reshape(size, m, *b.shape[1:]), 0
+    b = to_front(b, db)  # batched right side: b (B, k) or (B, k, n); a (k,) or (m, k)
+    size, k = b.shape[0], b.shape[1]
+    if a.shape[-1] != k:
+        return None
+    if lb == 1:  # a @ b.mT: (m, B) or (B,)
+        if la == 1:
+            return Matmul.apply(b, a), 0
+        return Matmul.apply(a, b.mT), 1
+    n = b.shape[2]
+    cols = b.movedim(0, 1).reshape(k, size * n)  # a view when n == 1
+    out = Matmul.apply(a, cols)  # (B*n,) or (m, B*n)
+    if la == 1:
+        return out.reshape(size, n), 0
+    return out.reshape(a.shape[0], size, n), 1
 
 
 def _example(v, bdim) -> Spec:
