@@ -1039,11 +1039,15 @@ def test_op_case_dispatches_its_ops(case):
     assert set(case.ops) <= rec.seen, (case.ops, rec.seen)
 
 
+# graphgrad's own ops: tests may register throwaway ops of their own (e.g. a wrong vjp)
+BUILTIN = {n: op for n, op in REGISTRY.items() if op.__module__.startswith("graphgrad.")}
+
+
 def test_every_registered_op_has_jvp_and_vmap_cases():
     vmapped = {op for c in CASES for op in c.ops}
     jvped = {op for c in CASES if c.jvp for op in c.ops}
-    missing_vmap = sorted(set(REGISTRY) - vmapped)
-    missing_jvp = sorted(n for n, op in REGISTRY.items() if op.differentiable and n not in jvped)
+    missing_vmap = sorted(set(BUILTIN) - vmapped)
+    missing_jvp = sorted(n for n, op in BUILTIN.items() if op.differentiable and n not in jvped)
     assert not missing_vmap, f"ops without a vmap case: {missing_vmap}"
     assert not missing_jvp, f"differentiable ops without a jvp case: {missing_jvp}"
     unknown = sorted(vmapped - set(REGISTRY))
@@ -1051,7 +1055,7 @@ def test_every_registered_op_has_jvp_and_vmap_cases():
 
 
 def test_every_registered_op_has_rules():
-    for name, op in REGISTRY.items():
+    for name, op in BUILTIN.items():
         assert op.batch is not None, f"{name} has no batching rule"
         if op.differentiable:
             assert op.jvp is not None, f"{name} has no jvp rule"
