@@ -38,20 +38,15 @@ Prints one JSON object::
 
 from __future__ import annotations
 
-import os
-
-_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
-for _v in _THREAD_VARS:  # must precede the NumPy/PyTorch imports to take effect
-    os.environ[_v] = "1"
+from timing import THREAD_VARS as _THREAD_VARS  # first: one BLAS thread
+from timing import time_interleaved
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import platform  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -84,49 +79,12 @@ def chain_numpy(x, w, steps: int):
 
 # ---- timing --------------------------------------------------------------------------
 
-def _calibrate(fn, min_s: float) -> int:
-    """Calls per sample so that one sample lasts at least ``min_s``."""
-    number = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        dt = time.perf_counter() - t0
-        if dt >= min_s or number >= 1 << 16:
-            return number
-        number = max(number * 2, int(number * min_s / max(dt, 1e-9) * 1.2))
-
-
-def time_interleaved(fns: dict, repeats: int, warmup: int, min_s: float) -> dict:
-    """Seconds per call of each fn: median, min, max of wall time and the median of
-    process CPU time (one thread: CPU time leaves out waiting for a core), samples
-    interleaved across fns."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    numbers = {k: _calibrate(fn, min_s) for k, fn in fns.items()}
-    wall = {k: [] for k in fns}
-    cpu = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            n = numbers[k]
-            gc.collect()
-            c0, t0 = time.process_time(), time.perf_counter()
-            for _ in range(n):
-                fn()
-            wall[k].append((time.perf_counter() - t0) / n)
-            cpu[k].append((time.process_time() - c0) / n)
-    return {k: {"median_s": statistics.median(s), "min_s": min(s), "max_s": max(s),
-                "cpu_median_s": statistics.median(cpu[k]), "calls_per_sample": numbers[k],
-                "samples": len(s)}
-            for k, s in wall.items()}
-
-
 def _scaled(times: dict, per: float, unit: str) -> dict:
-    """Times in ``unit`` (us or ms) per ``per`` (ops per call)."""
-    f = {"us": 1e6, "ms": 1e3}[unit] / per
-    return {k: {"median_" + unit: v["median_s"] * f, "min_" + unit: v["min_s"] * f,
-                "max_" + unit: v["max_s"] * f, "cpu_median_" + unit: v["cpu_median_s"] * f,
+    """``timing.time_interleaved``'s milliseconds per call as ``unit`` (us or ms) per
+    ``per`` (ops per call)."""
+    f = {"us": 1e3, "ms": 1.0}[unit] / per
+    return {k: {"median_" + unit: v["median_ms"] * f, "min_" + unit: v["min_ms"] * f,
+                "max_" + unit: v["max_ms"] * f, "cpu_median_" + unit: v["cpu_median_ms"] * f,
                 "calls_per_sample": v["calls_per_sample"], "samples": v["samples"]}
             for k, v in times.items()}
 
@@ -179,7 +137,8 @@ def tiny_case(args, rng) -> dict:
 
     fns = {"graphgrad.fwd": gg_fwd, "torch.fwd": torch_fwd, "numpy.fwd": numpy_fwd,
            "graphgrad.fwdbwd": gg_fwdbwd, "torch.fwdbwd": torch_fwdbwd}
-    times = _scaled(time_interleaved(fns, args.repeats, args.warmup, args.min_sample_ms / 1e3),
+    times = _scaled(time_interleaved(fns, args.repeats, args.warmup, args.min_sample_ms / 1e3,
+                                     between=gc.collect),
                     n_ops, "us")
     med = {k: v["median_us"] for k, v in times.items()}
     mn = {k: v["min_us"] for k, v in times.items()}
@@ -237,7 +196,7 @@ def large_case(args, rng) -> dict:
                           and np.allclose(mg, mt, rtol=1e-3, atol=1e-3)
                           and np.allclose(tg, tt, rtol=1e-5, atol=1e-6))
     times = _scaled(time_interleaved(fns, args.large_repeats, args.warmup,
-                                     args.min_sample_ms / 1e3), 1, "ms")
+                                     args.min_sample_ms / 1e3, between=gc.collect), 1, "ms")
     med = {k: v["median_ms"] for k, v in times.items()}
     mn = {k: v["min_ms"] for k, v in times.items()}
     ratios = {}

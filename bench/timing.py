@@ -27,10 +27,12 @@ def _calibrate(fn, min_s: float) -> int:
         number = max(number * 2, int(number * min_s / max(dt, 1e-9) * 1.2))
 
 
-def time_interleaved(fns: dict, repeats: int, warmup: int, min_s: float) -> dict:
+def time_interleaved(fns: dict, repeats: int, warmup: int, min_s: float,
+                     between=None) -> dict:
     """Per-call wall time (median, min, max) and process CPU time (median) of each fn,
     samples interleaved across fns. Everything runs on one thread, so CPU time leaves
-    out the time the process waited for a core on a busy machine."""
+    out the time the process waited for a core on a busy machine. ``between``, if
+    given, is called before each sample, outside the timed region (e.g. ``gc.collect``)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -40,6 +42,8 @@ def time_interleaved(fns: dict, repeats: int, warmup: int, min_s: float) -> dict
     for _ in range(repeats):
         for k, fn in fns.items():
             n = numbers[k]
+            if between is not None:
+                between()
             c0, t0 = time.process_time(), time.perf_counter()
             for _ in range(n):
                 fn()
