@@ -295,6 +295,12 @@ add(
     case("pow_negative_exponent", "Pow", lambda m, a: a ** -1.5, elementwise(positive)),
     case("pow_zero_exponent", "Pow", lambda m, a: m.pow(a, 0), elementwise(normal)),
     case("rpow", "Pow", lambda m, a: 2.0 ** a, elementwise(normal)),
+    # a Python base of 0 or below: d/db is 0 (masked) or -inf at 0, nan below 0; at 0
+    # PyTorch's second derivative is nan, graphgrad's the derivative of the mask, 0
+    case("rpow_zero_base", "Pow", lambda m, b: 0.0 ** b, elementwise(integral(0, 3)),
+         fd=False, grad2=False),
+    case("rpow_negative_base", "Pow", lambda m, b: (-2.0) ** b, elementwise(integral(-2, 3)),
+         fd=False),
     case("pow_method_tensor", "Pow", lambda m, a, b: a.pow(b), elementwise(positive, normal)),
     # a == 0: PyTorch masks d/db to 0 for b >= 0 (not nan), and b == 0 gives d/da = 0;
     # its own second derivative is nan there, so only first order is compared
@@ -768,6 +774,12 @@ add(
          xfail="ops/methods.py _setitem drops None from the index, so values shaped for the "
                "new axes do not fit (0-d target: forward error; extra leading 1s: "
                "IndexPutBackward0 gradient shape error)"),
+    case("setitem_int_and_array", "IndexPut",
+         lambda m, a, v, i: _setitem(m, a, v, i, index=(0, slice(None), T)),
+         fixed((normal, (2, 3, 4)), (normal, (3, 2)), (lambda rng, s: rng.permutation(4)[:2],
+                                                      ())),
+         xfail="ops/methods.py _setitem places the dims of x[0, :, idx] by NumPy's rule "
+               "((2, 3): the int counts as an index tensor); PyTorch's target is (3, 2)"),
     case("setitem_array", "IndexPut",
          lambda m, a, v, i: _setitem(m, a, v, i, index=(slice(None), T)),
          fixed((normal, (3, 4)), (normal, (3, 2)), (lambda rng, s: rng.permutation(4)[:2],

@@ -2,8 +2,9 @@
 first derivatives (the vjp of a random projection), second derivatives (the gradient of
 a random projection of the first-order gradients taken with ``create_graph=True``, with
 respect to the inputs and to the projection's own weights), and the dtypes that float32
-and integer inputs give. Also: every registered op has a case, each case dispatches the
-ops it names, and no gradient rule touches raw NumPy.
+and integer inputs give; and the type promotion of binary ops over every pair of mixed
+operands (dtypes, 0-d tensors, Python numbers). Also: every registered op has a case, each
+case dispatches the ops it names, and no gradient rule touches raw NumPy.
 
 Examples come from hypothesis, derandomized so that a run is reproducible; set
 ``GG_OP_RANDOM=1`` to explore fresh examples and ``GG_OP_EXAMPLES=n`` for more of them.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from graphgrad.backend import xp
 from graphgrad.tensor import Value
 
@@ -154,16 +156,13 @@ class Pow(Elementwise):
         ga = gb = None
         if needs_grad(a):
             if isinstance(b, Value):
-                ga = where(b == 0, 0.0, g * b * a ** (b - 1))
+                ga = where(b == 0, 0.0, g * b * a ** _minus_one(b))
             elif b == 0:
                 ga = g * 0
             else:
                 ga = g * b * a ** (b - 1)
         if needs_grad(b):
-            # d/db a^b = a^b log a; PyTorch masks a == 0, b >= 0 to 0 instead of nan
-            gb = g * out * _log(a)
-            if isinstance(a, Value):
-                gb = where((a == 0) & (b >= 0), 0.0, gb)
+            gb = g * out * _log_base(a, b)
         return ga, gb
 
     @staticmethod
@@ -172,13 +171,11 @@ class Pow(Elementwise):
         ta = tb = None
         if da is not None:
             if isinstance(b, Value):
-                ta = where(b == 0, 0.0, da * b * a ** (b - 1))
+                ta = where(b == 0, 0.0, da * b * a ** _minus_one(b))
             else:
                 ta = da * 0 if b == 0 else da * b * a ** (b - 1)
         if db is not None:
-            tb = db * out * _log(a)
-            if isinstance(a, Value):
-                tb = where((a == 0) & (b >= 0), 0.0, tb)
+            tb = db * out * _log_base(a, b)
         return _plus(ta, tb)
 
 
@@ -196,11 +193,22 @@ def _plus(x, y):
     return x + y
 
 
-def _log(a):
+def _minus_one(b):
+    """b - 1, except 1 where b == 0: the exponent in d(a^b)/da = b a^(b-1), whose b == 0
+    terms are masked to 0, so that 0^-1 is never computed (no inf, no warning)."""
+    return where(b == 0, 1.0, b - 1)
+
+
+def _log_base(a, b):
+    """log a, the factor in d(a^b)/db = a^b log a, with PyTorch's mask: 0 (not nan) where
+    a == 0 and b >= 0. Computed without log(0), so no inf enters the graph there; a
+    Python base of 0 or below no longer fails in math.log."""
     if isinstance(a, Value):
-        return a.log()
-    import math
-    return math.log(a)
+        zero_base = (a == 0) & (b >= 0)
+        return where(zero_base, 0.0, where(zero_base, 1.0, a).log())
+    if a == 0:  # log 0 = -inf matters only where b < 0
+        return where(b >= 0, 0.0, -math.inf)
+    return math.log(a) if a > 0 else math.nan
 
 
 class Neg(Elementwise):
