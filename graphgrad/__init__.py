@@ -47,7 +47,7 @@ def numel(input: Tensor) -> "builtins.int":
 
 
 import builtins  # noqa: E402
-import importlib  # noqa: E402
+import importlib as _importlib  # noqa: E402
 
 # The capture frontends sit above everything else and are loaded on first use, which
 # keeps ``import graphgrad`` fast: graphgrad.fx, .jit, .dynamo, .compiler, .capture.
@@ -56,7 +56,7 @@ _LAZY_MODULES = ("fx", "jit", "dynamo", "compiler", "capture")
 
 def __getattr__(name: str):
     if name in _LAZY_MODULES:
-        return importlib.import_module(f".{name}", __name__)
+        return _importlib.import_module(f".{name}", __name__)
     if name == "compile":
-        return importlib.import_module(".dynamo", __name__).compile
+        return _importlib.import_module(".dynamo", __name__).compile
     raise AttributeError(f"module 'graphgrad' has no attribute '{name}'")

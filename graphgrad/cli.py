@@ -8,6 +8,7 @@ order (the lecture's cost blow-up of higher-order derivatives).
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import sys
 
@@ -21,6 +22,8 @@ Commands:
   demo             higher-order derivatives by graph extension, checked against closed forms
   numdiff study    error of finite differences and the complex step against the step size
                    (writes a CSV and a log-log plot)
+  capture          capture one function every way graphgrad can (static, fx, jit.trace,
+                   jit.script, compile) and tabulate what each did, checked against eager
 """
 
 
@@ -94,6 +97,56 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def capture(args: argparse.Namespace) -> int:
+    """Run FILE.py:FUNC eagerly and through each capture method (static placeholders,
+    fx.symbolic_trace, jit.trace, jit.script, compile) on the --example inputs, and print
+    a table of outcomes: captured / warned / error / silently wrong, each checked against
+    eager on a second, different input (and for random functions, on a repeated call).
+    Example: graphgrad capture examples/lecture_capture.py:branch --example "gg.tensor(1.)"
+    """
+    import importlib.util
+    from pathlib import Path
+
+    import numpy as np
+
+    import graphgrad as gg
+    from graphgrad.capture import METHODS, report
+
+    path, _, name = args.target.rpartition(":")
+    if not path or not name:
+        print(f"error: expected FILE.py:FUNC, got {args.target!r}", file=sys.stderr)
+        return 2
+    if not Path(path).is_file():
+        print(f"error: no such file: {path}", file=sys.stderr)
+        return 2
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, name, None)
+    if fn is None:
+        print(f"error: {path} has no function {name!r}", file=sys.stderr)
+        return 2
+    scope = {"gg": gg, "graphgrad": gg, "torch": gg, "np": np}
+
+    def inputs(text):
+        value = eval(text, scope)  # the user's own expression, as on a Python prompt
+        return value if isinstance(value, tuple) else (value,)
+
+    methods = args.methods.split(",") if args.methods else METHODS
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        print(f"error: unknown method(s) {unknown}; choose from {', '.join(METHODS)}",
+              file=sys.stderr)
+        return 2
+    second = inputs(args.second) if args.second else None
+    rep = report(fn, *inputs(args.example), second_inputs=second, methods=methods)
+    print(rep.table())
+    if args.graphs:
+        print()
+        print(rep.graphs_text())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="graphgrad", description=_DESCRIPTION,
@@ -131,6 +184,20 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", default=DEFAULTS["out_dir"],
                    help=f"checkpoint folder (default: ./{DEFAULTS['out_dir']})")
     t.set_defaults(func=train)
+    c = sub.add_parser("capture", help="compare the ways of capturing a function as a graph",
+                       description=inspect.cleandoc(capture.__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("target", metavar="FILE.py:FUNC", help="the function to capture")
+    c.add_argument("--example", required=True,
+                   help='Python expression for the example input(s), e.g. "gg.randn(2, 3)" '
+                        '(gg, torch = graphgrad and np = numpy are in scope; a tuple for '
+                        'several inputs)')
+    c.add_argument("--second", help="expression for the second input to check against eager "
+                                    "(default: every dim one larger, values of opposite sign)")
+    c.add_argument("--methods", help="comma-separated subset of: static, fx.symbolic_trace, "
+                                     "jit.trace, jit.script, compile")
+    c.add_argument("--graphs", action="store_true", help="also print each graph as Python")
+    c.set_defaults(func=capture)
     return parser
 
 

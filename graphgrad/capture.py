@@ -1,0 +1,302 @@
+"""Layer ``capture``: the side-by-side capture report (the lecture's comparison).
+
+``report(fn, *example_inputs)`` runs one function eagerly and through every way graphgrad
+has of turning it into a graph: the static API (the unchanged function called on
+placeholders of unknown dims), ``fx.symbolic_trace``, ``jit.trace``, ``jit.script`` and
+``compile``. For each it records the outcome:
+
+* ``captured``: a graph was made and it agrees with eager on every check;
+* ``warned``: capture warned (e.g. ``TracerWarning``); the checks say whether it was right;
+* ``error``: capture or the first call raised; the message is kept;
+* ``silently wrong``: no warning, no error, and a check found a wrong result.
+
+"Wrong" is found by checking, never assumed. Three checks, against eager:
+
+1. the result on the example inputs equals eager's (when eager is deterministic);
+2. a second call on the same inputs: where eager gives a different value each call (it
+   draws a random number), a capture that gives the same value twice has frozen it;
+3. the result on a *second, different* input equals eager's on it. By default the second
+   input has every dim one larger and values of the opposite sign to the example's mean
+   (so a sign test takes the other branch); where eager itself rejects the larger shape
+   the example's shape is kept.
+"""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphgrad.graph import Graph
+from graphgrad.tensor import Tensor, tensor
+
+__all__ = ["report", "CaptureReport", "MethodResult", "METHODS", "other_inputs"]
+
+METHODS = ("eager", "static", "fx.symbolic_trace", "jit.trace", "jit.script", "compile")
+
+
+@dataclass
+class MethodResult:
+    """What one capture method did with the function."""
+    method: str
+    outcome: str              # captured | warned | error | silently wrong | eager | n/a
+    message: str = ""                 # the error, or the first warning
+    graphs: list[Graph] = field(default_factory=list)
+    example_matches: bool | None = None    # check 1 (None: not comparable or not reached)
+    fresh_each_call: bool | None = None    # check 2, only where eager is nondeterministic
+    second_matches: bool | None = None     # check 3
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def wrong(self) -> bool:
+        if self.fresh_each_call is False:
+            return True
+        return self.example_matches is False or self.second_matches is False
+
+
+@dataclass
+class CaptureReport:
+    """The per-method results for one function; ``str()`` is the table."""
+    function: str
+    results: dict[str, MethodResult]
+    deterministic: bool
+
+    def __getitem__(self, method: str) -> MethodResult:
+        return self.results[method]
+
+    def table(self) -> str:
+        rows = [("method", "outcome", "graphs", "same as eager on a 2nd input", "detail")]
+        for r in self.results.values():
+            rows.append((r.method, r.outcome, _graph_count(r), _second_cell(r, self),
+                         _detail(r)))
+        widths = [max(len(row[k]) for row in rows) for k in range(4)]
+        lines = [f"capture report for {self.function}"
+                 + ("" if self.deterministic else " (eager gives a new value each call)")]
+        for k, row in enumerate(rows):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4])
+            if k == 0:
+                lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 6)
+        return "\n".join(lines)
+
+    def graphs_text(self) -> str:
+        """Each method's graph(s), as runnable Python."""
+        parts = []
+        for r in self.results.values():
+            for k, g in enumerate(r.graphs):
+                title = r.method + (f" (graph {k + 1} of {len(r.graphs)})"
+                                    if len(r.graphs) > 1 else "")
+                parts.append(f"# ---- {title}\n{g.code}")
+        return "\n".join(parts)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _graph_count(r: MethodResult) -> str:
+    if r.method == "eager":
+        return "-"
+    return str(len(r.graphs)) if r.graphs else "0"
+
+
+def _second_cell(r: MethodResult, rep: CaptureReport) -> str:
+    if r.outcome in ("error", "n/a"):
+        return "-"
+    if r.fresh_each_call is not None and not rep.deterministic:
+        return "new value each call" if r.fresh_each_call else "NO: same value every call"
+    return {True: "yes", False: "NO", None: "-"}[r.second_matches]
+
+
+def _detail(r: MethodResult) -> str:
+    text = r.message.strip().splitlines()[0] if r.message.strip() else ""
+    if r.notes:
+        text = "; ".join([text] + r.notes) if text else "; ".join(r.notes)
+    return text if len(text) <= 110 else text[:107] + "..."
+
+
+# ---- inputs and comparison -----------------------------------------------------------------
+
+def other_inputs(example: Sequence, seed: int = 0, grow: bool = True) -> tuple:
+    """A second input for each tensor of ``example``: every dim one larger (``grow``), and
+    values of the opposite sign to the example's mean; non-tensors are kept."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for x in example:
+        if not isinstance(x, Tensor):
+            out.append(x)
+            continue
+        a = x.detach().numpy()
+        shape = tuple(d + 1 for d in a.shape) if grow else a.shape
+        sign = -1.0 if a.size == 0 or a.mean() >= 0 else 1.0
+        vals = sign * (np.abs(rng.standard_normal(shape)) + 0.5)
+        out.append(tensor(vals.astype(a.dtype if a.dtype.kind in "fc" else np.float64)))
+    return tuple(out)
+
+
+def _arrays(out) -> list[np.ndarray]:
+    if isinstance(out, (tuple, list)):
+        return [a for o in out for a in _arrays(o)]
+    if isinstance(out, dict):
+        return [a for k in sorted(out) for a in _arrays(out[k])]
+    if isinstance(out, Tensor):
+        return [out.detach().numpy()]
+    return [np.asarray(out)]
+
+
+def _same(a, b) -> bool:
+    xs, ys = _arrays(a), _arrays(b)
+    return len(xs) == len(ys) and all(
+        x.shape == y.shape and np.allclose(x, y, rtol=1e-6, atol=1e-8, equal_nan=True)
+        for x, y in zip(xs, ys))
+
+
+# ---- the methods ---------------------------------------------------------------------------
+
+def _static(fn, example):
+    static = importlib.import_module("graphgrad.static")
+    g = static.Graph()
+    with g.as_default():
+        phs = [static.placeholder(x.dtype, shape=(None,) * x.ndim, name=f"x{k}")
+               if isinstance(x, Tensor) else x for k, x in enumerate(example)]
+        out = fn(*phs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    g.ir.set_outputs([o._node for o in outs if hasattr(o, "_node")])  # for printing
+
+    def run(*inputs):
+        feed = {p: x.detach().numpy() for p, x in zip(phs, inputs) if isinstance(x, Tensor)}
+        with static.Session(graph=g) as sess:
+            res = sess.run(out, feed_dict=feed)
+        return tuple(tensor(r) for r in res) if isinstance(res, (tuple, list)) else tensor(res)
+    return run, [g.ir]
+
+
+def _fx(fn, example):
+    gm = importlib.import_module("graphgrad.fx").symbolic_trace(fn)
+    return gm, [gm.graph]
+
+
+def _jit_trace(fn, example):
+    traced = importlib.import_module("graphgrad.jit").trace(fn, tuple(example))
+    return traced, [traced.graph]
+
+
+def _jit_script(fn, example):
+    scripted = importlib.import_module("graphgrad.jit").script(fn)
+    return scripted, [scripted.graph]
+
+
+def _compile(fn, example):
+    dynamo = importlib.import_module("graphgrad.dynamo")
+    graphs: list[Graph] = []
+
+    def recording_backend(gm, example_inputs):
+        # graphs are handed over on each (re)capture, so the list grows with new paths
+        graphs.append(getattr(gm, "graph", gm))
+        return gm
+
+    dynamo.reset()
+    return dynamo.compile(fn, backend=recording_backend), graphs
+
+
+_RUNNERS: dict[str, Callable] = {"static": _static, "fx.symbolic_trace": _fx,
+                                 "jit.trace": _jit_trace, "jit.script": _jit_script,
+                                 "compile": _compile}
+
+
+def _message(e: BaseException) -> str:
+    text = "".join(traceback.format_exception_only(type(e), e)).strip()
+    return text
+
+
+def _run_method(method, fn, example, second, eager) -> MethodResult:
+    e1, e2, e_second, deterministic = eager
+    res = MethodResult(method, "captured")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            runner = _RUNNERS[method]
+        except KeyError:
+            raise ValueError(f"capture.report: unknown method {method!r}; "
+                             f"choose from {METHODS}") from None
+        try:
+            captured, graphs = runner(fn, example)
+            res.graphs = graphs
+            out1 = captured(*example)
+            out2 = captured(*example)
+        except ModuleNotFoundError as e:
+            if not (e.name or "").startswith("graphgrad"):
+                raise
+            res.outcome, res.message = "n/a", f"not available in this build: {e}"
+            return res
+        except Exception as e:  # the outcome being recorded, not a failure of the report
+            res.outcome, res.message = "error", _message(e)
+            if method == "static":
+                res.notes.append("the static API needs the function rewritten with "
+                                 "static.cond / static.shape")
+            return res
+        if deterministic:
+            res.example_matches = _same(out1, e1)
+        else:
+            res.fresh_each_call = not _same(out1, out2)
+        if second is not None:
+            try:
+                out_second = captured(*second)
+                if deterministic:
+                    res.second_matches = _same(out_second, e_second)
+            except Exception as e:
+                res.second_matches = False
+                res.notes.append(f"2nd input raised {_message(e).splitlines()[0]}")
+    seen = [str(w.message) for w in caught if not issubclass(w.category, DeprecationWarning)]
+    if seen:
+        res.outcome = "warned"
+        res.message = f"{_warning_name(caught)}: {seen[0]}"
+    elif res.wrong:
+        res.outcome = "silently wrong"
+    if res.fresh_each_call is False:
+        res.notes.append("the random value is frozen into the graph")
+    elif res.example_matches is False:
+        res.notes.append("differs from eager on the example itself")
+    elif res.second_matches is False and not res.notes:
+        res.notes.append("differs from eager on the 2nd input")
+    return res
+
+
+def _warning_name(caught) -> str:
+    w = next(w for w in caught if not issubclass(w.category, DeprecationWarning))
+    return w.category.__name__
+
+
+def report(fn: Callable, *example_inputs, second_inputs: Sequence | None = None,
+           methods: Sequence[str] = METHODS) -> CaptureReport:
+    """Run ``fn`` eagerly and through each capture method; see the module docstring."""
+    if not example_inputs:
+        raise ValueError("capture.report: give at least one example input")
+    example = tuple(example_inputs)
+    e1 = fn(*example)
+    e2 = fn(*example)
+    deterministic = _same(e1, e2)
+    second = tuple(second_inputs) if second_inputs is not None else None
+    e_second = None
+    if second is None:
+        for grow in (True, False):
+            candidate = other_inputs(example, grow=grow)
+            try:
+                e_second = fn(*candidate)
+            except Exception:
+                continue
+            second = candidate
+            break
+    else:
+        e_second = fn(*second)
+    results = {}
+    for method in methods:
+        if method == "eager":
+            results[method] = MethodResult("eager", "eager",
+                                           notes=["runs Python as written (the reference)"])
+            continue
+        results[method] = _run_method(method, fn, example, second,
+                                      (e1, e2, e_second, deterministic))
+    return CaptureReport(getattr(fn, "__qualname__", repr(fn)), results, deterministic)
