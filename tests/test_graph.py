@@ -168,7 +168,7 @@ def _run_case(case, example):
 # Python checks of the values (the losses validate their targets eagerly), and in-place
 # writes into an input (tracing them needs functionalization, a capture-frontend pass)
 UNTRACEABLE = {"nonzero", "nonzero_tuple", "cross_entropy", "nll_loss", "binary_cross_entropy",
-               "setitem", "setitem_new_axis", "setitem_array"}
+               "setitem", "setitem_new_axis", "setitem_array", "setitem_int_and_array"}
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.name not in UNTRACEABLE],

@@ -153,6 +153,200 @@ def test_while_loop_runs_a_data_dependent_number_of_times():
         assert sess.run(g, {x: 60.0}) == 2.0
 
 
+# ---- second and higher order through control flow and run-time vjp nodes -------------
+
+UNARY = [lambda a: a.sin(), lambda a: a.tanh(), lambda a: a * a * 0.5,
+         lambda a: (a * 0.3).exp(), lambda a: a.sigmoid()]
+BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b.tanh()]
+
+
+def _random_expr(rng: np.random.Generator, n: int):
+    """A random straight-line function of its arguments, the same code for graphgrad
+    Symbols and torch tensors (Tensor methods and operators only)."""
+    plan = [(int(rng.integers(2)), int(rng.integers(5)), int(rng.integers(9)),
+             int(rng.integers(9))) for _ in range(n)]
+
+    def f(*vals):
+        vals = list(vals)
+        for kind, k, i, j in plan:
+            a = vals[i % len(vals)]
+            vals.append(UNARY[k](a) if kind == 0 else BINARY[k % 3](a, vals[j % len(vals)]))
+        return vals[-1] + vals[0] * vals[1] * 0.1  # every argument is used
+    return f
+
+
+def _random_control_flow_program(seed: int):
+    """(static builder, eager torch version) of a random program with a cond and a
+    while_loop whose branches and body are random expressions."""
+    rng = np.random.default_rng(seed)
+    then, other, body = _random_expr(rng, 3), _random_expr(rng, 3), _random_expr(rng, 3)
+    iters = int(rng.integers(1, 4))
+
+    def static(x, w):
+        r = tf.cond(tf.reduce_sum(x * w) > 0, lambda: then(x, w), lambda: other(x, w))
+        _, v = tf.while_loop(lambda i, v: i < iters, lambda i, v: (i + 1, body(v, x, w) * 0.5),
+                             [tf.constant(0), x * 1.0])
+        return tf.reduce_sum(r) + tf.reduce_sum(v * v)
+
+    def eager(x, w):
+        r = then(x, w) if float((x * w).sum().detach()) > 0 else other(x, w)
+        v = x * 1.0
+        for _ in range(iters):
+            v = body(v, x, w) * 0.5
+        return r.sum() + (v * v).sum()
+    return static, eager
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_second_order_gradients_through_cond_and_while_loop_agree_with_torch(seed):
+    static, eager = _random_control_flow_program(seed)
+    x = tf.placeholder(tf.float64, (3,), name="x")
+    w = tf.placeholder(tf.float64, (3,), name="w")
+    u = tf.placeholder(tf.float64, (3,), name="u")
+    loss = static(x, w)
+    gx, gw = tf.gradients(loss, [x, w])
+    hxx, hxw = tf.gradients(gx, [x, w], grad_ys=u)   # Hessian-vector products
+    (hww,) = tf.gradients(tf.gradients(loss, w)[0], w)  # gradients(gradients(y, x), x)
+    tf.get_default_graph().ir.verify()
+    rng = np.random.default_rng(100 + seed)
+    with tf.Session() as sess:
+        for _ in range(2):
+            xv, wv, uv = (rng.standard_normal(3) for _ in range(3))
+            got = sess.run([loss, gx, gw, hxx, hxw, hww], {x: xv, w: wv, u: uv})
+            X = torch.tensor(xv, requires_grad=True)
+            W = torch.tensor(wv, requires_grad=True)
+            L = eager(X, W)
+            GX, GW = torch.autograd.grad(L, [X, W], create_graph=True)
+            HXX, HXW = torch.autograd.grad(GX, [X, W], torch.tensor(uv), retain_graph=True)
+            (HWW,) = torch.autograd.grad(GW.sum(), [W], allow_unused=True)
+            HWW = torch.zeros(3) if HWW is None else HWW  # the loss may be linear in w
+            for a, b in zip(got, [L, GX, GW, HXX, HXW, HWW], strict=True):
+                np.testing.assert_allclose(a, b.detach().numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_third_order_through_run_time_vjp_nodes_agrees_with_torch():
+    x = tf.placeholder(tf.float64, (None, 3), name="x")  # unknown batch: vjp nodes
+    w = tf.placeholder(tf.float64, (3, 2), name="w")
+    u = tf.placeholder(tf.float64, (3, 2), name="u")
+    loss = tf.reduce_mean(tf.tanh(tf.matmul(x, w)) ** 2) + tf.reduce_mean(tf.exp(x * 0.1))
+    (gw,) = tf.gradients(loss, [w])
+    hw, hx = tf.gradients(gw, [w, x], grad_ys=u)
+    (t3,) = tf.gradients(hw, [w])
+    names = {n.target_name for n in tf.get_default_graph().ir.nodes if n.kind == "vjp"}
+    assert {"MatmulBackward", "MatmulBackwardBackward", "MatmulBackwardBackwardBackward"} <= names
+    rng = np.random.default_rng(0)
+    for batch in (5, 2):
+        xv, wv, uv = rng.standard_normal((batch, 3)), rng.standard_normal((3, 2)), \
+            rng.standard_normal((3, 2))
+        with tf.Session() as sess:
+            got = sess.run([gw, hw, hx, t3], {x: xv, w: wv, u: uv})
+        X, W = torch.tensor(xv, requires_grad=True), torch.tensor(wv, requires_grad=True)
+        L = (torch.tanh(X @ W) ** 2).mean() + torch.exp(X * 0.1).mean()
+        (GW,) = torch.autograd.grad(L, W, create_graph=True)
+        HW, HX = torch.autograd.grad(GW, [W, X], torch.tensor(uv), create_graph=True)
+        (T3,) = torch.autograd.grad(HW.sum(), W)
+        for a, b in zip(got, [GW, HW, HX, T3], strict=True):
+            np.testing.assert_allclose(a, b.detach().numpy(), rtol=1e-10, atol=1e-13)
+
+
+def test_third_order_through_a_while_loop():
+    x = tf.placeholder(tf.float64, (), name="x")
+    y = tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * tf.sin(x) + x * x),
+                      [tf.constant(0), x])[1]
+    (d1,) = tf.gradients(y, x)
+    (d2,) = tf.gradients(d1, x)
+    (d3,) = tf.gradients(d2, x)
+    X = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    v = X
+    for _ in range(3):
+        v = v * X.sin() + X * X
+    want = [v]
+    for _ in range(3):
+        want.append(torch.autograd.grad(want[-1], X, create_graph=True)[0])
+    with tf.Session() as sess:
+        got = sess.run([y, d1, d2, d3], {x: 0.7})
+    np.testing.assert_allclose(got, [float(t) for t in want], rtol=1e-11)
+
+
+# ---- while_loop options (TF1) ------------------------------------------------------------
+
+def test_while_loop_maximum_iterations():
+    x = tf.placeholder(tf.float64, shape=(), name="x")
+    y = tf.while_loop(lambda v: v < 100.0, lambda v: v * 2.0, [x], maximum_iterations=3)
+    (g,) = tf.gradients(y, [x])
+    n = tf.placeholder(tf.int32, shape=(), name="n")
+    i, s = tf.while_loop(lambda i, s: i < 10, lambda i, s: (i + 1, s + x), (0, x * 0),
+                         maximum_iterations=n)  # a tensor bound, AND-ed with cond
+    with tf.Session() as sess:
+        assert sess.run([y, g], {x: 1.0}) == [8.0, 8.0]  # stopped by the bound
+        assert sess.run([y, g], {x: 30.0}) == [120.0, 4.0]  # stopped by cond
+        assert sess.run([i, s], {x: 1.5, n: 4}) == [4, 6.0]
+        assert sess.run([i, s], {x: 1.5, n: 0}) == [0, 0.0]
+        assert sess.run(i, {x: 1.5, n: 50}) == 10
+    assert not isinstance(y, (list, tuple))  # the hidden counter is not returned
+    with pytest.raises(ValueError, match=re_escape("maximum_iterations must be a scalar, saw "
+                                                   "shape: (2,)")):
+        tf.while_loop(lambda v: v < 1, lambda v: v, [x], maximum_iterations=[1, 2])
+
+
+def test_while_loop_shape_invariants_let_a_shape_grow():
+    x = tf.placeholder(tf.float64, (2,), name="x")
+    acc = tf.while_loop(lambda a: tf.reduce_sum(a) < 50.0,
+                        lambda a: tf.concat([a, tf.sin(a) * x[0] + a], 0),
+                        [x], shape_invariants=[(None,)], maximum_iterations=3)
+    assert acc.shape == (None,)
+    y = tf.reduce_sum(acc * acc)
+    (g,) = tf.gradients(y, [x])
+    (h,) = tf.gradients(g, [x])
+    xv = np.array([0.5, 1.5])
+    with tf.Session() as sess:
+        got = sess.run([y, g, h], {x: xv})
+    X = torch.tensor(xv, requires_grad=True)
+    a = X
+    for _ in range(3):
+        if float(a.sum().detach()) >= 50:
+            break
+        a = torch.cat([a, torch.sin(a) * X[0] + a])
+    Y = (a * a).sum()
+    (G,) = torch.autograd.grad(Y, X, create_graph=True)
+    (H,) = torch.autograd.grad(G.sum(), X)
+    for a, b in zip(got, [Y, G, H], strict=True):
+        np.testing.assert_allclose(a, b.detach().numpy(), rtol=1e-12)
+
+
+def test_while_loop_errors_in_tf_words():
+    x = tf.placeholder(tf.float64, (), name="x")
+    with pytest.raises(ValueError, match=re_escape(
+            "Input tensor 'x:0' enters the loop with shape (), but has shape (2,) after one "
+            "iteration. To allow the shape to vary across iterations, use the "
+            "`shape_invariants` argument")):
+        tf.while_loop(lambda v: v < 1, lambda v: tf.stack([v, v]), [x])
+    with pytest.raises(ValueError, match=re_escape(
+            "The shape invariant specified for x:0 is not compatible with the initial shape "
+            "of the loop variable. It enters the loop with shape (), but the specified shape "
+            "invariant is (2,).")):
+        tf.while_loop(lambda v: v < 1, lambda v: v, [x], shape_invariants=[(2,)])
+    with pytest.raises(TypeError, match=re_escape(
+            "Loop var x:0 enters the loop with type <dtype: 'float64'> but has type "
+            "<dtype: 'float32'> after 1 iteration.")):
+        tf.while_loop(lambda v: v < 1, lambda v: tf.cast(v, tf.float32), [x])
+    with pytest.raises(TypeError, match="parallel_iterations must be a positive integer."):
+        tf.while_loop(lambda v: v < 1, lambda v: v, [x], parallel_iterations=0)
+    with pytest.raises(TypeError, match="body must be callable."):
+        tf.while_loop(lambda v: v < 1, None, [x])
+    with pytest.raises(ValueError, match="No loop variables provided"):
+        tf.while_loop(lambda: True, lambda: (), [])
+
+
+def test_while_loop_tf1_positional_order_and_back_prop():
+    x = tf.placeholder(tf.float64, (), name="x")
+    # (cond, body, loop_vars, shape_invariants, parallel_iterations, back_prop, swap_memory)
+    y = tf.while_loop(lambda v: v < 10.0, lambda v: v * 3.0, [x], None, 1, False, True)
+    assert tf.gradients(y, [x]) == [None]  # back_prop=False: the loop is a constant
+    with tf.Session() as sess:
+        assert sess.run(y, {x: 2.0}) == 18.0
+
+
 def test_gradients_of_unconnected_is_none():
     x = tf.placeholder(tf.float32, (2,), name="x")
     y = tf.placeholder(tf.float32, (2,), name="y")

@@ -27,7 +27,7 @@ from .interpreter import Interpreter
 from .node import Node
 from .spec import Spec
 from .symbol import Symbol, symbol
-from .vjp_node import fit
+from .vjp_node import VjpFn, WhileGradFn, fit, function_of
 
 __all__ = ["grad"]
 
@@ -89,16 +89,11 @@ def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs) -> list:
     for node in reversed(list(graph.nodes)):  # a snapshot: the walk appends nodes
         if node not in reach:
             continue
-        if node.kind in ("vjp", "while_grad") and node in multi:
-            raise NotImplementedError(f"graph.grad: cannot differentiate {node.kind} node "
-                                      f"{node.name!r} again (higher order needs static shapes "
-                                      f"and no while_loop)")
-        if node.kind in ("cond", "while_loop"):
+        if node.kind in _MULTI_GRAD:
             gs = multi.pop(node, None)
             if gs is None:
                 continue
-            ins = _cond_grad(b, node, gs) if node.kind == "cond" else _while_grad(b, node, gs)
-            _accumulate(cts, node.inputs, ins, reach)
+            _accumulate(cts, node.inputs, _MULTI_GRAD[node.kind](b, node, gs, reach), reach)
             continue
         g = cts.pop(node, None)
         if g is None:
@@ -149,10 +144,7 @@ def _vjp_node(b: GraphBuilder, node: Node, g, reach) -> list:
     outs = b.multi("vjp", [g, symbol(node), *[symbol(i) for i in node.input_nodes()]], {},
                    tuple(node.inputs[k].spec for k in wrt), params=params,
                    name=node.name + "_vjp")
-    res = [None] * len(node.inputs)
-    for k, o in zip(wrt, outs, strict=True):
-        res[k] = o
-    return res
+    return _placed(outs, wrt, len(node.inputs))
 
 
 def _marked(node: Node, needs: bool) -> Symbol:
@@ -177,10 +169,26 @@ def _accumulate(cts: dict, inputs, ins, reach) -> None:
         cts[i] = cts[i] + ct if i in cts else ct
 
 
+def _refuse_impure(branch: Graph) -> None:
+    """Copying a sub-graph reruns it: a random draw in it would differ from the one the
+    forward pass made, so the gradient would be of another function. Say so."""
+    todo = [branch]
+    while todo:
+        g = todo.pop()
+        for n in g.nodes:
+            if n.kind == "random":
+                raise NotImplementedError(
+                    f"graph.grad: sub-graph {branch.name!r} draws random numbers (node "
+                    f"{n.name!r}); its gradient would replay it with other draws. Draw "
+                    f"outside the cond/while_loop and pass the values in")
+            todo.extend(n.subgraphs.values())
+
+
 def _copy_and_grad(branch: Graph, name: str, n_grad_inputs: int, gspecs,
                    wrt: Sequence[int]) -> Graph:
     """A new graph: placeholders (branch inputs..., cotangents...) -> the cotangents of
     the branch inputs at positions ``wrt``. Built by copying ``branch`` and extending."""
+    _refuse_impure(branch)
     g = Graph(name)
     sb = GraphBuilder(g)
     xs = [g.placeholder(p.spec, p.name) for p in branch.inputs[:n_grad_inputs]]
@@ -201,9 +209,20 @@ def _copy_and_grad(branch: Graph, name: str, n_grad_inputs: int, gspecs,
     return g
 
 
-def _cond_grad(b: GraphBuilder, node: Node, gs: list) -> list:
+def _missing_zero(node: Node, gs: list) -> list:
+    """The output cotangents of a multi-output node with zeros where none arrived (shaped
+    like the output itself when its shape is not fully known)."""
+    items = {}
+    if any(g is None for g in gs):
+        items = {n.params["index"]: n for n in node.graph.nodes
+                 if n.kind == "item" and n.inputs[0] is node}
+    return [g if g is not None else zeros(s, symbol(items[k]) if k in items else None)
+            for k, (g, s) in enumerate(zip(gs, node.spec, strict=True))]
+
+
+def _cond_grad(b: GraphBuilder, node: Node, gs: list, reach) -> list:
     specs = node.spec
-    gsyms = [g if g is not None else zeros(s, None) for g, s in zip(gs, specs, strict=True)]
+    gsyms = _missing_zero(node, gs)
     caps = node.inputs[1:]
     wrt = [k for k, c in enumerate(caps) if _differentiable(c.spec)]
     then = _copy_and_grad(node.subgraphs["then"], node.name + "_then_grad", len(caps), specs,
@@ -212,24 +231,47 @@ def _cond_grad(b: GraphBuilder, node: Node, gs: list) -> list:
                            wrt)
     outs = b.multi("cond", [node.inputs[0], *caps, *gsyms], {"then": then, "else": other},
                    tuple(caps[k].spec for k in wrt), name=node.name + "_grad")
-    res = [None] * (len(node.inputs))
-    for k, o in zip(wrt, outs, strict=True):
-        res[1 + k] = o
-    return res
+    return _placed(outs, wrt, len(node.inputs), 1)
 
 
-def _while_grad(b: GraphBuilder, node: Node, gs: list) -> list:
+def _while_grad(b: GraphBuilder, node: Node, gs: list, reach) -> list:
+    if not node.params.get("back_prop", True):  # TF1's back_prop=False: a constant
+        return [None] * len(node.inputs)
     n = node.params["n"]
     ins = node.inputs
     m = len(ins) - n
-    specs = node.spec
-    gsyms = [g if g is not None else zeros(s, None) for g, s in zip(gs, specs, strict=True)]
     body = node.subgraphs["body"]
-    wrt = list(range(n + m))
     # non-float loop variables (counters) get zero cotangents: they carry no gradient
-    vjp = _copy_and_grad(body, node.name + "_body_vjp", n, specs, wrt)
-    outs = b.multi("while_grad", [*ins, *gsyms],
+    vjp = _copy_and_grad(body, node.name + "_body_vjp", n, node.spec, list(range(n + m)))
+    return b.multi("while_grad", [*ins, *_missing_zero(node, gs)],
                    {"cond": node.subgraphs["cond"], "body": body, "vjp": vjp},
                    tuple(i.spec for i in ins), params={"n": n, "m": m},
                    name=node.name + "_grad")
-    return outs
+
+
+def _runtime_vjp(b: GraphBuilder, node: Node, gs: list, reach) -> list:
+    """The gradient of a node computed at run time (``vjp``, ``while_grad``): a ``vjp``
+    node whose function reruns the node's own under eager autograd (vjp_node.VjpFn)."""
+    fn = function_of(node.params) if node.kind == "vjp" else WhileGradFn(
+        node.subgraphs, node.params["n"], node.params["m"])
+    wrt = tuple(k for k, i in enumerate(node.inputs)
+                if isinstance(i, Node) and i in reach and _differentiable(i.spec))
+    has_ct = tuple(k for k, g in enumerate(gs) if g is not None)
+    vfn = VjpFn(fn, len(node.inputs), wrt, has_ct)
+    outs = b.multi("vjp", [*node.inputs, *[gs[k] for k in has_ct]], {},
+                   tuple(node.inputs[k].spec for k in wrt),
+                   params={"op": fn, "fn": vfn, "wrt": wrt}, name=node.name + "_vjp")
+    return _placed(outs, wrt, len(node.inputs))
+
+
+def _placed(outs: list, positions, n: int, offset: int = 0) -> list:
+    """Cotangents ``outs`` for the inputs at ``positions`` (shifted by ``offset``), None
+    for the other ``n`` inputs."""
+    res = [None] * n
+    for k, o in zip(positions, outs, strict=True):
+        res[offset + k] = o
+    return res
+
+
+_MULTI_GRAD = {"cond": _cond_grad, "while_loop": _while_grad, "while_grad": _runtime_vjp,
+               "vjp": _runtime_vjp}

@@ -19,7 +19,7 @@ from .graph import Graph
 from .node import Dyn, Node
 from .spec import tf_dtype_name
 from .symbol import Symbol
-from .vjp_node import run_vjp_rule
+from .vjp_node import run_vjp_rule, while_grad_replay
 
 __all__ = ["Interpreter", "as_tensor", "needed_nodes"]
 
@@ -117,6 +117,10 @@ class Interpreter:
             args = args[:node.nargs]
         return node.op.apply(*args, **params)
 
+    def run_call_module(self, node: Node, args: list):
+        """A module called as one node: the state holds it under its qualified name."""
+        return self.state[node.params["target"]](*args)
+
     def run_item(self, node: Node, args: list):
         return args[0][node.params["index"]]
 
@@ -166,33 +170,18 @@ class Interpreter:
         return tuple(state)
 
     def run_while_grad(self, node: Node, args: list):
-        """The reverse of a while_loop: replay it keeping every state (the tape), then
-        apply the body's vjp graph from the last iteration to the first."""
+        """The reverse of a while_loop (vjp_node.while_grad_replay)."""
         if any(isinstance(a, Symbol) for a in args):
             return self._copy_multi(node, args)
         n, m = node.params["n"], node.params["m"]
-        state, caps, gs = list(args[:n]), list(args[n:n + m]), list(args[n + m:])
-        cond, body = self.sub(node.subgraphs["cond"]), self.sub(node.subgraphs["body"])
-        vjp = self.sub(node.subgraphs["vjp"])
-        tape = []
-        while bool(cond.run(*state, *caps)[0]):
-            tape.append(state)
-            state = list(body.run(*state, *caps))
-        gcaps = None
-        for st in reversed(tape):
-            out = vjp.run(*st, *caps, *gs)
-            gs = list(out[:n])
-            gc = out[n:]
-            gcaps = list(gc) if gcaps is None else [a + b for a, b in zip(gcaps, gc,
-                                                                          strict=True)]
-        if gcaps is None:  # the loop ran zero times
-            gcaps = [as_tensor(xp.zeros(c._array.shape, c._array.dtype)) for c in caps]
-        return (*gs, *gcaps)
+        run = {k: self.sub(g).run for k, g in node.subgraphs.items()}
+        return while_grad_replay(run["cond"], run["body"], run["vjp"], list(args[:n]),
+                                 list(args[n:n + m]), list(args[n + m:]))
 
     def run_vjp(self, node: Node, args: list):
         if any(isinstance(a, Symbol) for a in args):
             return self._copy_multi(node, args)
-        return run_vjp_rule(node.params, args)
+        return run_vjp_rule(node.params, args, self)
 
     def _copy_multi(self, node: Node, args: list):
         from .builder import building

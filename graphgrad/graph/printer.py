@@ -14,7 +14,7 @@ from graphgrad.ops import REGISTRY
 
 from .graph import Graph
 from .interpreter import as_tensor
-from .vjp_node import run_vjp_rule
+from .vjp_node import run_vjp_rule, while_grad_replay
 from .node import Dyn, Node
 from .spec import short
 
@@ -152,6 +152,9 @@ class _Emitter:
             return f"{op}({', '.join(parts)})"
         if n.kind == "item":
             return f"{args[0]}[{n.params['index']}]"
+        if n.kind == "call_module":  # the module is a state slot, read like a variable
+            self.glb["_module"] = self._var
+            return f"_module({n.params['target']!r})({', '.join(args)})"
         if n.kind == "shape":
             return f"_shape({args[0]})"
         if n.kind == "assign":
@@ -177,7 +180,7 @@ class _Emitter:
             return (f"_while({sub['cond']}, {sub['body']}, ({', '.join(args[:nv])},), "
                     f"({', '.join(args[nv:])}{',' if len(args) > nv else ''}))")
         if n.kind == "while_grad":
-            self.glb["_while_grad"] = _while_grad
+            self.glb["_while_grad"] = while_grad_replay
             nv, m = n.params["n"], n.params["m"]
             return (f"_while_grad({sub['cond']}, {sub['body']}, {sub['vjp']}, "
                     f"[{', '.join(args[:nv])}], [{', '.join(args[nv:nv + m])}], "
@@ -189,21 +192,6 @@ def _while(cond, body, state, caps):
     while bool(cond(*state, *caps)[0]):
         state = body(*state, *caps)
     return tuple(state)
-
-
-def _while_grad(cond, body, vjp, state, caps, gs):
-    tape = []
-    while bool(cond(*state, *caps)[0]):
-        tape.append(state)
-        state = list(body(*state, *caps))
-    n, gc = len(state), None
-    for st in reversed(tape):
-        out = vjp(*st, *caps, *gs)
-        gs = list(out[:n])
-        gc = list(out[n:]) if gc is None else [a + b for a, b in zip(gc, out[n:], strict=True)]
-    if gc is None:
-        gc = [c * 0 for c in caps]
-    return (*gs, *gc)
 
 
 def python_code(graph: Graph, state: dict | None = None, name: str = "forward") -> PythonCode:

@@ -15,13 +15,14 @@ from graphgrad.backend import bool_ as bool  # noqa: A004
 from graphgrad.backend import float16, float32, float64, int8, int16, int32, int64, uint8
 
 from . import errors, train
-from .control_flow import cond, control_dependencies, group, identity, no_op, while_loop
+from .control_flow import cond, control_dependencies, group, identity, no_op
 from .errors import FailedPreconditionError, InvalidArgumentError, OpError
 from .gradients import gradients
 from .graph import Graph, get_default_graph, reset_default_graph
 from .math_ops import *  # noqa: F401,F403
 from .math_ops import nn
 from .session import InteractiveSession, Session
+from .while_loop import while_loop
 from .tensors import (Variable, assign, assign_add, assign_sub, constant, convert_to_tensor,
                       global_variables, global_variables_initializer, placeholder,
                       trainable_variables, variables_initializer)

@@ -1,5 +1,5 @@
 """Layer ``static``: TF1 control flow: ``cond`` (both branches built into the graph, one
-run), ``while_loop``, ``control_dependencies``, ``group``, ``identity``.
+run), ``control_dependencies``, ``group``, ``identity`` (``while_loop`` has its own file).
 
 Each branch / condition / body function is called once, at construction, on a
 sub-graph builder whose parent is the default graph's: outer tensors it uses are
@@ -20,7 +20,7 @@ from graphgrad.tensor.dispatch import current_interpreter
 from .graph import get_default_graph
 from .tensors import convert_to_tensor
 
-__all__ = ["cond", "while_loop", "control_dependencies", "group", "identity", "no_op"]
+__all__ = ["cond", "control_dependencies", "group", "identity", "no_op"]
 
 
 def _current_builder() -> GraphBuilder:
@@ -30,11 +30,13 @@ def _current_builder() -> GraphBuilder:
     return builder_of(get_default_graph().ir)
 
 
-def _build(fn: Callable, name: str, parent: GraphBuilder, args: list[Node] = ()) -> tuple:
-    """Run ``fn`` on a fresh sub-graph: returns (graph, builder, result structure, nodes)."""
+def _build(fn: Callable, name: str, parent: GraphBuilder, args: list = ()) -> tuple:
+    """Run ``fn`` on a fresh sub-graph whose inputs are placeholders like ``args`` (nodes,
+    or (Spec, name) pairs): returns (graph, builder, result structure, nodes,
+    placeholders)."""
     g = IRGraph(name)
     sb = GraphBuilder(g, parent)
-    phs = [g.placeholder(a.spec, a.name) for a in args]
+    phs = [g.placeholder(*((a.spec, a.name) if isinstance(a, Node) else a)) for a in args]
     with sb.active():
         res = fn(*[symbol(p) for p in phs])
         leaves, spec = tree_flatten(res)
@@ -107,64 +109,6 @@ def _returns(res, which: str):
     if res is None:
         raise ValueError(f"{which} must have a return value.")
     return res
-
-
-def while_loop(cond: Callable, body: Callable, loop_vars, shape_invariants=None,
-               parallel_iterations: int = 10, back_prop: bool = True,
-               maximum_iterations=None, name: str | None = None,
-               return_same_structure: bool = False):
-    """``while cond(*vars): vars = body(*vars)`` as one node with two sub-graphs.
-    ``maximum_iterations`` is not supported (raises)."""
-    if maximum_iterations is not None:
-        raise NotImplementedError("while_loop: maximum_iterations is not supported; put the "
-                                  "bound into cond")
-    if not callable(cond):
-        raise TypeError("cond must be callable.")
-    if not callable(body):
-        raise TypeError("body must be callable.")
-    if not isinstance(parallel_iterations, int) or parallel_iterations <= 0:
-        raise TypeError("parallel_iterations must be a positive integer.")
-    single = not isinstance(loop_vars, (list, tuple))
-    leaves, struct = tree_flatten([loop_vars] if single else loop_vars)
-    if not leaves:
-        raise ValueError("No loop variables provided")
-    b = _current_builder()
-    with b.active() if current_interpreter() is not b else contextlib.nullcontext():
-        init = [b.node_of(convert_to_tensor(v), literal_ok=False) for v in leaves]
-        base = name or "while"
-
-        def as_struct(fn):
-            return lambda *xs: fn(*tree_unflatten(list(xs), struct))
-        c = _build(lambda *xs: as_struct(cond)(*xs), f"{base}_cond", b, init)
-        bd = _build(lambda *xs: tree_flatten(as_struct(body)(*xs))[0], f"{base}_body", b,
-                    init)
-        if len(bd[3]) != len(init):
-            raise ValueError(f"body returns {len(bd[3])} loop variables but the loop has "
-                             f"{len(init)}: the two structures don't have the same number of "
-                             f"elements")
-        for i, o in zip(init, bd[3], strict=True):
-            if o.spec.dtype != i.spec.dtype or (shape_invariants is None
-                                                and o.spec.shape != i.spec.shape):
-                raise ValueError(f"Input tensor '{i.name}:0' enters the loop with shape "
-                                 f"{_tf(i.spec.shape)}, but has shape {_tf(o.spec.shape)} "
-                                 f"after one iteration. To allow the shape to vary across "
-                                 f"iterations, use the `shape_invariants` argument of "
-                                 f"tf.while_loop to specify a less-specific shape.")
-        if len(c[3]) != 1 or c[3][0].spec.dtype.kind != "b":
-            raise TypeError("while_loop: cond must return one scalar bool tensor")
-        outer = _unify([c, bd], len(init))
-        outs = b.multi("while_loop", [*[symbol(i) for i in init], *[symbol(o) for o in outer]],
-                       {"cond": c[0], "body": bd[0]}, tuple(i.spec for i in init),
-                       params={"n": len(init)}, name=base)
-    result = tree_unflatten(outs, struct)
-    if single or (len(outs) == 1 and not return_same_structure):  # TF1: a bare tensor
-        return tree_flatten(result)[0][0]
-    return result
-
-
-def _tf(shape) -> str:
-    from graphgrad.graph import tf_shape
-    return tf_shape(shape)
 
 
 @contextlib.contextmanager
