@@ -19,9 +19,11 @@ __all__ = ["Node", "Dyn", "KINDS", "MULTI_KINDS"]
 # with sub-graphs (multi-output); item: output k of a multi-output node; shape: the
 # shape of the input as an int64 vector (reads no data); vjp: an op's vjp rule run at
 # run time (graph/vjp_node.py); assign: write a state slot;
-# group: a no-op that only orders (control inputs); output: the graph's results.
+# group: a no-op that only orders (control inputs); output: the graph's results;
+# call_module: a module called as one opaque node (graphgrad.fx's leaf modules), the
+# module found in the interpreter's state under params["target"], its qualified name.
 KINDS = ("placeholder", "constant", "variable", "call", "cond", "while_loop", "while_grad",
-         "vjp", "item", "shape", "assign", "group", "output")
+         "vjp", "item", "shape", "assign", "group", "output", "call_module")
 MULTI_KINDS = frozenset({"cond", "while_loop", "while_grad", "vjp"})
 
 
@@ -68,6 +70,8 @@ class Node:
             return f"{self.params['op'].__name__}Backward"
         if self.kind == "assign":
             return f"{self.params.get('mode', 'assign')}({self.target.name})"
+        if self.kind == "call_module":
+            return self.params["target"]
         return self.kind
 
     def input_nodes(self) -> list[Node]:

@@ -111,9 +111,14 @@ def propagate_specs(graph: Graph) -> None:
             continue
         spec = GraphBuilder.infer(n.op, list(n.inputs[:n.nargs]), n.params,
                                   n.nargs != len(n.inputs))
-        if tuple(spec.shape) != tuple(n.spec.shape) or spec.dtype != n.spec.dtype:
+        if _dims(spec) != _dims(n.spec) or spec.dtype != n.spec.dtype:
             raise GraphError(f"node {n.name!r} ({n.op.__name__}) is recorded as {n.spec} but "
                              f"its shape rule gives {spec}")
+
+
+def _dims(spec) -> tuple | None:
+    """A Spec's shape as a tuple; None for an unknown rank."""
+    return None if spec.shape is None else tuple(spec.shape)
 
 
 def verify(graph: Graph) -> None:

@@ -1,0 +1,24 @@
+"""Layer ``fx``: symbolic tracing in torch.fx's shape, onto graphgrad's one IR.
+
+``symbolic_trace(fn_or_module)`` runs the function once on ``Proxy`` values; every op,
+tensor method, operator and ``nn.Module`` call on them becomes a node of a
+``graphgrad.graph.Graph`` (leaf modules as ``call_module`` nodes, parameters as
+``variable`` nodes read at run time). The result is a ``GraphModule``: callable and
+differentiable, printable as code (``.code``, ``print_readable()``) and as a table
+(``.graph.print_tabular()``), drawable (``.graph.to_dot()``), runnable node by node by
+``Interpreter`` and rewritable by ``Transformer``.
+
+As in torch.fx, Python control flow on a traced value raises ``TraceError``, and code
+that does not touch a Proxy (``np.random.rand()``) runs once at trace time, its result
+frozen into the graph.
+"""
+
+from .api import symbolic_trace
+from .errors import TraceError
+from .graph_module import GraphModule
+from .interpreter import Interpreter, Transformer
+from .proxy import Proxy
+from .tracer import PH, Tracer
+
+__all__ = ["symbolic_trace", "Tracer", "Proxy", "GraphModule", "Interpreter", "Transformer",
+           "TraceError", "PH"]

@@ -1,0 +1,86 @@
+"""Layer ``fx``: ``symbolic_trace``, the entry point (torch.fx's, plus example inputs).
+
+torch.fx records Python calls and needs no shapes. graphgrad's IR records ops with
+their shape rules, so code whose ops need the rank (a ``dim=-1``, a reduction, a
+transpose) needs to know the inputs' ranks: ``example_inputs`` gives them. The graph is
+then traced with every size unknown (it serves inputs of any size of that rank); where a
+shape rule needs the sizes themselves, it is traced again for the example's exact
+shapes, and the GraphModule checks that its inputs have them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from graphgrad.graph import Spec
+from graphgrad.nn import Module
+from graphgrad.tensor import Value
+
+from .graph_module import GraphModule
+from .tracer import PH, Tracer
+
+__all__ = ["symbolic_trace"]
+
+_BASIC = (bool, int, float, complex, str, type(None))
+_NOT_ASSERTED = ("Was not able to add assertion to guarantee correct input {name} to "
+                 "specialized function. It is up to the user to make sure that your inputs "
+                 "match the inputs you specialized the function with.")
+
+
+def _specs(examples: tuple, exact: bool) -> tuple:
+    out = []
+    for x in examples:
+        if not isinstance(x, Value):
+            raise TypeError(f"symbolic_trace: example inputs must be tensors, got "
+                            f"{type(x).__name__}")
+        shape = x._array.shape if exact else (None,) * x._array.ndim
+        out.append(Spec(tuple(shape), x._array.dtype))
+    return tuple(out)
+
+
+def symbolic_trace(root: Module | Callable, concrete_args: dict[str, Any] | None = None, *,
+                   example_inputs: tuple | None = None) -> GraphModule:
+    """Trace ``root`` (a module or a function) on Proxies into a ``GraphModule``.
+
+    ``concrete_args`` bakes arguments in (``PH`` keeps one a placeholder), guarded when
+    the module is called. ``example_inputs`` (graphgrad's addition, one tensor per traced
+    argument) tells the tracer the inputs' ranks and dtypes; without it their ranks are
+    unknown and code that needs one raises a TraceError that says so."""
+    for name, value in (concrete_args or {}).items():
+        if value is not PH and not isinstance(value, _BASIC):
+            warnings.warn(_NOT_ASSERTED.format(name=name), stacklevel=2)
+    tracer = Tracer()
+    if example_inputs is None:
+        graph = tracer.trace(root, concrete_args)
+    else:
+        try:
+            graph = tracer.trace(root, concrete_args, input_specs=_specs(example_inputs, False))
+        except (NotImplementedError, TypeError):
+            # a shape rule (or graphgrad code) needed a size, not just the rank: trace for
+            # the example's exact shapes instead (the GraphModule checks its inputs fit)
+            tracer = Tracer()
+            graph = tracer.trace(root, concrete_args, input_specs=_specs(example_inputs, True))
+    fn = root.forward if isinstance(root, Module) else root
+    gm = GraphModule(tracer.root, graph, graph.name)
+    d = gm.__dict__
+    d["_signature"] = _call_signature(fn, tracer.concrete)
+    d["_out_spec"] = tracer.out_spec
+    d["_concrete"] = dict(tracer.concrete)
+    return gm
+
+
+def _call_signature(fn: Callable, concrete: dict) -> inspect.Signature:
+    """The traced function's signature, with the concrete arguments defaulting to the values
+    they were specialized to."""
+    sig = inspect.signature(fn)
+    params = [p.replace(default=concrete[p.name]) if p.name in concrete else p
+              for p in sig.parameters.values()]
+    # a baked argument with a default may now precede one without: make the rest
+    # keyword-capable defaults only where Python allows it
+    try:
+        return sig.replace(parameters=params)
+    except ValueError:
+        return sig

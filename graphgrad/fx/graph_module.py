@@ -1,0 +1,162 @@
+"""Layer ``fx``: ``GraphModule``, an ``nn.Module`` whose forward is a ``graph.Graph``.
+
+As in torch.fx, it copies from the root the submodules and parameters its graph
+names (``call_module`` targets, ``variable`` reads), so ``gm.parameters()`` are the
+root's own tensors; ``.code`` is the graph printed as runnable Python (the IR's one
+printer), and calling the module runs that code: each op goes through the dispatch
+point, so autograd records it and ``backward()`` reaches inputs and parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphgrad.func.pytree import tree_unflatten
+from graphgrad.graph import Graph, Node, PythonCode, python_code, short
+from graphgrad.nn import Module, Parameter
+from graphgrad.tensor import Value
+
+__all__ = ["GraphModule"]
+
+_BASIC = (bool, int, float, complex, str, type(None))
+
+
+def _resolve(obj: Any, qualname: str) -> Any:
+    for part in qualname.split("."):
+        obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
+    return obj
+
+
+def _copy_attr(root: Any, gm: Module, qualname: str) -> None:
+    """Install ``root``'s ``qualname`` at the same path in ``gm`` (empty Modules between)."""
+    *path, last = qualname.split(".")
+    src, dst = root, gm
+    for part in path:
+        src = src[part] if isinstance(src, dict) else getattr(src, part)
+        sub = dst._modules.get(part)
+        if sub is None:
+            sub = Module()
+            setattr(dst, part, sub)
+        dst = sub
+    value = src[last] if isinstance(src, dict) else getattr(src, last)
+    if isinstance(value, (Parameter, Module)):
+        setattr(dst, last, value)
+    elif isinstance(value, Value):
+        dst.register_buffer(last, value)
+    else:
+        object.__setattr__(dst, last, value)
+
+
+class GraphModule(Module):
+    """``GraphModule(root, graph, class_name)``: ``root`` is the traced module (or a dict
+    from qualified names to the modules and tensors the graph reads)."""
+
+    def __init__(self, root: Module | dict, graph: Graph, class_name: str = "GraphModule"):
+        super().__init__()
+        d = self.__dict__
+        d["_class_name"] = class_name
+        d["_signature"] = None      # the traced function's signature (for binding)
+        d["_out_spec"] = None       # the traced output's structure (tree_unflatten)
+        d["_concrete"] = {}         # concrete_args: name -> the value baked in
+        d["_state"] = {}            # what the printed code reads: refreshed per call
+        for node in graph.nodes:
+            if node.kind in ("variable", "call_module") and "target" in node.params:
+                _copy_attr(root, self, node.params["target"])
+        self.graph = graph
+
+    # ---- the graph and its code -------------------------------------------------------
+
+    @property
+    def graph(self) -> Graph:
+        return self.__dict__["_graph"]
+
+    @graph.setter
+    def graph(self, g: Graph) -> None:
+        self.__dict__["_graph"] = g
+        self.recompile()
+
+    def recompile(self) -> PythonCode:
+        """Regenerate ``code`` from ``graph`` (call it after editing the graph)."""
+        d = self.__dict__
+        d["_reads"] = [n for n in self.graph.nodes
+                       if n.kind in ("variable", "call_module") and "target" in n.params]
+        d["_python"] = python_code(self.graph, d["_state"], "forward")
+        return d["_python"]
+
+    @property
+    def code(self) -> str:
+        return self.__dict__["_python"].src
+
+    def state(self) -> dict:
+        """What the graph reads when it runs: each ``variable`` node's tensor and each
+        ``call_module`` target's module, looked up in this module now."""
+        state: dict = {}
+        for n in self.__dict__["_reads"]:
+            value = _resolve(self, n.params["target"])
+            state[n if n.kind == "variable" else n.params["target"]] = value
+        return state
+
+    def print_readable(self, print_output: bool = True) -> str:
+        """The generated forward inside a class, as torch.fx prints it."""
+        body = "\n".join(("    " + line) if line else line for line in self.code.splitlines())
+        text = f"class {self._class_name}(graphgrad.nn.Module):\n{body}\n"
+        if print_output:
+            print(text)
+        return text
+
+    def to_dot(self) -> str:
+        return self.graph.to_dot()
+
+    # ---- calling ----------------------------------------------------------------------
+
+    def inputs_of(self, *args, **kwargs) -> list:
+        """Bind a call's arguments to the graph's placeholders; check the specialized ones
+        (torch.fx's ``_assert`` on concrete_args) and the traced ranks and sizes."""
+        sig = self._signature
+        if sig is not None:
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            values = dict(bound.arguments)
+        else:
+            if kwargs:
+                raise TypeError(f"{self._class_name}.forward() takes positional arguments "
+                                f"only, got {sorted(kwargs)}")
+            values = dict(zip([p.name for p in self.graph.inputs], args, strict=False))
+        for name, baked in self._concrete.items():
+            if isinstance(baked, _BASIC) and name in values and values[name] != baked:
+                raise AssertionError(f"{name} has been specialized to have value {baked} but "
+                                     f"got another value")
+        phs = self.graph.inputs
+        if sig is None and len(args) != len(phs):
+            raise TypeError(f"{self._class_name}.forward() takes {len(phs)} arguments "
+                            f"({', '.join(p.name for p in phs)}), got {len(args)}")
+        out = [values[p.name] for p in phs]
+        for p, v in zip(phs, out, strict=True):
+            _check_spec(self._class_name, p, v)
+        return out
+
+    def forward(self, *args, **kwargs):
+        inputs = self.inputs_of(*args, **kwargs)
+        state = self.__dict__["_state"]
+        state.clear()
+        state.update(self.state())
+        flat = self.__dict__["_python"].fn(*inputs)
+        if self._out_spec is None:
+            return flat[0] if len(flat) == 1 else flat
+        return tree_unflatten(list(flat), self._out_spec)
+
+    def __repr__(self) -> str:
+        return f"{self._class_name}(\n  {self.code.strip().replace(chr(10), chr(10) + '  ')}\n)"
+
+
+def _check_spec(name: str, p: Node, value: Any) -> None:
+    """An input must have the rank (and the sizes) the graph was traced for."""
+    spec = p.spec
+    if not isinstance(value, Value) or spec is None or spec.shape is None:
+        return
+    shape = tuple(value._array.shape)
+    if len(shape) != len(spec.shape) or any(d is not None and d != s
+                                            for d, s in zip(spec.shape, shape, strict=True)):
+        raise RuntimeError(f"{name}: input {p.name!r} of shape {list(shape)} does not fit the "
+                           f"graph, which was traced for {short(spec)} ('?' is any size); "
+                           f"trace again with an example of this shape")

@@ -1,0 +1,144 @@
+"""Layer ``fx``: ``Proxy``, the value a symbolically traced function computes on.
+
+A Proxy is a ``graph.Symbol`` (so every graphgrad op, tensor method and operator
+applied to it goes through the dispatch stack to the ``Tracer`` and becomes a node)
+with torch.fx's behaviour where Python needs a concrete value: ``bool(proxy)``
+(``if``, ``while``, ``and``/``or``, ``assert``) and ``iter(proxy)`` (``for``, ``a, b =
+proxy``, ``*proxy``) raise ``TraceError``; ``len(proxy)`` raises torch's RuntimeError.
+
+``x.shape`` and ``x.size()`` in the user's code are Proxies too (a ``shape`` node), so
+``x.shape[0]`` is a node and ``x.reshape(x.shape[0], -1)`` stays symbolic. graphgrad's
+own functions (``softmax``, ``flatten``...) read the static metadata instead: the shape
+with unknown dims as None. Where the rank itself is unknown (no example inputs were
+given), that read raises a TraceError that says so rather than guess.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from graphgrad.backend import xp
+from graphgrad.graph import Spec, Symbol
+from graphgrad.ops import REGISTRY
+from graphgrad.tensor import Size
+
+from .errors import in_graphgrad, trace_error
+
+__all__ = ["Proxy"]
+
+_I64 = xp.dtype(xp.int64)
+_LEN = ("'len' is not supported in symbolic tracing by default. If you want this call to be "
+        "recorded, please call graphgrad.fx.wrap('len') at module scope")
+
+
+def _caller_is_graphgrad() -> bool:
+    """Whether the code reading a Proxy's metadata is graphgrad's (two frames up)."""
+    return in_graphgrad(sys._getframe(2))
+
+
+class Proxy(Symbol):
+    """A symbolically traced value: the output of one node of the graph being traced."""
+
+    __slots__ = ("_tracer",)
+
+    def __repr__(self) -> str:
+        return f"Proxy({self._node.name})"
+
+    __str__ = __repr__
+
+    @property
+    def node(self):
+        return self._node
+
+    @property
+    def tracer(self):
+        return self._tracer
+
+    # ---- where Python needs a concrete value -------------------------------------------
+
+    def __bool__(self):
+        return self._tracer.to_bool(self)
+
+    def __iter__(self):
+        return self._tracer.iter(self)
+
+    def __len__(self) -> int:
+        raise RuntimeError(_LEN)
+
+    def _no_value(self, *args, **kwargs):
+        raise trace_error(f"symbolically traced variable {self!r} has no value at trace time, "
+                          f"so it cannot be converted to a Python number or array "
+                          f"(int(), float(), .item(), .tolist(), .numpy(), range())")
+
+    item = tolist = numpy = __int__ = __float__ = __index__ = __complex__ = _no_value
+
+    def __array__(self, dtype=None, copy=None):
+        self._no_value()
+
+    # ---- metadata: symbolic for the user, static for graphgrad's own code ---------------
+
+    def _rank(self) -> int:
+        shape = self._node.spec.shape if isinstance(self._node.spec, Spec) else None
+        if shape is None:
+            raise trace_error(
+                f"the rank of {self!r} is not known to symbolic tracing, and graphgrad code "
+                f"needs it here (graphgrad records ops with their shape rules, where torch.fx "
+                f"records Python calls); pass example inputs: "
+                f"symbolic_trace(fn, example_inputs=(...))")
+        return len(shape)
+
+    def _static_shape(self) -> Size:
+        self._rank()
+        return Size(self._node.spec.shape)
+
+    @property
+    def shape(self):
+        if _caller_is_graphgrad():
+            return self._static_shape()
+        return self._tracer.shape_proxy(self)
+
+    def size(self, dim: int | None = None):
+        if _caller_is_graphgrad():
+            shape = self._static_shape()
+            return shape if dim is None else shape[dim]
+        shape = self._tracer.shape_proxy(self)
+        return shape if dim is None else shape[dim]
+
+    @property
+    def ndim(self) -> int:
+        return self._rank()
+
+    def dim(self) -> int:
+        return self._rank()
+
+    ndimension = dim
+
+    def numel(self):
+        if _caller_is_graphgrad():
+            return self._static_shape().numel()
+        return self._tracer.shape_proxy(self).prod()
+
+    # ---- reshapes whose sizes are Proxies (bound when the graph runs) -------------------
+
+    def reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        if any(isinstance(s, Symbol) for s in shape):
+            return REGISTRY["Reshape"].apply(self, shape=tuple(shape))
+        return Symbol.reshape(self, *shape)
+
+    view = reshape
+
+
+class ShapeProxy(Proxy):
+    """``x.shape`` of a Proxy: an int64 vector node; ``shape[i]`` is a 0-d node."""
+
+    __slots__ = ()
+
+    def __getitem__(self, index):
+        if isinstance(index, int) and not isinstance(index, bool):
+            # a shape vector of unknown length has no shape rule for indexing, but an
+            # integer index of a vector is 0-d whatever the length
+            return self._tracer.record(REGISTRY["Getitem"], (self,), {"spec": (index,)},
+                                       Spec((), _I64))
+        return Proxy.__getitem__(self, index)

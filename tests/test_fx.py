@@ -1,0 +1,389 @@
+"""Tests for graphgrad.fx: the lecture's outcomes for symbolic tracing, the capture
+corpus (outputs and gradients against eager on fresh inputs), leaf modules and
+parameters, concrete_args, shape proxies, Interpreter/Transformer, printing and DOT."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+
+import numpy as np
+import pytest
+
+import graphgrad as gg
+from graphgrad import fx, nn
+from graphgrad.graph import Graph, python_code
+from graphgrad.graph import Interpreter as IRInterpreter
+from graphgrad.ops import REGISTRY
+
+from capture_corpus import CORPUS
+from lecture_cases import branch, external, shape_dependent
+
+CONTROL_FLOW = "symbolically traced variables cannot be used as inputs to control flow"
+
+
+def _t(*shape, seed=0):
+    return gg.tensor(np.random.default_rng(seed).standard_normal(shape), dtype=gg.float64)
+
+
+def _np(t):
+    return t.detach().numpy()
+
+
+def _tuple(out):
+    return out if isinstance(out, (tuple, list)) else (out,)
+
+
+def _line_of(fn, text: str) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(k for k, line in enumerate(lines) if text in line)
+
+
+# ---- the lecture's three functions ---------------------------------------------------------
+
+def test_branch_raises_trace_error_at_the_if():
+    with pytest.raises(fx.TraceError) as info:
+        fx.symbolic_trace(branch)
+    msg = str(info.value)
+    assert msg.splitlines()[0] == CONTROL_FLOW
+    assert isinstance(info.value, ValueError)  # torch.fx's TraceError is a ValueError
+    assert f'lecture_cases.py", line {_line_of(branch, "if x < 0")}, in branch' in msg
+    assert "if x < 0:" in msg
+
+
+def test_shape_dependent_raises_trace_error_at_the_unpacking():
+    with pytest.raises(fx.TraceError) as info:
+        fx.symbolic_trace(shape_dependent)
+    msg = str(info.value)
+    assert msg.startswith("Proxy object cannot be iterated. This can be attempted when the "
+                          "Proxy is used in a loop or as a *args or **kwargs function argument.")
+    line = _line_of(shape_dependent, "n, m = x.shape")
+    assert f'lecture_cases.py", line {line}, in shape_dependent' in msg
+    assert "n, m = x.shape" in msg
+
+
+def test_external_traces_and_freezes_the_random_number():
+    gm = fx.symbolic_trace(external)
+    x = gg.tensor([1.0, 2.0], dtype=gg.float64)
+    a, b = gm(x), gm(x)
+    np.testing.assert_array_equal(_np(a), _np(b))   # the "worst case": same value
+    assert not np.array_equal(_np(external(x)), _np(external(x)))  # eager draws anew
+    # the number is a literal of the graph, in the table and in the code
+    (add,) = [n for n in gm.graph.nodes if n.kind == "call"]
+    frozen = add.inputs[1]
+    assert add.op is REGISTRY["Add"] and isinstance(frozen, float) and 0.0 <= frozen < 1.0
+    np.testing.assert_array_equal(_np(a), _np(x) + frozen)
+    assert repr(frozen) in gm.code and repr(frozen) in gm.graph.tabular()
+    # other shapes work too: the graph knows no shape
+    y = gg.ones(2, 3, dtype=gg.float64)
+    np.testing.assert_array_equal(_np(gm(y)), np.full((2, 3), 1.0 + frozen))
+
+
+# ---- the corpus: outputs and gradients against eager on fresh inputs ----------------------
+
+def _grads_match(fn, gm, inputs, rng) -> None:
+    eager_in = [t.detach().requires_grad_() for t in inputs]
+    traced_in = [t.detach().requires_grad_() for t in inputs]
+    params = list(fn.parameters()) if isinstance(fn, nn.Module) else []
+    outs_e = _tuple(fn(*eager_in))
+    cots = [gg.tensor(rng.standard_normal(o.shape), dtype=o.dtype) for o in outs_e]
+    sum((o * c).sum() for o, c in zip(outs_e, cots, strict=True)).backward()
+    eager_pg = [_np(p.grad).copy() for p in params]
+    for p in params:
+        p.grad = None
+    outs_t = _tuple(gm(*traced_in))
+    sum((o * c).sum() for o, c in zip(outs_t, cots, strict=True)).backward()
+    for a, b in zip(traced_in, eager_in, strict=True):
+        np.testing.assert_allclose(_np(a.grad), _np(b.grad), rtol=1e-10, atol=1e-12)
+        assert a.grad.shape == a.shape
+    for p, g in zip(params, eager_pg, strict=True):
+        np.testing.assert_allclose(_np(p.grad), g, rtol=1e-10, atol=1e-12)
+        p.grad = None
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=repr)
+def test_corpus(case):
+    rng = np.random.default_rng(7)
+    gm = fx.symbolic_trace(case.fn, example_inputs=case.make_inputs(rng))
+    assert isinstance(gm.graph, Graph)
+    gm.graph.verify()
+    fresh = case.make_inputs(rng)
+    expect = _tuple(case.fn(*fresh))
+    got = _tuple(gm(*fresh))
+    assert len(got) == len(expect)
+    for a, b in zip(got, expect, strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(_np(a), _np(b), rtol=1e-12, atol=1e-12)
+    # the same graph run node by node, by the IR's interpreter and by fx's
+    ir = IRInterpreter(gm.graph, gm.state()).run(*fresh)
+    fxi = _tuple(fx.Interpreter(gm).run(*fresh))
+    for a, b, c in zip(ir, fxi, expect, strict=True):
+        np.testing.assert_allclose(_np(a), _np(c), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(_np(b), _np(c), rtol=1e-12, atol=1e-12)
+    _grads_match(case.fn, gm, fresh, rng)
+
+
+def test_corpus_graphs_serve_other_sizes_of_the_same_rank():
+    cases = {c.name: c for c in CORPUS}
+    gm = fx.symbolic_trace(cases["affine"].fn, example_inputs=(_t(3, 4), _t(4, 2), _t(2)))
+    x, w, b = _t(6, 5, seed=1), _t(5, 3, seed=2), _t(3, seed=3)
+    np.testing.assert_allclose(_np(gm(x, w, b)), _np(x @ w + b))
+    assert "f64[?, ?]" in gm.code   # traced with unknown sizes
+    with pytest.raises(RuntimeError, match=r"input 'x' of shape \[6\] does not fit"):
+        gm(_t(6), w, b)
+
+
+def test_exact_shapes_where_a_shape_rule_needs_sizes():
+    # x.std(0) needs the size of dim 0: traced for the example's shape, and guarded
+    cases = {c.name: c for c in CORPUS}
+    gm = fx.symbolic_trace(cases["standardize"].fn, example_inputs=(_t(5, 3),))
+    assert gm.graph.inputs[0].spec.shape == (5, 3)
+    with pytest.raises(RuntimeError, match=r"traced for f64\[5, 3\]"):
+        gm(_t(4, 3))
+
+
+def test_without_example_inputs_rank_needing_code_says_so():
+    with pytest.raises(fx.TraceError, match="rank of Proxy\\(x\\) is not known") as info:
+        fx.symbolic_trace(lambda x: gg.softmax(x, dim=-1))
+    assert "example_inputs" in str(info.value)
+    assert "test_fx.py" in str(info.value)
+
+
+def test_without_example_inputs_shape_free_code_serves_every_shape():
+    cases = {c.name: c for c in CORPUS}
+    gm = fx.symbolic_trace(cases["gelu_tanh"].fn)
+    for shape in ((7,), (2, 3), ()):
+        x = _t(*shape)
+        np.testing.assert_allclose(_np(gm(x)), _np(cases["gelu_tanh"].fn(x)))
+
+
+# ---- shapes as proxies, and where Python needs concrete values ----------------------------
+
+def test_shape_reads_are_nodes():
+    def f(x):
+        return x.reshape(x.shape[0], -1) * x.size(1) + x.size()[-1]
+
+    gm = fx.symbolic_trace(f)
+    kinds = [n.kind for n in gm.graph.nodes]
+    assert kinds.count("shape") == 1   # one shape node, read three times
+    getitems = [n for n in gm.graph.nodes if n.kind == "call" and n.op.__name__ == "Getitem"]
+    assert len(getitems) == 3
+    for shape in ((2, 3, 4), (5, 2)):
+        x = _t(*shape)
+        np.testing.assert_allclose(_np(gm(x)), _np(f(x)))
+
+
+@pytest.mark.parametrize("fn, error, text", [
+    (lambda x: [r for r in x], fx.TraceError, "Proxy object cannot be iterated"),
+    (lambda x: x * 2 if x > 0 else x, fx.TraceError, CONTROL_FLOW),
+    (lambda x: x and x + 1, fx.TraceError, CONTROL_FLOW),
+    (lambda x: x + len(x), RuntimeError, "'len' is not supported in symbolic tracing"),
+    (lambda x: x * int(x.shape[0]), fx.TraceError, "has no value at trace time"),
+    (lambda x: [x[i] for i in range(x.shape[0])], fx.TraceError, "has no value at trace"),
+    (lambda x: x.sum().item() + x, fx.TraceError, "has no value at trace time"),
+    (lambda x: gg.tensor(np.sin(x)), TypeError, "does not support ufuncs"),
+])
+def test_python_needing_values_raises(fn, error, text):
+    with pytest.raises(error, match=text.replace("(", r"\(").replace("*", r"\*")):
+        fx.symbolic_trace(fn)
+
+
+def test_while_and_assert_raise_trace_error_with_the_line():
+    def f(x):
+        while x.sum() > 0:
+            x = x - 1
+        return x
+
+    with pytest.raises(fx.TraceError) as info:
+        fx.symbolic_trace(f, example_inputs=(_t(3),))
+    assert f'line {_line_of(f, "while x.sum()")}, in f' in str(info.value)
+
+    def g(x):
+        assert (x > 0).all(), "positive"
+        return x
+
+    with pytest.raises(fx.TraceError, match=CONTROL_FLOW) as info:
+        fx.symbolic_trace(g, example_inputs=(_t(3),))
+    assert "assert (x > 0).all()" in str(info.value)
+
+
+def test_tensors_made_at_trace_time_are_frozen_constants():
+    def f(x):
+        return x + gg.randn(3, dtype=gg.float64)
+
+    gm = fx.symbolic_trace(f)
+    (const,) = [n for n in gm.graph.nodes if n.kind == "variable"]
+    assert const.params["target"] == "_tensor_constant0"
+    x = gg.zeros(3, dtype=gg.float64)
+    np.testing.assert_array_equal(_np(gm(x)), _np(gm(x)))
+    np.testing.assert_array_equal(_np(gm(x)), _np(gm._tensor_constant0))
+
+
+# ---- modules: leaves, parameters ----------------------------------------------------------
+
+class Scaled(nn.Module):
+    """A user module (traced through) holding a parameter and a leaf layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2, dtype=gg.float64)
+        self.scale = nn.Parameter(gg.tensor([2.0, 3.0], dtype=gg.float64))
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_leaf_modules_are_call_module_nodes_and_parameters_variables():
+    m = Scaled()
+    gm = fx.symbolic_trace(m, example_inputs=(_t(4, 3),))
+    table = gm.graph.tabular()
+    (lin,) = [n for n in gm.graph.nodes if n.kind == "call_module"]
+    assert lin.params["target"] == "lin" and lin.target_name == "lin"
+    (scale,) = [n for n in gm.graph.nodes if n.kind == "variable"]
+    assert scale.params["target"] == "scale"
+    assert "call_module" in table and "lin" in table
+    assert "_module('lin')(x)" in gm.code and "_var('scale')" in gm.code
+    # the GraphModule holds the root's own tensors: training it trains the root
+    assert gm.lin is m.lin and gm.scale is m.scale
+    assert {n for n, _ in gm.named_parameters()} == {"lin.weight", "lin.bias", "scale"}
+    x = _t(4, 3)
+    with gg.no_grad():
+        m.scale.mul_(10.0)     # an update after tracing is seen: parameters are read live
+    np.testing.assert_allclose(_np(gm(x)), _np(m(x)))
+
+
+def test_is_leaf_module_override_traces_through():
+    class NoLeaves(fx.Tracer):
+        def is_leaf_module(self, m, qualname):
+            return False
+
+    m = Scaled()
+    tracer = NoLeaves()
+    graph = tracer.trace(m, input_specs=(gg.graph.Spec((None, 3), np.dtype("float64")),))
+    gm = fx.GraphModule(tracer.root, graph, "Scaled")
+    assert not [n for n in graph.nodes if n.kind == "call_module"]
+    targets = {n.params["target"] for n in graph.nodes if n.kind == "variable"}
+    assert targets == {"lin.weight", "lin.bias", "scale"}
+    x = _t(4, 3)
+    np.testing.assert_allclose(_np(gm(x)), _np(m(x)))
+
+
+def test_a_module_outside_the_root_is_refused():
+    lin = nn.Linear(2, 2)
+    with pytest.raises(NameError, match="module is not installed as a submodule"):
+        fx.symbolic_trace(lambda x: lin(x))
+
+
+# ---- concrete_args ------------------------------------------------------------------------
+
+def test_concrete_args_specialize_and_guard():
+    def f(x, flag, k=2):
+        if flag:
+            return x * k
+        return x - k
+
+    gm = fx.symbolic_trace(f, concrete_args={"flag": True})
+    assert [p.name for p in gm.graph.inputs] == ["x", "k"]
+    x = _t(3)
+    np.testing.assert_allclose(_np(gm(x, True, 3.0)), _np(x * 3.0))
+    np.testing.assert_allclose(_np(gm(x)), _np(x * 2))  # flag defaults to True
+    with pytest.raises(AssertionError, match="flag has been specialized to have value True "
+                                             "but got another value"):
+        gm(x, False)
+    gm2 = fx.symbolic_trace(f, concrete_args={"flag": False, "k": fx.PH})
+    np.testing.assert_allclose(_np(gm2(x, False, 5.0)), _np(x - 5.0))
+
+
+def test_concrete_tensor_warns_that_it_is_not_guarded():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gm = fx.symbolic_trace(lambda x, y: x + y, concrete_args={"y": gg.ones(2)})
+    assert any("Was not able to add assertion to guarantee correct input y" in str(w.message)
+               for w in caught)
+    np.testing.assert_allclose(_np(gm(gg.zeros(2), gg.ones(2))), [1.0, 1.0])
+
+
+# ---- printing, drawing, the IR's interpreter ----------------------------------------------
+
+def test_printed_code_runs_like_the_interpreter_and_dot_has_the_nodes():
+    m = Scaled()
+    gm = fx.symbolic_trace(m, example_inputs=(_t(4, 3),))
+    x = _t(4, 3, seed=5)
+    code = python_code(gm.graph, gm.state())
+    a = code.fn(x)[0]
+    b = IRInterpreter(gm.graph, gm.state()).run(x)[0]
+    np.testing.assert_array_equal(_np(a), _np(b))
+    dot = gm.graph.to_dot()
+    for n in gm.graph.nodes:
+        assert n.name in dot
+    readable = gm.print_readable(print_output=False)
+    assert readable.startswith("class Scaled(graphgrad.nn.Module):") and "def forward" in readable
+
+
+# ---- Interpreter and Transformer ----------------------------------------------------------
+
+def test_interpreter_hooks_and_garbage_collection():
+    def f(x, y):
+        return gg.relu(x + y) * y
+
+    gm = fx.symbolic_trace(f)
+    seen = []
+
+    class Recording(fx.Interpreter):
+        def call_function(self, target, args, kwargs):
+            seen.append(target.__name__)
+            return super().call_function(target, args, kwargs)
+
+    x, y = _t(3), _t(3, seed=1)
+    interp = Recording(gm)
+    np.testing.assert_allclose(_np(interp.run(x, y)), _np(f(x, y)))
+    assert seen == ["Add", "Relu", "Mul"]
+    assert set(interp.env) == {gm.graph.output_node}   # everything else freed at last use
+    keep = Recording(gm, garbage_collect_values=False)
+    keep.run(x, y)
+    assert len(keep.env) == len(gm.graph.nodes)
+    # partial evaluation: pre-set the add node's value
+    add = gm.graph.node("add")
+    out = fx.Interpreter(gm).run(x, y, initial_env={add: gg.ones(3, dtype=gg.float64)})
+    np.testing.assert_allclose(_np(out), _np(y))
+
+
+def test_transformer_swaps_add_for_mul():
+    def f(x, y):
+        return (x + y).sum() + y
+
+    class AddToMul(fx.Transformer):
+        def call_function(self, target, args, kwargs):
+            if target is REGISTRY["Add"]:
+                target = REGISTRY["Mul"]
+            return super().call_function(target, args, kwargs)
+
+    gm = fx.symbolic_trace(f, example_inputs=(_t(3), _t(3)))
+    new = AddToMul(gm).transform()
+    x, y = _t(3), _t(3, seed=1)
+    np.testing.assert_allclose(_np(new(x, y)), _np((x * y).sum() * y))
+    np.testing.assert_allclose(_np(gm(x, y)), _np(f(x, y)))   # the original is intact
+    ops = [n.op.__name__ for n in new.graph.nodes if n.kind == "call"]
+    assert ops == ["Mul", "Sum", "Mul"]
+    assert "Add" not in new.code
+
+
+def test_transformer_keeps_modules_parameters_and_shape_nodes():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3, dtype=gg.float64)
+            self.w = nn.Parameter(gg.ones(3, dtype=gg.float64))
+
+        def forward(self, x):
+            return self.lin(x).reshape(x.shape[0], -1) * self.w
+
+    m = M()
+    gm = fx.symbolic_trace(m, example_inputs=(_t(2, 3),))
+    new = fx.Transformer(gm).transform()
+    assert [n.kind for n in new.graph.nodes] == [n.kind for n in gm.graph.nodes]
+    x = _t(5, 3).requires_grad_()
+    out = new(x)
+    np.testing.assert_allclose(_np(out), _np(m(x)))
+    out.sum().backward()
+    assert m.w.grad is not None and m.lin.weight.grad is not None
