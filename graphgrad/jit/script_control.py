@@ -1,0 +1,234 @@
+"""Layer ``jit``: control flow for ``graphgrad.jit.script``: ``if`` on a tensor as a
+``cond`` node holding both branches, ``while`` on a tensor and ``for i in range(n)`` as
+a ``while_loop`` node, built from the statements of the user's source.
+
+Each branch, loop condition and loop body is compiled into its own sub-graph by a
+``ScriptBuilder`` whose parent is the enclosing one, exactly as ``graphgrad.static``
+builds TF1's ``cond``/``while_loop`` (its ``_unify`` gives every sub-graph of a node the
+same captured inputs). What flows out of a branch are the variables it assigns (and,
+for an ``if`` containing a ``return``, the function's result: the statements after the
+``if`` are compiled into both branches, the single-exit form); what a loop carries are
+the variables its body assigns that exist before it.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+from collections.abc import Callable, Iterator
+
+from graphgrad.backend import xp
+from graphgrad.func.pytree import tree_flatten, tree_unflatten
+from graphgrad.graph import Graph, Spec, Symbol, symbol
+from graphgrad.graph.interpreter import as_tensor
+from graphgrad.static.control_flow import _unify
+
+from .script_values import ScriptBuilder, ShapeValue
+
+__all__ = ["assigned_names", "has_return", "Undefined", "SubGraph", "merge_spec",
+           "build_cond", "build_while", "to_node_value"]
+
+
+class Undefined:
+    """A variable that exists on some paths only (one branch, a loop body)."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def assigned_names(stmts: list[ast.stmt]) -> list[str]:
+    """Names bound by assignments (and for-targets) anywhere in ``stmts``, in order."""
+    out: dict[str, None] = {}
+    for s in stmts:
+        for n in ast.walk(s):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                out[n.id] = None
+    return list(out)
+
+
+def has_return(stmts: list[ast.stmt]) -> bool:
+    return any(isinstance(n, ast.Return) for s in stmts for n in ast.walk(s))
+
+
+def merge_spec(a: Spec, b: Spec) -> Spec:
+    """The Spec both values fit (unknown where they differ; dtypes promoted)."""
+    dtype = xp.result_type(a.dtype, b.dtype)
+    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+        return Spec(None, dtype)
+    return Spec(tuple(x if x == y else None for x, y in zip(a.shape, b.shape, strict=True)),
+                dtype)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (bool, int, float)) and not isinstance(v, Symbol)
+
+
+def to_node_value(sb: ScriptBuilder, v, like: Spec | None = None):
+    """A graph node of ``sb`` for a branch/loop result; Python numbers become constants
+    (of ``like``'s dtype when the other side is a tensor)."""
+    if _is_number(v):
+        arr = xp.asarray(v, like.dtype) if like is not None else xp.asarray(v)
+        return sb.node_of(as_tensor(arr), literal_ok=False)
+    return sb.node_of(v, literal_ok=False)
+
+
+class SubGraph:
+    """One sub-graph under construction (a branch, a loop condition or body)."""
+
+    def __init__(self, comp, name: str, inputs: list[tuple[str, Spec]] = ()):
+        self.comp = comp
+        self.graph = Graph(name)
+        self.builder = ScriptBuilder(self.graph, parent=comp.b)
+        self.phs = [self.graph.placeholder(s, n) for n, s in inputs]
+        self.nodes: list = []
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[SubGraph]:
+        saved, self.comp.b = self.comp.b, self.builder
+        try:
+            with self.builder.active():
+                yield self
+        finally:
+            self.comp.b = saved
+
+    def finish(self, values: list, likes: list) -> None:
+        self.nodes = [to_node_value(self.builder, v, s) for v, s in zip(values, likes,
+                                                                         strict=True)]
+        self.graph.set_outputs(self.nodes)
+
+    def part(self) -> tuple:
+        """The shape ``static.control_flow._unify`` takes."""
+        return self.graph, self.builder, None, self.nodes, self.phs
+
+
+def _same_constant(a, b) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, (Symbol, ShapeValue)) or isinstance(b, (Symbol, ShapeValue)):
+        return False
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001 - objects without a plain equality are not equal
+        return False
+
+
+def _type_name(v) -> str:
+    return "Tensor" if isinstance(v, Symbol) else type(v).__name__
+
+
+def pair_leaves(name: str, a, b, fail: Callable[[str], Exception]):
+    """Flatten two values a variable has on two paths: (structure, leaves, indices of
+    the leaves that differ). Python constants equal on both paths stay constants."""
+    la, sa = tree_flatten(a, none_is_leaf=True)
+    lb, sb = tree_flatten(b, none_is_leaf=True)
+    if sa != sb:
+        raise fail(f"Type mismatch: {name} is set to type {_type_name(a)} in the true branch "
+                   f"and type {_type_name(b)} in the false branch")
+    differ = []
+    for k, (x, y) in enumerate(zip(la, lb, strict=True)):
+        if _same_constant(x, y):
+            continue
+        ok = all(isinstance(v, Symbol) or _is_number(v) for v in (x, y))
+        if not ok:
+            raise fail(f"Type mismatch: {name} is set to type {_type_name(x)} in the true "
+                       f"branch and type {_type_name(y)} in the false branch")
+        differ.append(k)
+    return sa, la, lb, differ
+
+
+def _like(x, y) -> Spec | None:
+    """The Spec a number on one side takes from a tensor on the other."""
+    for v in (x, y):
+        if isinstance(v, Symbol):
+            return v._node.spec
+    return None
+
+
+def build_cond(comp, pred: Symbol, run_branch: Callable[[bool], list],
+               names: list[str], fail: Callable[[str], Exception]) -> list:
+    """A ``cond`` node: ``run_branch(True/False)`` compiles one branch (inside its
+    sub-graph) and returns one value per entry of ``names``; the result is the merged
+    value of each (Symbols from the node where the branches differ)."""
+    subs, values = [], []
+    for which in (True, False):
+        sub = SubGraph(comp, f"cond_{'then' if which else 'else'}")
+        with sub.active():
+            values.append(run_branch(which))
+        subs.append(sub)
+    plans, leaves_t, leaves_f = [], [], []
+    for name, a, b in zip(names, values[0], values[1], strict=True):
+        if isinstance(a, Undefined) or isinstance(b, Undefined):
+            plans.append((a if isinstance(a, Undefined) else b, None, None, None))
+            continue
+        struct, la, lb, differ = pair_leaves(name, a, b, fail)
+        plans.append((struct, la, differ, len(leaves_t)))
+        leaves_t += [la[k] for k in differ]
+        leaves_f += [lb[k] for k in differ]
+    likes = [_like(x, y) for x, y in zip(leaves_t, leaves_f, strict=True)]
+    subs[0].finish(leaves_t, likes)
+    subs[1].finish(leaves_f, likes)
+    specs = tuple(merge_spec(x.spec, y.spec) for x, y in zip(subs[0].nodes, subs[1].nodes,
+                                                             strict=True))
+    outer = _unify([subs[0].part(), subs[1].part()], 0)
+    outs = comp.b.multi("cond", [pred, *[symbol(o) for o in outer]],
+                        {"then": subs[0].graph, "else": subs[1].graph}, specs)
+    result = []
+    for struct, la, differ, start in plans:
+        if isinstance(struct, Undefined):
+            result.append(struct)
+            continue
+        leaves = list(la)
+        for j, k in enumerate(differ):
+            leaves[k] = outs[start + j]
+        result.append(tree_unflatten(leaves, struct))
+    return result
+
+
+def build_while(comp, names: list[str], init: list, run_cond: Callable[[list], Symbol],
+                run_body: Callable[[list], list], fail: Callable[[str], Exception]) -> list:
+    """A ``while_loop`` node carrying ``names`` (initial values ``init``);
+    ``run_cond(values)`` / ``run_body(values)`` compile the condition and the body on
+    the loop variables. Returns the variables' values after the loop."""
+    flat, structs = [], []
+    for name, v in zip(names, init, strict=True):
+        leaves, struct = tree_flatten(v, none_is_leaf=True)
+        for x in leaves:
+            if not (isinstance(x, Symbol) or _is_number(x)):
+                raise fail(f"the loop changes {name!r}, which holds a value of type "
+                           f"{_type_name(x)}: only tensors and numbers can be loop-carried")
+        structs.append((struct, len(flat), len(leaves)))
+        flat += leaves
+    init_nodes = [to_node_value(comp.b, x) for x in flat]
+    labels = [n for n, (_, _, k) in zip(names, structs, strict=True) for _ in range(k)]
+    specs = [n.spec for n in init_nodes]
+
+    def regroup(vals: list) -> list:
+        return [tree_unflatten(vals[s:s + k], st) for st, s, k in structs]
+
+    for _ in range(4):  # grow the specs until the body keeps them (a fixed point)
+        inputs = list(zip(labels, specs, strict=True))
+        cs = SubGraph(comp, "while_cond", inputs)
+        with cs.active():
+            pred = run_cond(regroup([symbol(p) for p in cs.phs]))
+        cs.finish([pred], [None])
+        bs = SubGraph(comp, "while_body", inputs)
+        with bs.active():
+            after = run_body(regroup([symbol(p) for p in bs.phs]))
+            out = []
+            for name, v, (struct, _, _) in zip(names, after, structs, strict=True):
+                leaves, st = tree_flatten(v, none_is_leaf=True)
+                if st != struct:
+                    raise fail(f"the loop changes the structure of {name!r} "
+                               f"({_type_name(v)})")
+                out += leaves
+        bs.finish(out, specs)
+        new = [merge_spec(s, n.spec) for s, n in zip(specs, bs.nodes, strict=True)]
+        if new == specs:
+            break
+        specs = new
+    outer = _unify([cs.part(), bs.part()], len(flat))
+    outs = comp.b.multi("while_loop", [*[symbol(n) for n in init_nodes],
+                                       *[symbol(o) for o in outer]],
+                        {"cond": cs.graph, "body": bs.graph}, tuple(specs),
+                        params={"n": len(flat)})
+    return regroup(list(outs))

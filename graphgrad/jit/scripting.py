@@ -1,0 +1,289 @@
+"""Layer ``jit``: ``graphgrad.jit.script``, TorchScript's source-to-graph capture.
+
+``script(fn)`` reads the function's source (``inspect`` + ``ast``; no inputs) and
+compiles it into a ``graphgrad.graph.Graph``: ``if`` on a tensor becomes a ``cond``
+node holding both branches, ``while`` on a tensor and ``for i in range(n)`` a
+``while_loop``, calls of other user functions are inlined, and anything it cannot
+translate is a ``ScriptError`` at compile time with the user's line and a ``~~~~``
+pointer (``script_compiler``). Parameters are Tensors of unknown shape unless
+annotated ``int``/``float``/``bool``.
+
+Running it: graphgrad's ops fix dims and shape parameters when a node is built, so a
+graph built for inputs of unknown rank is run only when none of its ops needed the
+rank. Otherwise each call runs a graph compiled from the same source for the call's
+input shapes (cached per shape, as TorchScript's profiling executor specializes its
+graphs); ``graph_for(*inputs)`` shows it. Either way the graph runs on the IR's
+``Interpreter`` on tensors, so autograd records the ops of the branch and the loop
+iterations taken and ``backward()`` gives eager's gradients.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import textwrap
+from dataclasses import dataclass
+
+from graphgrad.backend import xp
+from graphgrad.func.pytree import TreeSpec, tree_flatten, tree_unflatten
+from graphgrad.graph import Graph, Interpreter, Spec, Symbol, python_code, symbol, to_dot
+from graphgrad.graph.interpreter import as_tensor
+from graphgrad.tensor import Value
+
+from .script_compiler import Compiler
+from .script_control import Undefined
+from .script_errors import ScriptError, Source, source_of
+from .script_values import Lifts, ScriptBuilder, ShapeValue
+
+__all__ = ["script", "ScriptFunction", "ScriptError"]
+
+_F32 = xp.dtype(xp.float32)
+# a TorchScript annotation -> (kind, the placeholder's Spec for a scalar kind)
+_SCALARS = {int: Spec((), xp.dtype(xp.int64)), float: Spec((), xp.dtype(xp.float64)),
+            bool: Spec((), xp.dtype(xp.bool_))}
+_RANK_KEYS = ("dim", "perm", "axis")  # params an op normalizes against its input's rank
+
+
+@dataclass
+class _Compiled:
+    graph: Graph
+    lifts: Lifts
+    out: TreeSpec
+    incomplete: list       # library calls that needed static shapes (generic only)
+    rank_bound: str | None  # why the generic graph is not run (None: it is)
+
+
+class ScriptFunction:
+    """The compiled form of a function (or an ``nn.Module``'s ``forward``): callable,
+    with ``.graph``, ``.code`` and the table of ``.print_tabular()``."""
+
+    def __init__(self, fn, self_obj=None):
+        self._fn = fn
+        self._self = self_obj
+        self._src: Source = source_of(fn)
+        sig = inspect.signature(fn)
+        params = list(sig.parameters.values())[1 if self_obj is not None else 0:]
+        self._signature = sig.replace(parameters=params)
+        self._params = [self._param_kind(p) for p in params]
+        self.__name__ = self._src.name if self_obj is None else type(self_obj).__name__
+        self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        self._generic = self._compile(None)
+        self._special: dict[tuple, _Compiled] = {}
+        self._last: _Compiled | None = None
+
+    # ---- compiling ---------------------------------------------------------------------
+
+    def _param_kind(self, p: inspect.Parameter):
+        """(name, "tensor" | "scalar" | "constant", Spec or default value)."""
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise self._src.error("variadic arguments aren't supported", self._src.tree)
+        ann = p.annotation
+        if isinstance(ann, str):  # from __future__ import annotations
+            ann = {"int": int, "float": float, "bool": bool}.get(ann, ann)
+        if ann in _SCALARS:
+            return p.name, "scalar", _SCALARS[ann]
+        if ann is inspect.Parameter.empty or getattr(ann, "__name__", ann) == "Tensor" or \
+                (isinstance(ann, str) and ann.split(".")[-1] == "Tensor"):
+            if p.default is not inspect.Parameter.empty and p.default is not None:
+                return p.name, "constant", p.default  # a Python default: compile-time
+            return p.name, "tensor", None
+        raise self._src.error("unsupported annotation", self._src.tree,
+                              f"the annotation {ann!r} of parameter {p.name!r} isn't supported "
+                              f"(use Tensor, int, float or bool)")
+
+    def _compile(self, specs: list | None) -> _Compiled:
+        """Compile the source; ``specs``: the input Specs of a call (None: generic)."""
+        g = Graph(self.__name__)
+        g.header.append(f"graphgrad.jit.script of {self.__qualname__} "
+                        f"({self._src.filename}:{self._src.file_line(self._src.tree)})")
+        lifts = Lifts(g)
+        b = ScriptBuilder(g, lifts=lifts)
+        names = {}
+        if self._self is not None:
+            names = {id(m): name for name, m in self._self.named_modules()}
+        comp = Compiler(b, generic=specs is None, module_names=names)
+        env: dict = {}
+        k = 0
+        for name, kind, info in self._params:
+            if kind == "constant":
+                env[name] = info
+                continue
+            spec = info if kind == "scalar" else (Spec(None, _F32) if specs is None
+                                                  else specs[k])
+            env[name] = symbol(g.placeholder(spec, name))
+            k += 1
+        if self._self is not None:
+            env[next(iter(inspect.signature(self._fn).parameters))] = self._self
+            comp.register_module(self._self)
+        frame = comp.frame(self._fn, self._src, env)
+        comp.active.append((self._fn, id(self._self)))
+        with b.active():
+            result = comp.run_function(frame)
+            leaves, out = tree_flatten(result)
+            nodes = [self._output(b, leaf) for leaf in leaves]
+        g.set_outputs(nodes)
+        if specs is not None:
+            g.header.append("specialized for inputs " + ", ".join(
+                _short(s) for s in specs))
+        rank_bound = _rank_bound(g) if specs is None else None
+        if comp.incomplete:
+            rank_bound = "graphgrad code needs the input shapes: " + comp.incomplete[0]
+        if specs is None and rank_bound:
+            g.header.append("generic graph (input ranks unknown), not run: each call runs a "
+                            "graph specialized to its input shapes, because " + rank_bound)
+        return _Compiled(g, lifts, out, comp.incomplete, rank_bound)
+
+    def _output(self, b: ScriptBuilder, leaf):
+        if isinstance(leaf, (Symbol, Value)):
+            return b.node_of(leaf, literal_ok=False)
+        if isinstance(leaf, (ShapeValue, Undefined)):
+            raise self._src.error("unsupported return value", self._src.tree,
+                                  "a scripted function cannot return "
+                                  + ("a shape of unknown rank" if isinstance(leaf, ShapeValue)
+                                     else "a value that is undefined on some path"))
+        return leaf  # a Python constant: a literal output
+
+    # ---- calling -----------------------------------------------------------------------
+
+    def _inputs(self, args: tuple, kwargs: dict) -> list:
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.__name__}() {e}") from None
+        values = []
+        for name, kind, info in self._params:
+            if kind == "constant":
+                if name in bound.arguments and bound.arguments[name] != info:
+                    raise RuntimeError(f"{self.__name__}(): argument {name!r} was compiled as "
+                                       f"the constant {info!r} (its default); script the "
+                                       f"function with an annotated parameter to vary it")
+                continue
+            if name not in bound.arguments:
+                raise TypeError(f"{self.__name__}() missing required argument {name!r}")
+            v = bound.arguments[name]
+            if kind == "tensor" and not isinstance(v, Value):
+                raise RuntimeError(f"{self.__name__}() Expected a value of type 'Tensor' for "
+                                   f"argument '{name}' but instead found type "
+                                   f"'{type(v).__name__}'.")
+            if kind == "scalar":
+                v = as_tensor(xp.asarray(v, info.dtype))
+            values.append(v)
+        return values
+
+    def _for(self, values: list) -> _Compiled:
+        if self._generic.rank_bound is None:
+            return self._generic
+        key = tuple((tuple(v._array.shape), v._array.dtype.str) for v in values)
+        compiled = self._special.get(key)
+        if compiled is None:
+            specs = [Spec(tuple(v._array.shape), v._array.dtype) for v, (_, kind, _) in
+                     zip(values, [p for p in self._params if p[1] != "constant"],
+                         strict=True) if kind == "tensor"]
+            compiled = self._special[key] = self._compile(specs)
+        return compiled
+
+    def __call__(self, *args, **kwargs):
+        values = self._inputs(args, kwargs)
+        compiled = self._for(values)
+        self._last = compiled
+        lifted = [get() for get in compiled.lifts.getters]
+        outs = Interpreter(compiled.graph).run(*values, *lifted)
+        return tree_unflatten(list(outs), compiled.out)
+
+    def graph_for(self, *args, **kwargs) -> Graph:
+        """The graph a call with these inputs runs."""
+        return self._for(self._inputs(args, kwargs)).graph
+
+    # ---- views -------------------------------------------------------------------------
+
+    @property
+    def graph(self) -> Graph:
+        """The graph compiled from the source without inputs (input ranks unknown); when
+        it cannot be run (see its header), the graph of the latest call."""
+        if self._generic.rank_bound is not None and self._last is not None:
+            return self._last.graph
+        return self._generic.graph
+
+    @property
+    def code(self) -> str:
+        """The graph as Python (branches and loop bodies as functions)."""
+        return python_code(self.graph).src
+
+    @property
+    def schema(self) -> str:
+        parts = [f"{n}: {'Tensor' if k == 'tensor' else i if k == 'constant' else _py(i)}"
+                 for n, k, i in self._params]
+        return f"{self.__name__}({', '.join(parts)})"
+
+    def tabular(self) -> str:
+        """The graph as a table, then each sub-graph (both branches of every cond, the
+        condition and body of every loop) as its own table."""
+        parts, todo = [], [("", self.graph)]
+        while todo:
+            title, g = todo.pop(0)
+            text = g.tabular()
+            parts.append(f"{title}\n{textwrap.indent(text, '    ')}" if title else text)
+            for n in g.nodes:
+                for key, sub in n.subgraphs.items():
+                    todo.append((f"{n.name}.{key} = <{sub.name}>:", sub))
+        return "\n".join(parts)
+
+    def print_tabular(self) -> None:
+        print(self.tabular())
+
+    def to_dot(self) -> str:
+        return to_dot(self.graph)
+
+    def __repr__(self) -> str:
+        return f"<graphgrad.jit.ScriptFunction {self.schema}>"
+
+
+def _py(spec: Spec) -> str:
+    return {"i": "int", "f": "float", "b": "bool"}[xp.dtype(spec.dtype).kind]
+
+
+def _short(spec: Spec) -> str:
+    from graphgrad.graph import short
+    return short(spec)
+
+
+def _rank_bound(graph: Graph) -> str | None:
+    """Why a generic graph cannot be run: an op whose dims were fixed against an input
+    of unknown rank (graphgrad normalizes ``dim=-1`` when the node is built)."""
+    todo = [graph]
+    while todo:
+        g = todo.pop()
+        for n in g.nodes:
+            todo.extend(n.subgraphs.values())
+            if n.kind == "placeholder" and n not in g.inputs:
+                return "a call needs the input shapes"
+            if n.kind != "call" or not any(
+                    isinstance(i.spec, Spec) and i.spec.shape is None for i in n.input_nodes()):
+                continue
+            keys = [k for k in n.params if any(r in k for r in _RANK_KEYS)]
+            if keys:
+                return (f"{n.op.__name__} (node {n.name}) takes {keys[0]}={n.params[keys[0]]!r}, "
+                        f"fixed against an input of unknown rank")
+    return None
+
+
+def script(obj, optimize=None, _frames_up: int = 0, _rcb=None, example_inputs=None):
+    """Compile a function (or an ``nn.Module``'s ``forward``) from its source into a
+    ``ScriptFunction``; usable as a decorator. Raises ``ScriptError`` at compile time
+    for what it cannot translate."""
+    if isinstance(obj, ScriptFunction):
+        return obj
+    from graphgrad.nn import Module
+    if isinstance(obj, Module):
+        sf = ScriptFunction(type(obj).forward, self_obj=obj)
+    elif inspect.ismethod(obj):
+        sf = ScriptFunction(obj.__func__, self_obj=obj.__self__)
+    elif inspect.isfunction(obj):
+        sf = ScriptFunction(obj)
+    else:
+        raise RuntimeError(f"graphgrad.jit.script: expected a function or an nn.Module, got "
+                           f"{type(obj).__name__}")
+    functools.update_wrapper(sf, obj, assigned=("__module__",), updated=())
+    return sf
