@@ -188,6 +188,25 @@ def test_python_needing_values_raises(fn, error, text):
         fx.symbolic_trace(fn)
 
 
+def _iadd(x):
+    y = x * 1
+    y += 1
+    return y
+
+
+def _setitem(x):
+    x[0] = 1.0
+    return x
+
+
+@pytest.mark.parametrize("fn, name", [(_iadd, "__iadd__"), (_setitem, "__setitem__"),
+                                      (lambda x: x.mul_(2), "mul_")])
+def test_in_place_ops_on_proxies_raise(fn, name):
+    with pytest.raises(fx.TraceError, match=f"in-place op {name} on the traced value") as info:
+        fx.symbolic_trace(fn)
+    assert "test_fx.py" in str(info.value)
+
+
 def test_while_and_assert_raise_trace_error_with_the_line():
     def f(x):
         while x.sum() > 0:
@@ -266,6 +285,40 @@ def test_is_leaf_module_override_traces_through():
     assert targets == {"lin.weight", "lin.bias", "scale"}
     x = _t(4, 3)
     np.testing.assert_allclose(_np(gm(x)), _np(m(x)))
+
+
+def test_a_leaf_whose_output_rank_needs_sizes_is_traced_for_the_example_shape():
+    class ConvHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 2, 3, padding=1, dtype=gg.float64)
+            self.head = nn.Linear(32, 3, dtype=gg.float64)
+
+        def forward(self, x):
+            return self.head(gg.relu(self.conv(x)).flatten(1))   # flatten needs the rank
+
+    m = ConvHead()
+    gm = fx.symbolic_trace(m, example_inputs=(_t(2, 1, 4, 4),))
+    assert gm.graph.inputs[0].spec.shape == (2, 1, 4, 4)
+    _grads_match(m, gm, (_t(2, 1, 4, 4, seed=3),), np.random.default_rng(0))
+
+
+def test_buffers_are_read_live_and_constants_are_not_state():
+    class Shift(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("offset", gg.ones(3, dtype=gg.float64))
+
+        def forward(self, x):
+            return x + self.offset + gg.tensor([1.0, 2.0, 3.0], dtype=gg.float64)
+
+    m = Shift()
+    gm = fx.symbolic_trace(m)
+    targets = [n.params["target"] for n in gm.graph.nodes if n.kind == "variable"]
+    assert targets == ["offset", "_tensor_constant0"]
+    assert set(gm.state_dict()) == {"offset"}
+    m.offset.fill_(10.0)
+    np.testing.assert_allclose(_np(gm(gg.zeros(3, dtype=gg.float64))), [11.0, 12.0, 13.0])
 
 
 def test_a_module_outside_the_root_is_refused():

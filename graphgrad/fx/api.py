@@ -4,8 +4,10 @@ torch.fx records Python calls and needs no shapes. graphgrad's IR records ops wi
 their shape rules, so code whose ops need the rank (a ``dim=-1``, a reduction, a
 transpose) needs to know the inputs' ranks: ``example_inputs`` gives them. The graph is
 then traced with every size unknown (it serves inputs of any size of that rank); where a
-shape rule needs the sizes themselves, it is traced again for the example's exact
-shapes, and the GraphModule checks that its inputs have them.
+shape rule needs the sizes themselves (or a leaf module's output rank cannot be found
+without them), it is traced again for the example's exact shapes, and the GraphModule
+checks that its inputs have them. (Tracing twice runs the function's external calls
+twice; the second trace's values are the ones frozen.)
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from graphgrad.graph import Spec
 from graphgrad.nn import Module
 from graphgrad.tensor import Value
 
+from .errors import UnknownRankError
 from .graph_module import GraphModule
 from .tracer import PH, Tracer
 
@@ -58,7 +61,7 @@ def symbolic_trace(root: Module | Callable, concrete_args: dict[str, Any] | None
     else:
         try:
             graph = tracer.trace(root, concrete_args, input_specs=_specs(example_inputs, False))
-        except (NotImplementedError, TypeError):
+        except (NotImplementedError, TypeError, UnknownRankError):
             # a shape rule (or graphgrad code) needed a size, not just the rank: trace for
             # the example's exact shapes instead (the GraphModule checks its inputs fit)
             tracer = Tracer()

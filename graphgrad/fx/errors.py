@@ -12,7 +12,7 @@ import linecache
 import sys
 from types import FrameType
 
-__all__ = ["TraceError", "user_location", "trace_error"]
+__all__ = ["TraceError", "UnknownRankError", "user_location", "trace_error"]
 
 CONTROL_FLOW = "symbolically traced variables cannot be used as inputs to control flow"
 ITERATION = ("Proxy object cannot be iterated. This can be attempted when the Proxy is used "
@@ -24,6 +24,10 @@ ITERATION = ("Proxy object cannot be iterated. This can be attempted when the Pr
 
 class TraceError(ValueError):
     """A symbolically traced value was used where a concrete Python value is needed."""
+
+
+class UnknownRankError(TraceError):
+    """graphgrad code needed the rank of a Proxy whose rank the tracer does not know."""
 
 
 def in_graphgrad(frame: FrameType) -> bool:
@@ -51,7 +55,7 @@ def user_location(depth: int = 1) -> str:
     return where + (f"\n    {line}" if line else "")
 
 
-def trace_error(message: str) -> TraceError:
+def trace_error(message: str, cls: type[TraceError] = TraceError) -> TraceError:
     """A TraceError whose message ends with where in the user's code it happened."""
     where = user_location(2)
-    return TraceError(f"{message}\n{where}" if where else message)
+    return cls(f"{message}\n{where}" if where else message)

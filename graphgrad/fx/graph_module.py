@@ -41,8 +41,10 @@ def _copy_attr(root: Any, gm: Module, qualname: str) -> None:
     value = src[last] if isinstance(src, dict) else getattr(src, last)
     if isinstance(value, (Parameter, Module)):
         setattr(dst, last, value)
-    elif isinstance(value, Value):
-        dst.register_buffer(last, value)
+    elif isinstance(value, Value):  # a buffer keeps its persistence; a frozen constant
+        persistent = isinstance(src, Module) and last in src._buffers \
+            and last not in src._non_persistent   # (_tensor_constant<k>) is not state
+        dst.register_buffer(last, value, persistent=persistent)
     else:
         object.__setattr__(dst, last, value)
 

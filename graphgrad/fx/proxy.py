@@ -5,6 +5,10 @@ applied to it goes through the dispatch stack to the ``Tracer`` and becomes a no
 with torch.fx's behaviour where Python needs a concrete value: ``bool(proxy)``
 (``if``, ``while``, ``and``/``or``, ``assert``) and ``iter(proxy)`` (``for``, ``a, b =
 proxy``, ``*proxy``) raise ``TraceError``; ``len(proxy)`` raises torch's RuntimeError.
+(torch.fx 2.x reads the caller's bytecode and lets ``a, b = proxy`` through as
+``proxy[0], proxy[1]``; the lecture's table, which graphgrad follows, has symbolic
+tracing fail at ``n, m = x.shape``, so here every iteration raises.) In-place ops on a
+Proxy raise too: the IR is functional, and rebinding silently would break aliasing.
 
 ``x.shape`` and ``x.size()`` in the user's code are Proxies too (a ``shape`` node), so
 ``x.shape[0]`` is a node and ``x.reshape(x.shape[0], -1)`` stays symbolic. graphgrad's
@@ -22,7 +26,7 @@ from graphgrad.graph import Spec, Symbol
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Size
 
-from .errors import in_graphgrad, trace_error
+from .errors import UnknownRankError, in_graphgrad, trace_error
 
 __all__ = ["Proxy"]
 
@@ -75,6 +79,12 @@ class Proxy(Symbol):
     def __array__(self, dtype=None, copy=None):
         self._no_value()
 
+    def _in_place(self, name: str):
+        raise trace_error(f"in-place op {name} on the traced value {self!r}: graphgrad.fx "
+                          f"records a functional graph (the IR has no in-place ops), so a "
+                          f"traced value cannot be updated in place; write it out of place "
+                          f"(y = y + 1, y = y.mul(2), y = graphgrad.index_put(y, (i,), v))")
+
     # ---- metadata: symbolic for the user, static for graphgrad's own code ---------------
 
     def _rank(self) -> int:
@@ -83,8 +93,10 @@ class Proxy(Symbol):
             raise trace_error(
                 f"the rank of {self!r} is not known to symbolic tracing, and graphgrad code "
                 f"needs it here (graphgrad records ops with their shape rules, where torch.fx "
-                f"records Python calls); pass example inputs: "
-                f"symbolic_trace(fn, example_inputs=(...))")
+                f"records Python calls); pass example inputs, "
+                f"symbolic_trace(fn, example_inputs=(...)), so that the inputs' ranks are "
+                f"known (a leaf module's output rank is found from its input's shape)",
+                UnknownRankError)
         return len(shape)
 
     def _static_shape(self) -> Size:
@@ -128,6 +140,20 @@ class Proxy(Symbol):
         return Symbol.reshape(self, *shape)
 
     view = reshape
+
+
+def _refusing(name: str):
+    def method(self, *args, **kwargs):
+        self._in_place(name)
+    method.__name__ = name
+    return method
+
+
+# every in-place method of Tensor, and the augmented assignments that call them
+for _name in [n for n in dir(Symbol) if n.endswith("_") and not n.startswith("__")
+              and n != "requires_grad_"] + ["__setitem__", "__iadd__", "__isub__", "__imul__",
+                                            "__itruediv__"]:
+    setattr(Proxy, _name, _refusing(_name))
 
 
 class ShapeProxy(Proxy):
