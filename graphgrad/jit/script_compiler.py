@@ -76,6 +76,19 @@ _PURE = {abs, min, max, sum, len, range, enumerate, zip, reversed, sorted, tuple
          isinstance, issubclass, int, float, bool, str, round, pow, divmod, hasattr, getattr,
          any, all, repr, type, slice}
 _MUTABLE = (list, dict, set, bytearray)
+# graphgrad functions, tensor methods and modules that never look at their input's rank
+# (elementwise ops and matmul): a graph built with them for inputs of unknown rank is
+# right for every rank
+_RANK_FREE = {"add", "sub", "mul", "div", "true_divide", "neg", "abs", "exp", "log", "log1p",
+              "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "sin", "cos", "tan",
+              "sinh", "cosh", "asin", "acos", "atan", "erf", "floor", "ceil", "round",
+              "trunc", "sign", "reciprocal", "pow", "where", "maximum", "minimum", "clamp",
+              "clip", "matmul", "mm", "lt", "le", "gt", "ge", "eq", "ne", "logical_and",
+              "logical_or", "logical_not", "logical_xor", "atan2", "fmod", "remainder",
+              "isnan", "isinf", "isfinite", "square", "softplus", "gelu", "silu",
+              "leaky_relu", "elu", "to", "float", "double", "clone", "detach",
+              "Linear", "ReLU", "Tanh", "Sigmoid", "GELU", "SiLU", "Softplus", "Identity",
+              "LeakyReLU", "ELU"}
 
 
 class Ret:
@@ -113,7 +126,8 @@ class Compiler:
     def __init__(self, builder, generic: bool, module_names: dict | None = None):
         self.b = builder
         self.generic = generic
-        self.incomplete: list[str] = []   # library calls that need the inputs' shapes
+        self.incomplete: list[str] = []   # library calls that failed without shapes
+        self.rank_bound: list[str] = []   # library calls that may depend on the rank
         self.active: list = []            # functions being compiled (no recursion)
         self.module_names = module_names or {}
         self._sources: dict = {}
@@ -506,6 +520,8 @@ class Compiler:
             raise fr.error(f"tensor {what} unknown", e,
                            f"{ast.unparse(e)}: a Tensor's {what} is not known at compile time "
                            f"(graphgrad.jit.script compiles from the source, without inputs)")
+        if not callable(getattr(type(x), attr, None)):  # a property (x.T): it runs now
+            self.needs_rank([x], f"{ast.unparse(e)}")
         try:
             return getattr(x, attr)
         except Exception as err:  # noqa: BLE001 - reported with the source line
@@ -528,6 +544,8 @@ class Compiler:
             if isinstance(index, int):
                 return base[index]
             raise fr.error("shape of unknown rank", e, base.rank_error())
+        if isinstance(base, Symbol):
+            self.needs_rank([base], f"{ast.unparse(e)} (indexing)")
         return self.apply(operator.getitem, (base, index), e, fr)
 
     def e_Slice(self, e, fr):
@@ -727,7 +745,7 @@ class Compiler:
                            f"exists only when the graph runs")
         if name in ("reshape", "view") and _symbolic_sizes(args):
             return self.dyn_reshape(x, args, e, fr)
-        return self.library(getattr(x, name), args, kwargs, e, fr)
+        return self.library(getattr(x, name), args, kwargs, e, fr, name)
 
     def dyn_reshape(self, x, sizes: list, e, fr: Frame):
         """reshape/view with sizes known at run time only (Dyn params of the IR)."""
@@ -764,23 +782,35 @@ class Compiler:
             return self.apply(op, (a, b), e, fr)
         return self.apply(fn, tuple(args), e, fr, kwargs)
 
-    def library(self, fn, args: list, kwargs: dict, e, fr: Frame):
+    def library(self, fn, args: list, kwargs: dict, e, fr: Frame, name: str | None = None):
         """Call graphgrad code on Symbols: its ops record themselves into the graph."""
+        owner = getattr(fn, "__self__", None)
+        operands = [owner, *args] if isinstance(owner, Symbol) else list(args)
+        unknown = self.generic and _unknown_rank(operands, kwargs)
+        if (name or getattr(fn, "__name__", type(fn).__name__)) not in _RANK_FREE:
+            self.needs_rank(operands + list(kwargs.values()), _text(e))
         try:
             return self._checked(fn(*args, **kwargs))
         except ScriptError:
             raise
         except Exception as err:  # noqa: BLE001 - reported with the source line
-            if self.generic and _unknown_rank(args, kwargs):
+            if unknown:
                 # graphgrad's library code reads static shapes: this call is compiled
                 # again, with the shapes, when the function is called
-                self.incomplete.append(f"{ast.unparse(e)}: {type(err).__name__}: {err}")
+                self.incomplete.append(f"{_text(e)}: {type(err).__name__}: {err}")
                 dtype = next((a._node.spec.dtype for a in args if isinstance(a, Symbol)),
                              xp.dtype(xp.float32))
                 return symbol(self.b.graph.add("placeholder", "needs_shapes",
                                                spec=Spec(None, dtype)))
             raise fr.error(f"call of {describe(fn)} failed", e,
-                           f"{type(err).__name__} in {ast.unparse(e.func)}: {err}") from err
+                           f"{type(err).__name__} in {_text(e)}: {err}") from err
+
+    def needs_rank(self, operands: list, what: str) -> None:
+        """Note that graphgrad code reads the rank of an operand of unknown rank: Python
+        code in it may decide on ``x.ndim``, which a Symbol of unknown rank reports as 0,
+        so the generic graph would be wrong for other ranks (it is not run)."""
+        if self.generic and not self.rank_bound and _unknown_rank(operands, {}):
+            self.rank_bound.append(f"{what} needs the rank of its input")
 
     def apply(self, fn, args: tuple, e, fr: Frame, kwargs: dict | None = None):
         """Apply a Python operator or builtin at compile time (building nodes when an
@@ -820,6 +850,11 @@ class Compiler:
         return v != 0
 
 
+
+
+def _text(e: ast.AST) -> str:
+    """The source of a call's callee (``gg.tanh``), for messages."""
+    return ast.unparse(e.func if isinstance(e, ast.Call) else e)
 
 
 def _is_module(v) -> bool:

@@ -19,6 +19,7 @@ iterations taken and ``backward()`` gives eager's gradients.
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import textwrap
@@ -33,7 +34,7 @@ from graphgrad.tensor import Value
 from .script_compiler import Compiler
 from .script_control import Undefined
 from .script_errors import ScriptError, Source, source_of
-from .script_values import Lifts, ScriptBuilder, ShapeValue
+from .script_values import Lifts, ScriptBuilder, ShapeValue, is_library_module
 
 __all__ = ["script", "ScriptFunction", "ScriptError"]
 
@@ -120,7 +121,14 @@ class ScriptFunction:
         frame = comp.frame(self._fn, self._src, env)
         comp.active.append((self._fn, id(self._self)))
         with b.active():
-            result = comp.run_function(frame)
+            if self._self is not None and is_library_module(self._self):
+                # graphgrad's own module: called like an op, as when a user module calls it
+                args = [env[n] for n, kind, _ in self._params if kind != "constant"]
+                call = ast.copy_location(ast.Call(ast.Name(type(self._self).__name__),
+                                                  [], []), self._src.tree)
+                result = comp.library(self._self, args, {}, call, frame)
+            else:
+                result = comp.run_function(frame)
             leaves, out = tree_flatten(result)
             nodes = [self._output(b, leaf) for leaf in leaves]
         g.set_outputs(nodes)
@@ -128,6 +136,8 @@ class ScriptFunction:
             g.header.append("specialized for inputs " + ", ".join(
                 _short(s) for s in specs))
         rank_bound = _rank_bound(g) if specs is None else None
+        if comp.rank_bound:
+            rank_bound = comp.rank_bound[0]
         if comp.incomplete:
             rank_bound = "graphgrad code needs the input shapes: " + comp.incomplete[0]
         if specs is None and rank_bound:
