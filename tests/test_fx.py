@@ -271,6 +271,16 @@ def test_leaf_modules_are_call_module_nodes_and_parameters_variables():
     np.testing.assert_allclose(_np(gm(x)), _np(m(x)))
 
 
+def test_a_graph_module_traces_again_to_the_same_graph():
+    m = Scaled()
+    gm = fx.symbolic_trace(m, example_inputs=(_t(4, 3),))
+    again = fx.symbolic_trace(gm, example_inputs=(_t(4, 3),))
+    assert [(n.kind, n.name) for n in again.graph.nodes] == \
+        [(n.kind, n.name) for n in gm.graph.nodes]
+    x = _t(2, 3, seed=4)
+    np.testing.assert_allclose(_np(again(x)), _np(m(x)))
+
+
 def test_is_leaf_module_override_traces_through():
     class NoLeaves(fx.Tracer):
         def is_leaf_module(self, m, qualname):

@@ -66,24 +66,21 @@ def symbolic_trace(root: Module | Callable, concrete_args: dict[str, Any] | None
             # the example's exact shapes instead (the GraphModule checks its inputs fit)
             tracer = Tracer()
             graph = tracer.trace(root, concrete_args, input_specs=_specs(example_inputs, True))
-    fn = root.forward if isinstance(root, Module) else root
     gm = GraphModule(tracer.root, graph, graph.name)
     d = gm.__dict__
-    d["_signature"] = _call_signature(fn, tracer.concrete)
+    d["_signature"] = _call_signature(tracer.signature, tracer.concrete)
     d["_out_spec"] = tracer.out_spec
     d["_concrete"] = dict(tracer.concrete)
     return gm
 
 
-def _call_signature(fn: Callable, concrete: dict) -> inspect.Signature:
+def _call_signature(sig: inspect.Signature, concrete: dict) -> inspect.Signature:
     """The traced function's signature, with the concrete arguments defaulting to the values
     they were specialized to."""
-    sig = inspect.signature(fn)
     params = [p.replace(default=concrete[p.name]) if p.name in concrete else p
               for p in sig.parameters.values()]
-    # a baked argument with a default may now precede one without: make the rest
-    # keyword-capable defaults only where Python allows it
-    try:
+    try:  # a defaulted argument before one without a default is not a valid signature:
+        # then the caller passes the baked argument (and the guard checks it)
         return sig.replace(parameters=params)
     except ValueError:
         return sig

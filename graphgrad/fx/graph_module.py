@@ -125,7 +125,8 @@ class GraphModule(Module):
                                 f"only, got {sorted(kwargs)}")
             values = dict(zip([p.name for p in self.graph.inputs], args, strict=False))
         for name, baked in self._concrete.items():
-            if isinstance(baked, _BASIC) and name in values and values[name] != baked:
+            given = values.get(name, baked)
+            if isinstance(baked, _BASIC) and not isinstance(given, Value) and given != baked:
                 raise AssertionError(f"{name} has been specialized to have value {baked} but "
                                      f"got another value")
         phs = self.graph.inputs

@@ -3,8 +3,9 @@
 The tracer is a ``graph.GraphBuilder`` on the dispatch stack: the traced function runs
 once on Proxies (placeholders), and every op call that touches one becomes a ``call``
 node of the one IR. What is not a Proxy runs at trace time and is frozen: a Python
-number is a literal, a tensor a ``constant`` node, so ``x + np.random.rand()`` bakes the
-number it drew (torch.fx's documented behaviour, reproduced on purpose).
+number is a literal, a tensor is stored on the root as ``_tensor_constant<k>``, so
+``x + np.random.rand()`` bakes the number it drew (torch.fx's documented behaviour,
+reproduced on purpose).
 
 ``nn.Module`` calls go through ``call_module``: graphgrad.nn's built-in layers are
 leaves (``is_leaf_module``) and become ``call_module`` nodes that call the live module
@@ -28,7 +29,7 @@ from graphgrad.nn import Module, Sequential
 from graphgrad.tensor import Value
 from graphgrad.tensor.dispatch import current_interpreter
 
-from .errors import CONTROL_FLOW, ITERATION, trace_error
+from .errors import CONTROL_FLOW, ITERATION, trace_error, user_location
 from .proxy import Proxy, ShapeProxy
 
 __all__ = ["Tracer", "PH"]
@@ -57,6 +58,7 @@ class Tracer(GraphBuilder):
         self.root: Module | None = None
         self.out_spec = None          # how to rebuild the traced function's output
         self.arg_names: list[str] = []
+        self.signature: inspect.Signature | None = None   # of the traced function
         self.concrete: dict[str, Any] = {}
         self._module_names: dict[int, str] = {}
         self._attr_names: dict[int, str] = {}
@@ -74,7 +76,7 @@ class Tracer(GraphBuilder):
     def path_of_module(self, mod: Module) -> str:
         name = self._module_names.get(id(mod))
         if name is None:
-            raise NameError("module is not installed as a submodule")
+            raise NameError(f"module is not installed as a submodule\n{user_location()}")
         return name
 
     def call_module(self, m: Module, forward: Callable, args: tuple, kwargs: dict) -> Any:
@@ -134,7 +136,8 @@ class Tracer(GraphBuilder):
         return self.graph
 
     def _placeholders(self, fn: Callable, concrete: dict, specs: tuple | None) -> dict:
-        params = inspect.signature(fn).parameters.values()
+        self.signature = _signature(self.root, fn)
+        params = self.signature.parameters.values()
         self.arg_names = [p.name for p in params]
         unknown = set(concrete) - set(self.arg_names)
         if unknown:
@@ -223,6 +226,19 @@ class Tracer(GraphBuilder):
     def iter(self, obj: Proxy):
         """``iter(proxy)``: a loop or an unpacking of a traced value."""
         raise trace_error(ITERATION)
+
+
+def _signature(root: Module, fn: Callable) -> inspect.Signature:
+    """The arguments to trace: a GraphModule's are those of the function it was traced
+    from (its own forward takes ``*args``), or its placeholders'."""
+    sig = root.__dict__.get("_signature")
+    if sig is not None:
+        return sig
+    graph = root.__dict__.get("_graph")
+    if isinstance(graph, Graph):
+        return inspect.Signature([inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                  for p in graph.inputs])
+    return inspect.signature(fn)
 
 
 def _module_spec(m: Module, inputs: list) -> Spec:
