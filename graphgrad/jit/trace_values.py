@@ -1,0 +1,358 @@
+"""Layer ``jit``: the values a JIT trace runs on: ``TracedTensor``, a real tensor that also
+knows the graph node computing it, and ``TracedInt``/``TracedFloat``, Python numbers
+(``x.shape[0]``, ``n * 2``) that remember how they were computed from tensor sizes.
+
+The function under ``jit.trace`` runs on real values, so every Python decision it makes
+is the one eager mode would make; the values carry their nodes along so the recorder
+(``trace_recorder.py``) can append one node per op. Where Python takes a value out of
+the graph (``bool(x)``, ``float(x)``, ``x.item()``, ``int(n)``) the trace can only keep
+the value seen now: ``TracerWarning`` says so in PyTorch's words and the trace goes on
+specialized. Sizes stay in the graph as long as Python only does arithmetic on them, so
+``x.reshape(m, n) * n`` is right for inputs of other shapes.
+
+Warnings about conversions made *inside* graphgrad (a shape check in an op wrapper) are
+not shown, as PyTorch filters its own library's tracer warnings; conversions to ints and
+floats are shown wherever they happen (blamed on the user's line), because a size that
+became a plain int inside graphgrad (``gg.zeros(n)``) no longer follows the input's shape.
+"""
+
+from __future__ import annotations
+
+import dis
+import operator
+import os
+import sys
+import warnings
+from types import FrameType
+
+from graphgrad.backend import xp
+from graphgrad.ops import REGISTRY
+from graphgrad.tensor import Size, Tensor, Value
+
+from .trace_external import is_user_code, user_frame
+
+__all__ = ["TracerWarning", "TracedTensor", "TracedInt", "TracedFloat", "TracedNumber",
+           "warn_at", "dataflow", "plain"]
+
+
+class TracerWarning(Warning):
+    """A trace may be incorrect for other inputs (PyTorch's ``torch.jit.TracerWarning``)."""
+
+
+_DATAFLOW = ("Converting a tensor to {} might cause the trace to be incorrect. We can't record "
+             "the data flow of Python values, so this value will be treated as a constant in "
+             "the future. This means that the trace might not generalize to other inputs!")
+_WHAT = {"bool": "a Python boolean", "int": "a Python integer", "float": "a Python float",
+         "index": "a Python index", "numpy": "a NumPy array", "list": "a Python list"}
+_LEN = ("Using len to get tensor shape might cause the trace to be incorrect. Recommended usage "
+        "would be tensor.shape[0]. Passing a tensor of different shape might lead to errors or "
+        "silently give incorrect results.")
+_ITER = ("Iterating over a tensor might cause the trace to be incorrect. Passing a tensor of "
+         "different shape won't change the number of iterations executed (and might lead to "
+         "errors or silently give incorrect results).")
+_OPERATOR_OPS = frozenset({"BINARY_OP", "COMPARE_OP"})
+
+
+def warn_at(frame: FrameType | None, message: str) -> None:
+    """A TracerWarning attributed to ``frame``'s line (the user's code)."""
+    if frame is None:
+        warnings.warn(message, TracerWarning, stacklevel=3)
+        return
+    glb = frame.f_globals
+    warnings.warn_explicit(message, TracerWarning, frame.f_code.co_filename, frame.f_lineno,
+                           module=glb.get("__name__"),
+                           registry=glb.setdefault("__warningregistry__", {}),
+                           module_globals=glb)
+
+
+def dataflow(kind: str, *, internal_too: bool = False) -> None:
+    """Warn that a traced value became a Python ``kind``. The caller of the converting
+    method is two frames up; a conversion made by graphgrad itself is silent unless
+    ``internal_too``."""
+    caller = sys._getframe(2)
+    message = _DATAFLOW.format(_WHAT[kind])
+    if not is_user_code(caller.f_code):
+        if not internal_too:
+            return
+        code = caller.f_code  # say where inside graphgrad the size became a plain number
+        message += (f" (converted inside graphgrad: {code.co_name} at "
+                    f"{os.path.basename(code.co_filename)}:{caller.f_lineno})")
+    warn_at(user_frame(caller), message)
+
+
+def plain(value):
+    """``value`` with every traced number replaced by its Python number (nested in
+    tuples, lists and dicts: the form op params take)."""
+    if isinstance(value, TracedNumber):
+        return value._v
+    if type(value) is tuple:
+        return tuple(plain(v) for v in value)
+    if type(value) is list:
+        return [plain(v) for v in value]
+    if type(value) is dict:
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+# ---- tensors -----------------------------------------------------------------------------
+
+class TracedTensor(Tensor):
+    """A tensor of a running trace: its real value (``_array``) and the node that computes
+    it (``_node``), valid while the tensor's version is ``_nv`` (in-place ops bump the
+    version; the recorder then finds the node that computed the new value)."""
+
+    __slots__ = ("_node", "_nv", "_tracer")
+
+    # ---- sizes stay symbolic ----------------------------------------------------------
+    @property
+    def shape(self) -> Size:
+        return Size(self._tracer.size(self, d) for d in range(self._array.ndim))
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return self.shape
+        self._array.shape[dim]  # noqa: B018 - raises IndexError for a bad dim
+        return self._tracer.size(self, dim % self._array.ndim)
+
+    def numel(self):
+        n = 1
+        for s in self.shape:
+            n = n * s
+        return n
+
+    nelement = numel
+
+    def __len__(self) -> int:
+        if is_user_code(sys._getframe(1).f_code):
+            warn_at(user_frame(sys._getframe(1)), _LEN)
+        return Tensor.__len__(self)
+
+    def __iter__(self):
+        if is_user_code(sys._getframe(1).f_code):
+            warn_at(user_frame(sys._getframe(1)), _ITER)
+        return Tensor.__iter__(self)
+
+    # ---- values leaving the graph ------------------------------------------------------
+    def __bool__(self) -> bool:
+        dataflow("bool")
+        return bool(self._scalar("bool"))
+
+    def __float__(self) -> float:
+        dataflow("float")
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        dataflow("int")
+        return int(self._scalar("int"))
+
+    def __index__(self) -> int:
+        dataflow("index")
+        return Tensor.__index__(self)
+
+    def item(self):
+        kind = self._array.dtype.kind
+        dataflow("float" if kind in "fc" else "bool" if kind == "b" else "int")
+        return Tensor.item(self)
+
+    def tolist(self):
+        dataflow("list")
+        return self._array.tolist()
+
+    # ---- NumPy: external code -----------------------------------------------------------
+    def numpy(self, *, force: bool = False):
+        self._tracer.external("Tensor.numpy", user_frame(sys._getframe(1)),
+                              _DATAFLOW.format(_WHAT["numpy"]))
+        return self._array
+
+    def __array__(self, dtype=None, copy=None):
+        caller = sys._getframe(1)
+        if is_user_code(caller.f_code):
+            self._tracer.external("Tensor.__array__ (conversion to a NumPy array)", caller,
+                                  _DATAFLOW.format(_WHAT["numpy"]))
+        else:  # graphgrad made a constant of it (e.g. gg.tensor(x)): the value is frozen
+            warn_at(user_frame(caller), _DATAFLOW.format(_WHAT["numpy"]))
+        a = self._array
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        frame = user_frame(sys._getframe(1))
+        if frame is not None and dis.opname[frame.f_code.co_code[frame.f_lasti]] \
+                in _OPERATOR_OPS:
+            return NotImplemented  # ``array + x``: Python then calls x.__radd__ (an op)
+        self._tracer.external(f"numpy.{ufunc.__name__}", frame)
+        inputs = [i._array if isinstance(i, Value) else i for i in inputs]
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        self._tracer.external(f"numpy.{func.__name__}", user_frame(sys._getframe(1)))
+        return func(*_arrays(args), **_arrays(kwargs))
+
+    # ---- in-place writes that run no op ------------------------------------------------
+    def fill_(self, value):
+        return self._overwrite(value, Tensor.fill_)
+
+    def zero_(self):
+        return self._overwrite(0, Tensor.fill_)
+
+    def copy_(self, src, non_blocking: bool = False):
+        return self._overwrite(src, Tensor.copy_)
+
+    def _overwrite(self, value, write):
+        """``fill_``/``copy_`` write the array directly (no op): record the new value as
+        ``value`` cast and broadcast to this tensor's (symbolic) shape."""
+        v = value if isinstance(value, Value) else Tensor(value, dtype=self.dtype)
+        v = v.to(self.dtype).expand(*self.shape)
+        write(self, value)
+        self._node, self._nv = self._tracer.node_of(v), self._version
+        return self
+
+
+def _arrays(tree):
+    if isinstance(tree, Value):
+        return tree._array
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_arrays(t) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _arrays(v) for k, v in tree.items()}
+    return tree
+
+
+# ---- numbers -----------------------------------------------------------------------------
+
+class TracedNumber:
+    """Mixin of ``TracedInt``/``TracedFloat``: the Python value ``_v`` and ``_make``, which
+    records the nodes computing it (a 0-d tensor) the first time the graph needs it."""
+
+    _v: int | float
+
+    def _init(self, value, tracer, make) -> None:
+        self._v = value
+        self._tracer = tracer
+        self._make = make
+        self._tensor = None
+
+    def tensor(self) -> TracedTensor:
+        """The 0-d tensor (and its nodes) computing this number; made once."""
+        if self._tensor is None:
+            self._tensor = self._make()
+        return self._tensor
+
+    def __bool__(self) -> bool:
+        dataflow("bool")
+        return bool(self._v)
+
+    def __int__(self) -> int:
+        dataflow("int", internal_too=True)
+        return int(self._v)
+
+    def __float__(self) -> float:
+        dataflow("float", internal_too=True)
+        return float(self._v)
+
+    def __index__(self) -> int:
+        dataflow("index", internal_too=True)
+        return int(self._v)
+
+    def __neg__(self):
+        return _traced(-self._v, self._tracer,
+                       lambda: self._tracer.apply(REGISTRY["Neg"], (self.tensor(),), {}))
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return _traced(abs(self._v), self._tracer,
+                       lambda: self._tracer.apply(REGISTRY["Abs"], (self.tensor(),), {}))
+
+
+def _traced(value, tracer, make):
+    if type(value) is int:
+        return TracedInt(value, tracer, make)
+    if type(value) is float:
+        return TracedFloat(value, tracer, make)
+    return value
+
+
+def _operand(x):
+    """A traced number's tensor, or the Python number itself."""
+    return x.tensor() if isinstance(x, TracedNumber) else x
+
+
+def _arith(op_name: str, fn):
+    op = REGISTRY[op_name]
+
+    def compute(a, b):
+        if isinstance(a, bool) or isinstance(b, bool) or not (
+                isinstance(a, (int, float)) and isinstance(b, (int, float))):
+            return NotImplemented  # tensors and the rest answer with their own methods
+        va = a._v if isinstance(a, TracedNumber) else a
+        vb = b._v if isinstance(b, TracedNumber) else b
+        value = fn(va, vb)
+        tracer = (a if isinstance(a, TracedNumber) else b)._tracer
+
+        def make():
+            ta, tb = _operand(a), _operand(b)
+            if isinstance(value, float) and isinstance(ta, Tensor) \
+                    and ta._array.dtype.kind in "iub":
+                # Python's int / int is float64 math, not an int64 tensor's default float
+                ta = tracer.apply(REGISTRY["Cast"], (ta,), {"dtype": xp.dtype(xp.float64)})
+            return tracer.apply(op, (ta, tb), {})
+        return _traced(value, tracer, make)
+
+    def forward(self, other):
+        return compute(self, other)
+
+    def reverse(self, other):
+        return compute(other, self)
+    return forward, reverse
+
+
+_ARITH = {"add": ("Add", operator.add), "sub": ("Sub", operator.sub),
+          "mul": ("Mul", operator.mul), "truediv": ("Div", operator.truediv),
+          "floordiv": ("FloorDivide", operator.floordiv), "mod": ("Remainder", operator.mod),
+          "pow": ("Pow", operator.pow)}
+for _name, (_op, _fn) in _ARITH.items():
+    _f, _r = _arith(_op, _fn)
+    setattr(TracedNumber, f"__{_name}__", _f)
+    setattr(TracedNumber, f"__r{_name}__", _r)
+
+
+def _comparison(fn):
+    def method(self, other):
+        if isinstance(other, TracedNumber):
+            other = other._v
+        elif not isinstance(other, (int, float)):
+            return NotImplemented  # ``n == x`` with a tensor x: x.__eq__ records it
+        dataflow("bool")
+        return fn(self._v, other)
+    return method
+
+
+for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
+    setattr(TracedNumber, f"__{_name}__", _comparison(getattr(operator, _name)))
+
+
+class TracedInt(TracedNumber, int):
+    """An int computed from tensor sizes during a trace (``x.shape[0] * 2``)."""
+
+    def __new__(cls, value: int, tracer, make):
+        obj = int.__new__(cls, value)
+        obj._init(value, tracer, make)
+        return obj
+
+    __hash__ = int.__hash__
+    __repr__ = int.__repr__
+    __str__ = int.__repr__
+
+
+class TracedFloat(TracedNumber, float):
+    """A float computed from tensor sizes during a trace (``x.shape[0] / 2``)."""
+
+    def __new__(cls, value: float, tracer, make):
+        obj = float.__new__(cls, value)
+        obj._init(value, tracer, make)
+        return obj
+
+    __hash__ = float.__hash__
+    __repr__ = float.__repr__
+    __str__ = float.__repr__

@@ -1,0 +1,174 @@
+"""Layer ``jit``: ``graphgrad.jit.trace``, PyTorch's ``torch.jit.trace`` on graphgrad's IR.
+
+``trace(fn, example_inputs)`` runs ``fn`` once on the examples with real values while
+recording every op into a ``graphgrad.graph.Graph`` (``trace_recorder.py``) and returns a
+``TracedFunction``: callable, differentiable (it runs the graph op by op through the
+dispatch point, so ``backward()`` works as in eager mode), printable as a table and as
+Python (``.code``), drawable (``graphgrad.graph.to_dot(traced.graph)``).
+
+What a trace can and cannot keep, as the lecture shows:
+
+* Python control flow runs once: the graph holds the branch the example took, and
+  ``bool(x)`` (an ``if`` on a tensor), ``float(x)``, ``x.item()`` warn with PyTorch's
+  ``TracerWarning`` (``trace_values.py``).
+* Sizes are recorded: ``x.shape`` gives traced ints and Python arithmetic on them becomes
+  nodes, so a reshape by ``x.shape`` is right for inputs of other shapes.
+* External code (``numpy.random``, ``random``, ``time``, a NumPy function on a traced
+  tensor, ``Tensor.numpy()``) is an ``ExternalCallError`` naming the call and the source
+  line; ``strict=False`` makes it a warning and freezes the value
+  (``trace_external.py``).
+* ``check_trace`` traces again and compares (``trace_check.py``).
+
+The trace itself runs under ``no_grad`` (it needs values, not a backward graph), so a
+function that calls ``autograd.grad`` inside cannot be traced; in-place updates of module
+buffers (BatchNorm's running statistics) happen during the trace but are not replayed
+by the graph, which is functional.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+from graphgrad.func.pytree import TreeSpec, tree_unflatten
+from graphgrad.graph import Graph, Interpreter, python_code, short, to_dot
+from graphgrad.nn import Module
+from graphgrad.tensor import Value
+
+from .trace_check import TracingCheckError, clone_inputs
+from .trace_check import check_trace as _check
+from .trace_external import ExternalCallError
+from .trace_recorder import Capture, record
+from .trace_values import TracerWarning
+
+__all__ = ["trace", "TracedFunction", "TracerWarning", "TracingCheckError",
+           "ExternalCallError"]
+
+
+class TracedFunction:
+    """The result of ``trace``: the recorded ``graph`` and a callable that runs it."""
+
+    def __init__(self, graph: Graph, captures: list[Capture], tree: TreeSpec,
+                 fn: Callable, module: Module | None, n_inputs: int):
+        self.graph = graph
+        self._captures = captures
+        self._tree = tree
+        self.fn = fn
+        self.module = module
+        self._n = n_inputs
+        self.__name__ = graph.name
+
+    @property
+    def code(self) -> str:
+        """The graph as a runnable Python ``forward`` (user inputs, then the parameters
+        and other live tensors it reads)."""
+        return python_code(self.graph).src
+
+    def tabular(self) -> str:
+        return self.graph.tabular()
+
+    def print_tabular(self) -> None:
+        print(self.graph.tabular())
+
+    def to_dot(self) -> str:
+        return to_dot(self.graph)
+
+    def parameters(self):
+        """The traced module's parameters (they stay live: the graph reads them)."""
+        return self.module.parameters() if self.module is not None else iter(
+            c.tensor for c in self._captures if c.tensor._rg)
+
+    def captured(self) -> list[Value]:
+        """The tensors bound to the graph's extra placeholders at this moment."""
+        return [c.value(self.module) for c in self._captures]
+
+    def __call__(self, *args):
+        if len(args) != self._n:
+            raise TypeError(f"{self.graph.name}() traced with {self._n} input(s), got "
+                            f"{len(args)}")
+        for k, a in enumerate(args):
+            if not isinstance(a, Value):
+                raise TypeError(f"{self.graph.name}(): input {k} must be a Tensor, got "
+                                f"{type(a).__name__}")
+        outs = Interpreter(self.graph).run(*args, *self.captured())
+        return tree_unflatten(list(outs), self._tree)
+
+    forward = __call__
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{p.name}: {short(p.spec)}" for p in self.graph.inputs)
+        return f"<TracedFunction {self.graph.name}({ins}): {len(self.graph)} nodes>"
+
+
+def _names(fn: Callable, n: int) -> list[str]:
+    target = fn.forward if isinstance(fn, Module) else fn
+    try:
+        params = [p for p in inspect.signature(target).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params[:n]]
+    return names + [f"x{k}" for k in range(len(names), n)]
+
+
+def _as_inputs(example_inputs) -> tuple:
+    if isinstance(example_inputs, Value):
+        example_inputs = (example_inputs,)
+    if not isinstance(example_inputs, (tuple, list)):
+        raise TypeError(f"Type '{type(example_inputs).__name__}' cannot be traced. Only "
+                        f"Tensors and (possibly nested) Lists, Dicts, and Tuples of Tensors "
+                        f"can be traced")
+    for x in example_inputs:
+        if not isinstance(x, Value):
+            raise TypeError(f"Type '{type(x).__name__}' cannot be traced. Only Tensors and "
+                            f"(possibly nested) Lists, Dicts, and Tuples of Tensors can be "
+                            f"traced (graphgrad.jit.trace takes a flat tuple of Tensors)")
+    return tuple(example_inputs)
+
+
+def _module_of(fn: Callable) -> Module | None:
+    if isinstance(fn, Module):
+        return fn
+    owner = getattr(fn, "__self__", None)
+    return owner if isinstance(owner, Module) else None
+
+
+def trace(func: Callable, example_inputs=None, check_trace: bool = True,
+          check_inputs: list | None = None, check_tolerance: float = 1e-5,
+          strict: bool = True) -> TracedFunction:
+    """Trace ``func`` (a function or an ``nn.Module``) on ``example_inputs`` (a Tensor or
+    a tuple of Tensors) into a ``TracedFunction``; see the module docstring.
+
+    ``strict=True`` refuses calls into external code (``ExternalCallError``) and list or
+    dict outputs; ``check_trace`` traces again on ``check_inputs`` (default: the examples)
+    and raises ``TracingCheckError`` where the graphs differ."""
+    if example_inputs is None:
+        raise ValueError("graphgrad.jit.trace needs example_inputs (a Tensor or a tuple of "
+                         "Tensors)")
+    examples = _as_inputs(example_inputs)
+    module = _module_of(func)
+    state = {}
+    if module is not None:
+        state = {id(t): n for n, t in (*module.named_parameters(), *module.named_buffers())}
+    name = type(func).__name__ if isinstance(func, Module) else getattr(
+        func, "__name__", "traced")
+    names = _names(func, len(examples))
+    check_copies = [clone_inputs(examples)] if check_inputs is None else [
+        _as_inputs(c) for c in check_inputs]
+
+    def run(inputs: tuple):
+        return record(func, inputs, names, strict=strict, state_names=state, name=name)
+
+    graph, captures, tree = run(examples)
+    graph.header.append("graphgrad.jit.trace on inputs " + ", ".join(
+        short(p.spec) for p in graph.inputs[:len(examples)]))
+    traced = TracedFunction(graph, captures, tree, func, module, len(examples))
+    if check_trace:
+        hint = None
+        if module is not None and module.training:
+            hint = ("The module is in training mode: nondeterministic layers (dropout) give "
+                    "different constants on each trace. Did you forget call .eval() on your "
+                    "model?")
+        _check(traced, func, lambda inputs: run(inputs)[0], check_copies, check_tolerance,
+               hint)
+    return traced
