@@ -182,7 +182,8 @@ class Flip(_Linear):
 def _shape_arg(shape) -> tuple:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    return tuple(int(s) for s in shape)
+    # ints pass as they are: a JIT trace's sizes are int subclasses that must stay traced
+    return tuple(s if isinstance(s, int) and type(s) is not bool else int(s) for s in shape)
 
 
 def reshape(input, *shape):
