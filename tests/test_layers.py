@@ -24,7 +24,7 @@ RANKS = [
     ["nn", "optim", "data", "utils", "serialization"],
     ["static"],
     ["fx", "jit", "dynamo"],
-    ["capture"],
+    ["capture", "compiler"],
     ["train"],
     ["cli"],
 ]

@@ -1,0 +1,99 @@
+"""Layer ``compiler`` (at the rank of ``capture``): the user-facing tools around
+``graphgrad.compile``, as ``torch.compiler`` / ``torch._dynamo``:
+
+* ``explain(fn)(*args)``: run ``fn`` once under capture and report the graphs, the graph
+  breaks with their reason and source line, the ops per graph and the guards;
+* ``reset()``: forget every cached graph and zero the counters;
+* ``counters``: what the compiler did (``frames``, ``cache_hits``, ``recompiles``,
+  ``graphs``, ``graph_breaks``...; see ``graphgrad.dynamo.stats``);
+* ``list_backends()``, ``register_backend``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphgrad.dynamo import BACKENDS, CompiledFunction, config, counters, register_backend, reset
+from graphgrad.dynamo.eval_frame import BreakRecord, EagerTerm
+from graphgrad.nn import Module
+
+__all__ = ["explain", "ExplainOutput", "reset", "counters", "list_backends",
+           "register_backend", "config", "segments"]
+
+
+def list_backends() -> list[str]:
+    return sorted(BACKENDS)
+
+
+def segments(cf: CompiledFunction) -> list:
+    """Every cached segment of a compiled function (roots first, then their children)."""
+    out, todo = [], list(cf.roots)
+    while todo:
+        seg = todo.pop(0)
+        out.append(seg)
+        if isinstance(seg.term, EagerTerm):
+            todo.extend(seg.term.children)
+    return out
+
+
+@dataclass
+class ExplainOutput:
+    """What ``explain`` found (the fields of ``torch._dynamo.explain``'s output)."""
+
+    graphs: list = field(default_factory=list)
+    graph_count: int = 0
+    graph_break_count: int = 0
+    break_reasons: list[BreakRecord] = field(default_factory=list)
+    op_count: int = 0
+    ops_per_graph: list[list[str]] = field(default_factory=list)
+    out_guards: list[str] = field(default_factory=list)
+    eager_reason: str | None = None
+    result: Any = None
+
+    def __str__(self) -> str:
+        lines = [f"Graph Count: {self.graph_count}",
+                 f"Graph Break Count: {self.graph_break_count}",
+                 f"Op Count: {self.op_count}"]
+        if self.eager_reason:
+            lines.append(f"Ran eagerly: {self.eager_reason}")
+        lines.append("Break Reasons:")
+        for i, b in enumerate(self.break_reasons, 1):
+            lines.append(f"  Break Reason {i}: [{b.kind}] {b.reason}")
+            lines.append(f"    {b.where}")
+            if b.line:
+                lines.append(f"      {b.line}")
+        lines.append("Ops per Graph:")
+        for g, ops in zip(self.graphs, self.ops_per_graph, strict=True):
+            lines.append(f"  {g.name}: {', '.join(ops)}")
+        lines.append("Out Guards:")
+        lines.extend(f"  {g}" for g in self.out_guards)
+        return "\n".join(lines)
+
+
+def explain(fn: Callable | Module, *extra_args, **extra_kwargs):
+    """``explain(fn)(*args, **kwargs) -> ExplainOutput``: capture ``fn`` on these inputs
+    (with the "eager" backend) and say what became of it."""
+    def inner(*args, **kwargs):
+        if isinstance(fn, Module):
+            cf = CompiledFunction(type(fn).forward, backend="eager")
+            result = cf(fn, *args, **kwargs)
+        else:
+            cf = CompiledFunction(fn, backend="eager")
+            result = cf(*args, **kwargs)
+        out = ExplainOutput(result=result, eager_reason=cf.eager_reason)
+        out.graphs = list(cf.graphs)
+        out.graph_count = len(cf.graphs)
+        out.break_reasons = list(cf.breaks)
+        out.graph_break_count = len(cf.breaks)
+        out.ops_per_graph = [[n.target_name for n in g.nodes
+                              if n.kind not in ("placeholder", "output")] for g in cf.graphs]
+        out.op_count = sum(len(ops) for ops in out.ops_per_graph)
+        for seg in segments(cf):
+            if seg.guards is not None:
+                out.out_guards.extend(g.text for g in seg.guards.guards)
+        return out
+    if extra_args or extra_kwargs:  # the old calling form explain(fn, *args)
+        return inner(*extra_args, **extra_kwargs)
+    return inner

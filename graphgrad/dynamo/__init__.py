@@ -1,0 +1,77 @@
+"""Layer ``dynamo``: ``graphgrad.compile``, graph capture from Python bytecode.
+
+``compile(fn)`` waits for the first call, then interprets ``fn``'s CPython bytecode
+(3.11 and 3.12) in a pure-Python symbolic interpreter: tensors become nodes of a
+``graphgrad.graph.Graph``, Python values are computed for real and guarded. A
+tensor-dependent branch or a call it must not trace (NumPy, ``random``, ``print``) is a
+graph break: the graph so far runs, the breaking operation runs for real, and capture
+goes on from there. The result is a tree of guarded segments per function, cached, so
+a later call costs a guard check plus the compiled graphs. See ``eval_frame`` for the
+runtime, ``interpreter``/``handlers`` for the bytecode, ``capture`` for guards and
+templates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from graphgrad.nn import Module
+
+from . import config
+from .backends import BACKENDS, lookup_backend, register_backend
+from .capture import Unsupported
+from .eval_frame import BreakRecord, CompiledFunction, all_compiled
+from .stats import counters
+
+__all__ = ["compile", "CompiledFunction", "OptimizedModule", "Unsupported", "reset",
+           "counters", "config", "BACKENDS", "register_backend", "lookup_backend",
+           "BreakRecord"]
+
+
+class OptimizedModule(Module):
+    """``graphgrad.compile(module)``: a module whose forward is the compiled forward of
+    the original (kept as ``_orig_mod``, so parameters and state dicts are shared)."""
+
+    def __init__(self, mod: Module, compiled: CompiledFunction):
+        super().__init__()
+        self._orig_mod = mod
+        self.__dict__["_compiled"] = compiled
+
+    def forward(self, *args, **kwargs):
+        return self.__dict__["_compiled"](self._orig_mod, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_modules"]["_orig_mod"], name)
+
+    def __repr__(self) -> str:
+        return f"OptimizedModule({self._orig_mod!r})"
+
+
+def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: bool | None = None,
+            backend: str | Callable = "default", mode: str | None = None,
+            options: dict | None = None, disable: bool = False):
+    """Compile ``model`` (a function or an ``nn.Module``) by bytecode capture, as
+    ``torch.compile``. Nothing happens until the first call. Used bare or as
+    ``@compile(backend=...)``."""
+    def wrap(fn):
+        if disable:
+            return fn
+        if isinstance(fn, Module):
+            forward = type(fn).forward
+            return OptimizedModule(fn, CompiledFunction(forward, backend, fullgraph, dynamic,
+                                                        mode))
+        return CompiledFunction(fn, backend, fullgraph, dynamic, mode)
+    if model is None:
+        return wrap
+    return wrap(model)
+
+
+def reset() -> None:
+    """Forget every cached graph and zero the counters (``torch._dynamo.reset``)."""
+    for cf in all_compiled():
+        cf.reset()
+    counters.clear()

@@ -1,0 +1,282 @@
+"""Layer ``dynamo``: one capture: the graph being built for a segment, its inputs and its
+guards, and the conversions between runtime values, trace values and templates.
+
+* ``wrap(value, source)``: a runtime value as the interpreter sees it: a tensor becomes a
+  placeholder Symbol (guarded on type, shape, dtype, requires_grad), an int/bool/str is
+  specialized (guarded by value), a tuple is unpacked item by item, a list/dict/object
+  the function did not create becomes an ``Ext`` whose reads are guarded one by one.
+* ``templatize``: at a graph break, the whole frame stack with every Symbol replaced by a
+  ``SlotRef`` to a graph output, so that interpretation can restart from it later.
+* ``instantiate``: a template back into trace values for the next segment's capture.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from graphgrad.graph import Graph, GraphBuilder, Spec, Symbol, symbol
+from graphgrad.tensor import Tensor, Value
+
+from .guards import GuardSet
+from .structure import rebuild
+from .values import (Arg, Attr, Ext, Glob, IntOf, Item, Kw, Obj, Slot, SlotRef, Source, SrcRef,
+                     rebase)
+
+__all__ = ["Capture", "SymInt", "SymFloat", "Unsupported", "eval_source"]
+
+_SCALARS = (int, bool, str, type(None), bytes, complex, float, range, type(Ellipsis))
+
+
+class Unsupported(RuntimeError):  # noqa: N818 - torch._dynamo.exc.Unsupported's name
+    """Something the interpreter cannot represent (``fullgraph=True`` raises it with the
+    reason and the source line; otherwise the code runs eagerly)."""
+
+
+class SymInt(Symbol):
+    """A Python int known only at run time (a dynamic size): a 0-d int64 graph value."""
+
+    __slots__ = ()
+
+
+class SymFloat(Symbol):
+    """A Python float known only at run time (the result of an eager call)."""
+
+    __slots__ = ()
+
+
+def eval_source(src: Source, a: tuple, k: dict, s: tuple) -> Any:
+    if isinstance(src, Arg):
+        return a[src.key[0]]
+    if isinstance(src, Kw):
+        return k[src.key]
+    if isinstance(src, Slot):
+        return s[src.key]
+    if isinstance(src, Obj):
+        return src.obj
+    if isinstance(src, Glob):
+        return src.g[src.name]
+    if isinstance(src, Attr):
+        return getattr(eval_source(src.base, a, k, s), src.name)
+    if isinstance(src, Item):
+        return eval_source(src.base, a, k, s)[src.index]
+    raise TypeError(f"unknown source {src!r}")
+
+
+class Capture:
+    """The state of one segment's capture."""
+
+    def __init__(self, name: str, a: tuple, k: dict, s: tuple, dynamic: Any,
+                 concrete: bool = False):
+        self.concrete = concrete          # run on real values: no graph, no guards
+        self.graph = Graph(name)
+        self.builder = GraphBuilder(self.graph)
+        self.guards = GuardSet()
+        self.a, self.k, self.s = a, k, s
+        self.dynamic = dynamic            # True (all dims), or a set of (source, dim)
+        self.inputs: list[tuple[Source, Any]] = []   # (source, placeholder node)
+        self.examples: list = []
+        self._by_source: dict[Source, Symbol] = {}
+        self.eager_types: dict[Any, type] = {}     # placeholder node -> the tensor's type
+        self.where = ""                   # user location of the instruction being run
+
+    # ---- runtime values in --------------------------------------------------------------
+
+    def _placeholder(self, value: Any, source: Source, spec: Spec, cls: type) -> Symbol:
+        sym = self._by_source.get(source)
+        if sym is None:
+            node = self.graph.placeholder(spec, _ph_name(source))
+            sym = symbol(node, cls)
+            self._by_source[source] = sym
+            self.inputs.append((source, node))
+            self.examples.append(value)
+            self.eager_types[node] = type(value)
+        return sym
+
+    def dims_for(self, source: Source, shape: tuple) -> tuple:
+        if not self.dynamic:
+            return tuple(shape)
+        if self.dynamic is True:
+            return tuple(None if d >= 2 else d for d in shape)
+        return tuple(None if (source, i) in self.dynamic and d >= 2 else d
+                     for i, d in enumerate(shape))
+
+    def wrap(self, value: Any, source: Source) -> Any:
+        """The trace value for runtime ``value`` read from ``source`` (guards installed)."""
+        if self.concrete:
+            return value
+        t = type(value)
+        if isinstance(value, Value):
+            arr = value._array
+            dims = self.dims_for(source, arr.shape)
+            self.guards.add("tensor", source, (t, dims, arr.dtype, bool(value.requires_grad)),
+                            self.where)
+            return self._placeholder(value, source, Spec(dims, arr.dtype), Symbol)
+        if t is float and isinstance(source.root(), Slot):
+            # a float made by an eager call (a random number...): a graph input, not a
+            # constant, so that a new value does not recompile
+            self.guards.add("type", source, float, self.where)
+            import numpy as np
+            return self._placeholder(value, source, Spec((), np.dtype(np.float64)), SymFloat)
+        if t in _SCALARS:
+            self.guards.add("equals", source, value, self.where)
+            return value
+        if t is tuple:
+            self.guards.add("len", source, (tuple, len(value)), self.where)
+            return tuple(self.wrap(v, Item(source, i)) for i, v in enumerate(value))
+        if t is list or t is dict:
+            if t is list:
+                self.guards.add("type", source, list, self.where)
+            return Ext(value, source)
+        self.guards.add("id", source, value, self.where)
+        if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type,
+                              types.MethodType)):
+            return value
+        return Ext(value, source)
+
+    def wrap_symint(self, value: Any, source: Source) -> Any:
+        import numpy as np
+        if self.concrete:
+            return int(value)
+        self.guards.add("tensor", source, (type(value), (), np.dtype(np.int64), False),
+                        self.where)
+        return self._placeholder(value, source, Spec((), np.dtype(np.int64)), SymInt)
+
+    def realize(self, v: Any) -> Any:
+        """An ``Ext`` list/tuple/dict as an owned copy whose items are read (and guarded);
+        other objects as themselves (their identity is guarded)."""
+        if not isinstance(v, Ext):
+            return v
+        obj, src = v.obj, v.source
+        if type(obj) is list:
+            self.guards.add("len", src, (list, len(obj)), self.where)
+            return [self.wrap(x, Item(src, i)) for i, x in enumerate(obj)]
+        if type(obj) is dict:
+            self.guards.add("keys", src, tuple(obj), self.where)
+            return {key: self.wrap(x, Item(src, key)) for key, x in obj.items()}
+        return obj
+
+    def realize_identity(self, v: Any) -> Any:
+        """The object itself, for ``is`` tests (an ``Ext``'s identity or type is guarded)."""
+        return v.obj if isinstance(v, Ext) else v
+
+    def read_attr(self, v: Ext, name: str) -> Any:
+        return self.wrap(getattr(v.obj, name), Attr(v.source, name))
+
+    def read_item(self, v: Ext, key: Any) -> Any:
+        obj = v.obj
+        if type(obj) is list and type(key) is int:
+            self.guards.add("len", v.source, (list, len(obj)), self.where)
+            key = key if key >= 0 else key + len(obj)
+            return self.wrap(obj[key], Item(v.source, key))
+        if type(obj) is dict and type(key) in (str, int, bool, float, type(None)):
+            self.guards.add("keys", v.source, tuple(obj), self.where)
+            return self.wrap(obj[key], Item(v.source, key))
+        raise Unsupported(f"subscript of {type(obj).__name__} with {type(key).__name__}")
+
+    def global_value(self, g: dict, name: str) -> Any:
+        if name in g:
+            return self.wrap(g[name], Glob(g, name))
+        b = g.get("__builtins__", __builtins__)
+        b = b.__dict__ if isinstance(b, types.ModuleType) else b
+        if name in b:
+            return b[name]
+        raise NameError(f"name {name!r} is not defined")
+
+    def eager_type(self, sym: Symbol) -> type:
+        return self.eager_types.get(sym._node, Tensor)
+
+    # ---- templates ------------------------------------------------------------------------
+
+    def instantiate(self, t: Any, memo: dict | None = None) -> Any:
+        memo = {} if memo is None else memo
+        return _Instantiate(self, memo).go(t)
+
+
+def _ph_name(source: Source) -> str:
+    text = str(source)
+    out = "".join(c if c.isalnum() else "_" for c in text).strip("_") or "x"
+    return ("l_" + out) if out[0].isdigit() else out
+
+
+class _Instantiate:
+    def __init__(self, cap: Capture, memo: dict):
+        self.cap, self.memo = cap, memo
+
+    def go(self, t: Any) -> Any:
+        return rebuild(t, self.leaf, self.memo)
+
+    def leaf(self, t: Any) -> Any:
+        tp = type(t)
+        c = self.cap
+        if tp is SlotRef:
+            got = self.memo.get(("slot", t.index))
+            if got is None:
+                got = c.wrap(c.s[t.index], Slot(t.index))
+                self.memo[("slot", t.index)] = got
+            return got
+        if tp is IntOf:
+            return c.wrap_symint(c.s[t.ref.index], Slot(t.ref.index))
+        if tp is SrcRef:
+            return c.wrap(eval_source(t.source, c.a, c.k, c.s), t.source)
+        return t
+
+
+class Templatizer:
+    """Turns trace values into a template; collects the graph outputs it needs and the
+    runtime objects (``Ext`` read from a slot) to hand on to the next segment."""
+
+    def __init__(self, cap: Capture):
+        self.cap = cap
+        self.outputs: list = []            # graph nodes, in slot order
+        self._out_index: dict = {}
+        self.carried: list[Source] = []    # slot-rooted sources of this segment's input
+        self._carry_map: dict[int, int] = {}
+        self.memo: dict[int, Any] = {}
+
+    def slot_for(self, sym: Symbol) -> SlotRef:
+        node = self.cap.builder.node_of(sym)
+        k = self._out_index.get(node)
+        if k is None:
+            k = self._out_index[node] = len(self.outputs)
+            self.outputs.append(node)
+        return SlotRef(k)
+
+    def finalize_carried(self) -> None:
+        """Slot numbers of carried values come after the graph outputs."""
+        base = len(self.outputs)
+        for old, new in self._carry_map.items():
+            self._carry_map[old] = base + new
+
+    def go(self, v: Any) -> Any:
+        return rebuild(v, self.leaf, self.memo)
+
+    def leaf(self, v: Any) -> Any:
+        if isinstance(v, Symbol):
+            if v._node.graph is not self.cap.graph:
+                raise Unsupported("a symbolic value of another graph")
+            ref = self.slot_for(v)
+            return IntOf(ref) if type(v) is SymInt else ref
+        if type(v) is Ext:
+            src = v.source
+            root = src.root()
+            if isinstance(root, Slot):
+                if root.key not in self._carry_map:
+                    self._carry_map[root.key] = len(self.carried)
+                    self.carried.append(root)
+                return _PendingSrc(src)
+            return SrcRef(src)
+        return v
+
+    def resolve(self, t: Any) -> Any:
+        """Replace pending slot-rooted sources by their final slot numbers."""
+        def leaf(v):
+            return SrcRef(rebase(v.source, self._carry_map)) if type(v) is _PendingSrc else v
+        return rebuild(t, leaf, {})
+
+
+class _PendingSrc:
+    __slots__ = ("source",)
+
+    def __init__(self, source: Source):
+        self.source = source

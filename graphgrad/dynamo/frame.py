@@ -1,0 +1,116 @@
+"""Layer ``dynamo``: interpreter frames and the static prescan of code objects.
+
+A ``Frame`` is one Python call being interpreted: its code's ``dis`` instructions, the
+index of the next one, the value stack, locals and cells (by name, which keeps the
+3.11/3.12 fast-locals layouts out of the handlers), and the pending ``KW_NAMES``.
+``code_info`` disassembles a code object once and checks every opcode against the
+supported set, so that unsupported bytecode is found *before* anything runs
+(a top-level function then runs eagerly; an inlined callee becomes an eager call).
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+import types
+from typing import Any
+
+__all__ = ["Frame", "code_info", "SUPPORTED", "VERSION_OK", "CodeInfo"]
+
+VERSION_OK = (3, 11) <= sys.version_info[:2] <= (3, 12)
+
+_COMMON = {
+    "RESUME", "NOP", "CACHE", "EXTENDED_ARG", "PRECALL", "COPY_FREE_VARS", "MAKE_CELL",
+    "LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "STORE_FAST", "DELETE_FAST",
+    "LOAD_CONST", "LOAD_CLOSURE", "LOAD_DEREF", "STORE_DEREF", "MAKE_FUNCTION",
+    "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "POP_TOP", "COPY", "SWAP",
+    "PUSH_NULL", "BINARY_OP", "UNARY_NEGATIVE", "UNARY_NOT", "UNARY_INVERT",
+    "UNARY_POSITIVE", "CALL_INTRINSIC_1", "COMPARE_OP", "IS_OP", "CONTAINS_OP",
+    "BUILD_TUPLE", "BUILD_LIST", "BUILD_MAP", "BUILD_CONST_KEY_MAP", "BUILD_SLICE",
+    "BUILD_STRING", "FORMAT_VALUE", "BUILD_SET", "SET_ADD", "SET_UPDATE", "MAP_ADD",
+    "BINARY_SUBSCR", "BINARY_SLICE", "STORE_SUBSCR", "STORE_SLICE", "DELETE_SUBSCR",
+    "UNPACK_SEQUENCE", "UNPACK_EX", "LIST_APPEND", "LIST_EXTEND", "LIST_TO_TUPLE",
+    "DICT_MERGE", "DICT_UPDATE", "CALL", "KW_NAMES", "CALL_FUNCTION_EX", "JUMP_FORWARD",
+    "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "POP_JUMP_FORWARD_IF_TRUE",
+    "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE",
+    "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_NONE",
+    "POP_JUMP_BACKWARD_IF_NOT_NONE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE",
+    "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP",
+    "GET_ITER", "FOR_ITER", "END_FOR", "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS",
+    "LOAD_ASSERTION_ERROR",
+    # reached only when an exception propagates (3.12 comprehension cleanup), never run
+    "RERAISE",
+}
+SUPPORTED = frozenset(_COMMON)
+
+_CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coro, async gen
+
+
+class CodeInfo:
+    __slots__ = ("insts", "index", "unsupported")
+
+    def __init__(self, insts: tuple, index: dict, unsupported: str | None):
+        self.insts, self.index, self.unsupported = insts, index, unsupported
+
+
+_INFO: dict[types.CodeType, CodeInfo] = {}
+
+
+def code_info(code: types.CodeType) -> CodeInfo:
+    info = _INFO.get(code)
+    if info is None:
+        insts = tuple(dis.get_instructions(code))
+        index = {inst.offset: i for i, inst in enumerate(insts)}
+        bad = None
+        if not VERSION_OK:
+            bad = f"Python {sys.version_info[0]}.{sys.version_info[1]} bytecode"
+        elif code.co_flags & _CO_GENERATOR_LIKE:
+            bad = "generator or coroutine"
+        else:
+            for inst in insts:
+                if inst.opname not in SUPPORTED:
+                    bad = f"opcode {inst.opname} at offset {inst.offset}"
+                    break
+        info = _INFO[code] = CodeInfo(insts, index, bad)
+    return info
+
+
+class Frame:
+    """One Python call being interpreted."""
+
+    __slots__ = ("code", "insts", "index", "pc", "stack", "locals", "cells", "globals",
+                 "kw_names", "forced", "fn")
+
+    def __init__(self, code: types.CodeType, globals_: dict, fn: Any = None):
+        info = code_info(code)
+        self.code = code
+        self.insts = info.insts
+        self.index = info.index
+        self.pc = 0
+        self.stack: list = []
+        self.locals: dict[str, Any] = {}
+        self.cells: dict[str, Any] = {}
+        self.globals = globals_
+        self.kw_names: tuple = ()
+        self.forced: Any = None   # a branch condition decided at run time (graph break)
+        self.fn = fn              # the function object (for its closure), if any
+
+    def line(self) -> int:
+        """The source line of the instruction being run."""
+        i = max(self.pc - 1, 0)
+        while i >= 0:
+            pos = self.insts[i].positions
+            if pos is not None and pos.lineno is not None:
+                return pos.lineno
+            i -= 1
+        return self.code.co_firstlineno
+
+    def where(self) -> str:
+        return f"{self.code.co_filename}:{self.line()} in {self.code.co_name}"
+
+    def empty_copy(self) -> Frame:
+        f = Frame.__new__(Frame)
+        f.code, f.insts, f.index, f.pc = self.code, self.insts, self.index, self.pc
+        f.globals, f.kw_names, f.fn = self.globals, self.kw_names, self.fn
+        f.forced = None
+        return f

@@ -1,0 +1,521 @@
+"""Layer ``dynamo``: the symbolic bytecode interpreter (CPython 3.11 and 3.12).
+
+It runs ``dis`` instructions over a stack of ``Frame``s. Tensors are graph ``Symbol``s
+(their ops become nodes of the capture's graph), Python values are computed for real,
+calls to Python functions are inlined as new frames. It stops at the end of a segment:
+
+* ``Return``: the outermost frame returned;
+* ``EagerStep``: something must run for real: a tensor-dependent branch (``bool`` of a
+  graph value), a call it must not trace (NumPy, ``random``, ``print``...), an operation
+  it cannot represent. The frames stay as they are, so the caller can snapshot them and
+  restart interpretation after the step with its real result.
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import operator
+import sys
+import types
+from typing import Any
+
+from graphgrad.graph import Symbol
+from graphgrad.tensor import Tensor
+
+from . import config
+from .capture import Capture, SymFloat, SymInt, Unsupported
+from .frame import Frame, code_info
+from .policy import TENSOR_EAGER_ATTRS, classify, is_graphgrad, is_inplace_name
+from .values import Cell, Ext, FuncV, ListIter
+
+__all__ = ["Interpreter", "Return", "EagerStep"]
+
+PY312 = sys.version_info >= (3, 12)
+_BINARY = {i: name for i, (name, _) in enumerate(dis._nb_ops)}
+_OPS = {"NB_ADD": operator.add, "NB_AND": operator.and_, "NB_FLOOR_DIVIDE": operator.floordiv,
+        "NB_LSHIFT": operator.lshift, "NB_MATRIX_MULTIPLY": operator.matmul,
+        "NB_MULTIPLY": operator.mul, "NB_REMAINDER": operator.mod, "NB_OR": operator.or_,
+        "NB_POWER": operator.pow, "NB_RSHIFT": operator.rshift,
+        "NB_SUBTRACT": operator.sub, "NB_TRUE_DIVIDE": operator.truediv,
+        "NB_XOR": operator.xor}
+_CMP = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+        ">": operator.gt, ">=": operator.ge}
+_INT_OK = (operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod)
+
+
+class Return(Exception):  # noqa: N818 - a signal, not an error
+    def __init__(self, value: Any):
+        self.value = value
+
+
+class EagerStep(Exception):  # noqa: N818 - a signal, not an error
+    """Run ``fn(*args, **kwargs)`` for real. ``mode``: "push" (the result goes on the
+    stack of the top frame, which continues after the instruction) or "force" (the
+    result, a bool, decides the pending jump, which is run again)."""
+
+    def __init__(self, kind: str, reason: str, fn: Any, args: tuple, kwargs: dict,
+                 mode: str = "push"):
+        self.kind, self.reason, self.fn = kind, reason, fn
+        self.args, self.kwargs, self.mode = args, kwargs, mode
+
+
+def _has_symbol(vals) -> bool:
+    for v in vals:
+        if isinstance(v, Symbol):
+            return True
+        if type(v) in (tuple, list) and _has_symbol(v):
+            return True
+        if type(v) is dict and _has_symbol(v.values()):
+            return True
+    return False
+
+
+def _bind(code: types.CodeType, fn_name: str, defaults: tuple, kwdefaults: dict | None,
+          args: list, kwargs: dict) -> dict:
+    """Bind call arguments to parameter names, as CPython does."""
+    sig = _signature(code, defaults, kwdefaults)
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+_SIGS: dict = {}
+
+
+def _signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None):
+    """The signature of a code object with the given defaults (no function needed)."""
+    P = inspect.Parameter
+    n = code.co_argcount
+    names = code.co_varnames
+    params = []
+    defaults = defaults or ()
+    first_default = n - len(defaults)
+    posonly = code.co_posonlyargcount
+    for i in range(n):
+        kind = P.POSITIONAL_ONLY if i < posonly else P.POSITIONAL_OR_KEYWORD
+        default = defaults[i - first_default] if i >= first_default else P.empty
+        params.append(P(names[i], kind, default=default))
+    i = n
+    kwonly = code.co_kwonlyargcount
+    var_pos = code.co_flags & inspect.CO_VARARGS
+    if var_pos:
+        params.append(P(names[n + kwonly], P.VAR_POSITIONAL))
+    for j in range(kwonly):
+        name = names[i + j]
+        d = (kwdefaults or {}).get(name, P.empty)
+        params.append(P(name, P.KEYWORD_ONLY, default=d))
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        params.append(P(names[n + kwonly + (1 if var_pos else 0)], P.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
+class Interpreter:
+    """Interprets a stack of frames for one capture."""
+
+    def __init__(self, cap: Capture, frames: list[Frame]):
+        self.cap = cap
+        self.frames = frames
+        self.steps = 0
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Interpret until the segment ends (raises ``Return`` or ``EagerStep``)."""
+        frames = self.frames
+        cap = self.cap
+        while True:
+            f = frames[-1]
+            inst = f.insts[f.pc]
+            f.pc += 1
+            self.steps += 1
+            if self.steps > config.max_instructions:
+                raise Unsupported(f"more than {config.max_instructions} instructions "
+                                  f"interpreted in one segment")
+            handler = _HANDLERS.get(inst.opname)
+            if handler is None:  # the prescan makes this unreachable; keep it honest
+                raise Unsupported(f"opcode {inst.opname}")
+            pos = inst.positions
+            if pos is not None and pos.lineno is not None:
+                cap.where = f"{f.code.co_filename}:{pos.lineno} in {f.code.co_name}"
+            try:
+                handler(self, f, inst)
+            except (Return, EagerStep, Unsupported):
+                raise
+            except _Break as b:
+                raise EagerStep(b.kind, b.reason, b.fn, b.args, b.kwargs, b.mode) from None
+
+    # ---- helpers -----------------------------------------------------------------------------
+
+    def brk(self, kind: str, reason: str, fn: Any, args: tuple = (), kwargs: dict | None = None,
+            mode: str = "push"):
+        """End the segment: ``fn(*args, **kwargs)`` runs for real (at once, concretely,
+        when the interpreter runs on real values)."""
+        if self.cap.concrete:
+            return fn(*args, **(kwargs or {}))
+        raise _Break(kind, reason, fn, args, kwargs or {}, mode)
+
+    def value_op(self, fn, *args, reason: str | None = None):
+        """``fn(*args)`` on trace values; what cannot be done symbolically runs eagerly."""
+        cap = self.cap
+        args = tuple(cap.realize(a) for a in args)
+        try:
+            return fn(*args)
+        except Unsupported:
+            raise
+        except TypeError as e:
+            if _has_symbol(args):
+                return self.brk("unsupported-value-op", reason or f"{getattr(fn, '__name__', fn)} "
+                         f"on a graph value: {e}", fn, args)
+            raise
+
+    def binary(self, fn, a, b):
+        cap = self.cap
+        a, b = cap.realize(a), cap.realize(b)
+        scal = [x for x in (a, b) if isinstance(x, (SymInt, SymFloat))]
+        if scal:
+            others = [x for x in (a, b) if not any(x is y for y in scal)]
+            if any(isinstance(x, Symbol) for x in others):
+                pass  # a tensor operand: Python-scalar semantics hold in the graph
+            elif all(type(x) is SymInt or type(x) is int for x in (a, b)) and fn in _INT_OK:
+                out = self.value_op(fn, a, b)
+                out.__class__ = SymInt
+                return out
+            else:
+                return self.brk("unsupported-value-op", "arithmetic on a run-time Python "
+                                "number", fn, (a, b))
+        if isinstance(a, Symbol) and fn in _INPLACE_NAME:
+            return self.inplace(a, _INPLACE_NAME[fn], (b,), fn)
+        return self.value_op(fn, a, b)
+
+    def inplace(self, t: Symbol, name: str, args: tuple, fn) -> Any:
+        """An in-place op on a graph value: the new value replaces the Symbol's node when
+        nothing else can see the tensor (not an input, not a view); else it runs eagerly."""
+        node = t._node
+        op = node.op
+        if node.kind == "call" and not getattr(op, "view", False) \
+                and not self._has_views(node):
+            out_fn = _FUNCTIONAL.get(name)
+            if out_fn is not None:
+                new = self.value_op(out_fn, t, *args)
+                if isinstance(new, Symbol) and new.shape == t.shape and \
+                        new._node.spec.dtype == node.spec.dtype:
+                    t._node = new._node
+                    return t
+        return self.brk("unsupported-value-op", f"in-place {name} on a tensor the caller "
+                        f"can see", fn, (t, *args))
+
+    def _has_views(self, node) -> bool:
+        for n in self.cap.graph.nodes:
+            if n.kind == "call" and getattr(n.op, "view", False) and node in n.inputs:
+                return True
+        return False
+
+    # ---- attributes ----------------------------------------------------------------------------
+
+    def load_attr(self, obj: Any, name: str) -> Any:
+        cap = self.cap
+        if isinstance(obj, Ext):
+            o = obj.obj
+            if type(o) in (list, dict):
+                return getattr(cap.realize(obj), name) if not _mutating(o, name) else \
+                    _BoundExt(obj, name)
+            return cap.read_attr(obj, name)
+        if isinstance(obj, Symbol):
+            if name in TENSOR_EAGER_ATTRS:
+                if name in ("requires_grad", "grad", "grad_fn", "is_leaf", "data", "_version",
+                            "_base"):
+                    return self.brk("unsupported-value-op", f"tensor attribute .{name} is only "
+                             f"known at run time", getattr, (obj, name))
+                return _EagerMethod(obj, name)
+            if name == "shape" and obj.shape is not None and None in tuple(obj.shape):
+                return self.sym_shape(obj)
+            if is_inplace_name(name):
+                return _InplaceMethod(obj, name)
+            try:
+                return getattr(obj, name)
+            except TypeError as e:
+                return self.brk("unsupported-value-op", f"tensor attribute .{name}: {e}", getattr,
+                         (obj, name))
+        if isinstance(obj, FuncV):
+            raise Unsupported(f"attribute {name} of a function made inside the traced code")
+        if isinstance(obj, (types.FunctionType, type)) and name in ("__code__", "__globals__",
+                                                                      "__closure__"):
+            raise Unsupported(f"function attribute {name}")
+        return getattr(obj, name)
+
+    def sym_shape(self, sym: Symbol) -> tuple:
+        from graphgrad.ops import REGISTRY  # noqa: F401 - registry filled before use
+        shape = tuple(sym.shape)
+        vec = None
+        out = []
+        for i, d in enumerate(shape):
+            if d is not None:
+                out.append(d)
+                continue
+            if vec is None:
+                vec = self.cap.builder.shape_of(sym)
+            with self.cap.builder.active():
+                item = vec[i]
+            item.__class__ = SymInt
+            out.append(item)
+        return tuple(out)
+
+    # ---- calls --------------------------------------------------------------------------------
+
+    def call(self, fn: Any, args: list, kwargs: dict) -> Any:
+        """Call ``fn``: inline it, call it for real on graph values, fold it, or break."""
+        if isinstance(fn, Ext):
+            obj = fn.obj
+            from graphgrad.nn import Module
+            if isinstance(obj, Module):
+                forward = type(obj).forward
+                hooks = [getattr(obj, h, None) for h in ("_forward_hooks",
+                                                         "_forward_pre_hooks")]
+                if type(obj).__call__ is Module.__call__ and not any(hooks) \
+                        and isinstance(forward, types.FunctionType):
+                    return self.call_function(forward, [fn, *args], kwargs)
+            return self.eager_call(obj, args, kwargs, "a call of an object")
+        if isinstance(fn, FuncV):
+            return self.inline(fn.code, fn.globals, fn.name, fn.defaults, fn.kwdefaults,
+                               fn.closure, args, kwargs, None)
+        if isinstance(fn, _BoundExt):
+            return self.eager_call(getattr(fn.ext.obj, fn.name), args, kwargs,
+                                   f"{type(fn.ext.obj).__name__}.{fn.name} changes an object "
+                                   f"the caller can see", target=(fn.ext, fn.name))
+        if isinstance(fn, _EagerMethod):
+            return self.eager_call(fn, args, kwargs, f"Tensor.{fn.name} needs the tensor's "
+                                   f"value", target=(fn.obj, fn.name))
+        if isinstance(fn, _InplaceMethod):
+            return self.inplace(fn.obj, fn.name, tuple(args), _MethodCall(fn.name)) \
+                if not kwargs else self.brk("unsupported-value-op", f"in-place {fn.name}",
+                                            _MethodCall(fn.name), (fn.obj, *args), kwargs)
+        if isinstance(fn, types.MethodType):
+            self_v = fn.__self__
+            if isinstance(self_v, Symbol):
+                return self.native(fn, args, kwargs)
+            if isinstance(fn.__func__, types.FunctionType) and not is_graphgrad(fn.__func__):
+                return self.call_function(fn.__func__, [self_v, *args], kwargs)
+            return self.by_policy(fn, args, kwargs)
+        if isinstance(fn, (types.BuiltinMethodType, types.MethodWrapperType,
+                           types.WrapperDescriptorType, types.MethodDescriptorType)):
+            owner = getattr(fn, "__self__", None)
+            if type(owner) in (list, dict, set, tuple, str, int, float, slice, range):
+                return self.fold(fn, args, kwargs)
+        return self.by_policy(fn, args, kwargs)
+
+    def by_policy(self, fn: Any, args: list, kwargs: dict) -> Any:
+        kind = classify(fn)
+        if kind == "fold":
+            return self.fold(fn, args, kwargs)
+        if kind == "native":
+            return self.native(fn, args, kwargs)
+        if kind == "inline":
+            return self.call_function(fn, args, kwargs)
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+        mod = getattr(fn, "__module__", None)
+        full = f"{mod}.{name}" if mod else name
+        return self.eager_call(fn, args, kwargs, f"{full} is not a graphgrad op")
+
+    def eager_call(self, fn, args, kwargs, reason: str, target=None):
+        return self.brk("unsupported-call", reason, fn, tuple(args), kwargs)
+
+    def fold(self, fn: Any, args: list, kwargs: dict) -> Any:
+        cap = self.cap
+        if fn is getattr and len(args) >= 2 and isinstance(args[1], str):
+            try:
+                return self.load_attr(args[0], args[1])
+            except AttributeError:
+                if len(args) == 3:
+                    return args[2]
+                raise
+        if fn is hasattr and len(args) == 2 and isinstance(args[0], Ext):
+            try:
+                self.load_attr(args[0], args[1])
+                return True
+            except AttributeError:
+                cap.guards.add("id", args[0].source, args[0].obj, cap.where)
+                return False
+        if fn is isinstance and args and isinstance(args[0], Symbol):
+            tp = cap.eager_type(args[0]) if type(args[0]) is Symbol else \
+                (int if type(args[0]) is SymInt else float)
+            return issubclass(tp, args[1]) if not isinstance(args[1], tuple) else \
+                any(issubclass(tp, c) for c in args[1])
+        if fn is type and len(args) == 1 and isinstance(args[0], Symbol):
+            return cap.eager_type(args[0]) if type(args[0]) is Symbol else \
+                (int if type(args[0]) is SymInt else float)
+        if fn is len and len(args) == 1 and isinstance(args[0], Symbol) and args[0].shape \
+                and args[0].shape[0] is None:
+            return self.sym_shape(args[0])[0]
+        if any(isinstance(a, (FuncV, _EagerMethod, _InplaceMethod, _BoundExt, ListIter))
+               for a in (*args, *kwargs.values())):
+            raise Unsupported(f"{getattr(fn, '__name__', fn)} of an interpreter value")
+        real = [cap.realize(a) for a in args]
+        kw = {key: cap.realize(v) for key, v in kwargs.items()}
+        try:
+            out = fn(*real, **kw)
+        except TypeError as e:
+            if _has_symbol(real) or _has_symbol(kw.values()):
+                return self.brk("unsupported-value-op", f"{getattr(fn, '__name__', fn)} on a "
+                                f"graph value: {e}", fn, tuple(real), kw)
+            raise
+        if isinstance(out, (zip, enumerate, map, filter, reversed)) or type(out).__name__ in (
+                "list_iterator", "tuple_iterator", "dict_keyiterator", "range_iterator"):
+            return ListIter(list(out))
+        if type(out) in (type({}.keys()), type({}.values()), type({}.items())):
+            return list(out)
+        return out
+
+    def native(self, fn: Any, args: list, kwargs: dict) -> Any:
+        """A graphgrad function called for real on graph values (ops become nodes)."""
+        cap = self.cap
+        if any(isinstance(a, (FuncV, _EagerMethod, _InplaceMethod, _BoundExt, ListIter))
+               for a in (*args, *kwargs.values())):
+            return self.eager_call(fn, args, kwargs, "a traced function passed to graphgrad")
+        real = [cap.realize(a) for a in args]
+        kw = {key: cap.realize(v) for key, v in kwargs.items()}
+        name = getattr(fn, "__name__", "")
+        if name in ("reshape", "view") and _has_symint((*real, *kw.values())):
+            from graphgrad.ops import REGISTRY
+            shape = tuple(real[0]) if len(real) == 1 and isinstance(real[0], tuple) else \
+                tuple(real)
+            with cap.builder.active():
+                return REGISTRY["Reshape"].apply(fn.__self__, shape=shape)
+        if _has_symint((*real, *kw.values())):
+            return self.eager_call(fn, args, kwargs, f"{name} of a dynamic size")
+        dynamic_in = any(isinstance(a, Symbol) and a.shape is not None and None in a.shape
+                         for a in (*real, *kw.values()))
+        before = len(cap.graph.nodes)
+        try:
+            with cap.builder.active():
+                out = fn(*real, **kw)
+        except Exception as e:  # noqa: BLE001 - anything it cannot do on graph values
+            del cap.graph.nodes[before:]  # unfinished work is dropped (pure nodes only)
+            return self.eager_call(fn, real, kw, f"{getattr(fn, '__qualname__', name)} "
+                                   f"cannot run on graph values ({type(e).__name__}: {e})")
+        if dynamic_in and _has_real_tensor(out):
+            del cap.graph.nodes[before:]
+            return self.eager_call(fn, real, kw, f"{name} makes a tensor whose size is "
+                                   f"dynamic")
+        return out
+
+    def call_function(self, fn: types.FunctionType, args: list, kwargs: dict) -> Any:
+        closure = ()
+        if fn.__closure__:
+            closure = tuple(_ExtCell(c, fn) for c in fn.__closure__)
+        return self.inline(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
+                           fn.__kwdefaults__, closure, args, kwargs, fn)
+
+    def inline(self, code, globals_, name, defaults, kwdefaults, closure, args, kwargs, fn):
+        info = code_info(code)
+        if info.unsupported is not None:
+            if fn is not None and is_graphgrad(fn):
+                return self.native(fn, args, kwargs)
+            real_fn = fn if fn is not None else None
+            if real_fn is None:
+                raise Unsupported(f"{name}: {info.unsupported}")
+            return self.eager_call(real_fn, args, kwargs, f"{name} uses unsupported "
+                                   f"bytecode ({info.unsupported})")
+        if len(self.frames) >= config.max_inline_depth:
+            raise Unsupported(f"inlining deeper than {config.max_inline_depth} frames")
+        try:
+            bound = _bind(code, name, defaults, kwdefaults, args, kwargs)
+        except TypeError:
+            if fn is not None:
+                return self.eager_call(fn, args, kwargs, f"bad arguments for {name}")
+            raise
+        f = Frame(code, globals_, fn)
+        for k, v in bound.items():
+            f.locals[k] = tuple(v) if isinstance(v, tuple) else v
+        for i, cname in enumerate(code.co_freevars):
+            f.cells[cname] = closure[i]
+        self.frames.append(f)
+        return _INLINED
+
+
+class _Break(Exception):  # noqa: N818 - a signal, not an error
+    def __init__(self, kind, reason, fn, args, kwargs, mode):
+        self.kind, self.reason, self.fn = kind, reason, fn
+        self.args, self.kwargs, self.mode = args, kwargs, mode
+
+
+_INLINED = object()
+
+
+class _ExtCell(Cell):
+    """A closure cell of a real function: its contents are read (and guarded) on use."""
+
+    __slots__ = ("cell", "label")
+
+    def __init__(self, cell, fn):
+        self.cell = cell
+        self.label = f"{fn.__name__}.<closure>"
+
+
+class _BoundExt:
+    __slots__ = ("ext", "name")
+
+    def __init__(self, ext: Ext, name: str):
+        self.ext, self.name = ext, name
+
+
+class _EagerMethod:
+    """``tensor.item`` and friends: called for real."""
+
+    __slots__ = ("obj", "name")
+
+    def __init__(self, obj, name):
+        self.obj, self.name = obj, name
+
+    def __call__(self, *args, **kwargs):
+        return getattr(self.obj, self.name)(*args, **kwargs)
+
+
+class _InplaceMethod(_EagerMethod):
+    __slots__ = ()
+
+
+class _MethodCall:
+    """``lambda obj, *a, **k: obj.name(*a, **k)`` that prints well."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, obj, *args, **kwargs):
+        return getattr(obj, self.name)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tensor.{self.name}"
+
+
+_INPLACE_NAME = {operator.iadd: "add_", operator.isub: "sub_", operator.imul: "mul_",
+                 operator.itruediv: "div_"}
+_FUNCTIONAL = {"add_": operator.add, "sub_": operator.sub, "mul_": operator.mul,
+               "div_": operator.truediv}
+
+
+def _mutating(obj, name: str) -> bool:
+    return name in ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
+                    "update", "setdefault", "popitem", "__setitem__", "__delitem__")
+
+
+def _has_symint(vals) -> bool:
+    for v in vals:
+        if type(v) is SymInt:
+            return True
+        if type(v) in (tuple, list) and _has_symint(v):
+            return True
+    return False
+
+
+def _has_real_tensor(v) -> bool:
+    if isinstance(v, Tensor) and not isinstance(v, Symbol):
+        return True
+    if type(v) in (tuple, list):
+        return any(_has_real_tensor(x) for x in v)
+    return False
+
+
+from .handlers import HANDLERS as _HANDLERS  # noqa: E402 - the handlers use this module

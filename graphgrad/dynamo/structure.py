@@ -1,0 +1,61 @@
+"""Layer ``dynamo``: ``rebuild``, the one walk over interpreter state.
+
+Frames, the interpreter's own containers, cells, functions and iterators are copied
+with their sharing kept (two locals naming one list still name one list in the copy);
+every other value is replaced by ``leaf(value)``. Snapshotting frames into a template,
+instantiating a template for a new capture and renumbering slots are all this walk with
+a different ``leaf``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .frame import Frame
+from .values import Cell, FuncV, ListIter
+
+__all__ = ["rebuild"]
+
+
+def rebuild(t: Any, leaf: Callable[[Any], Any], memo: dict) -> Any:
+    """A copy of ``t``'s structure with ``leaf`` applied to the values in it. ``memo``
+    maps ``id(container)`` to its copy (pre-seed it to replace given containers)."""
+    tp = type(t)
+    if tp is tuple:
+        return tuple(rebuild(x, leaf, memo) for x in t)
+    if tp not in _STRUCTURES:
+        return leaf(t)
+    got = memo.get(id(t))
+    if got is not None:
+        return got
+    if tp is list:
+        out = memo[id(t)] = []
+        out.extend(rebuild(x, leaf, memo) for x in t)
+    elif tp is dict:
+        out = memo[id(t)] = {}
+        for key, v in t.items():
+            out[key] = rebuild(v, leaf, memo)
+    elif tp is set:
+        out = memo[id(t)] = {rebuild(x, leaf, memo) for x in t}
+    elif tp is Cell:
+        out = memo[id(t)] = Cell()
+        out.value = rebuild(t.value, leaf, memo)
+    elif tp is FuncV:
+        out = memo[id(t)] = FuncV(t.code, t.globals, None, None, (), t.name)
+        out.defaults = rebuild(t.defaults, leaf, memo)
+        out.kwdefaults = rebuild(t.kwdefaults, leaf, memo)
+        out.closure = rebuild(t.closure, leaf, memo)
+    elif tp is ListIter:
+        out = memo[id(t)] = ListIter([], t.pos)
+        out.items = rebuild(t.items, leaf, memo)
+    else:
+        out = memo[id(t)] = t.empty_copy()
+        out.stack = [rebuild(x, leaf, memo) for x in t.stack]
+        out.locals = {n: rebuild(x, leaf, memo) for n, x in t.locals.items()}
+        out.cells = {n: rebuild(x, leaf, memo) for n, x in t.cells.items()}
+        out.forced = rebuild(t.forced, leaf, memo)
+    return out
+
+
+_STRUCTURES = frozenset({list, dict, set, Cell, FuncV, ListIter, Frame})

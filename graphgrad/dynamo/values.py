@@ -1,0 +1,246 @@
+"""Layer ``dynamo``: the values the bytecode interpreter works with besides plain Python
+objects and graph ``Symbol``s, and the *sources* that say where a runtime value comes from.
+
+* ``Source``: how to fetch a value at run time (an argument, a slot handed on by the
+  previous segment, a global, an attribute or item of another source, a fixed object).
+  Guards and graph inputs are Python expressions built from sources.
+* ``Ext(obj, source)``: an object the function did not create (a list argument, a module,
+  an ``nn.Module``): reading from it goes through its source so that every read is
+  guarded; writing to it is a side effect and runs eagerly.
+* ``Cell``, ``FuncV``, ``ListIter``: the interpreter's own closure cells, functions made
+  by ``MAKE_FUNCTION`` and iterators, which can be copied into a frame template.
+* ``SlotRef``/``SrcRef``/``IntOf``: template placeholders for runtime values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Source", "Arg", "Kw", "Slot", "Obj", "Glob", "Attr", "Item", "Ext", "Cell",
+           "FuncV", "ListIter", "SlotRef", "SrcRef", "IntOf", "NULL", "UNBOUND"]
+
+
+class _Marker:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+NULL = _Marker("NULL")        # the 3.11/3.12 call-protocol NULL
+UNBOUND = _Marker("UNBOUND")  # a local that has no value (3.12 LOAD_FAST_AND_CLEAR)
+
+
+class Source:
+    """Where a runtime value comes from; ``expr`` is its Python expression over the
+    runtime names ``a`` (positional args), ``k`` (keyword args) and ``s`` (slots)."""
+
+    __slots__ = ("key",)
+
+    def root(self) -> Source:
+        return self
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.key))
+
+
+class Arg(Source):
+    def __init__(self, index: int, name: str):
+        self.key = (index, name)
+
+    def expr(self, pool) -> str:
+        return f"a[{self.key[0]}]"
+
+    def __str__(self) -> str:
+        return self.key[1]
+
+
+class Kw(Source):
+    def __init__(self, name: str):
+        self.key = name
+
+    def expr(self, pool) -> str:
+        return f"k[{self.key!r}]"
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class Slot(Source):
+    """A value handed on by the previous segment (a graph output or an eager result)."""
+
+    def __init__(self, index: int):
+        self.key = index
+
+    def expr(self, pool) -> str:
+        return f"s[{self.key}]"
+
+    def __str__(self) -> str:
+        return f"<slot {self.key}>"
+
+
+class Obj(Source):
+    """A fixed object, held by the guard code itself (a closure cell, a module)."""
+
+    def __init__(self, obj: Any, label: str = ""):
+        self.key = id(obj)
+        self.obj = obj
+        self.label = label or type(obj).__name__
+
+    __slots__ = ("obj", "label")
+
+    def expr(self, pool) -> str:
+        return pool(self.obj)
+
+    def __str__(self) -> str:
+        return self.label
+
+
+class Glob(Source):
+    """``globals[name]`` of a given function's module."""
+
+    __slots__ = ("g", "name")
+
+    def __init__(self, g: dict, name: str):
+        self.key = (id(g), name)
+        self.g = g
+        self.name = name
+
+    def expr(self, pool) -> str:
+        return f"{pool(self.g)}[{self.name!r}]"
+
+    def __str__(self) -> str:
+        return f"G[{self.name!r}]"
+
+
+class Attr(Source):
+    __slots__ = ("base", "name")
+
+    def __init__(self, base: Source, name: str):
+        self.base, self.name = base, name
+        self.key = (base, name)
+
+    def root(self) -> Source:
+        return self.base.root()
+
+    def expr(self, pool) -> str:
+        b = self.base.expr(pool)
+        return f"{b}.{self.name}" if self.name.isidentifier() else \
+            f"getattr({b}, {self.name!r})"
+
+    def __str__(self) -> str:
+        return f"{self.base}.{self.name}"
+
+
+class Item(Source):
+    __slots__ = ("base", "index")
+
+    def __init__(self, base: Source, index: Any):
+        self.base, self.index = base, index
+        self.key = (base, type(index), index)
+
+    def root(self) -> Source:
+        return self.base.root()
+
+    def expr(self, pool) -> str:
+        i = self.index
+        text = repr(i) if isinstance(i, (int, str)) and type(i) in (int, str) else pool(i)
+        return f"{self.base.expr(pool)}[{text}]"
+
+    def __str__(self) -> str:
+        return f"{self.base}[{self.index!r}]"
+
+
+def rebase(src: Source, mapping: dict) -> Source:
+    """``src`` with its Slot root renumbered by ``mapping`` (old index -> new index)."""
+    if isinstance(src, Slot):
+        return Slot(mapping[src.key])
+    if isinstance(src, Attr):
+        return Attr(rebase(src.base, mapping), src.name)
+    if isinstance(src, Item):
+        return Item(rebase(src.base, mapping), src.index)
+    return src
+
+
+class Ext:
+    """An object the traced function did not create, with the source it was read from."""
+
+    __slots__ = ("obj", "source")
+
+    def __init__(self, obj: Any, source: Source):
+        self.obj, self.source = obj, source
+
+    def __repr__(self) -> str:
+        return f"Ext({type(self.obj).__name__} from {self.source})"
+
+
+class Cell:
+    """A closure cell of an interpreted frame (shared by identity between frames)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any = UNBOUND):
+        self.value = value
+
+
+class FuncV:
+    """A function made by ``MAKE_FUNCTION`` inside the traced code; it is inlined when
+    called and cannot escape to code that runs for real."""
+
+    __slots__ = ("code", "globals", "defaults", "kwdefaults", "closure", "name")
+
+    def __init__(self, code, globals_: dict, defaults: tuple, kwdefaults: dict | None,
+                 closure: tuple, name: str):
+        self.code, self.globals, self.defaults = code, globals_, defaults
+        self.kwdefaults, self.closure, self.name = kwdefaults, closure, name
+
+    def __repr__(self) -> str:
+        return f"<traced function {self.name}>"
+
+
+class ListIter:
+    """An iterator over a known sequence: the items and the position reached."""
+
+    __slots__ = ("items", "pos")
+
+    def __init__(self, items: list, pos: int = 0):
+        self.items, self.pos = items, pos
+
+
+class SlotRef:
+    """In a template: runtime slot ``index``."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"s[{self.index}]"
+
+
+class SrcRef:
+    """In a template: the value of ``source``, fetched when the template is used."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: Source):
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"SrcRef({self.source})"
+
+
+class IntOf:
+    """In a template: ``int(slot)``: a symbolic size (0-d int64 tensor) back as an int."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: SlotRef):
+        self.ref = ref

@@ -1,0 +1,209 @@
+"""graphgrad.compile: the lecture's run (LECTURE_CASES.md) with the "print" backend, the
+shape-dependent and external cases, guards, graph breaks, fullgraph errors, explain and
+the counters. No torch needed (these tests also run under CPython 3.12 in .ci/run)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import graphgrad as gg
+from graphgrad import compiler
+from graphgrad.dynamo import Unsupported, config, counters
+
+from lecture_cases import branch, external, shape_dependent
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    compiler.reset()
+    old = config.suppress_errors
+    config.suppress_errors = False   # an internal error must fail the test, not hide
+    yield
+    config.suppress_errors = old
+    compiler.reset()
+
+
+def _ops(graph) -> list[str]:
+    return [n.target_name for n in graph.nodes if n.kind not in ("placeholder", "output")]
+
+
+def _recording_print_backend():
+    """The "print" backend, plus a list of the graphs it was handed."""
+    from graphgrad.dynamo.backends import print_backend
+    handed = []
+
+    def backend(graph, example_inputs):
+        handed.append(graph)
+        return print_backend(graph, example_inputs)
+    return backend, handed
+
+
+# ---- the lecture's run ------------------------------------------------------------------------
+
+def test_lecture_branch_run_with_print_backend(capsys):
+    backend, handed = _recording_print_backend()
+    f = gg.compile(branch, backend=backend)
+    assert counters["frames"] == 0          # nothing happens until the first call
+
+    out = f(gg.tensor(0.))
+    assert out.item() == -1.0
+    assert [_ops(g) for g in handed] == [["Lt"], ["Sub"]]   # x < 0, then x - 1
+    assert counters["graphs"] == 2 and counters["graph_breaks"] == 1
+    printed = capsys.readouterr().out
+    assert "Lt(x, 0)" in printed and "Sub(" in printed
+
+    out = f(gg.tensor(1.))
+    assert out.item() == 0.0
+    assert len(handed) == 2                 # the cached graphs are reused
+    assert counters["cache_hits"] == 1 and counters["frames"] == 2
+    assert capsys.readouterr().out == ""
+
+    out = f(gg.tensor(-1.))
+    assert out.item() == 0.0
+    assert [_ops(g) for g in handed[2:]] == [["Add"]]        # only the other branch: x + 1
+    assert counters["graphs"] == 3 and counters["recompiles"] == 0
+    assert "Add(" in capsys.readouterr().out
+
+    for v in (5., -5., 0.5, -0.5):          # both sides now cached
+        assert f(gg.tensor(v)).item() == branch(gg.tensor(v)).item()
+    assert counters["graphs"] == 3
+
+
+def test_shape_dependent_guards_recompile_then_dynamic():
+    f = gg.compile(shape_dependent, backend="eager")
+    rng = np.random.default_rng(0)
+    for shape in [(2, 3), (2, 3), (4, 5), (3, 7), (6, 2), (5, 5)]:
+        x = gg.tensor(rng.standard_normal(shape))
+        np.testing.assert_array_equal(f(x).numpy(), shape_dependent(x).numpy())
+    assert counters["recompiles"] == 1      # (4, 5) fails the shape guard ...
+    assert counters["frames"] == 2          # ... and the second graph has symbolic dims
+    assert "shape=(2, 3)" in f.recompile_reasons[0]
+    dyn = f.roots[0].graph
+    assert any(n.kind == "shape" for n in dyn.nodes)
+
+
+def test_dynamic_true_serves_every_size_with_one_graph():
+    f = gg.compile(shape_dependent, dynamic=True)
+    for shape in [(2, 3), (4, 5), (7, 2)]:
+        x = gg.randn(*shape)
+        np.testing.assert_array_equal(f(x).numpy(), shape_dependent(x).numpy())
+    assert counters["frames"] == 1 and counters["recompiles"] == 0
+
+
+def test_external_fresh_random_number_every_call():
+    f = gg.compile(external, backend="eager")
+    x = gg.zeros(3)
+    a, b, c = f(x), f(x), f(x)
+    assert len({float(a[0]), float(b[0]), float(c[0])}) == 3   # never frozen
+    assert counters["graph_breaks"] == 1 and counters["recompiles"] == 0
+    assert counters["graphs"] == 1          # the empty graph before the call is skipped
+    (brk,) = f.breaks
+    assert brk.kind == "unsupported-call" and "rand" in brk.reason
+    assert "np.random.rand()" in brk.line and "lecture_cases.py" in brk.where
+    np.random.seed(3)
+    want = external(x)
+    np.random.seed(3)
+    np.testing.assert_array_equal(f(x).numpy(), want.numpy())
+
+
+# ---- fullgraph, explain, counters --------------------------------------------------------------
+
+def test_fullgraph_names_reason_and_source_line():
+    f = gg.compile(branch, fullgraph=True)
+    with pytest.raises(Unsupported, match=r"(?s)condition is a tensor.*lecture_cases.py.*"
+                                          r"if x < 0:"):
+        f(gg.tensor(1.))
+    g = gg.compile(external, fullgraph=True)
+    with pytest.raises(Unsupported, match=r"(?s)rand.*np.random.rand\(\)"):
+        g(gg.zeros(2))
+    ok = gg.compile(lambda x: (x * 2).sum(), fullgraph=True)
+    assert ok(gg.ones(3)).item() == 6.0
+
+
+def test_explain_branch_and_external():
+    e = compiler.explain(branch)(gg.tensor(2.))
+    assert e.graph_count == 2 and e.graph_break_count == 1
+    assert e.ops_per_graph == [["Lt"], ["Sub"]]
+    assert e.break_reasons[0].kind == "data-dependent-branch"
+    assert "if x < 0:" in e.break_reasons[0].line
+    assert any("x: Tensor shape=() dtype=float32" in g for g in e.out_guards)
+    text = str(e)
+    assert "Graph Count: 2" in text and "Graph Break Count: 1" in text
+    e2 = compiler.explain(external)(gg.ones(2))
+    assert e2.graph_count == 1 and e2.graph_break_count == 1
+    assert "numpy" in e2.break_reasons[0].reason
+
+
+def test_recompile_limit_falls_back_to_eager_and_names_the_guard():
+    def scale(x, n):
+        return x * n
+
+    old = config.recompile_limit
+    config.recompile_limit = 3
+    try:
+        f = gg.compile(scale)
+        x = gg.ones(2)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            for n in range(6):
+                assert f(x, n)[0].item() == n
+        assert counters["recompiles"] == 2 and counters["eager_fallbacks"] == 3
+        msg = [str(m.message) for m in w if "recompile limit" in str(m.message)]
+        assert len(msg) == 1 and "n == 2" in msg[0]
+    finally:
+        config.recompile_limit = old
+
+
+def test_decorator_forms_and_backend_callable():
+    seen = []
+
+    def my_backend(gm, example_inputs):
+        seen.append((gm, [tuple(e.shape) for e in example_inputs]))
+        return gm_forward(gm)
+
+    def gm_forward(gm):
+        from graphgrad.graph import Interpreter
+        return Interpreter(gm).run
+
+    @gg.compile(backend=my_backend)
+    def f(x, y):
+        return gg.relu(x @ y) + 1
+
+    x, y = gg.randn(2, 3), gg.randn(3, 4)
+    np.testing.assert_allclose(f(x, y).numpy(), (gg.relu(x @ y) + 1).numpy())
+    assert len(seen) == 1 and seen[0][1] == [(2, 3), (3, 4)]
+
+    @gg.compile
+    def g(x):
+        return x.exp()
+    np.testing.assert_allclose(g(x).numpy(), x.exp().numpy())
+    with pytest.raises(ValueError, match="Invalid backend"):
+        gg.compile(g, backend="nope")
+
+
+def test_unsupported_python_version_runs_eagerly(monkeypatch):
+    from graphgrad.dynamo import eval_frame
+    monkeypatch.setattr(eval_frame, "VERSION_OK", False)
+    monkeypatch.setattr(eval_frame, "_WARNED_VERSION", False)
+    f = gg.compile(branch)
+    with pytest.warns(RuntimeWarning, match="does not support Python"):
+        assert f(gg.tensor(-2.)).item() == -1.0
+    assert f(gg.tensor(2.)).item() == 1.0
+    assert counters["frames"] == 0 and counters["eager_fallbacks"] == 2
+
+
+def test_unsupported_bytecode_runs_eagerly():
+    def uses_try(x):
+        try:
+            return x + 1
+        except ValueError:
+            return x
+
+    f = gg.compile(uses_try)
+    assert f(gg.ones(2))[0].item() == 2.0
+    assert "PUSH_EXC_INFO" in f.eager_reason
+    e = compiler.explain(uses_try)(gg.ones(2))
+    assert e.graph_count == 0 and "PUSH_EXC_INFO" in e.eager_reason
