@@ -31,8 +31,8 @@ from .errors import UnknownRankError, in_graphgrad, trace_error
 __all__ = ["Proxy"]
 
 _I64 = xp.dtype(xp.int64)
-_LEN = ("'len' is not supported in symbolic tracing by default. If you want this call to be "
-        "recorded, please call graphgrad.fx.wrap('len') at module scope")
+_LEN = ("'len' is not supported in symbolic tracing by default (torch.fx's wording; "
+        "graphgrad.fx has no wrap()): use x.shape[0], which is traced")
 
 
 def _caller_is_graphgrad() -> bool:
