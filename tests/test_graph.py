@@ -242,12 +242,14 @@ def test_exec_code_with_control_flow_and_gradients_equals_interpreter():
         w = tf.Variable(np.array([0.5, -1.0, 2.0]), name="w")
         r = tf.cond(tf.reduce_sum(x * w) > 0, lambda: tf.reduce_sum(tf.exp(x) * w),
                     lambda: tf.reduce_sum(x * x * w))
-        v = tf.while_loop(lambda v: tf.reduce_sum(v) < 50.0, lambda v: v * 2.0 + w, [x])
+        v = tf.while_loop(lambda v: tf.reduce_sum(v * v) < 50.0,
+                          lambda v: v * 1.5 + tf.sin(v) * w, [x])
         loss = r + tf.reduce_sum(v)
         grads = tf.gradients(loss, [x, w])
+        second = tf.gradients(grads[0], [x, w])  # through the while_grad node: a vjp node
         init = tf.global_variables_initializer()
     ir = g.ir
-    ir.set_outputs([loss._node, *[t._node for t in grads]])
+    ir.set_outputs([loss._node, *[t._node for t in (*grads, *second)]])
     ir.verify()
     sess = tf.Session(graph=g)
     sess.run(init)
@@ -258,3 +260,36 @@ def test_exec_code_with_control_flow_and_gradients_equals_interpreter():
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
     code = ir.code
     assert "def cond_then(x, w):" in code and "_while(" in code and "_while_grad(" in code
+    assert "_vjp(" in code
+
+
+def test_random_nodes_are_impure_and_draw_each_time_they_run():
+    import graphgrad.static as tf
+    from graphgrad.graph import is_impure
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.placeholder(tf.float64, (3,), name="x")
+        noise = tf.random_normal((3,), dtype=tf.float64, name="noise")
+        seeded = tf.random_uniform((3,), dtype=tf.float64, seed=5, name="seeded")
+        y = tf.cond(tf.reduce_sum(x) > 0,
+                    lambda: x + tf.random_uniform((3,), dtype=tf.float64), lambda: x)
+    ir = g.ir
+    ir.set_outputs([noise._node, seeded._node, y._node])
+    ir.verify()
+    kinds = {n.name: is_impure(n) for n in ir.nodes}
+    assert kinds["noise"] and kinds["seeded"] and kinds["cond"]  # the branch draws
+    assert not kinds["x"] and not any(is_impure(n) for n in ir.nodes if n.kind == "call")
+    row = next(r.split() for r in ir.tabular().splitlines() if " noise " in r)
+    assert row[:3] == ["random", "noise", "random_normal"]
+    x1 = gg.tensor(np.ones(3))
+    a, b = Interpreter(ir).run(x1), Interpreter(ir).run(x1)
+    code = G.python_code(ir).fn
+    c, d = code(x1), code(x1)
+    for u, v in ((a, b), (c, d), (a, c)):
+        assert not np.array_equal(u[0].numpy(), v[0].numpy())  # fresh draws
+        assert not np.array_equal(u[2].numpy(), v[2].numpy())  # in the branch too
+    for u, v in ((a, b), (a, c)):  # a new state (session) replays a seeded sequence
+        np.testing.assert_array_equal(u[1].numpy(), v[1].numpy())
+    state = {}
+    first, second = Interpreter(ir, state).run(x1)[1], Interpreter(ir, state).run(x1)[1]
+    assert not np.array_equal(first.numpy(), second.numpy())  # ... that moves on

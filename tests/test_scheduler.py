@@ -115,3 +115,22 @@ def test_session_on_the_scheduler():
     xs = np.array([0.1, 0.2, 0.3], np.float32)
     assert got == pytest.approx(float((np.exp(xs) * 2 + np.sin(xs)).sum()), rel=1e-6)
     tf.reset_default_graph()
+
+
+def test_random_nodes_on_the_scheduler_draw_once_per_run():
+    import graphgrad.static as tf
+    tf.reset_default_graph()
+    draws = [tf.random_normal((50,), dtype=tf.float64, seed=k) for k in range(4)]
+    total = draws[0] + draws[1] + draws[2] + draws[3]
+    with tf.Session(workers=2) as sess:
+        first = sess.run([total, *draws])
+        assert sorted(e.node for e in sess.log if e.node.startswith("random")) == sorted(
+            d.op_name for d in draws)  # each node ran once, on some worker
+        second = sess.run([total, *draws])
+    with tf.Session() as serial:  # the same seeded sequences, one thread
+        again = serial.run([total, *draws])
+    np.testing.assert_allclose(first[0], sum(first[1:]), rtol=1e-12)
+    assert not np.array_equal(first[0], second[0])
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_array_equal(a, b)
+    tf.reset_default_graph()

@@ -353,6 +353,82 @@ def test_gradients_of_unconnected_is_none():
     assert tf.gradients(tf.reduce_sum(x * 2.0), [x, y])[1] is None
 
 
+# ---- random ops: drawn per run -------------------------------------------------------------
+
+def test_random_ops_draw_afresh_each_run_and_once_per_run():
+    r = tf.random_normal((1000,), mean=1.0, stddev=2.0)
+    twice = r - r  # one node, one draw per run
+    with tf.Session() as sess:
+        a, d = sess.run([r, twice])
+        b = sess.run(r)
+    assert not np.array_equal(a, b) and not d.any()
+    assert a.dtype == np.float32 and abs(a.mean() - 1.0) < 0.2 and abs(a.std() - 2.0) < 0.2
+
+
+def test_random_ops_with_seeds_replay_per_session():
+    u = tf.random_uniform((3,), minval=-1.0, maxval=1.0, seed=7)
+    with tf.Session() as one:
+        first = [one.run(u), one.run(u)]
+    with tf.Session() as two:
+        second = [two.run(u), two.run(u)]
+    np.testing.assert_array_equal(first, second)  # TF1: an op seed fixes the sequence
+    assert not np.array_equal(first[0], first[1])  # ... which still moves on each run
+    assert (np.abs(first) < 1).all()
+
+    def unseeded():
+        tf.reset_default_graph()
+        return tf.Session().run(tf.random_normal((3,)))
+    gg.manual_seed(3)  # no seed: graphgrad's global generator
+    a = unseeded()
+    gg.manual_seed(3)
+    np.testing.assert_array_equal(a, unseeded())
+
+    def graph_seeded():
+        tf.reset_default_graph()
+        tf.set_random_seed(11)
+        x, y = tf.random_normal((2,)), tf.random.normal((2,))
+        return tf.Session().run([x, y])
+    p, q = graph_seeded(), graph_seeded()
+    np.testing.assert_array_equal(p, q)  # a graph seed alone makes every op reproducible
+    assert not np.array_equal(p[0], p[1])  # ... with a different sequence per op
+
+
+def test_random_shape_known_at_run_time_and_integers():
+    x = tf.placeholder(tf.float32, (None, 2), name="x")
+    noisy = x + tf.random_normal(tf.shape(x), stddev=0.1)
+    k = tf.random_uniform((50,), minval=3, maxval=6, dtype=tf.int32)
+    with tf.Session() as sess:
+        for n in (1, 4):
+            assert sess.run(noisy, {x: np.zeros((n, 2))}).shape == (n, 2)
+        ks = sess.run(k)
+    assert ks.dtype == np.int32 and set(ks) <= {3, 4, 5}
+    with pytest.raises(ValueError, match="Must specify maxval for integer dtype tf.int32"):
+        tf.random_uniform((2,), dtype=tf.int32)
+
+
+def test_gradient_uses_the_draw_of_the_same_run():
+    x = tf.placeholder(tf.float64, (4,), name="x")
+    noise = tf.random_normal((4,), dtype=tf.float64)
+    (g,) = tf.gradients(tf.reduce_sum(x * noise), [x])
+    with tf.Session() as sess:
+        for _ in range(2):
+            n, gv = sess.run([noise, g], {x: np.ones(4)})
+            np.testing.assert_array_equal(gv, n)
+
+
+def test_random_in_a_loop_body_draws_every_iteration():
+    out = tf.while_loop(lambda i, acc: i < 3,
+                        lambda i, acc: (i + 1, tf.concat([acc, tf.random_uniform((1,))], 0)),
+                        [0, tf.zeros((0,))], shape_invariants=[(), (None,)])[1]
+    with tf.Session() as sess:
+        vals = sess.run(out)
+    assert vals.shape == (3,) and len(set(vals.tolist())) == 3
+    x = tf.placeholder(tf.float32, (), name="x")
+    y = tf.while_loop(lambda v: v < 10.0, lambda v: v + tf.random_uniform(()) + 1.0, [x])
+    with pytest.raises(NotImplementedError, match="draws random numbers .* Draw outside"):
+        tf.gradients(y, [x])
+
+
 # ---- Session.run -------------------------------------------------------------------------
 
 def test_run_fetch_structures():

@@ -14,7 +14,7 @@ from .errors import FailedPreconditionError, GraphError, InvalidArgumentError, O
 from .grad import grad
 from .graph import Graph
 from .interpreter import Interpreter, needed_nodes
-from .node import KINDS, Dyn, Node
+from .node import IMPURE_KINDS, KINDS, Dyn, Node, is_impure
 from .printer import PythonCode, python_code, tabular
 from .scheduler import LogEntry, Scheduler, overlaps
 from .spec import Spec, merge_specs, short, tf_dtype_name, tf_shape
@@ -22,7 +22,8 @@ from .symbol import Symbol, symbol
 from .trace import trace
 from .verify import propagate_specs, toposort, verify
 
-__all__ = ["Graph", "Node", "Dyn", "KINDS", "Spec", "Symbol", "symbol", "GraphBuilder",
+__all__ = ["Graph", "Node", "Dyn", "KINDS", "IMPURE_KINDS", "is_impure", "Spec", "Symbol",
+           "symbol", "GraphBuilder",
            "building", "builder_of", "grad", "Interpreter", "Scheduler", "LogEntry", "overlaps",
            "verify", "toposort", "propagate_specs", "tabular", "python_code", "PythonCode",
            "to_dot", "render", "have_dot", "trace", "needed_nodes", "short", "tf_shape",

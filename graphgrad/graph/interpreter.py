@@ -13,12 +13,14 @@ from collections.abc import Iterable, Sequence
 
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor, Value
+from graphgrad.tensor.dispatch import current_interpreter
 
 from .errors import FailedPreconditionError, InvalidArgumentError
 from .graph import Graph
 from .node import Dyn, Node
 from .spec import tf_dtype_name
-from .symbol import Symbol
+from .symbol import Symbol, symbol
+from .random_node import add_random, draw
 from .vjp_node import run_vjp_rule, while_grad_replay
 
 __all__ = ["Interpreter", "as_tensor", "needed_nodes"]
@@ -145,6 +147,23 @@ class Interpreter:
             value = as_tensor(value._array.astype(node.spec.dtype))
         self.state[node.target] = value
         return value
+
+    def run_random(self, node: Node, args: list):
+        """Fresh samples each run; while a graph is being built (running on Symbols)
+        the node is copied instead, so that the copy draws when it runs."""
+        from .builder import GraphBuilder
+        top = current_interpreter()
+        if isinstance(top, GraphBuilder) or any(isinstance(a, Symbol) for a in args):
+            from .builder import building
+            graph = next((a.graph for a in args if isinstance(a, Symbol)), None)
+            with building(graph) if graph is not None else top.active() as b:
+                dims = [args[d.index] if isinstance(d, Dyn) else d
+                        for d in node.params["shape"]]
+                extra = {k: v for k, v in node.params.items()
+                         if k not in ("dist", "shape", "seed")}
+                return symbol(add_random(b, node.params["dist"], dims, node.spec.dtype, extra,
+                                         node.params["seed"], node.name))
+        return draw(node, self.state, args)
 
     def run_group(self, node: Node, args: list):
         return None

@@ -12,19 +12,23 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["Node", "Dyn", "KINDS", "MULTI_KINDS"]
+__all__ = ["Node", "Dyn", "KINDS", "MULTI_KINDS", "IMPURE_KINDS", "is_impure"]
 
 # placeholder: a graph input; constant: a value baked in; variable: read a state slot;
 # call: an op of graphgrad.ops.REGISTRY; cond / while_loop / while_grad: control flow
 # with sub-graphs (multi-output); item: output k of a multi-output node; shape: the
 # shape of the input as an int64 vector (reads no data); vjp: an op's vjp rule run at
-# run time (graph/vjp_node.py); assign: write a state slot;
+# run time (graph/vjp_node.py); assign: write a state slot; random: samples drawn each
+# run (graph/random_node.py);
 # group: a no-op that only orders (control inputs); output: the graph's results;
 # call_module: a module called as one opaque node (graphgrad.fx's leaf modules), the
 # module found in the interpreter's state under params["target"], its qualified name.
 KINDS = ("placeholder", "constant", "variable", "call", "cond", "while_loop", "while_grad",
-         "vjp", "item", "shape", "assign", "group", "output", "call_module")
+         "vjp", "item", "shape", "assign", "group", "output", "call_module", "random")
 MULTI_KINDS = frozenset({"cond", "while_loop", "while_grad", "vjp"})
+# nodes whose value is not a function of their inputs, or that change state: passes
+# must keep them (dead-code elimination) and never merge two (CSE)
+IMPURE_KINDS = frozenset({"random", "assign"})
 
 
 class Dyn(NamedTuple):
@@ -72,6 +76,8 @@ class Node:
             return f"{self.params.get('mode', 'assign')}({self.target.name})"
         if self.kind == "call_module":
             return self.params["target"]
+        if self.kind == "random":
+            return f"random_{self.params['dist']}"
         return self.kind
 
     def input_nodes(self) -> list[Node]:
@@ -79,3 +85,16 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<Node {self.name}: {self.kind} {self.target_name}>"
+
+
+def is_impure(node: Node) -> bool:
+    """Whether ``node`` draws random numbers or touches state, itself or anywhere in its
+    sub-graphs (a cond whose branch draws is impure too)."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if n.kind in IMPURE_KINDS or getattr(n.op, "impure", False):
+            return True
+        for g in n.subgraphs.values():
+            todo.extend(g.nodes)
+    return False

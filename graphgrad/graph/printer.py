@@ -14,6 +14,7 @@ from graphgrad.ops import REGISTRY
 
 from .graph import Graph
 from .interpreter import as_tensor
+from .random_node import draw
 from .vjp_node import run_vjp_rule, while_grad_replay
 from .node import Dyn, Node
 from .spec import short
@@ -161,6 +162,9 @@ class _Emitter:
             return f"_assign({n.target.name!r}, {args[0]}, {n.params.get('mode', 'assign')!r})"
         if n.kind == "group":
             return "None"
+        if n.kind == "random":
+            self.glb["_random"] = draw
+            return f"_random({self.pooled(n, 'n')}, _state, [{', '.join(args)}])"
         if n.kind == "vjp":
             self.glb["_vjp"] = run_vjp_rule
             return f"_vjp({self.pooled(n.params, 'p')}, [{', '.join(args)}])"

@@ -25,6 +25,7 @@ class Graph:
         self.ir.static = self  # the IR graph knows its static owner (for Symbols)
         self.variables: list = []
         self.trainable_variables: list = []
+        self.seed: int | None = None  # the graph-level random seed (set_random_seed)
 
     @contextlib.contextmanager
     def as_default(self) -> Iterator[Graph]:

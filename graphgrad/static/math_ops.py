@@ -9,7 +9,8 @@ from numbers import Number
 
 import graphgrad.ops as ops
 from graphgrad.backend import to_dtype, xp
-from graphgrad.graph import GraphBuilder, Symbol
+from graphgrad.graph import GraphBuilder, Symbol, symbol
+from graphgrad.graph.random_node import DEFAULT_GRAPH_SEED, add_random
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor.dispatch import current_interpreter
 
@@ -22,6 +23,7 @@ __all__ = ["add", "subtract", "multiply", "divide", "truediv", "matmul", "reduce
            "less_equal", "greater_equal", "equal", "cast", "reshape", "shape", "transpose",
            "negative", "abs", "softmax", "where", "logical_and", "logical_or", "logical_not",
            "zeros", "ones", "zeros_like", "ones_like", "random_normal", "random_uniform",
+           "truncated_normal", "set_random_seed", "random",
            "sin", "cos", "size", "squeeze", "expand_dims", "concat", "stack", "argmax", "nn"]
 
 
@@ -290,20 +292,94 @@ def ones_like(x, dtype=None, name=None):
     return x * 0 + 1 if dtype is None else cast(x * 0 + 1, dtype)
 
 
-_RNG = xp.random.default_rng(0)
+def _seed_pair(seed):
+    """TF1's seeds: (graph seed, op seed), or None for "no seed" (the global generator).
+    A graph seed alone derives the op seed from the graph's size; an op seed alone
+    pairs with TF's default graph seed."""
+    g = get_default_graph()
+    if g.seed is None and seed is None:
+        return None
+    if seed is None:
+        return (g.seed, len(g.ir.nodes))
+    return (DEFAULT_GRAPH_SEED if g.seed is None else g.seed, int(seed))
 
 
+def _dims_of(shape) -> list:
+    """A shape as ints and 0-d int Symbols (a 1-D int Symbol is split into its dims)."""
+    if isinstance(shape, Symbol):
+        n = shape.shape[0] if shape.shape else None
+        if n is None:
+            raise ValueError(f"random: the shape tensor {shape!r} must have a known length")
+        return [shape[i] for i in range(n)]
+    if isinstance(shape, Number):
+        return [int(shape)]
+    return [d if isinstance(d, Symbol) else int(d) for d in shape]
+
+
+def _random(dist: str, shape, dtype, params: dict, seed, name):
+    b = current_interpreter()
+    sym = symbol(add_random(b, dist, _dims_of(shape), np_dtype(dtype), params,
+                            _seed_pair(seed), name))
+    return sym
+
+
+@_op
 def random_normal(shape, mean=0.0, stddev=1.0, dtype=None, seed=None, name=None) -> Symbol:
-    """Drawn once at construction (a constant): graphgrad has no random op in the IR."""
-    rng = xp.random.default_rng(seed) if seed is not None else _RNG
-    return constant((rng.standard_normal(tuple(shape)) * stddev + mean).astype(
-        np_dtype(dtype)), name=name or "random_normal")
+    """Normal samples, drawn afresh at every ``Session.run`` (a random node)."""
+    if isinstance(mean, Number) and isinstance(stddev, Number):
+        return _random("normal", shape, dtype, {"mean": float(mean), "stddev": float(stddev)},
+                       seed, name or "random_normal")
+    z = _random("normal", shape, dtype, {"mean": 0.0, "stddev": 1.0}, seed,
+                name or "random_normal")
+    return z * stddev + mean
 
 
-def random_uniform(shape, minval=0.0, maxval=1.0, dtype=None, seed=None, name=None) -> Symbol:
-    rng = xp.random.default_rng(seed) if seed is not None else _RNG
-    return constant(rng.uniform(minval, maxval, tuple(shape)).astype(np_dtype(dtype)),
-                    name=name or "random_uniform")
+@_op
+def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=None, seed=None, name=None) -> Symbol:
+    """Normal samples, those beyond two standard deviations drawn again."""
+    z = _random("truncated_normal", shape, dtype, {"mean": 0.0, "stddev": 1.0}, seed,
+                name or "truncated_normal")
+    if isinstance(mean, Number) and isinstance(stddev, Number) and (mean, stddev) == (0, 1):
+        return z
+    return z * stddev + mean
+
+
+@_op
+def random_uniform(shape, minval=0, maxval=None, dtype=None, seed=None,
+                   name=None) -> Symbol:
+    """Uniform samples in ``[minval, maxval)``; an int dtype draws integers (TF1 then
+    requires ``maxval``)."""
+    dt = np_dtype(dtype)
+    name = name or "random_uniform"
+    if dt.kind in "iu":
+        if maxval is None:
+            raise ValueError(f"Must specify maxval for integer dtype tf.{dt.name}")
+        if not (isinstance(minval, Number) and isinstance(maxval, Number)):
+            raise TypeError("random_uniform: integer bounds must be Python numbers")
+        if minval >= maxval:
+            raise ValueError(f"Need minval < maxval: {minval} >= {maxval}")
+        return _random("integers", shape, dt, {"minval": int(minval), "maxval": int(maxval)},
+                       seed, name)
+    maxval = 1 if maxval is None else maxval
+    if isinstance(minval, Number) and isinstance(maxval, Number):
+        return _random("uniform", shape, dt, {"minval": float(minval),
+                                              "maxval": float(maxval)}, seed, name)
+    u = _random("uniform", shape, dt, {"minval": 0.0, "maxval": 1.0}, seed, name)
+    return u * (maxval - minval) + minval
+
+
+def set_random_seed(seed) -> None:
+    """The default graph's seed (TF1's ``tf.set_random_seed``): with it, unseeded random
+    ops get reproducible sequences too."""
+    get_default_graph().seed = None if seed is None else int(seed)
+
+
+class random:  # noqa: N801 - the ``tf.random`` namespace
+    normal = staticmethod(random_normal)
+    uniform = staticmethod(random_uniform)
+    truncated_normal = staticmethod(truncated_normal)
+    set_random_seed = staticmethod(set_random_seed)
+    set_seed = staticmethod(set_random_seed)
 
 
 class nn:  # noqa: N801 - the ``tf.nn`` namespace

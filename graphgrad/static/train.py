@@ -4,6 +4,7 @@ and ``minimize`` returns the op to run in the session each step."""
 
 from __future__ import annotations
 
+from graphgrad.backend import xp
 from graphgrad.graph import Symbol
 
 from .control_flow import control_dependencies, group
@@ -13,6 +14,15 @@ from .math_ops import sqrt
 from .tensors import Variable, assign, assign_add, assign_sub, constant
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "AdamOptimizer", "MomentumOptimizer"]
+
+
+def _zeros_like(v: Variable):
+    """A slot's initial value: zeros shaped like ``v`` (a constant when the shape is
+    static, so that a random initial value is not drawn again for it)."""
+    spec = v._node.spec
+    if spec.shape is not None and None not in spec.shape:
+        return constant(xp.zeros(spec.shape, spec.dtype))
+    return v.initial_value * 0
 
 
 class Optimizer:
@@ -68,8 +78,7 @@ class MomentumOptimizer(Optimizer):
         self.momentum = momentum
 
     def _apply(self, g, v):
-        acc = Variable(constant(v.initial_value * 0), name=f"{v.op_name}_Momentum",
-                       trainable=False)
+        acc = Variable(_zeros_like(v), name=f"{v.op_name}_Momentum", trainable=False)
         acc_new = assign(acc, acc * self.momentum + g)
         return assign_sub(v, acc_new * self.learning_rate)
 
@@ -95,7 +104,7 @@ class AdamOptimizer(Optimizer):
         return group(*finish, name=name or self.name)
 
     def _apply(self, g, v):
-        zeros = v.initial_value * 0
+        zeros = _zeros_like(v)
         m = Variable(zeros, name=f"{v.op_name}_Adam", trainable=False)
         s = Variable(zeros, name=f"{v.op_name}_Adam_1", trainable=False)
         lr = self.learning_rate * sqrt(1 - self._b2p) / (1 - self._b1p)
