@@ -37,6 +37,9 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.Pow: operator.pow, ast.MatMult: operator.matmul, ast.BitAnd: operator.and_,
            ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.LShift: operator.lshift,
            ast.RShift: operator.rshift}
+_OPTEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
+           ast.Mod: "%", ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|",
+           ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
 _CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
            ast.GtE: operator.ge, ast.Eq: operator.eq, ast.NotEq: operator.ne,
            ast.Is: operator.is_, ast.IsNot: operator.is_not,
@@ -76,6 +79,9 @@ _PURE = {abs, min, max, sum, len, range, enumerate, zip, reversed, sorted, tuple
          isinstance, issubclass, int, float, bool, str, round, pow, divmod, hasattr, getattr,
          any, all, repr, type, slice}
 _MUTABLE = (list, dict, set, bytearray)
+# reductions over all elements (no dim): compiled on x.reshape(-1) when x's rank is unknown
+_FULL_REDUCE = {"sum", "mean", "prod", "amax", "amin", "max", "min", "norm", "std", "var",
+                "any", "all", "logsumexp_all", "count_nonzero"}
 # graphgrad functions, tensor methods and modules that never look at their input's rank
 # (elementwise ops and matmul): a graph built with them for inputs of unknown rank is
 # right for every rank
@@ -128,6 +134,7 @@ class Compiler:
         self.generic = generic
         self.incomplete: list[str] = []   # library calls that failed without shapes
         self.rank_bound: list[str] = []   # library calls that may depend on the rank
+        self.inputs: set = set(builder.graph.inputs)  # the user's arguments (placeholders)
         self.active: list = []            # functions being compiled (no recursion)
         self.module_names = module_names or {}
         self._sources: dict = {}
@@ -233,9 +240,24 @@ class Compiler:
                            "augmented assignment is supported on variables only (it is "
                            "compiled out of place: x = x + y)")
         old = self.name(s.target, fr)
+        if isinstance(old, Symbol):
+            self.check_in_place(s.target.id, old, s, fr)
         value = self.apply(_BINOPS[type(s.op)], (old, self.expr(s.value, fr)), s, fr)
         fr.env[s.target.id] = value
         return None
+
+    def check_in_place(self, name: str, old: Symbol, s: ast.AST, fr: Frame) -> None:
+        """``x += y`` updates a tensor in place in eager PyTorch; compiled out of place it
+        is the same only when nothing else sees the tensor."""
+        others = [n for n, v in fr.env.items() if n != name and isinstance(v, Symbol)
+                  and v._node is old._node]
+        if others or old._node in self.inputs:
+            who = (f"variable {others[0]!r} refers to the same tensor" if others else
+                   f"{name!r} is an argument of the function (the caller's tensor)")
+            raise fr.error("in-place update of a shared tensor isn't supported", s,
+                           f"{ast.unparse(s)} updates a tensor in place, and {who}: "
+                           f"graphgrad.jit.script compiles it out of place (write "
+                           f"{name} = {name} {_OPTEXT[type(s.op)]} ...)")
 
     def assign(self, target: ast.expr, value, fr: Frame, stmt: ast.AST) -> None:
         if isinstance(target, ast.Name):
@@ -702,6 +724,9 @@ class Compiler:
                                f"random op, so a scripted graph would freeze one draw")
             if name in ("reshape", "view") and _symbolic_sizes(args[1:]):
                 return self.dyn_reshape(args[0], args[1:], e, fr)
+            if name in _FULL_REDUCE and len(args) == 1 and not kwargs and \
+                    isinstance(args[0], Symbol):
+                args = [self.flat(args[0])]
             return self.library(fn, args, kwargs, e, fr)
         if kind == "user":
             return self.inline(fn, args, kwargs, e, fr)
@@ -745,7 +770,19 @@ class Compiler:
                            f"exists only when the graph runs")
         if name in ("reshape", "view") and _symbolic_sizes(args):
             return self.dyn_reshape(x, args, e, fr)
+        if name in _FULL_REDUCE and not args and not kwargs:
+            x = self.flat(x)
         return self.library(getattr(x, name), args, kwargs, e, fr, name)
+
+    def flat(self, x: Symbol) -> Symbol:
+        """``x.reshape(-1)``, whose rank (1) is known even when ``x``'s is not: a reduction
+        over all elements of it is right for every rank of ``x``."""
+        spec = x._node.spec
+        if not self.generic or spec.shape is not None:
+            return x
+        node = self.b.graph.call(REGISTRY["Reshape"], [self.b.node_of(x)], {"shape": (-1,)},
+                                 Spec((None,), spec.dtype), deps=self.b.deps())
+        return symbol(node)
 
     def dyn_reshape(self, x, sizes: list, e, fr: Frame):
         """reshape/view with sizes known at run time only (Dyn params of the IR)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import textwrap
 from dataclasses import dataclass
 
@@ -64,8 +65,11 @@ class Source:
         k = node.lineno - 1                      # index into file_lines
         line = self.file_lines[k].rstrip("\n")
         col = node.col_offset + self.indent
-        end = (node.end_col_offset + self.indent
-               if getattr(node, "end_lineno", None) == node.lineno else len(line))
+        if getattr(node, "end_lineno", None) == node.lineno:
+            end = node.end_col_offset + self.indent
+        else:  # a compound statement: its keyword, as TorchScript points at "try"
+            word = re.match(r"[A-Za-z_]*", line[col:]).group()
+            end = col + len(word) if word else len(line)
         end = max(end, col + 1)
         out = [f'  File "{self.filename}", line {self.first_line + k}']
         out += [ln.rstrip("\n") for ln in self.file_lines[max(0, k - _CONTEXT):k]]

@@ -115,6 +115,7 @@ class ScriptFunction:
                                                   else specs[k])
             env[name] = symbol(g.placeholder(spec, name))
             k += 1
+        comp.inputs = set(g.inputs)
         if self._self is not None:
             env[next(iter(inspect.signature(self._fn).parameters))] = self._self
             comp.register_module(self._self)

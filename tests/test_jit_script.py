@@ -1,0 +1,556 @@
+"""Tests for ``graphgrad.jit.script`` (source -> graph IR): the lecture's three functions,
+the capture corpus (outputs and gradients against eager on fresh inputs), control flow
+(nested if/else, elif chains, while on tensors, for-range, early returns, inlined
+helpers), printing/drawing, and compile-time errors with the user's line and a ``~~~~``
+pointer. Eager graphgrad is the oracle (itself tested against PyTorch elsewhere)."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+import graphgrad as gg
+from graphgrad.graph import Interpreter, python_code
+from graphgrad.jit import ScriptError, ScriptFunction, script
+from tests.capture_corpus import CORPUS
+from tests.lecture_cases import branch, external, shape_dependent
+
+
+def _line_of(fn, text: str) -> int:
+    """The file line of the first line of ``fn``'s source that contains ``text``."""
+    lines, first = inspect.getsourcelines(fn)
+    for k, line in enumerate(lines):
+        if text in line:
+            return first + k
+    raise AssertionError(f"{text!r} not in the source of {fn.__name__}")
+
+
+def _script_error(fn, line_text: str) -> str:
+    """Scripting ``fn`` fails at the line containing ``line_text``: the message."""
+    with pytest.raises(ScriptError) as info:
+        script(fn)
+    line = _line_of(fn, line_text)
+    assert info.value.lineno == line
+    assert f'  File "{inspect.getsourcefile(fn)}", line {line}' in str(info.value)
+    return str(info.value)
+
+
+def _t(*values, shape=None):
+    a = np.asarray(values, dtype=np.float64)
+    return gg.tensor(a.reshape(shape) if shape else a, dtype=gg.float64)
+
+
+def _leaves(out):
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def _check_against_eager(fn, scripted, inputs, params=()):
+    """Same outputs and the same gradients (inputs and module parameters) as eager."""
+    eager_in = [x.detach().requires_grad_() for x in inputs]
+    script_in = [x.detach().requires_grad_() for x in inputs]
+    expected = _leaves(fn(*eager_in))
+    eager_pgrads = []
+    if expected and any(isinstance(e, gg.Tensor) and e.requires_grad for e in expected):
+        sum((e * (k + 1)).sum() for k, e in enumerate(expected)).backward()
+        eager_pgrads = [None if p.grad is None else p.grad.numpy().copy() for p in params]
+    for p in params:
+        p.grad = None
+    got = _leaves(scripted(*script_in))
+    assert len(got) == len(expected)
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_allclose(np.asarray(g.detach().numpy()), np.asarray(e.detach().numpy()),
+                                   rtol=1e-10, atol=1e-12)
+    if eager_pgrads or any(x.grad is not None for x in eager_in):
+        sum((g * (k + 1)).sum() for k, g in enumerate(got)).backward()
+        for a, b in zip(eager_in, script_in, strict=True):
+            if a.grad is None:
+                assert b.grad is None or not np.any(b.grad.numpy())
+            else:
+                np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=1e-10,
+                                           atol=1e-12)
+        for p, eg in zip(params, eager_pgrads, strict=True):
+            assert (p.grad is None) == (eg is None)
+            if eg is not None:
+                np.testing.assert_allclose(p.grad.numpy(), eg, rtol=1e-10, atol=1e-12)
+        for p in params:
+            p.grad = None
+
+
+def _all_nodes(graph):
+    todo, out = [graph], []
+    while todo:
+        g = todo.pop()
+        for n in g.nodes:
+            out.append(n)
+            todo.extend(n.subgraphs.values())
+    return out
+
+
+def _ops(graph) -> set:
+    return {n.op.__name__ for n in graph.nodes if n.kind == "call"}
+
+
+# ---- the lecture's three functions ---------------------------------------------------------
+
+def test_branch_is_a_cond_node_with_both_branches():
+    s = script(branch)
+    assert isinstance(s, ScriptFunction)
+    conds = [n for n in s.graph.nodes if n.kind == "cond"]
+    assert len(conds) == 1
+    assert _ops(conds[0].subgraphs["then"]) == {"Add"}
+    assert _ops(conds[0].subgraphs["else"]) == {"Sub"}
+    assert "Lt" in _ops(s.graph)
+    code = s.code
+    assert "def cond_then" in code and "def cond_else" in code
+    assert "Add(x, 1)" in code and "Sub(x, 1)" in code
+    table = s.tabular()
+    assert "cond.then" in table and "cond.else" in table and "Add" in table and "Sub" in table
+    dot = s.to_dot()
+    assert "Add" in dot and "Sub" in dot and "cluster" in dot
+
+
+@pytest.mark.parametrize("value", [-3.0, -0.5, 0.0, 0.25, 2.0])
+def test_branch_right_on_both_sides_with_gradients(value):
+    s = script(branch)
+    x = gg.tensor(value, dtype=gg.float64, requires_grad=True)
+    y = s(x)
+    assert y.item() == branch(gg.tensor(value, dtype=gg.float64)).item()
+    y.backward()
+    assert x.grad.item() == 1.0
+    # the same graph, run by the IR interpreter and as its printed Python
+    (z,) = Interpreter(s.graph).run(gg.tensor(value, dtype=gg.float64))
+    (w,) = python_code(s.graph).fn(gg.tensor(value, dtype=gg.float64))
+    assert z.item() == w.item() == y.item()
+
+
+def test_branch_is_one_graph_for_every_input():
+    s = script(branch)
+    graph = s.graph
+    for value in (-1.0, 1.0, -2.0):
+        s(gg.tensor(value))
+    assert s.graph is graph  # no re-tracing: one graph holds both paths
+
+
+def test_shape_dependent_is_a_compile_time_error_at_the_unpacking_line():
+    text = _script_error(shape_dependent, "n, m = x.shape")
+    assert "rank of 'x' is not known at compile time" in text
+    assert "    n, m = x.shape\n    ~~~~ <--- HERE" in text
+
+
+def test_external_call_is_a_compile_time_error_naming_it():
+    text = _script_error(external, "np.random.rand()")
+    assert text.lstrip().startswith("Python builtin <bound method RandomState.rand")
+    assert "is currently not supported in graphgrad.jit.script" in text
+    assert "    return x + np.random.rand()\n               ~~~~~~~~~~~~~~ <--- HERE" in text
+
+
+# ---- the capture corpus ------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", [c for c in CORPUS if c.script_ok], ids=repr)
+def test_corpus_matches_eager(case):
+    scripted = script(case.fn)
+    params = list(case.fn.parameters()) if isinstance(case.fn, gg.nn.Module) else []
+    rng = np.random.default_rng(7)
+    for _ in range(2):  # fresh inputs each time, none of them seen at compile time
+        _check_against_eager(case.fn, scripted, case.make_inputs(rng), params)
+
+
+def test_generic_graph_is_run_for_rank_free_functions_only():
+    by_name = {c.name: c for c in CORPUS}
+    affine = script(by_name["affine"].fn)
+    assert affine._generic.rank_bound is None
+    g = affine.graph
+    affine(*by_name["affine"].make_inputs(np.random.default_rng(0)))
+    assert affine.graph is g
+    # softmax(dim=-1) needs the rank: a graph specialized to the call's shapes runs
+    soft = script(by_name["softmax_rows"].fn)
+    assert "needs the rank" in soft._generic.rank_bound
+    x = by_name["softmax_rows"].make_inputs(np.random.default_rng(0))[0]
+    special = soft.graph_for(x)
+    assert special is not soft._generic.graph
+    assert special.inputs[0].spec.shape == (3, 5)
+    soft(x)
+    assert soft.graph is special
+    y = gg.tensor(np.random.default_rng(1).standard_normal((2, 4, 6)))
+    np.testing.assert_allclose(soft(y).numpy(), gg.softmax(y, dim=-1).numpy(), rtol=1e-12)
+
+
+# ---- control flow programs -----------------------------------------------------------------
+
+def _helper(a):
+    if a.sum() > 0:
+        return a * 2
+    return a - 1
+
+
+def nested(x, y):
+    if x.sum() > 0:
+        if y.sum() > 0:
+            z = x * y
+        else:
+            z = x - y
+    else:
+        z = x + y
+    return z * 2
+
+
+def elif_chain(x):
+    s = x.sum()
+    if s < -1:
+        out = x * 0.5
+    elif s < 0:
+        out = gg.tanh(x)
+    elif s < 1:
+        out = x ** 2
+    else:
+        out = -x
+    return out
+
+
+def halve_until_small(x):
+    i = 0
+    while x.abs().sum() > 0.1:
+        x = x * 0.5
+        i = i + 1
+    return x, i
+
+
+def power_series(x, n: int):
+    acc = x
+    for i in range(n):
+        acc = acc * x + i
+    return acc
+
+
+def weighted_rows(x):
+    acc = x.sum() * 0
+    for i in range(x.shape[0]):
+        acc = acc + x[i] * (i + 1)
+    return acc
+
+
+def early_returns(x):
+    if x.sum() > 2:
+        return x * 3
+    y = x + 1
+    if y.sum() < 0:
+        return y * y
+    return gg.sigmoid(y)
+
+
+def calls_helper(x):
+    return _helper(x) + _helper(-x) * gg.nn.functional.relu(x)
+
+
+def if_expression(x):
+    return x * 2 if x.mean() > 0 else x * -3
+
+
+def bool_ops(x, y):
+    if x.sum() > 0 and y.sum() > 0:
+        return x + y
+    if not x.sum() > 0 or y.mean() < -0.5:
+        return x - y
+    return x * y
+
+
+def tuple_values(x, y):
+    a, b = y, x
+    p = (a + 1, b * 2)
+    if x.sum() > 0:
+        p = (p[1], p[0])
+    return p
+
+
+def loop_with_branch(x):
+    k = 0
+    while k < 4:
+        if x.sum() > 0:
+            x = x - 1.5
+        else:
+            x = x * -0.5 + 0.25
+        k = k + 1
+    return x
+
+
+PROGRAMS = [(nested, 2), (elif_chain, 1), (early_returns, 1), (calls_helper, 1),
+            (if_expression, 1), (bool_ops, 2), (tuple_values, 2), (loop_with_branch, 1)]
+
+
+@pytest.mark.parametrize("fn,nargs", PROGRAMS, ids=lambda v: getattr(v, "__name__", ""))
+def test_control_flow_programs_match_eager(fn, nargs):
+    s = script(fn)
+    rng = np.random.default_rng(3)
+    for k in range(8):  # scales from -3.5 to 3.5: every branch is taken by some input
+        shape = (3,) if k % 2 else (2, 3)
+        inputs = [gg.tensor(rng.standard_normal(shape) * (k - 3.5) + 0.1 * j)
+                  for j in range(nargs)]
+        _check_against_eager(fn, s, inputs)
+
+
+def test_nested_if_is_a_cond_inside_a_cond():
+    s = script(nested)
+    outer = [n for n in s.graph.nodes if n.kind == "cond"]
+    assert len(outer) == 1
+    inner = [n for n in outer[0].subgraphs["then"].nodes if n.kind == "cond"]
+    assert len(inner) == 1
+    assert _ops(inner[0].subgraphs["then"]) == {"Mul"}
+    assert _ops(inner[0].subgraphs["else"]) == {"Sub"}
+    assert _ops(outer[0].subgraphs["else"]) == {"Add"}
+
+
+def test_elif_chain_holds_every_branch():
+    s = script(elif_chain)
+    ops = {n.op.__name__ for n in _all_nodes(s.graph) if n.kind == "call"}
+    assert {"Mul", "Tanh", "Pow", "Neg"} <= ops
+    assert sum(n.kind == "cond" for n in _all_nodes(s.graph)) == 3
+
+
+def test_early_returns_are_single_exit():
+    s = script(early_returns)
+    assert [n.kind for n in s.graph.nodes].count("cond") == 1
+    assert s.graph.output_node.inputs[0].kind == "item"
+    code = s.code
+    assert "Sigmoid" in code
+    assert sorted(line.split("(")[0] for line in code.splitlines() if "def " in line and
+                  "cond" in line) == ["def _cond_else", "def _cond_then", "def cond_else",
+                                      "def cond_then"]
+
+
+def test_while_on_a_tensor_is_a_while_loop():
+    s = script(halve_until_small)
+    loops = [n for n in s.graph.nodes if n.kind == "while_loop"]
+    assert len(loops) == 1
+    assert "def while_loop_body" in s.code and "def while_loop_cond" in s.code
+    for scale in (0.01, 1.0, 40.0):
+        x = _t(1.0, -2.0, 0.5) * scale
+        xs = x.detach().requires_grad_()
+        out, count = s(xs)
+        ref, ref_count = halve_until_small(x)
+        np.testing.assert_allclose(out.detach().numpy(), ref.numpy())
+        assert int(count.item()) == ref_count
+        out.sum().backward()
+        np.testing.assert_allclose(xs.grad.numpy(), np.full(3, 0.5 ** ref_count))
+
+
+def test_for_range_with_an_int_argument():
+    s = script(power_series)
+    assert any(n.kind == "while_loop" for n in s.graph.nodes)
+    assert s.graph.inputs[1].spec.dtype == np.int64
+    for n in (0, 1, 4):
+        x = _t(0.5, -1.5, 2.0)
+        _check_against_eager(lambda t, n=n: power_series(t, n), lambda t, n=n: s(t, n), [x])
+
+
+def test_for_range_over_a_run_time_size():
+    s = script(weighted_rows)
+    for rows in (1, 3, 5):
+        x = gg.tensor(np.random.default_rng(rows).standard_normal((rows, 2)))
+        _check_against_eager(weighted_rows, s, [x])
+
+
+def test_if_on_python_values_is_resolved_at_compile_time():
+    def scaled(x, scale=2.0):  # unannotated with a default: a compile-time constant
+        if scale > 1:  # a compile-time constant: only the taken branch is compiled
+            y = x * scale
+        else:
+            y = x / scale
+        for k in (1, 2):  # a tuple: the loop unrolls
+            y = y + k
+        return y
+
+    s = script(scaled)
+    assert not any(n.kind in ("cond", "while_loop") for n in _all_nodes(s.graph))
+    assert "Div" not in _ops(s.graph)
+    np.testing.assert_allclose(s(_t(1.0, 2.0)).numpy(), [5.0, 7.0])
+    with pytest.raises(RuntimeError, match="compiled as the constant 2.0"):
+        s(_t(1.0), scale=0.5)
+
+    def annotated(x, scale: float):  # an annotated scalar is an input: the if is a cond
+        if scale > 1:
+            return x * scale
+        return x / scale
+
+    a = script(annotated)
+    assert [n.kind for n in a.graph.nodes].count("cond") == 1
+    assert a(_t(3.0), 2.0).item() == 6.0 and a(_t(3.0), 0.5).item() == 6.0
+
+
+def test_decorator_and_annotations():
+    @script
+    def clipped(x, limit: float, steps: int):
+        y = x
+        for _ in range(steps):
+            y = gg.where(y > limit, y * 0.5, y)
+        return y
+
+    assert isinstance(clipped, ScriptFunction)
+    assert clipped.__name__ == "clipped"
+    assert "limit: float" in clipped.schema and "steps: int" in clipped.schema
+    x = _t(0.5, 3.0, 9.0)
+    np.testing.assert_allclose(clipped(x, 1.0, 3).numpy(), [0.5, 0.75, 1.125])
+    with pytest.raises(RuntimeError, match="Expected a value of type 'Tensor'"):
+        clipped(1.0, 1.0, 3)
+
+
+def test_module_parameters_are_graph_inputs_read_at_call_time():
+    lin = gg.nn.Linear(3, 2, dtype=gg.float64)
+
+    class Gate(gg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, x):
+            h = self.lin(x)
+            if h.sum() > 0:
+                return gg.tanh(h)
+            return h * 0.5
+
+    m = Gate()
+    s = script(m)
+    assert [p.name for p in s.graph.inputs] == ["x", "lin_weight", "lin_bias"]
+    x = _t(1.0, -2.0, 0.5, 3.0, 0.0, -1.0, shape=(2, 3))
+    _check_against_eager(m, s, [x], list(m.parameters()))
+    with gg.no_grad():
+        lin.weight.mul_(-3.0)  # an update after scripting is seen
+    np.testing.assert_allclose(s(x).detach().numpy(), m(x).detach().numpy())
+
+
+# ---- compile-time errors ---------------------------------------------------------------------
+
+def _uses_try(x):
+    y = x + 1
+    try:
+        y = y * 2
+    except ValueError:
+        pass
+    return y
+
+
+def _uses_with(x):
+    with gg.no_grad():
+        y = x * 2
+    return y
+
+
+def _uses_lambda(x):
+    f = lambda t: t + 1  # noqa: E731 - the construct under test
+    return f(x)
+
+
+def _comprehension_over_tensor(x):
+    return gg.stack([r * 2 for r in x])
+
+
+_CACHE: list = []
+
+
+def _closure_over_list(x):
+    return x * len(_CACHE)
+
+
+def _writes_global(x):
+    global _CACHE
+    _CACHE = x
+    return x
+
+
+def _numpy_ufunc(x):
+    return np.sin(x) + 1
+
+
+def _stdlib_function(x):
+    return x * math.prod((1, 2))
+
+
+def _item_of_tensor(x):
+    return x * x.item()
+
+
+def _random_tensor(x):
+    return x + gg.randn(3)
+
+
+def _calls_bad_helper(x):
+    y = x * 2
+    return _uses_try(y)
+
+
+ERRORS = [
+    (_uses_try, "try:", "try blocks aren't supported", "~~~"),
+    (_uses_with, "with gg.no_grad():", "with statements aren't supported", None),
+    (_uses_lambda, "f = lambda", "Lambda aren't supported", None),
+    (_comprehension_over_tensor, "for r in x", "comprehensions over tensors aren't supported",
+     "~"),
+    (_closure_over_list, "len(_CACHE)", "closures over mutable state aren't supported", None),
+    (_writes_global, "global _CACHE", "global variables aren't supported", None),
+    (_numpy_ufunc, "np.sin(x)", "Python builtin <ufunc 'sin'> is currently not supported",
+     "~~~~~~"),
+    (_stdlib_function, "math.prod", "currently not supported in graphgrad.jit.script", None),
+    (_item_of_tensor, "x.item()", "converts a tensor to a Python value", None),
+    (_random_tensor, "gg.randn(3)", "draws random numbers", None),
+]
+
+
+@pytest.mark.parametrize("fn,text,message,pointer", ERRORS, ids=lambda v: getattr(
+    v, "__name__", None) if callable(v) else None)
+def test_errors_name_the_construct_and_the_line(fn, text, message, pointer):
+    error = _script_error(fn, text)
+    assert message in error
+    shown = error.splitlines()
+    start = shown.index(f'  File "{inspect.getsourcefile(fn)}", line {_line_of(fn, text)}')
+    k = start + next(j for j, s in enumerate(shown[start:]) if text in s)
+    assert shown[k + 1].strip().startswith("~") and shown[k + 1].endswith("<--- HERE")
+    if pointer is not None:
+        assert shown[k + 1].strip().split(" ")[0] == pointer
+
+
+def test_error_inside_an_inlined_helper_names_both_lines():
+    with pytest.raises(ScriptError) as info:
+        script(_calls_bad_helper)
+    text = str(info.value)
+    assert info.value.lineno == _line_of(_uses_try, "try:")
+    assert "'_uses_try' is being compiled since it was called from '_calls_bad_helper'" in text
+    assert f"line {_line_of(_calls_bad_helper, 'return _uses_try(y)')}" in text
+
+
+def test_in_place_update_of_an_alias_is_refused():
+    def alias(x):
+        y = x * 1
+        z = y
+        y += 1
+        return y + z
+
+    with pytest.raises(ScriptError, match="variable 'z' refers to the same tensor"):
+        script(alias)
+
+    def accumulate(x):
+        acc = x * 0
+        acc += x
+        acc *= 2
+        return acc
+
+    np.testing.assert_allclose(script(accumulate)(_t(1.0, 2.0)).numpy(), [2.0, 4.0])
+
+
+def test_variable_defined_in_one_branch_only():
+    def one_sided(x):
+        if x.sum() > 0:
+            y = x * 2
+        return y
+
+    assert "'y' is not defined in the false branch" in _script_error(one_sided, "return y")
+
+
+def test_return_types_must_agree():
+    def mixed(x):
+        if x.sum() > 0:
+            return x
+        return None
+
+    with pytest.raises(ScriptError, match="Type mismatch"):
+        script(mixed)
