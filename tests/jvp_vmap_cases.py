@@ -353,3 +353,17 @@ CASES += [
     _case("matmul_broadcast", "Matmul", lambda m, a, b: m.matmul(a, b),
           inputs(normal(2, 3, 4), normal(4, 5))),
 ]
+
+# ---- the fused linear op (nn.functional.linear on a matrix of examples) --------------
+
+CASES += [
+    _case("linear_bias", "Linear", lambda m, x, w, b: m.nn.functional.linear(x, w, b),
+          inputs(normal(*X), normal(5, 4), normal(5)),
+          in_dims=((0, None, None), (1, None, None), (None, 0, None), (None, None, 0),
+                   (0, 0, 0), (None, 1, 0))),
+    _case("linear_no_bias", "Linear", lambda m, x, w: m.nn.functional.linear(x, w),
+          inputs(normal(*X), normal(5, 4)), in_dims=((0, None), (None, 0), (0, 0))),
+    _case("linear_bias_rows", "Linear", lambda m, x, w, b: m.nn.functional.linear(x, w, b),
+          inputs(normal(*X), normal(5, 4), normal(3, 1)),
+          in_dims=((0, None, None), (None, None, 0), (0, 0, 1))),
+]

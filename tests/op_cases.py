@@ -1180,3 +1180,25 @@ add(
 
 _names = [c.name for c in CASES]
 assert len(_names) == len(set(_names)), "case names must be unique"
+
+# the fused linear op (nn.functional.linear on a matrix of examples) ----------------------
+
+
+@st.composite
+def _linear_example(draw):
+    """x (N, in), weight (out, in) and no bias, or a bias that broadcasts to (N, out)."""
+    n, k, o = (draw(st.integers(1, 4)) for _ in range(3))
+    bias = draw(st.sampled_from([None, (o,), (1, o), (n, 1), (n, o), ()]))
+    rng = np.random.default_rng(draw(SEEDS))
+    arrays = [rng.standard_normal((n, k)), rng.standard_normal((o, k))]
+    if bias is not None:
+        arrays.append(rng.standard_normal(bias))
+    return Example(tuple(arrays), {})
+
+
+add(
+    case("linear_2d", "Linear", lambda m, x, w, *b: m.nn.functional.linear(x, w, *b),
+         _linear_example()),
+    case("linear_module_shapes", "Linear", lambda m, x, w, b: m.nn.functional.linear(x, w, b),
+         fixed((normal, (5, 3)), (normal, (4, 3)), (normal, (4,)))),
+)

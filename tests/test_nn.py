@@ -91,6 +91,35 @@ def test_module_matches_torch(name, make, shapes):
     compare(gg_mod, t_mod, *[rand(*s, seed=i) for i, s in enumerate(shapes)])
 
 
+def test_linear_uses_one_fused_op_for_a_matrix_of_examples():
+    """2-D input: one op (PyTorch records AddmmBackward0 there); other ranks: the
+    composite (PyTorch: a matmul); the same values and gradients either way."""
+    w = gg.tensor(rand(3, 5), requires_grad=True)
+    b = gg.tensor(rand(3, seed=1), requires_grad=True)
+    assert repr(F.linear(gg.tensor(rand(4, 5)), w, b).grad_fn).startswith("<LinearBackward0")
+    assert repr(F.linear(gg.tensor(rand(4, 5)), w).grad_fn).startswith("<LinearBackward0")
+    assert repr(F.linear(gg.tensor(rand(2, 4, 5)), w, b).grad_fn).startswith("<AddBackward0")
+    x = rand(4, 5, seed=2)
+    fused = F.linear(gg.tensor(x), w, b)
+    composite = gg.tensor(x) @ w.mT + b
+    np.testing.assert_allclose(fused.detach().numpy(), composite.detach().numpy(), 1e-15)
+    gw = gg.autograd.grad(fused.sum(), [w, b])
+    cw = gg.autograd.grad(composite.sum(), [w, b])
+    for a, c in zip(gw, cw, strict=True):
+        np.testing.assert_allclose(a.numpy(), c.numpy(), 1e-15)
+
+
+@pytest.mark.parametrize("shapes", [((4, 3), (2, 5), (2,)), ((4, 3), (2, 3), (5,)),
+                                    ((4, 3), (2, 3), (5, 1))])
+def test_linear_errors_match_torch(shapes):
+    (xs, ws, bs) = shapes
+    with pytest.raises(RuntimeError) as t_err:
+        torch.nn.functional.linear(torch.ones(xs), torch.ones(ws), torch.ones(bs))
+    with pytest.raises(RuntimeError) as g_err:
+        F.linear(gg.ones(*xs), gg.ones(*ws), gg.ones(*bs))
+    assert str(t_err.value) in str(g_err.value)
+
+
 def test_embedding_matches_torch():
     t_mod = torch.nn.Embedding(10, 3, padding_idx=2).double()
     gg_mod = nn.Embedding(10, 3, padding_idx=2).double()

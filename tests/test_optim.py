@@ -66,6 +66,63 @@ def test_optimizer_steps_match_torch(name, cls, kw):
         _assert_same(g_model, t_model, tol=1e-12)
 
 
+def _pair32(seed: int = 1):
+    """The training configuration: float32, a ReLU MLP, batches of 16."""
+    torch.manual_seed(seed)
+    t_model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(),
+                                  torch.nn.Linear(16, 4))
+    g_model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
+    g_model.load_state_dict({k: gg.tensor(v.detach().numpy().copy())
+                             for k, v in t_model.state_dict().items()})
+    return g_model, t_model
+
+
+@pytest.mark.parametrize("name,cls,kw", OPTIMIZERS, ids=[o[0] for o in OPTIMIZERS])
+def test_optimizer_steps_match_torch_float32(name, cls, kw):
+    """The issue's acceptance: float32 parameters equal to 1e-6 after 5 steps."""
+    g_model, t_model = _pair32()
+    g_opt = getattr(optim, cls)(g_model.parameters(), **kw)
+    t_opt = getattr(torch.optim, cls)(t_model.parameters(), **kw, foreach=False)
+    rng = np.random.default_rng(7)
+    for _ in range(STEPS):
+        x = rng.standard_normal((16, 6)).astype(np.float32)
+        y = rng.integers(0, 4, 16)
+        for model, opt, m, mod in ((g_model, g_opt, gg, nn), (t_model, t_opt, torch, torch.nn)):
+            opt.zero_grad()
+            mod.functional.cross_entropy(model(m.tensor(x)), m.tensor(y)).backward()
+            opt.step()
+    for p in g_model.parameters():
+        assert p.dtype == gg.float32
+    _assert_same(g_model, t_model, tol=1e-6)
+
+
+@pytest.mark.parametrize("cls,kw", [("SGD", dict(lr=0.1, momentum=0.9)), ("Adam", {}),
+                                    ("AdamW", dict(amsgrad=True))])
+def test_step_bumps_versions_so_saved_parameters_are_checked(cls, kw):
+    """The step writes the buffers in place: a graph that saved a parameter before the
+    step refuses to backward afterwards, with PyTorch's error, as with ``p.add_``."""
+    w = gg.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    opt = getattr(optim, cls)([w], **kw)
+    (w * w).sum().backward()
+    stale = (w * w).sum()  # saves w at version 0
+    opt.step()
+    assert w._version == 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        stale.backward()
+    state = opt.state[w]
+    for key, value in state.items():
+        if key != "step":
+            assert value._version >= (0 if cls == "SGD" else 1), key
+
+
+def test_step_on_a_read_only_parameter_raises():
+    p = gg.tensor([1.0], requires_grad=True)
+    view = p.detach().expand(3)  # zero-stride, read-only memory
+    view.grad = gg.ones(3)
+    with pytest.raises(RuntimeError, match="read-only"):
+        optim.SGD([view], lr=0.1).step()
+
+
 def test_param_groups_and_defaults():
     g_model, t_model = _pair()
     groups = lambda m: [{"params": m[0].parameters(), "lr": 0.5},  # noqa: E731

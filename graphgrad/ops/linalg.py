@@ -6,7 +6,7 @@ from graphgrad.backend import result_float_dtype, xp
 
 from .arithmetic import needs_grad
 from .base import Op, Spec, broadcast_shapes, fmt_shape, spec_of
-from .batching import logical_ndim, to_front
+from .batching import align, logical_ndim, to_front
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "outer", "inner"]
 
@@ -184,3 +184,111 @@ vdot = inner = dot
 
 def outer(input, vec2):
     return input.unsqueeze(-1) * vec2.unsqueeze(-2)
+
+
+class Linear(Op):
+    """``torch.nn.functional.linear`` for a matrix of examples: ``input @ weight.T + bias``
+    with ``input`` (N, in), ``weight`` (out, in) and an optional ``bias`` that broadcasts to
+    (N, out) without growing it. One op where the composite takes three (a transpose, a
+    matmul, an add) and its backward five more: a training step's fixed cost is mostly
+    per-op overhead. PyTorch records this case as ``AddmmBackward0``; ``nn.functional
+    .linear`` uses the composite for other ranks, as PyTorch does."""
+
+    holomorphic = True
+
+    @staticmethod
+    def saves_inputs(x, w, b=None):  # x's gradient reads w; w's reads x; b's reads nothing
+        return tuple(i for i, other in ((0, w), (1, x)) if needs_grad(other))
+
+    @staticmethod
+    def forward(x, w, b=None):
+        _check_linear(x.shape, w.shape, None if b is None else b.shape)
+        out = xp.matmul(x, w.T)  # BLAS reads the transposed weight in place
+        if b is not None:
+            out += b  # out is fresh: no second output array
+        return out
+
+    @staticmethod
+    def vjp(g, out, x, w, b=None):
+        gx = g @ w if needs_grad(x) else None
+        gw = g.mT @ x if needs_grad(w) else None
+        if b is None:
+            return gx, gw
+        if not needs_grad(b):
+            return gx, gw, None
+        # A layer's bias (out,) is added to every row: its cotangent is the column sum,
+        # part of this op's own definition. Any other bias shape is a broadcast, which
+        # the engine reduces (STYLE rule 4); doing the common case here saves the
+        # engine's generic reduce-and-reshape in every training step.
+        return gx, gw, (g.sum(0) if b.ndim == 1 and g.ndim == 2 else g)
+
+    @staticmethod
+    def jvp(dots, out, x, w, b=None):
+        dx, dw = dots[0], dots[1]
+        db = dots[2] if b is not None else None
+        terms = []
+        if dx is not None:
+            terms.append(Linear.apply(dx, w) if db is None else Linear.apply(dx, w, db))
+            db = None
+        if dw is not None:
+            terms.append(Linear.apply(x, dw) if db is None else Linear.apply(x, dw, db))
+            db = None
+        if db is not None:
+            terms.append(db.expand(*out.shape))
+        total = terms[0]
+        for t in terms[1:]:
+            total = total + t
+        return total
+
+    @classmethod
+    def batch(cls, vals, bdims):
+        """Only the examples batched (and a bias that is one row): the batch joins the
+        rows, one op. Otherwise the composite on batch-first values (a batched matmul, a
+        broadcast add)."""
+        x, w = vals[0], vals[1]
+        b = vals[2] if len(vals) > 2 else None
+        dx, dw = bdims[0], bdims[1]
+        db = bdims[2] if len(vals) > 2 else None
+        if dw is None and db is None and (b is None or b.ndim < 2 or b.shape[0] == 1):
+            x = to_front(x, dx)
+            size, n = x.shape[0], x.shape[1]
+            rows = x.reshape(size * n, x.shape[2])
+            out = cls.apply(rows, w) if b is None else cls.apply(rows, w, b)
+            return out.reshape(size, n, out.shape[-1]), 0
+        x, w = _batch_first(x, dx), _batch_first(w, dw)
+        out = Matmul.apply(x, w.mT)  # (B, N, out): either side's batch broadcasts
+        return (out if b is None else out + _batch_first(b, db)), 0
+
+    @classmethod
+    def infer(cls, x, w, b=None) -> Spec:
+        _check_linear(x.shape, w.shape, None if b is None else b.shape)
+        out_shape = (x.shape[0], w.shape[0])
+        dt = xp.result_type(*(s.dtype for s in (x, w, b) if s is not None))
+        cast = result_float_dtype(dt, *(s.dtype for s in (x, w, b) if s is not None))
+        return Spec(out_shape, cast if cast is not None else dt)
+
+
+def _batch_first(v, bdim):
+    """A batched value as (B, *example padded to 2 dims); unbatched values unchanged."""
+    return v if bdim is None else align(v, bdim, 2)
+
+
+def _check_linear(xs: tuple, ws: tuple, bs: tuple | None) -> None:
+    """PyTorch's errors for ``addmm(bias, x, weight.T)``."""
+    if len(xs) != 2 or len(ws) != 2:
+        raise RuntimeError(f"linear: expected a 2D input and a 2D weight, got shapes "
+                           f"{fmt_shape(xs)} and {fmt_shape(ws)}")
+    if xs[1] is not None and ws[1] is not None and xs[1] != ws[1]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({xs[0]}x{xs[1]} and "
+                           f"{ws[1]}x{ws[0]})")
+    if bs is not None:
+        out = (xs[0], ws[0])
+        if len(bs) > 2:
+            raise RuntimeError(f"linear: bias of shape {fmt_shape(bs)} has more dims than the "
+                               f"output {fmt_shape(out)}")
+        for i in range(1, len(bs) + 1):  # from the last dim, as PyTorch reports the first
+            if bs[-i] not in (1, out[-i]) and None not in (bs[-i], out[-i]):
+                raise RuntimeError(
+                    f"The expanded size of the tensor ({out[-i]}) must match the existing size "
+                    f"({bs[-i]}) at non-singleton dimension {2 - i}.  Target sizes: "
+                    f"{list(out)}.  Tensor sizes: {list(bs)}")

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from graphgrad.autograd import no_grad
-from graphgrad.ops import maximum
+from graphgrad.backend import xp
 from graphgrad.tensor import tensor, zeros_like
 
+from .fused import axpy, buffer, grad_array, written
 from .optimizer import Optimizer
 
 __all__ = ["Adam", "AdamW"]
@@ -51,9 +52,12 @@ class Adam(Optimizer):
         return loss
 
     def _update(self, p, group: dict) -> None:
+        """One parameter's update on the buffers in place (see ``fused``), in PyTorch's
+        order of operations (its single-tensor path), with one scratch array."""
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
         wd, amsgrad = group["weight_decay"], group["amsgrad"]
-        g = -p._grad if group["maximize"] else p._grad
+        param = buffer(p, f"{type(self).__name__}.step")
+        g = grad_array(p, group["maximize"])
         state = self.state[p]
         if not state:
             state["step"] = tensor(0.0)  # a float32 0-d tensor, as PyTorch keeps it
@@ -61,24 +65,34 @@ class Adam(Optimizer):
             state["exp_avg_sq"] = zeros_like(p)
             if amsgrad:
                 state["max_exp_avg_sq"] = zeros_like(p)
-        m, v = state["exp_avg"], state["exp_avg_sq"]
-        state["step"].add_(1)
-        step = float(state["step"])
+        step_t, m_t, v_t = state["step"], state["exp_avg"], state["exp_avg_sq"]
+        step_t._array += 1
+        step = float(step_t._array)
         if wd != 0:
             if self._decoupled:
-                p.mul_(1 - lr * wd)
+                param *= 1 - lr * wd
             else:
-                g = g.add(p, alpha=wd)
-        m.add_(g - m, alpha=1 - beta1)  # lerp_(g, 1 - beta1)
-        v.mul_(beta2).add_(g * g, alpha=1 - beta2)
+                g = g + wd * param  # grad.add(param, alpha=weight_decay)
+        m, v = buffer(m_t), buffer(v_t)
+        scratch = xp.subtract(g, m)  # exp_avg.lerp_(grad, 1 - beta1)
+        axpy(m, 1 - beta1, scratch, scratch)
+        v *= beta2  # exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        xp.multiply(g, g, out=scratch)
+        axpy(v, 1 - beta2, scratch, scratch)
+        written(step_t, m_t, v_t)
+        if amsgrad:
+            vmax_t = state["max_exp_avg_sq"]
+            xp.maximum(buffer(vmax_t), v, out=vmax_t._array)
+            written(vmax_t)
+            v = vmax_t._array
         bias_correction1 = 1 - beta1 ** step
         bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
-        if amsgrad:
-            vmax = state["max_exp_avg_sq"]
-            vmax.copy_(maximum(vmax, v))
-            v = vmax
-        denom = (v.sqrt() / bias_correction2_sqrt).add_(eps)
-        p.add_(m / denom, alpha=-lr / bias_correction1)
+        denom = xp.sqrt(v, out=scratch)  # (sqrt(v) / bias_correction2_sqrt).add_(eps)
+        denom /= bias_correction2_sqrt
+        denom += eps
+        xp.divide(m, denom, out=scratch)  # param.addcdiv_(m, denom, value=-step_size)
+        axpy(param, -lr / bias_correction1, scratch, scratch)
+        written(p)
 
 
 class AdamW(Adam):

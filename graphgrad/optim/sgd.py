@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 from graphgrad.autograd import no_grad
 
+from .fused import axpy, buffer, grad_array, new_state, written
 from .optimizer import Optimizer
 
 __all__ = ["SGD"]
@@ -35,27 +36,33 @@ class SGD(Optimizer):
                                       maximize=maximize))
 
     def step(self, closure: Callable | None = None):
+        """One update of every parameter with a gradient, on the buffers in place (see
+        ``fused``): the formulas of the module docstring, in PyTorch's order."""
         loss = self._closure_loss(closure)
         with no_grad():
             for group in self.param_groups:
-                lr, momentum = group["lr"], group["momentum"]
-                dampening, wd = group["dampening"], group["weight_decay"]
-                nesterov, maximize = group["nesterov"], group["maximize"]
                 for p in group["params"]:
-                    g = p._grad
-                    if g is None:
-                        continue
-                    if maximize:
-                        g = -g
-                    if wd != 0:
-                        g = g.add(p, alpha=wd)
-                    if momentum != 0:
-                        state = self.state[p]
-                        buf = state.get("momentum_buffer")
-                        if buf is None:
-                            buf = state["momentum_buffer"] = g.clone()
-                        else:
-                            buf.mul_(momentum).add_(g, alpha=1 - dampening)
-                        g = g.add(buf, alpha=momentum) if nesterov else buf
-                    p.add_(g, alpha=-lr)
+                    if p._grad is not None:
+                        self._update(p, group)
         return loss
+
+    def _update(self, p, group: dict) -> None:
+        lr, momentum = group["lr"], group["momentum"]
+        dampening, wd = group["dampening"], group["weight_decay"]
+        param = buffer(p, "SGD.step")
+        g = grad_array(p, group["maximize"])
+        if wd != 0:
+            g = g + wd * param  # grad.add(param, alpha=weight_decay): a new array
+        if momentum != 0:
+            state = self.state[p]
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = new_state(g.copy())
+            else:
+                b = buffer(buf)
+                b *= momentum
+                axpy(b, 1 - dampening, g)
+                written(buf)
+            g = g + momentum * buf._array if group["nesterov"] else buf._array
+        axpy(param, -lr, g)
+        written(p)

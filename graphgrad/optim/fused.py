@@ -1,0 +1,58 @@
+"""Layer ``optim``: the in-place updates optimizers make, fused on the parameters' buffers.
+
+An optimizer step runs under ``no_grad`` on leaf tensors: nothing is recorded, so each
+update (``p.add_(g, alpha=-lr)``, ``v.mul_(beta2).addcmul_(g, g, value=1 - beta2)``...)
+can be done directly on the arrays, with at most one scratch array per update and no
+dispatch per elementwise op. In a small training step those dispatches are a sizeable
+part of the time. Every write bumps the tensor's version counter, as the tensor
+methods do, so a graph that saved a parameter before the step still refuses to
+backward through it afterwards.
+"""
+
+from __future__ import annotations
+
+from graphgrad.backend import xp
+from graphgrad.tensor import Tensor
+from graphgrad.tensor.creation import _leaf
+
+__all__ = ["buffer", "written", "new_state", "grad_array", "axpy"]
+
+
+def buffer(t: Tensor, name: str = "optimizer step"):
+    """The array of ``t``, to be written in place (call ``written`` afterwards)."""
+    a = t._array
+    if not a.flags.writeable:
+        raise RuntimeError(f"{name}: unsupported operation: the tensor's memory is read-only "
+                           "(it is an expanded view); clone() it first")
+    return a
+
+
+def written(*tensors: Tensor) -> None:
+    """Bump the version counters of tensors whose buffers were changed in place."""
+    for t in tensors:
+        if t._vc is None:
+            t._vc = [0]
+        t._vc[0] += 1
+
+
+def new_state(array) -> Tensor:
+    """A state tensor (momentum buffer, moment estimate) owning ``array``."""
+    return _leaf(array)
+
+
+def grad_array(p: Tensor, maximize: bool):
+    """The gradient of ``p`` as an array (negated for ``maximize``: a new array)."""
+    g = p._grad._array
+    return -g if maximize else g
+
+
+def axpy(y, a: float, x, scratch=None) -> None:
+    """``y += a * x`` in place; ``scratch`` (an array of y's shape) takes ``a * x``."""
+    if a == 1:
+        y += x
+        return
+    if scratch is None:
+        y += a * x
+        return
+    xp.multiply(x, a, out=scratch)
+    y += scratch
