@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from graphgrad.backend import xp
 from graphgrad.graph import Spec, Symbol, symbol
+from graphgrad import ops
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
 
@@ -704,8 +705,7 @@ class Compiler:
             return self.tensor_method(method_of, fn.__name__, args, kwargs, e, fr)
         if _hashable(fn) and fn in MATH:
             if any(isinstance(a, Symbol) for a in args):
-                import graphgrad
-                return self.apply(getattr(graphgrad, MATH[fn]), tuple(args), e, fr)
+                return self.apply(getattr(ops, MATH[fn]), tuple(args), e, fr)
             return self.apply(fn, tuple(args), e, fr, kwargs)
         if _hashable(fn) and fn in _PURE:
             return self.builtin(fn, args, kwargs, e, fr)
@@ -813,8 +813,7 @@ class Compiler:
             if fn is abs:
                 return self.apply(lambda t: t.abs(), (x,), e, fr)
         if fn in (min, max) and len(args) == 2 and tensors:
-            import graphgrad
-            op = graphgrad.minimum if fn is min else graphgrad.maximum
+            op = ops.minimum if fn is min else ops.maximum
             a, b = (_tensor(xp.asarray(v)) if not isinstance(v, Symbol) else v for v in args)
             return self.apply(op, (a, b), e, fr)
         return self.apply(fn, tuple(args), e, fr, kwargs)
