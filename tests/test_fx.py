@@ -238,6 +238,29 @@ def test_tensors_made_at_trace_time_are_frozen_constants():
     np.testing.assert_array_equal(_np(gm(x)), _np(gm._tensor_constant0))
 
 
+@pytest.mark.parametrize("fn, name", [
+    (lambda x: gg.nn.functional.dropout(x, 0.5), "dropout"),
+    (lambda x: gg.randn_like(x) + x, "randn_like"),
+])
+def test_random_draws_for_traced_values_are_refused_not_frozen(fn, name):
+    # torch.fx records these calls and draws anew per run; freezing one draw would be
+    # silently wrong, so graphgrad.fx refuses (a draw with no traced input is frozen, as
+    # in torch.fx: test_tensors_made_at_trace_time_are_frozen_constants)
+    with pytest.raises(fx.TraceError, match=f"{name}\\(\\) draws random numbers") as info:
+        fx.symbolic_trace(fn, example_inputs=(_t(2, 3),))
+    assert "test_fx.py" in str(info.value)
+
+
+def test_a_dropout_module_is_a_leaf_that_draws_per_call():
+    m = nn.Sequential(nn.Linear(3, 3, dtype=gg.float64), nn.Dropout(0.5))
+    gm = fx.symbolic_trace(m, example_inputs=(_t(2, 3),))
+    assert [n.kind for n in gm.graph.nodes].count("call_module") == 2
+    x = _t(50, 3)
+    assert not np.array_equal(_np(gm(x)), _np(gm(x)))
+    m.eval()
+    np.testing.assert_allclose(_np(gm(x)), _np(m(x)))
+
+
 # ---- modules: leaves, parameters ----------------------------------------------------------
 
 class Scaled(nn.Module):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,7 +30,7 @@ from graphgrad.nn import Module, Sequential
 from graphgrad.tensor import Value
 from graphgrad.tensor.dispatch import current_interpreter
 
-from .errors import CONTROL_FLOW, ITERATION, trace_error, user_location
+from .errors import CONTROL_FLOW, ITERATION, in_graphgrad, trace_error, user_location
 from .proxy import Proxy, ShapeProxy
 
 __all__ = ["Tracer", "PH"]
@@ -217,6 +218,25 @@ class Tracer(GraphBuilder):
             proxy = self._shapes[node] = self.proxy(shape, ShapeProxy)
         return proxy
 
+    # ---- random draws while tracing ---------------------------------------------------
+
+    # random_tensor (graphgrad's one source of random tensors) hands each draw made while
+    # a level with randomness="different" is on the stack to that level's batched_random
+    randomness = "different"
+
+    def batched_random(self, sample: Callable, shape: tuple):
+        """A draw with no traced input (``randn(3)``) runs now and is frozen, as torch.fx
+        freezes it. A draw for a traced value (``dropout(x)``, ``randn_like(x)``) would be
+        frozen too, where torch.fx records the call and draws anew on every run: refuse."""
+        culprit = _drawing_for_a_proxy()
+        if culprit is not None:
+            raise trace_error(
+                f"{culprit}() draws random numbers for a traced value; graphgrad.fx would "
+                f"freeze one draw into the graph (torch.fx records the call and draws anew "
+                f"on every run), so it refuses. Use a module that stays a leaf "
+                f"(graphgrad.nn.Dropout) or draw outside and pass the noise in")
+        return sample(shape)
+
     # ---- where the traced code needs a concrete value (overridable, as in torch.fx) ----
 
     def to_bool(self, obj: Proxy) -> bool:
@@ -226,6 +246,17 @@ class Tracer(GraphBuilder):
     def iter(self, obj: Proxy):
         """``iter(proxy)``: a loop or an unpacking of a traced value."""
         raise trace_error(ITERATION)
+
+
+def _drawing_for_a_proxy() -> str | None:
+    """The graphgrad function between here and the user's code that holds a Proxy (whose
+    shape the random draw was made for), if any."""
+    frame = sys._getframe(2)
+    while frame is not None and in_graphgrad(frame):
+        if any(isinstance(v, Proxy) for v in frame.f_locals.values()):
+            return frame.f_code.co_name
+        frame = frame.f_back
+    return None
 
 
 def _signature(root: Module, fn: Callable) -> inspect.Signature:
