@@ -142,6 +142,16 @@ def test_exact_shapes_where_a_shape_rule_needs_sizes():
         gm(_t(4, 3))
 
 
+def test_a_library_check_that_needs_sizes_retraces_for_the_example_shape():
+    def f(x):
+        return gg.nn.functional.layer_norm(x, (4,)) * 2
+
+    gm = fx.symbolic_trace(f, example_inputs=(_t(3, 4),))
+    assert gm.graph.inputs[0].spec.shape == (3, 4)
+    x = _t(3, 4, seed=9)
+    np.testing.assert_allclose(_np(gm(x)), _np(f(x)), rtol=1e-12)
+
+
 def test_without_example_inputs_rank_needing_code_says_so():
     with pytest.raises(fx.TraceError, match="rank of Proxy\\(x\\) is not known") as info:
         fx.symbolic_trace(lambda x: gg.softmax(x, dim=-1))

@@ -21,7 +21,7 @@ from graphgrad.graph import Spec
 from graphgrad.nn import Module
 from graphgrad.tensor import Value
 
-from .errors import UnknownRankError
+from .errors import TraceError, UnknownRankError
 from .graph_module import GraphModule
 from .tracer import PH, Tracer
 
@@ -61,17 +61,25 @@ def symbolic_trace(root: Module | Callable, concrete_args: dict[str, Any] | None
     else:
         try:
             graph = tracer.trace(root, concrete_args, input_specs=_specs(example_inputs, False))
-        except (NotImplementedError, TypeError, UnknownRankError):
-            # a shape rule (or graphgrad code) needed a size, not just the rank: trace for
-            # the example's exact shapes instead (the GraphModule checks its inputs fit)
-            tracer = Tracer()
-            graph = tracer.trace(root, concrete_args, input_specs=_specs(example_inputs, True))
+        except TraceError as e:
+            if not isinstance(e, UnknownRankError):
+                raise   # Python control flow on a traced value: sizes would not help
+            graph, tracer = _trace_exact(root, concrete_args, example_inputs)
+        except Exception:  # noqa: BLE001 - a shape rule or a check needed a size (e.g.
+            # F.layer_norm's normalized_shape): trace for the example's exact shapes
+            # instead; the GraphModule checks that its inputs have them
+            graph, tracer = _trace_exact(root, concrete_args, example_inputs)
     gm = GraphModule(tracer.root, graph, graph.name)
     d = gm.__dict__
     d["_signature"] = _call_signature(tracer.signature, tracer.concrete)
     d["_out_spec"] = tracer.out_spec
     d["_concrete"] = dict(tracer.concrete)
     return gm
+
+
+def _trace_exact(root, concrete_args, example_inputs) -> tuple:
+    tracer = Tracer()
+    return tracer.trace(root, concrete_args, input_specs=_specs(example_inputs, True)), tracer
 
 
 def _call_signature(sig: inspect.Signature, concrete: dict) -> inspect.Signature:
