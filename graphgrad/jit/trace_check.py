@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from graphgrad.backend import xp
 from graphgrad.func.pytree import tree_flatten
-from graphgrad.graph import Graph, Node, tabular
+from graphgrad.graph import Graph, Node, short, tabular
 from graphgrad.tensor import Tensor, Value
 
 from .trace_values import TracerWarning
@@ -68,8 +68,8 @@ def _constants_differ(a: Graph, b: Graph) -> str | None:
             continue
         va, vb = na.value, nb.value
         if va.shape != vb.shape or not xp.array_equal(va, vb, equal_nan=va.dtype.kind in "fc"):
-            return (f"{_CONSTANT_DIFF}\n\tNode:\n\t\t{na.name} = constant  # {na.spec}\n"
-                    f"\tComparison exception:\n\t\t{_compare(va, vb, 0.0, 0.0)}")
+            return (f"{_CONSTANT_DIFF}\n\tNode:\n\t\t{na.name} = constant  # {short(na.spec)}\n"
+                    f"\tComparison exception:\n{_indent(_indent(_compare(va, vb, 0.0, 0.0)))}")
     return None
 
 

@@ -125,6 +125,8 @@ class Tracer(Interpreter):
             elif seen[2] != v._version:
                 seen[1], seen[2] = self._after_inplace(v, seen[1]), v._version
             return seen[1]
+        if isinstance(v, xp.ndarray):  # ``array + x`` passes the array itself
+            return self.graph.constant(xp.array(v, copy=True))
         return v
 
     def _first_use(self, v: Value) -> Node:

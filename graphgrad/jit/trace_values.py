@@ -50,7 +50,15 @@ _LEN = ("Using len to get tensor shape might cause the trace to be incorrect. Re
 _ITER = ("Iterating over a tensor might cause the trace to be incorrect. Passing a tensor of "
          "different shape won't change the number of iterations executed (and might lead to "
          "errors or silently give incorrect results).")
+_PLUMBING = os.sep + "graphgrad" + os.sep + "ops" + os.sep
 _OPERATOR_OPS = frozenset({"BINARY_OP", "COMPARE_OP"})
+_REFLECTED = {"add": "__radd__", "subtract": "__rsub__", "multiply": "__rmul__",
+              "true_divide": "__rtruediv__", "divide": "__rtruediv__",
+              "floor_divide": "__rfloordiv__", "remainder": "__rmod__", "power": "__rpow__",
+              "matmul": "__rmatmul__", "less": "__gt__", "less_equal": "__ge__",
+              "greater": "__lt__", "greater_equal": "__le__", "equal": "__eq__",
+              "not_equal": "__ne__", "bitwise_and": "__rand__", "bitwise_or": "__ror__",
+              "bitwise_xor": "__rxor__"}
 
 
 def warn_at(frame: FrameType | None, message: str) -> None:
@@ -74,9 +82,14 @@ def dataflow(kind: str, *, internal_too: bool = False) -> None:
     if not is_user_code(caller.f_code):
         if not internal_too:
             return
-        code = caller.f_code  # say where inside graphgrad the size became a plain number
-        message += (f" (converted inside graphgrad: {code.co_name} at "
-                    f"{os.path.basename(code.co_filename)}:{caller.f_lineno})")
+        frame = caller  # name the graphgrad function that did it, above the plumbing
+        while frame.f_back is not None and _PLUMBING in frame.f_code.co_filename \
+                and not is_user_code(frame.f_back.f_code):
+            frame = frame.f_back
+        code = frame.f_code
+        message += (f" (converted inside graphgrad: "
+                    f"{code.co_qualname.split('.<locals>')[0]} at "
+                    f"{os.path.basename(code.co_filename)}:{frame.f_lineno})")
     warn_at(user_frame(caller), message)
 
 
@@ -115,8 +128,11 @@ class TracedTensor(Tensor):
         return self._tracer.size(self, dim % self._array.ndim)
 
     def numel(self):
-        n = 1
-        for s in self.shape:
+        shape = self.shape
+        if not shape:
+            return 1
+        n = shape[0]
+        for s in shape[1:]:
             n = n * s
         return n
 
@@ -176,9 +192,11 @@ class TracedTensor(Tensor):
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         frame = user_frame(sys._getframe(1))
-        if frame is not None and dis.opname[frame.f_code.co_code[frame.f_lasti]] \
-                in _OPERATOR_OPS:
-            return NotImplemented  # ``array + x``: Python then calls x.__radd__ (an op)
+        if frame is not None and method == "__call__" and len(inputs) == 2 \
+                and inputs[1] is self and ufunc.__name__ in _REFLECTED \
+                and dis.opname[frame.f_code.co_code[frame.f_lasti]] in _OPERATOR_OPS:
+            # ``array + x`` (an operator, not np.add): what eager mode does, x.__radd__
+            return getattr(self, _REFLECTED[ufunc.__name__])(inputs[0])
         self._tracer.external(f"numpy.{ufunc.__name__}", frame)
         inputs = [i._array if isinstance(i, Value) else i for i in inputs]
         return getattr(ufunc, method)(*inputs, **kwargs)
