@@ -24,7 +24,6 @@ placeholders of unknown dims), ``fx.symbolic_trace``, ``jit.trace``, ``jit.scrip
 from __future__ import annotations
 
 import importlib
-import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -110,8 +109,29 @@ def _second_cell(r: MethodResult, rep: CaptureReport) -> str:
     return {True: "yes", False: "NO", None: "-"}[r.second_matches]
 
 
+_PLUMBING = ("placeholder", "output", "constant", "item")
+
+
+def _ops(graph: Graph) -> str:
+    """The graph's operations in order, e.g. ``Lt, cond(Add | Sub)``."""
+    parts = []
+    for n in graph.nodes:
+        if n.kind in _PLUMBING:
+            continue
+        if n.kind == "cond":
+            branches = [_ops(g) or "-" for g in n.subgraphs.values()]
+            parts.append(f"cond({' | '.join(branches)})")
+        elif n.subgraphs:
+            parts.append(f"{n.kind}({'; '.join(_ops(g) for g in n.subgraphs.values())})")
+        else:
+            parts.append(n.target_name)
+    return ", ".join(parts)
+
+
 def _detail(r: MethodResult) -> str:
     text = r.message.strip().splitlines()[0] if r.message.strip() else ""
+    if not text and r.graphs:
+        text = " / ".join(f"[{_ops(g)}]" for g in r.graphs)
     if r.notes:
         text = "; ".join([text] + r.notes) if text else "; ".join(r.notes)
     return text if len(text) <= 110 else text[:107] + "..."
@@ -192,10 +212,12 @@ def _compile(fn, example):
     dynamo = importlib.import_module("graphgrad.dynamo")
     graphs: list[Graph] = []
 
+    eager_backend = dynamo.lookup_backend("eager")
+
     def recording_backend(gm, example_inputs):
         # graphs are handed over on each (re)capture, so the list grows with new paths
         graphs.append(getattr(gm, "graph", gm))
-        return gm
+        return eager_backend(gm, example_inputs)
 
     dynamo.reset()
     return dynamo.compile(fn, backend=recording_backend), graphs
@@ -207,8 +229,10 @@ _RUNNERS: dict[str, Callable] = {"static": _static, "fx.symbolic_trace": _fx,
 
 
 def _message(e: BaseException) -> str:
-    text = "".join(traceback.format_exception_only(type(e), e)).strip()
-    return text
+    """``Name: message`` with the message's first non-empty line first (capture errors
+    start with a blank line before the source excerpt)."""
+    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: " + "\n".join(lines)
 
 
 def _run_method(method, fn, example, second, eager) -> MethodResult:
