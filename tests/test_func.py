@@ -820,7 +820,7 @@ def test_perturbation_confusion():
 
 # reverse mode inside vmap w.r.t. an *unbatched* input: the per-example gradient must not
 # be summed over the batch (per-sample gradients, torch.func's headline example)
-VMAP_REVERSE_BUGS = {
+VMAP_REVERSE = {
     "vmap_grad_unbatched_w": (lambda m: m.vmap(m.grad(loss), in_dims=(None, 0, 0)),
                               lambda: (W0, X0, Y0)),
     "vmap_vjp_unbatched_primal": (lambda m: m.vmap(lambda w, x: m.vjp(
@@ -829,23 +829,58 @@ VMAP_REVERSE_BUGS = {
     "vmap_hessian": (lambda m: m.vmap(m.hessian(scal)), lambda: (X0,)),
     "vmap_jacrev_unbatched_w": (lambda m: m.vmap(m.jacrev(lambda w, x: (w * x).sin()),
                                                  in_dims=(None, 0)), lambda: (W0, X0)),
+    # a tensor batched at an outer vmap level, differentiated by transforms inside it
+    "vmap_jacrev_argnums": (lambda m: m.vmap(m.jacrev(lambda w, x: (w * x).sin() * w.sum(),
+                                                      argnums=(0, 1)), in_dims=(None, 0)),
+                            lambda: (W0, X0)),
+    "vmap_jacfwd_jacrev": (lambda m: m.vmap(m.jacfwd(m.jacrev(scal))), lambda: (X0,)),
+    "vmap_jacrev_jacrev": (lambda m: m.vmap(m.jacrev(m.jacrev(scal))), lambda: (X0[:2],)),
+    "vmap_hessian_mlp_input": (lambda m: m.vmap(m.hessian(
+        lambda x, w: (x @ w).tanh().sum() + (x ** 2).sum()), in_dims=(0, None)),
+        lambda: (X0, np.outer(W0, C0))),
+    "vmap_vmap_jacrev": (lambda m: m.vmap(m.vmap(m.jacrev(vec))),
+                         lambda: (X0.reshape(5, 1, 3),)),
+    "vmap_jacrev_in_dims_1": (lambda m: m.vmap(m.jacrev(vec), in_dims=1), lambda: (X0.T,)),
+    "vmap_grad_grad": (lambda m: m.vmap(m.grad(lambda x: m.grad(lambda y: (y ** 3).sin())(x))),
+                       lambda: (X0[:, 0],)),
+    "vmap_vjp_batched_cotangents_too": (lambda m: m.vmap(
+        lambda x, c: m.vmap(m.vjp(vec, x)[1])(c)), lambda: (X0, np.stack([np.eye(3)] * 5))),
+    "jacrev_of_vmap": (lambda m: m.jacrev(m.vmap(vec)), lambda: (X0[:2],)),
+    "jacfwd_of_vmap_grad": (lambda m: m.jacfwd(m.vmap(m.grad(scal))), lambda: (X0[:2],)),
+    "vmap_hvp": (lambda m: m.vmap(lambda x, v: m.jvp(m.grad(scal), (x,), (v,))[1]),
+                 lambda: (X0, X0[::-1].copy())),
+    "vmap_vjp_of_jvp": (lambda m: m.vmap(lambda x, v: m.vjp(
+        lambda a: m.jvp(vec, (a,), (v,))[1], x)[1](v)[0]), lambda: (X0, X0[::-1].copy())),
 }
 
 
-_VMAP_OF_JACREV = pytest.mark.xfail(strict=True, reason=(
-    "BUG: vmap(jacrev(f)) and vmap(hessian(f)) fail with 'Mismatch in shape': the engine "
-    "unwraps the cotangent (batched by jacrev's inner vmap) as if it belonged to the outer "
-    "vmap level of the output"))
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=_VMAP_OF_JACREV) if n in ("vmap_jacrev", "vmap_hessian",
-                                                   "vmap_jacrev_unbatched_w") else n
-    for n in VMAP_REVERSE_BUGS])
+@pytest.mark.parametrize("name", list(VMAP_REVERSE))
 def test_reverse_mode_inside_vmap(name):
-    build, args = VMAP_REVERSE_BUGS[name]
+    build, args = VMAP_REVERSE[name]
     gs, ts = both(*args())
     close(build(F)(*gs), build(TF)(*ts))
+
+
+@pytest.mark.parametrize("m", [F, TF], ids=["graphgrad", "torch"])
+def test_backward_inside_vmap_is_refused(m):
+    w = (G if m is F else T)(W0).requires_grad_(True)
+
+    def f(x):
+        (x * w).sum().backward()
+        return x
+    with pytest.raises(RuntimeError, match=r"backward\(\) called inside a functorch transform"):
+        m.vmap(f)((G if m is F else T)(X0))
+    assert w.grad is None
+
+
+def test_outer_backward_through_vmap_of_jacrev():
+    """The vmap's result is recorded physically: an outer backward reaches the inputs."""
+    (x,), (xt,) = both(X0)
+    x.requires_grad_(True)
+    xt.requires_grad_(True)
+    (F.vmap(F.jacrev(vec))(x) ** 2).sum().backward()
+    (TF.vmap(TF.jacrev(vec))(xt) ** 2).sum().backward()
+    close(x.grad, xt.grad)
 
 
 # ---- which results require grad ------------------------------------------------------

@@ -286,51 +286,19 @@ def _as_tuple(x) -> tuple:
     return tuple(x)
 
 
+def _is_wrapper(t) -> bool:
+    """vmap's BatchedTensor: a graph node at its vmap level (its logical graph), holding
+    the physical tensor that the batching rules recorded on."""
+    return hasattr(type(t), "_unwrap_for_autograd")
+
+
 def _unwrap(t):
-    """Wrapper tensors (vmap's BatchedTensor) are recorded through the physical tensor
-    they hold; returns it and the wrappers, outermost first."""
+    """The physical tensor a wrapper holds, and the wrappers, outermost first."""
     wrappers = []
-    while hasattr(type(t), "_unwrap_for_autograd"):
+    while _is_wrapper(t):
         wrappers.append(t)
         t = t._unwrap_for_autograd()[0]
     return t, wrappers
-
-
-def _rewrap(g, wrappers: list):
-    for w in reversed(wrappers):
-        g = type(w)(g, w._bdim, w._level)
-    return g
-
-
-def _physical_pairs(outputs: tuple, grad_outputs: tuple) -> tuple[tuple, tuple]:
-    """Outputs and grad_outputs as the physical tensors the graph was recorded on."""
-    if not any(hasattr(type(o), "_unwrap_for_autograd") for o in outputs):
-        return outputs, grad_outputs
-    outs, grads = [], []
-    for i, (o, g) in enumerate(zip(outputs, grad_outputs, strict=True)):
-        phys, wrappers = _unwrap(o)
-        if g is None and wrappers:
-            if o._array.size != 1:
-                raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            if not phys._rg:
-                raise RuntimeError(f"element {i} of tensors does not require grad and does not "
-                                   "have a grad_fn")
-            g = _leaf(xp.ones(phys._array.shape, phys._array.dtype))
-        elif isinstance(g, Value):
-            g_phys, g_wrappers = _unwrap(g)
-            if not g_wrappers:  # the same cotangent for every example
-                for w in wrappers:
-                    size = w._unwrap_for_autograd()[0].shape[w._bdim]
-                    g_phys = g_phys.unsqueeze(w._bdim)
-                    g_phys = g_phys.expand(*(g_phys.shape[:w._bdim] + (size,)
-                                             + g_phys.shape[w._bdim + 1:]))
-            elif [w._bdim for w in g_wrappers] != [w._bdim for w in wrappers]:
-                raise RuntimeError("autograd: grad_outputs batched differently from the outputs "
-                                   "inside vmap are not supported")
-            g = g_phys
-        outs.append(phys)
-        grads.append(g)
-    return tuple(outs), tuple(grads)
 
 
 def _make_seeds(outputs: tuple, grad_outputs: tuple) -> list:
@@ -398,8 +366,11 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
             raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     if retain_graph is None:
         retain_graph = create_graph
-    outputs, grads = _physical_pairs(outputs, _normalize_grads(outputs, grad_tensors))
-    seeds = _make_seeds(outputs, grads)
+    if any(_is_wrapper(o) for o in outputs):
+        raise RuntimeError("backward() called inside a functorch transform. This is not "
+                           "supported, please use functorch.grad or functorch.vjp instead or "
+                           "call backward() outside of functorch transforms.")
+    seeds = _make_seeds(outputs, _normalize_grads(outputs, grad_tensors))
     results = run_backward(outputs, seeds, retain_graph=retain_graph,
                            create_graph=create_graph, targets=inputs)
     for t, g in results.values():
@@ -453,16 +424,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
             raise RuntimeError("One of the differentiated Tensors does not require grad")
     if retain_graph is None:
         retain_graph = create_graph
-    outs, grads_out = _physical_pairs(outs, _normalize_grads(outs, grad_outputs))
-    seeds = _make_seeds(outs, grads_out)
-    unwrapped = [_unwrap(t) for t in ins]
+    seeds = _make_seeds(outs, _normalize_grads(outs, grad_outputs))
     results = run_backward(outs, seeds, retain_graph=retain_graph, create_graph=create_graph,
-                           targets=[p for p, _ in unwrapped])
+                           targets=ins)
     grads = []
-    for t, (phys, wrappers) in zip(ins, unwrapped, strict=True):
-        g = results[id(phys)][1] if id(phys) in results else None
-        if g is not None and wrappers:
-            g = _rewrap(g, wrappers)
+    for t in ins:
+        g = results[id(t)][1] if id(t) in results else None
         if g is None:
             if not allow_unused:
                 raise RuntimeError("One of the differentiated Tensors appears to not have been "

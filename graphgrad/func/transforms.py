@@ -20,10 +20,9 @@ from graphgrad.autograd import grad as autograd_grad
 from graphgrad.autograd.engine import _unwrap, toposort
 from graphgrad.autograd.forward_ad import active_levels, dual_level, make_dual, unpack_dual
 from graphgrad.tensor import Value, eye, zeros_like
-from graphgrad.tensor.dispatch import _stack
 
 from .pytree import tree_flatten, tree_map, tree_unflatten
-from .vmap import BatchedTensor, VmapLevel, vmap
+from .vmap import vmap
 
 __all__ = ["grad", "grad_and_value", "vjp", "jvp", "linearize", "jacrev", "jacfwd", "hessian",
            "hvp"]
@@ -53,58 +52,29 @@ def _norm_argnums(argnums, nargs: int, api: str) -> tuple[tuple, bool]:
     return tuple(out), single
 
 
-def _fresh(x, levels=()):
+def _fresh(x):
     """An alias of ``x`` that requires grad: it keeps x's tangents (forward AD), its
     batching (vmap) and, when x already requires grad, its history."""
     if not isinstance(x, Value):
         raise ValueError(f"Thing passed to transform API must be Tensor, got {type(x)}")
-    x = _expand_over(x, levels)
     y = x.view_as(x)
     if not y.requires_grad:
         y.requires_grad_(True)
-        leaf = _unwrap(y)[0]
-        _FRESH[id(leaf)] = leaf
+        # the alias is a leaf of the logical graph and (inside vmap) its physical
+        # tensor one of the physical graph: both are the transform's own
+        for leaf in (y, *_unwrap(y)[1][1:], _unwrap(y)[0]):
+            _FRESH[id(leaf)] = leaf
     return y
 
 
-def _expand_over(x, levels):
-    """``x`` batched (by expansion) along each of ``levels`` it is not batched at."""
-    for level in levels:
-        if not _batched_at(x, level):
-            with level.lowered():
-                phys = x.unsqueeze(0).expand(level.size, *x.shape)
-            x = BatchedTensor(phys, 0, level)
-    return x
-
-
-def _batched_at(x, level) -> bool:
-    while isinstance(x, BatchedTensor):
-        if x._level is level:
-            return True
-        x = x._phys
-    return False
-
-
-def _levels_to_expand(out, flat_all) -> list:
-    """Inside vmap, the vmap levels at which the output is batched but an input is not.
-    Reverse mode records the physical tensors, so such a shared (unbatched) input would
-    receive the sum of the examples' gradients: the call is redone with the input
-    expanded along those levels, giving one gradient per example."""
-    outs = [o for o in tree_flatten(out)[0] if isinstance(o, Value)]
-    ins = [x for fresh in flat_all for x in fresh]
-    return [lvl for lvl in _stack if isinstance(lvl, VmapLevel)
-            and any(_batched_at(o, lvl) for o in outs)
-            and any(not _batched_at(x, lvl) for x in ins)]
-
-
-def _diff_args(args: tuple, argnums: tuple, levels=()):
+def _diff_args(args: tuple, argnums: tuple):
     """Replace the differentiated args by fresh aliases; return the new args, the flat
     list of fresh leaves and the per-argnum specs."""
     args = list(args)
     flat_all, specs = [], []
     for a in argnums:
         leaves, spec = tree_flatten(args[a])
-        fresh = [_fresh(x, levels) for x in leaves]
+        fresh = [_fresh(x) for x in leaves]
         args[a] = tree_unflatten(fresh, spec)
         flat_all.append(fresh)
         specs.append(spec)
@@ -131,8 +101,7 @@ def _private(t) -> bool:
     and ``t``'s graph leads only to leaves the transforms made for themselves."""
     if not isinstance(t, Value) or not t.requires_grad or _depth[0] or active_levels():
         return False
-    phys, _ = _unwrap(t)
-    for node in toposort([phys]):
+    for node in toposort([t]):
         if node.op is None and node.requires_grad and _FRESH.get(id(node)) is not node:
             return False
     return True
@@ -166,11 +135,6 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
         with enable_grad(), _transform():  # transforms ignore an enclosing no_grad
             new_args, flat_all, specs = _diff_args(args, nums)
             out = func(*new_args, **kwargs)
-            levels = _levels_to_expand(out[0] if has_aux and isinstance(out, tuple) else out,
-                                       flat_all)
-            if levels:
-                new_args, flat_all, specs = _diff_args(args, nums, levels)
-                out = func(*new_args, **kwargs)
             aux = None
             if has_aux:
                 if not (isinstance(out, tuple) and len(out) == 2):
@@ -212,11 +176,6 @@ def vjp(func, *primals, has_aux: bool = False):
         every = tuple(range(len(primals)))
         new_primals, flat_all, specs = _diff_args(primals, every)
         out = func(*new_primals)
-        levels = _levels_to_expand(out[0] if has_aux and isinstance(out, tuple) else out,
-                                   flat_all)
-        if levels:
-            new_primals, flat_all, specs = _diff_args(primals, every, levels)
-            out = func(*new_primals)
     aux = None
     if has_aux:
         if not (isinstance(out, tuple) and len(out) == 2):

@@ -14,6 +14,7 @@ import functools
 
 from graphgrad.autograd.engine import _dummy
 from graphgrad.tensor import Interpreter, Tensor, Value, dispatch, pop_interpreter
+from graphgrad.tensor import is_grad_enabled as _grad_enabled
 from graphgrad.tensor import push_interpreter
 
 from .pytree import tree_flatten, tree_unflatten
@@ -128,7 +129,32 @@ class VmapLevel(Interpreter):
             out, bdim = op.batch(tuple(vals), tuple(bdims), **params)
         if bdim is None:
             return out
-        return BatchedTensor(out, bdim, self)
+        out = BatchedTensor(out, bdim, self)
+        if _grad_enabled() and op.differentiable and out._array.dtype.kind in "fc":
+            for a in args:
+                if isinstance(a, Value) and a._rg:
+                    _record_logical(out, op, args, params)
+                    break
+        return out
+
+
+def _record_logical(out: BatchedTensor, op, args: tuple, params: dict) -> None:
+    """Make ``out`` a graph node at this level, with the logical args as inputs.
+
+    The batching rule's ops recorded the physical graph (what a backward *outside*
+    vmap walks); reverse mode *inside* vmap walks this logical one instead, so its vjp
+    rules run on logical tensors through the dispatch stack: a cotangent batched at
+    another vmap level stays batched there (``vmap(jacrev(f))``), forward-AD levels
+    above this one see the saved values' tangents (``vmap(hessian(f))``), and the
+    gradient w.r.t. an unbatched input is one per example, not their sum."""
+    out.op = op
+    out.inputs = args
+    out.params = params
+    out._rg = True
+    # the inputs' versions, for the engine's saved-tensor check (None: all zero)
+    versions = tuple(a._vc[0] if isinstance(a, Value) and a._vc is not None else 0
+                     for a in args)
+    out._sv = versions if any(versions) else None
 
 
 def _in_dims_leaves(in_dims, args_spec, name: str, args) -> list:
