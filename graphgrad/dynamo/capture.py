@@ -13,6 +13,7 @@ guards, and the conversions between runtime values, trace values and templates.
 from __future__ import annotations
 
 import types
+from collections import OrderedDict
 from typing import Any
 
 from graphgrad.graph import Graph, GraphBuilder, Spec, Symbol, symbol
@@ -124,10 +125,12 @@ class Capture:
         if t is tuple:
             self.guards.add("len", source, (tuple, len(value)), self.where)
             return tuple(self.wrap(v, Item(source, i)) for i, v in enumerate(value))
-        if t is list or t is dict:
-            if t is list:
-                self.guards.add("type", source, list, self.where)
+        if t is list or t is dict or t is OrderedDict:
+            self.guards.add("type", source, t, self.where)
             return Ext(value, source)
+        if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and not isinstance(
+                getattr(value, "__self__", None), types.ModuleType):
+            return value   # a fresh bound method: its owner was guarded where it was read
         self.guards.add("id", source, value, self.where)
         if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type,
                               types.MethodType)):
@@ -151,8 +154,8 @@ class Capture:
         if type(obj) is list:
             self.guards.add("len", src, (list, len(obj)), self.where)
             return [self.wrap(x, Item(src, i)) for i, x in enumerate(obj)]
-        if type(obj) is dict:
-            self.guards.add("keys", src, tuple(obj), self.where)
+        if type(obj) in (dict, OrderedDict):
+            self.guards.add("keys", src, (type(obj), tuple(obj)), self.where)
             return {key: self.wrap(x, Item(src, key)) for key, x in obj.items()}
         return obj
 
@@ -169,8 +172,9 @@ class Capture:
             self.guards.add("len", v.source, (list, len(obj)), self.where)
             key = key if key >= 0 else key + len(obj)
             return self.wrap(obj[key], Item(v.source, key))
-        if type(obj) is dict and type(key) in (str, int, bool, float, type(None)):
-            self.guards.add("keys", v.source, tuple(obj), self.where)
+        if type(obj) in (dict, OrderedDict) and type(key) in (str, int, bool, float,
+                                                              type(None)):
+            self.guards.add("keys", v.source, (type(obj), tuple(obj)), self.where)
             return self.wrap(obj[key], Item(v.source, key))
         raise Unsupported(f"subscript of {type(obj).__name__} with {type(key).__name__}")
 

@@ -281,7 +281,7 @@ class CompiledFunction:
         cap = Capture(f"graph_{len(self.graphs) + 1}", a, k, s, self._dyn)
         if is_root:
             cap.guards.add("len", _Whole("a"), (tuple, len(a)))
-            cap.guards.add("keys", _Whole("k"), tuple(k))
+            cap.guards.add("keys", _Whole("k"), (dict, tuple(k)))
         frames: list = []
         try:
             frames = cap.instantiate(template)
@@ -369,6 +369,8 @@ class CompiledFunction:
                 top.stack.append(SlotRef(base))
             elif end.mode == "force":
                 top.forced = SlotRef(base)
+            elif end.mode == "replace":
+                top.stack[-1] = SlotRef(base)
             muts = "".join(f"{name}, " for _, name in cg.containers)
             body = f"s + ({fn_e}(*{args_e}, **{kw_e}), {muts})"
             f = frames[-1]

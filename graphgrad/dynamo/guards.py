@@ -54,7 +54,7 @@ def _describe(kind: str, src: str, expected: Any) -> str:
     if kind == "len":
         return f"len({src}) == {expected[1]} ({expected[0].__name__})"
     if kind == "keys":
-        return f"{src}.keys() == {list(expected)!r}"
+        return f"{src}.keys() == {list(expected[1])!r}"
     if kind == "type":
         return f"type({src}) is {expected.__name__}"
     return f"{kind}({src})"
@@ -106,7 +106,7 @@ class GuardSet:
         if g.kind == "len":
             return f"type({e}) is {p(g.expected[0])} and len({e}) == {g.expected[1]}"
         if g.kind == "keys":
-            return f"type({e}) is dict and tuple({e}) == {p(tuple(g.expected))}"
+            return f"type({e}) is {p(g.expected[0])} and tuple({e}) == {p(g.expected[1])}"
         if g.kind == "type":
             return f"type({e}) is {p(g.expected)}"
         raise ValueError(f"unknown guard kind {g.kind!r}")

@@ -373,7 +373,7 @@ def _map_add(it, f, inst):
 
 @handler("LIST_EXTEND", "SET_UPDATE")
 def _list_extend(it, f, inst):
-    v = _seq(it, f.stack.pop())
+    v = _seq(it, f.stack.pop(), f)
     target = f.stack[-inst.arg]
     (target.extend if isinstance(target, list) else target.update)(v)
 
@@ -389,29 +389,31 @@ def _list_to_tuple(it, f, inst):
     f.stack.append(tuple(f.stack.pop()))
 
 
-def _seq(it, v) -> list:
-    """The items of an iterable trace value, as a list (tensors: their rows)."""
+def _seq(it, v, f=None) -> list:
+    """The items of an iterable trace value, as a list (tensors: their rows). With the
+    frame ``f`` given, ``v`` was the top of its stack: what cannot be listed here is
+    listed for real (a graph break) and the instruction runs again on the list."""
     v = it.cap.realize(v)
     if isinstance(v, ListIter):
         items = v.items[v.pos:]
         v.pos = len(v.items)
         return list(items)
-    if isinstance(v, Symbol) and not it.cap.concrete:
-        if v.shape is None or not v.shape or v.shape[0] is None:
-            it.brk("unsupported-value-op", "iterating over a tensor of unknown length", list,
-                   (v,))
+    if it.cap.concrete or isinstance(v, (list, tuple, range, str, dict, set, frozenset)):
+        return list(v)
+    if isinstance(v, Symbol) and v.shape is not None and v.shape and v.shape[0] is not None:
         with it.cap.builder.active():
             return [v[i] for i in range(v.shape[0])]
-    if isinstance(v, (list, tuple, range, str, dict, set, frozenset)) or it.cap.concrete:
-        return list(v)
-    if isinstance(v, Ext):  # pragma: no cover - realize handles lists and dicts
-        raise Unsupported("iterating over an object")
-    return list(it.value_op(iter, v))
+    if f is None:
+        raise Unsupported(f"iterating over {type(v).__name__}")
+    f.stack.append(v)
+    f.pc -= 1
+    return it.brk("unsupported-value-op", f"iterating over a {type(v).__name__} whose items "
+                  f"are known only at run time", list, (v,), mode="replace")
 
 
 @handler("UNPACK_SEQUENCE")
 def _unpack_sequence(it, f, inst):
-    items = _seq(it, f.stack.pop())
+    items = _seq(it, f.stack.pop(), f)
     if len(items) != inst.arg:
         raise ValueError(f"expected {inst.arg} values to unpack (got {len(items)})")
     f.stack.extend(reversed(items))
@@ -419,7 +421,7 @@ def _unpack_sequence(it, f, inst):
 
 @handler("UNPACK_EX")
 def _unpack_ex(it, f, inst):
-    items = _seq(it, f.stack.pop())
+    items = _seq(it, f.stack.pop(), f)
     before, after = inst.arg & 0xFF, inst.arg >> 8
     if len(items) < before + after:
         raise ValueError(f"not enough values to unpack (expected at least {before + after}, "
@@ -605,7 +607,7 @@ def _get_iter(it, f, inst):
     if isinstance(v, ListIter):
         f.stack.append(v)
         return
-    f.stack.append(ListIter(_seq(it, v)))
+    f.stack.append(ListIter(_seq(it, v, f)))
 
 
 @handler("FOR_ITER")

@@ -74,6 +74,10 @@ def _has_symbol(vals) -> bool:
 def _bind(code: types.CodeType, fn_name: str, defaults: tuple, kwdefaults: dict | None,
           args: list, kwargs: dict) -> dict:
     """Bind call arguments to parameter names, as CPython does."""
+    n = code.co_argcount
+    if not kwargs and len(args) == n and not code.co_kwonlyargcount \
+            and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+        return dict(zip(code.co_varnames[:n], args, strict=True))   # also names like ".0"
     sig = _signature(code, defaults, kwdefaults)
     bound = sig.bind(*args, **kwargs)
     bound.apply_defaults()
@@ -217,9 +221,13 @@ class Interpreter:
         cap = self.cap
         if isinstance(obj, Ext):
             o = obj.obj
-            if type(o) in (list, dict):
+            if isinstance(o, (list, dict)):
                 return getattr(cap.realize(obj), name) if not _mutating(o, name) else \
                     _BoundExt(obj, name)
+            method = getattr(type(o), name, None)
+            if isinstance(method, types.FunctionType) and not is_graphgrad(method) \
+                    and name not in getattr(o, "__dict__", ()):
+                return types.MethodType(method, obj)   # self stays an Ext: its reads guarded
             return cap.read_attr(obj, name)
         if isinstance(obj, Symbol):
             if name in TENSOR_EAGER_ATTRS:
