@@ -353,3 +353,15 @@ def test_printing_and_drawing():
     (printed,) = python_code(traced.graph).fn(x)
     assert _close(printed, shape_dependent(x))
     assert repr(traced).startswith("<TracedFunction shape_dependent(x: f64[2, 3])")
+
+
+def test_detach_cannot_be_recorded_faithfully():
+    def f(x):
+        return x * (x * 2).detach()
+    with pytest.raises(RuntimeError, match=r"Tensor.detach\(\) on a traced tensor cannot be "
+                                           r"recorded") as info:
+        jit.trace(f, (gg.ones(2),))
+    assert f'line {_line_of(f, "detach")}' in str(info.value)
+    traced, caught = _trace(f, (gg.ones(2),), strict=False)
+    assert any("no stop-gradient op" in str(w.message) for w in caught)
+    assert _close(traced(gg.full((2,), 3.0)), gg.full((2,), 18.0))   # values stay right

@@ -249,7 +249,16 @@ class Tracer(Interpreter):
                     "that the trace might not generalize to other inputs!")
         return plain(v)
 
-    # ---- external code -------------------------------------------------------------------
+    # ---- what a trace cannot keep ---------------------------------------------------------
+
+    def unrecordable(self, what: str, frame) -> None:
+        """Something the graph cannot express faithfully: an error when strict, else a
+        TracerWarning (the trace goes on with the closest graph it can record)."""
+        text = f"graphgrad.jit.trace: {what}:\n{where(frame)}"
+        if self.strict:
+            raise RuntimeError(text + "\nPass strict=False to trace() to record it anyway, "
+                               "with a warning.")
+        warn_at(frame, text)
 
     def external(self, name: str, frame, nonstrict: str | None = None) -> None:
         """A call from the user's ``frame`` into external code: an error when strict,

@@ -69,8 +69,7 @@ def warn_at(frame: FrameType | None, message: str) -> None:
     glb = frame.f_globals
     warnings.warn_explicit(message, TracerWarning, frame.f_code.co_filename, frame.f_lineno,
                            module=glb.get("__name__"),
-                           registry=glb.setdefault("__warningregistry__", {}),
-                           module_globals=glb)
+                           registry=glb.setdefault("__warningregistry__", {}))
 
 
 def dataflow(kind: str, *, internal_too: bool = False) -> None:
@@ -204,6 +203,33 @@ class TracedTensor(Tensor):
     def __array_function__(self, func, types, args, kwargs):
         self._tracer.external(f"numpy.{func.__name__}", user_frame(sys._getframe(1)))
         return func(*_arrays(args), **_arrays(kwargs))
+
+    # ---- detach: no stop-gradient op in the IR ---------------------------------------------
+    def detach(self) -> Tensor:
+        return self._detached("detach()")
+
+    def detach_(self) -> Tensor:
+        return self._detached("detach_()")
+
+    @property
+    def data(self) -> Tensor:
+        return self._detached(".data")
+
+    @data.setter
+    def data(self, value) -> None:
+        Tensor.data.fset(self, value)
+        self._node, self._nv = self._tracer.node_of(value), self._version
+
+    def _detached(self, what: str) -> Tensor:
+        """The graph IR has no stop-gradient op, so a detached tensor can only be the same
+        node: values stay right, gradients of the traced function would flow through it.
+        Refused when strict (an error naming the line), a warning otherwise."""
+        frame = user_frame(sys._getframe(2))
+        self._tracer.unrecordable(
+            f"Tensor.{what.strip('.')} on a traced tensor cannot be recorded: the graph has "
+            f"no stop-gradient op, so gradients of the traced function would flow through "
+            f"it", frame)
+        return self
 
     # ---- in-place writes that run no op ------------------------------------------------
     def fill_(self, value):
