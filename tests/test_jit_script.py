@@ -554,3 +554,55 @@ def test_return_types_must_agree():
 
     with pytest.raises(ScriptError, match="Type mismatch"):
         script(mixed)
+
+
+def test_branches_may_hold_constants_numbers_and_math():
+    def mixed(x):
+        if x.sum() > 0:
+            y = gg.zeros(3, dtype=gg.float64)  # an eager constant in one branch
+            k = 1
+        else:
+            y = x * 2
+            k = 2.5
+        return y + math.sqrt(2.0) * gg.exp(x) + math.exp(x.sum() * 0) * k
+
+    s = script(mixed)
+    assert [n.kind for n in s.graph.nodes].count("cond") == 1
+    for v in (1.0, -1.0):
+        _check_against_eager(lambda x: mixed(x) if x.sum().item() > 0 else mixed(x), s,
+                             [_t(v, 0.5 * v, 2 * v)])
+
+
+def test_dropout_in_training_mode_is_refused():
+    class Drop(gg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop = gg.nn.Dropout(0.5)
+
+        def forward(self, x):
+            return self.drop(x) * 2
+
+    m = Drop()
+    state = gg.default_generator.rng.bit_generator.state
+    with pytest.raises(ScriptError, match="draws random numbers"):
+        # dropout needs the input's shape: it is compiled at the first call, and refused
+        script(m)(_t(1.0, 2.0))
+    assert gg.default_generator.rng.bit_generator.state == state
+    m.eval()
+    np.testing.assert_allclose(script(m)(_t(1.0, 2.0)).numpy(), [2.0, 4.0])
+
+
+@pytest.mark.parametrize("fn,nargs", [(nested, 2), (halve_until_small, 1), (early_returns, 1),
+                                      (weighted_rows, 1)], ids=lambda v: getattr(v, "__name__",
+                                                                                 ""))
+def test_graph_verifies_and_its_printed_code_runs(fn, nargs):
+    x = [gg.tensor(np.random.default_rng(k).standard_normal((3, 2))) for k in range(nargs)]
+    s = script(fn)
+    graph = s.graph_for(*x)
+    graph.verify()
+    expected = _leaves(s(*x))
+    by_interpreter = Interpreter(graph).run(*x)
+    by_code = python_code(graph).fn(*x)
+    for e, a, b in zip(expected, by_interpreter, by_code, strict=True):
+        np.testing.assert_allclose(a.numpy(), e.numpy())
+        np.testing.assert_allclose(b.numpy(), e.numpy())

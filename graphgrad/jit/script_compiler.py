@@ -25,11 +25,12 @@ from graphgrad.graph import Spec, Symbol, symbol
 from graphgrad import ops
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
+from graphgrad.tensor.creation import default_generator
 
 from .script_control import (Undefined, assigned_names, build_cond, build_while,
                              has_return)
 from .script_errors import ScriptError, Source, source_of
-from .script_values import MATH, ShapeValue, classify, describe, is_library_module
+from .script_values import MATH, ShapeValue, classify, describe, is_library_module, is_module
 
 __all__ = ["Compiler", "Frame", "Ret"]
 
@@ -518,7 +519,7 @@ class Compiler:
             return self.tensor_attr(base, attr, e, fr)
         if isinstance(base, ShapeValue):
             raise fr.error("shape of unknown rank", e, base.rank_error())
-        if _is_module(base):
+        if is_module(base):
             store = base.__dict__
             for key in ("_parameters", "_buffers"):
                 if attr in store.get(key, {}):
@@ -709,7 +710,7 @@ class Compiler:
             return self.apply(fn, tuple(args), e, fr, kwargs)
         if _hashable(fn) and fn in _PURE:
             return self.builtin(fn, args, kwargs, e, fr)
-        if _is_module(fn):
+        if is_module(fn):
             if is_library_module(fn):
                 self.register_module(fn)
                 return self.library(fn, args, kwargs, e, fr)
@@ -782,7 +783,9 @@ class Compiler:
             return x
         node = self.b.graph.call(REGISTRY["Reshape"], [self.b.node_of(x)], {"shape": (-1,)},
                                  Spec((None,), spec.dtype), deps=self.b.deps())
-        return symbol(node)
+        flat = symbol(node)  # its stand-in has rank 1: the reduction's dims are right
+        node.spec = Spec(None, spec.dtype)  # what the shape rule says (the verifier checks)
+        return flat
 
     def dyn_reshape(self, x, sizes: list, e, fr: Frame):
         """reshape/view with sizes known at run time only (Dyn params of the IR)."""
@@ -825,8 +828,10 @@ class Compiler:
         unknown = self.generic and _unknown_rank(operands, kwargs)
         if (name or getattr(fn, "__name__", type(fn).__name__)) not in _RANK_FREE:
             self.needs_rank(operands + list(kwargs.values()), _text(e))
+        rng = default_generator.rng
+        state = rng.bit_generator.state
         try:
-            return self._checked(fn(*args, **kwargs))
+            value = fn(*args, **kwargs)
         except ScriptError:
             raise
         except Exception as err:  # noqa: BLE001 - reported with the source line
@@ -840,6 +845,13 @@ class Compiler:
                                                spec=Spec(None, dtype)))
             raise fr.error(f"call of {describe(fn)} failed", e,
                            f"{type(err).__name__} in {_text(e)}: {err}") from err
+        if default_generator.rng is not rng or rng.bit_generator.state != state:
+            rng.bit_generator.state = state  # the draw is not the program's: undo it
+            raise fr.error("random functions aren't supported", e,
+                           f"{_text(e)} draws random numbers (e.g. dropout in training "
+                           f"mode): graphgrad's IR has no random op, so a scripted graph "
+                           f"would freeze one draw")
+        return value
 
     def needs_rank(self, operands: list, what: str) -> None:
         """Note that graphgrad code reads the rank of an operand of unknown rank: Python
@@ -855,7 +867,7 @@ class Compiler:
             if isinstance(a, ShapeValue):
                 raise fr.error("shape of unknown rank", e, a.rank_error())
         try:
-            return self._checked(fn(*args, **(kwargs or {})))
+            return fn(*args, **(kwargs or {}))
         except ScriptError:
             raise
         except Exception as err:  # noqa: BLE001 - reported with the source line
@@ -864,9 +876,6 @@ class Compiler:
                                f"{ast.unparse(e)} uses a tensor as a Python bool outside an "
                                f"if or while condition") from None
             raise fr.error(type(err).__name__, e, f"{type(err).__name__}: {err}") from err
-
-    def _checked(self, value):
-        return value
 
     # ---- truth values ------------------------------------------------------------------
 
@@ -891,11 +900,6 @@ class Compiler:
 def _text(e: ast.AST) -> str:
     """The source of a call's callee (``gg.tanh``), for messages."""
     return ast.unparse(e.func if isinstance(e, ast.Call) else e)
-
-
-def _is_module(v) -> bool:
-    from graphgrad.nn import Module
-    return isinstance(v, Module)
 
 
 def _hashable(v) -> bool:

@@ -21,6 +21,7 @@ from graphgrad.backend import xp
 from graphgrad.func.pytree import tree_flatten, tree_unflatten
 from graphgrad.graph import Graph, Spec, Symbol, symbol
 from graphgrad.graph.interpreter import as_tensor
+from graphgrad.tensor import Value
 from graphgrad.static.control_flow import _unify
 
 from .script_values import ScriptBuilder, ShapeValue
@@ -104,7 +105,7 @@ class SubGraph:
 def _same_constant(a, b) -> bool:
     if a is b:
         return True
-    if isinstance(a, (Symbol, ShapeValue)) or isinstance(b, (Symbol, ShapeValue)):
+    if isinstance(a, (Value, ShapeValue)) or isinstance(b, (Value, ShapeValue)):
         return False
     try:
         return type(a) is type(b) and bool(a == b)
@@ -113,7 +114,7 @@ def _same_constant(a, b) -> bool:
 
 
 def _type_name(v) -> str:
-    return "Tensor" if isinstance(v, Symbol) else type(v).__name__
+    return "Tensor" if isinstance(v, Value) else type(v).__name__
 
 
 def pair_leaves(name: str, a, b, fail: Callable[[str], Exception]):
@@ -128,7 +129,7 @@ def pair_leaves(name: str, a, b, fail: Callable[[str], Exception]):
     for k, (x, y) in enumerate(zip(la, lb, strict=True)):
         if _same_constant(x, y):
             continue
-        ok = all(isinstance(v, Symbol) or _is_number(v) for v in (x, y))
+        ok = all(isinstance(v, Value) or _is_number(v) for v in (x, y))
         if not ok:
             raise fail(f"Type mismatch: {name} is set to type {_type_name(x)} in the true "
                        f"branch and type {_type_name(y)} in the false branch")
@@ -141,6 +142,8 @@ def _like(x, y) -> Spec | None:
     for v in (x, y):
         if isinstance(v, Symbol):
             return v._node.spec
+        if isinstance(v, Value):
+            return Spec(v._array.shape, v._array.dtype)
     return None
 
 
@@ -193,7 +196,7 @@ def build_while(comp, names: list[str], init: list, run_cond: Callable[[list], S
     for name, v in zip(names, init, strict=True):
         leaves, struct = tree_flatten(v, none_is_leaf=True)
         for x in leaves:
-            if not (isinstance(x, Symbol) or _is_number(x)):
+            if not (isinstance(x, Value) or _is_number(x)):
                 raise fail(f"the loop changes {name!r}, which holds a value of type "
                            f"{_type_name(x)}: only tensors and numbers can be loop-carried")
         structs.append((struct, len(flat), len(leaves)))

@@ -23,7 +23,8 @@ from graphgrad.graph import Graph, GraphBuilder, Spec, Symbol, symbol
 from graphgrad.graph.node import Node
 from graphgrad.tensor import Value
 
-__all__ = ["ScriptBuilder", "Lifts", "ShapeValue", "classify", "MATH", "is_library_module"]
+__all__ = ["ScriptBuilder", "Lifts", "ShapeValue", "classify", "MATH", "is_library_module",
+           "is_module"]
 
 
 class Lifts:
@@ -116,9 +117,14 @@ def _top(module: str | None) -> str:
     return (module or "").split(".")[0]
 
 
+def is_module(obj) -> bool:
+    from graphgrad.nn import Module
+    return isinstance(obj, Module)
+
+
 def is_library_module(obj) -> bool:
     """An ``nn.Module`` whose class is graphgrad's own (called like an op, not compiled)."""
-    return _top(type(obj).__module__) == "graphgrad"
+    return is_module(obj) and _top(type(obj).__module__) == "graphgrad"
 
 
 def _external_file(fn) -> bool:

@@ -34,7 +34,7 @@ from graphgrad.tensor import Value
 from .script_compiler import Compiler
 from .script_control import Undefined
 from .script_errors import ScriptError, Source, source_of
-from .script_values import Lifts, ScriptBuilder, ShapeValue, is_library_module
+from .script_values import Lifts, ScriptBuilder, ShapeValue, is_library_module, is_module
 
 __all__ = ["script", "ScriptFunction", "ScriptError"]
 
@@ -102,7 +102,7 @@ class ScriptFunction:
         lifts = Lifts(g)
         b = ScriptBuilder(g, lifts=lifts)
         names = {}
-        if self._self is not None:
+        if is_module(self._self):
             names = {id(m): name for name, m in self._self.named_modules()}
         comp = Compiler(b, generic=specs is None, module_names=names)
         env: dict = {}
@@ -118,7 +118,8 @@ class ScriptFunction:
         comp.inputs = set(g.inputs)
         if self._self is not None:
             env[next(iter(inspect.signature(self._fn).parameters))] = self._self
-            comp.register_module(self._self)
+            if is_module(self._self):
+                comp.register_module(self._self)
         frame = comp.frame(self._fn, self._src, env)
         comp.active.append((self._fn, id(self._self)))
         with b.active():
@@ -270,8 +271,9 @@ def _rank_bound(graph: Graph) -> str | None:
             todo.extend(n.subgraphs.values())
             if n.kind == "placeholder" and n not in g.inputs:
                 return "a call needs the input shapes"
-            if n.kind != "call" or not any(
-                    isinstance(i.spec, Spec) and i.spec.shape is None for i in n.input_nodes()):
+            unknown = [i for i in n.input_nodes() if isinstance(i.spec, Spec)
+                       and i.spec.shape is None and not _flat(i)]
+            if n.kind != "call" or not unknown:
                 continue
             keys = [k for k in n.params if any(r in k for r in _RANK_KEYS)]
             if keys:
@@ -280,14 +282,19 @@ def _rank_bound(graph: Graph) -> str | None:
     return None
 
 
+def _flat(node) -> bool:
+    """``x.reshape(-1)``: rank 1 whatever ``x``'s rank (the compiler reduces over it)."""
+    return node.kind == "call" and node.op.__name__ == "Reshape" and \
+        node.params.get("shape") == (-1,)
+
+
 def script(obj, optimize=None, _frames_up: int = 0, _rcb=None, example_inputs=None):
     """Compile a function (or an ``nn.Module``'s ``forward``) from its source into a
     ``ScriptFunction``; usable as a decorator. Raises ``ScriptError`` at compile time
     for what it cannot translate."""
     if isinstance(obj, ScriptFunction):
         return obj
-    from graphgrad.nn import Module
-    if isinstance(obj, Module):
+    if is_module(obj):
         sf = ScriptFunction(type(obj).forward, self_obj=obj)
     elif inspect.ismethod(obj):
         sf = ScriptFunction(obj.__func__, self_obj=obj.__self__)
