@@ -85,6 +85,42 @@ def test_verify_checks_subgraph_signatures():
         g.verify()
 
 
+# ---- the one toposort (graphgrad.tensor.toposort) -----------------------------------------
+
+def test_one_toposort_serves_the_ir_deep_graphs_and_cycles():
+    from graphgrad.tensor.toposort import CycleError, toposort
+    g = Graph("deep")
+    v = g.placeholder(Spec((2,), F32), "x")
+    for k in range(5000):  # far past the recursion limit
+        v = g.call(REGISTRY["Neg"], [v], {}, Spec((2,), F32), name=f"n{k}")
+    g.set_outputs([v])
+    assert G.toposort(g) == g.nodes  # a topological list keeps its order
+    g.verify()
+    edges = {"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}
+    with pytest.raises(CycleError) as info:
+        toposort(["d"], edges.__getitem__, key=lambda s: s)
+    cycle = info.value.cycle
+    assert sorted(cycle) == ["a", "b", "c"]
+    for k, name in enumerate(cycle):  # each a parent of the next, around the cycle
+        assert name in edges[cycle[(k + 1) % 3]]
+
+
+def test_the_generic_toposort_orders_the_tensor_graph_as_autograd_does():
+    from graphgrad.autograd.engine import toposort as engine_toposort
+    from graphgrad.tensor import Value
+    from graphgrad.tensor.toposort import toposort
+    rng = np.random.default_rng(0)
+    xs = [gg.tensor(rng.standard_normal(3), requires_grad=True) for _ in range(3)]
+    vals = list(xs)
+    for _ in range(60):
+        a, b = (vals[int(i)] for i in rng.integers(len(vals), size=2))
+        vals.append(a * b.sin() if rng.random() < 0.5 else a + b * 0.5)
+    root = sum(v.sum() for v in vals[-5:])
+    want = engine_toposort([root])
+    got = toposort([root], lambda t: [p for p in t.inputs if isinstance(p, Value) and p._rg])
+    assert [id(t) for t in got] == [id(t) for t in want]
+
+
 # ---- printing ----------------------------------------------------------------------------
 
 def test_tabular_lists_every_node():

@@ -8,7 +8,8 @@ call node's Spec is what its op's shape rule says. Errors name the nodes.
 
 from __future__ import annotations
 
-from collections import deque
+from graphgrad.tensor.toposort import CycleError
+from graphgrad.tensor.toposort import toposort as generic_toposort
 
 from .errors import GraphError
 from .graph import Graph
@@ -18,30 +19,22 @@ __all__ = ["verify", "toposort", "propagate_specs"]
 
 
 def toposort(graph: Graph) -> list[Node]:
-    """Kahn's algorithm over data and control edges (ties keep list order)."""
-    nodes = graph.nodes
-    members = set(nodes)
-    indeg = {n: 0 for n in nodes}
-    users: dict[Node, list[Node]] = {n: [] for n in nodes}
-    for n in nodes:
-        for i in {*n.input_nodes(), *n.deps}:
-            if i in members:
-                indeg[n] += 1
-                users[i].append(n)
-    ready = deque(n for n in nodes if indeg[n] == 0)
-    order = []
-    while ready:
-        n = ready.popleft()
-        order.append(n)
-        for u in users[n]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                ready.append(u)
-    if len(order) != len(nodes):
-        stuck = [n.name for n in nodes if indeg[n] > 0]
-        raise GraphError(f"graph {graph.name!r} has a cycle through the nodes "
-                         f"{', '.join(stuck)}")
-    return order
+    """The nodes of ``graph`` ordered by data and control edges, by graphgrad's one
+    topological sort (graphgrad.tensor.toposort; a topological list keeps its order).
+    Edges to nodes of other graphs are left to ``_check_edges``."""
+    members = set(graph.nodes)
+
+    def parents(n: Node) -> list[Node]:
+        return [i for i in (*n.input_nodes(), *n.deps) if i in members]
+    try:
+        return generic_toposort(graph.nodes, parents)
+    except CycleError as e:
+        cycle = e.cycle
+    pos = {n: k for k, n in enumerate(graph.nodes)}
+    first = min(range(len(cycle)), key=lambda k: pos[cycle[k]])
+    cycle = cycle[first:] + cycle[:first]  # start at the earliest node
+    raise GraphError(f"graph {graph.name!r} has a cycle through the nodes "
+                     f"{', '.join(n.name for n in cycle)}")
 
 
 def _check_edges(graph: Graph) -> None:
