@@ -152,6 +152,28 @@ def test_a_library_check_that_needs_sizes_retraces_for_the_example_shape():
     np.testing.assert_allclose(_np(gm(x)), _np(f(x)), rtol=1e-12)
 
 
+def test_tensors_made_from_a_traced_shape_are_never_guessed():
+    # zeros_like reads the shape off the array: with sizes unknown, the graph is traced
+    # for the example's shape (and guarded) rather than freezing a made-up shape
+    gm = fx.symbolic_trace(lambda x: gg.zeros_like(x) + 1, example_inputs=(_t(2, 3),))
+    np.testing.assert_array_equal(_np(gm(_t(2, 3))), np.ones((2, 3)))
+    with pytest.raises(RuntimeError, match="trace again with an example of this shape"):
+        gm(_t(4, 3))
+    with pytest.raises(fx.TraceError, match="the rank of Proxy\\(x\\) is not known"):
+        fx.symbolic_trace(lambda x: gg.zeros_like(x))
+
+
+def test_a_dtype_read_while_tracing_is_baked_in_and_checked():
+    gm = fx.symbolic_trace(lambda x: x.new_zeros(2) + x, example_inputs=(_t(2),))
+    assert gm(_t(2)).dtype == gg.float64
+    with pytest.raises(RuntimeError, match="has dtype float32 but the graph was traced for "
+                                           "float64"):
+        gm(gg.ones(2))
+    free = fx.symbolic_trace(lambda x: x * 2 + 1)    # nothing read the dtype: any dtype runs
+    for dt in (gg.float32, gg.float64):
+        assert free(gg.ones(2, dtype=dt)).dtype == dt
+
+
 def test_without_example_inputs_rank_needing_code_says_so():
     with pytest.raises(fx.TraceError, match="rank of Proxy\\(x\\) is not known") as info:
         fx.symbolic_trace(lambda x: gg.softmax(x, dim=-1))

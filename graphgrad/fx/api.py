@@ -7,7 +7,9 @@ then traced with every size unknown (it serves inputs of any size of that rank);
 shape rule needs the sizes themselves (or a leaf module's output rank cannot be found
 without them), it is traced again for the example's exact shapes, and the GraphModule
 checks that its inputs have them. (Tracing twice runs the function's external calls
-twice; the second trace's values are the ones frozen.)
+twice; the second trace's values are the ones frozen.) The graph runs on any dtype unless
+graphgrad code read a traced value's dtype while tracing (``new_zeros``, ``x.to(x.dtype)``):
+then that dtype is baked in, and the GraphModule checks its inputs have it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from graphgrad.graph import Spec
 from graphgrad.nn import Module
 from graphgrad.tensor import Value
 
-from .errors import TraceError, UnknownRankError
+from .errors import TraceError, UnknownShapeError
 from .graph_module import GraphModule
 from .tracer import PH, Tracer
 
@@ -62,7 +64,7 @@ def symbolic_trace(root: Module | Callable, concrete_args: dict[str, Any] | None
         try:
             graph = tracer.trace(root, concrete_args, input_specs=_specs(example_inputs, False))
         except TraceError as e:
-            if not isinstance(e, UnknownRankError):
+            if not isinstance(e, UnknownShapeError):
                 raise   # Python control flow on a traced value: sizes would not help
             graph, tracer = _trace_exact(root, concrete_args, example_inputs)
         except Exception:  # noqa: BLE001 - a shape rule or a check needed a size (e.g.
@@ -74,6 +76,7 @@ def symbolic_trace(root: Module | Callable, concrete_args: dict[str, Any] | None
     d["_signature"] = _call_signature(tracer.signature, tracer.concrete)
     d["_out_spec"] = tracer.out_spec
     d["_concrete"] = dict(tracer.concrete)
+    d["_dtype_baked"] = tracer.dtype_read
     return gm
 
 

@@ -12,7 +12,7 @@ import linecache
 import sys
 from types import FrameType
 
-__all__ = ["TraceError", "UnknownRankError", "user_location", "trace_error"]
+__all__ = ["TraceError", "UnknownShapeError", "user_location", "trace_error"]
 
 CONTROL_FLOW = "symbolically traced variables cannot be used as inputs to control flow"
 ITERATION = ("Proxy object cannot be iterated. This can be attempted when the Proxy is used "
@@ -26,8 +26,9 @@ class TraceError(ValueError):
     """A symbolically traced value was used where a concrete Python value is needed."""
 
 
-class UnknownRankError(TraceError):
-    """graphgrad code needed the rank of a Proxy whose rank the tracer does not know."""
+class UnknownShapeError(TraceError):
+    """graphgrad code needed the rank (or the sizes) of a Proxy, which the tracer does not
+    know: no example inputs were given (or it traced for any size)."""
 
 
 def in_graphgrad(frame: FrameType) -> bool:

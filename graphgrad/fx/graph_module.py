@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphgrad.func.pytree import tree_unflatten
-from graphgrad.graph import Graph, Node, PythonCode, python_code, short
+from graphgrad.graph import Graph, Node, PythonCode, Symbol, python_code, short
 from graphgrad.nn import Module, Parameter
 from graphgrad.tensor import Value
 
@@ -60,6 +60,7 @@ class GraphModule(Module):
         d["_signature"] = None      # the traced function's signature (for binding)
         d["_out_spec"] = None       # the traced output's structure (tree_unflatten)
         d["_concrete"] = {}         # concrete_args: name -> the value baked in
+        d["_dtype_baked"] = False   # graphgrad code read a dtype while tracing
         d["_state"] = {}            # what the printed code reads: refreshed per call
         for node in graph.nodes:
             if node.kind in ("variable", "call_module") and "target" in node.params:
@@ -135,7 +136,7 @@ class GraphModule(Module):
                             f"({', '.join(p.name for p in phs)}), got {len(args)}")
         out = [values[p.name] for p in phs]
         for p, v in zip(phs, out, strict=True):
-            _check_spec(self._class_name, p, v)
+            _check_spec(self._class_name, p, v, self._dtype_baked)
         return out
 
     def forward(self, *args, **kwargs):
@@ -152,12 +153,21 @@ class GraphModule(Module):
         return f"{self._class_name}(\n  {self.code.strip().replace(chr(10), chr(10) + '  ')}\n)"
 
 
-def _check_spec(name: str, p: Node, value: Any) -> None:
-    """An input must have the rank (and the sizes) the graph was traced for."""
+def _check_spec(name: str, p: Node, value: Any, dtype: bool) -> None:
+    """An input must have the rank (and the sizes, and with ``dtype`` the dtype) that the
+    graph was traced for."""
     spec = p.spec
-    if not isinstance(value, Value) or spec is None or spec.shape is None:
+    if not isinstance(value, Value) or isinstance(value, Symbol) or spec is None:
+        return   # a Symbol: the graph is being traced again, with shape rules of its own
+    arr = value._array
+    if dtype and arr.dtype != spec.dtype:
+        raise RuntimeError(f"{name}: input {p.name!r} has dtype {arr.dtype} but the graph was "
+                           f"traced for {spec.dtype} (graphgrad code read the dtype while "
+                           f"tracing, so it is baked in); trace again with an example of "
+                           f"this dtype")
+    if spec.shape is None:
         return
-    shape = tuple(value._array.shape)
+    shape = tuple(arr.shape)
     if len(shape) != len(spec.shape) or any(d is not None and d != s
                                             for d, s in zip(spec.shape, shape, strict=True)):
         raise RuntimeError(f"{name}: input {p.name!r} of shape {list(shape)} does not fit the "

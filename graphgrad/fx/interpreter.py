@@ -152,6 +152,6 @@ class Transformer(Interpreter):
                      for v in outs]
         graph.set_outputs(nodes)
         gm = GraphModule(self.module, graph, self.module._class_name)
-        for key in ("_signature", "_out_spec", "_concrete"):
+        for key in ("_signature", "_out_spec", "_concrete", "_dtype_baked"):
             gm.__dict__[key] = self.module.__dict__[key]
         return gm

@@ -20,19 +20,70 @@ given), that read raises a TraceError that says so rather than guess.
 from __future__ import annotations
 
 import sys
+from math import prod
 
 from graphgrad.backend import xp
 from graphgrad.graph import Spec, Symbol
+from graphgrad.graph.symbol import _StandIn  # the Symbol stand-in a Proxy's refines
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Size
 
-from .errors import UnknownRankError, in_graphgrad, trace_error
+from .errors import UnknownShapeError, in_graphgrad, trace_error
 
-__all__ = ["Proxy"]
+__all__ = ["Proxy", "ProxyArray"]
 
 _I64 = xp.dtype(xp.int64)
 _LEN = ("'len' is not supported in symbolic tracing by default (torch.fx's wording; "
         "graphgrad.fx has no wrap()): use x.shape[0], which is traced")
+
+
+def _unknown(proxy: Proxy, what: str) -> UnknownShapeError:
+    return trace_error(
+        f"the {what} of {proxy!r} is not known to symbolic tracing, and graphgrad code needs "
+        f"it here (graphgrad records ops with their shape rules, where torch.fx records "
+        f"Python calls); pass example inputs, symbolic_trace(fn, example_inputs=(...)), so "
+        f"that the inputs' ranks are known (a leaf module's output rank is found from its "
+        f"input's shape; where sizes are needed, the graph is traced for the example's)",
+        UnknownShapeError)
+
+
+class ProxyArray(_StandIn):
+    """A Proxy's stand-in array. graphgrad code that reads metadata off the array itself
+    (``zeros_like`` reads ``_array.shape``) gets only what is known, so that no tensor
+    made from a guessed shape is frozen into the graph; reading its dtype is recorded
+    (the traced graph then bakes the dtype in, and the GraphModule checks its inputs')."""
+
+    def _spec(self) -> tuple:
+        proxy = self.__dict__.get("_proxy")
+        return (None, None) if proxy is None else (proxy, proxy._node.spec)
+
+    @property
+    def shape(self) -> tuple:
+        proxy, spec = self._spec()
+        if proxy is not None:
+            if spec.shape is None:
+                raise _unknown(proxy, "rank")
+            if any(d is None for d in spec.shape):
+                raise _unknown(proxy, "size")
+        return xp.ndarray.shape.__get__(self)
+
+    @property
+    def size(self) -> int:
+        return int(prod(self.shape))
+
+    @property
+    def ndim(self) -> int:
+        proxy, spec = self._spec()
+        if proxy is not None and spec.shape is None:
+            raise _unknown(proxy, "rank")
+        return xp.ndarray.ndim.__get__(self)
+
+    @property
+    def dtype(self):
+        proxy, _ = self._spec()
+        if proxy is not None:
+            proxy._tracer.dtype_read = True
+        return xp.ndarray.dtype.__get__(self)
 
 
 def _caller_is_graphgrad() -> bool:
@@ -90,13 +141,7 @@ class Proxy(Symbol):
     def _rank(self) -> int:
         shape = self._node.spec.shape if isinstance(self._node.spec, Spec) else None
         if shape is None:
-            raise trace_error(
-                f"the rank of {self!r} is not known to symbolic tracing, and graphgrad code "
-                f"needs it here (graphgrad records ops with their shape rules, where torch.fx "
-                f"records Python calls); pass example inputs, "
-                f"symbolic_trace(fn, example_inputs=(...)), so that the inputs' ranks are "
-                f"known (a leaf module's output rank is found from its input's shape)",
-                UnknownRankError)
+            raise _unknown(self, "rank")
         return len(shape)
 
     def _static_shape(self) -> Size:

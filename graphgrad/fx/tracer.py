@@ -31,7 +31,7 @@ from graphgrad.tensor import Value
 from graphgrad.tensor.dispatch import current_interpreter
 
 from .errors import CONTROL_FLOW, ITERATION, in_graphgrad, trace_error, user_location
-from .proxy import Proxy, ShapeProxy
+from .proxy import Proxy, ProxyArray, ShapeProxy
 
 __all__ = ["Tracer", "PH"]
 
@@ -66,6 +66,7 @@ class Tracer(GraphBuilder):
         self._attr_nodes: dict[str, Node] = {}
         self._shapes: dict[Node, ShapeProxy] = {}
         self._constants = 0
+        self.dtype_read = False   # whether graphgrad code read a traced value's dtype
 
     # ---- overridable policy -----------------------------------------------------------
 
@@ -134,6 +135,7 @@ class Tracer(GraphBuilder):
         """Start recording into a fresh Graph called ``name``."""
         GraphBuilder.__init__(self, Graph(name))
         self._attr_nodes, self._shapes, self._constants = {}, {}, 0
+        self.dtype_read = False
         return self.graph
 
     def _placeholders(self, fn: Callable, concrete: dict, specs: tuple | None) -> dict:
@@ -168,6 +170,8 @@ class Tracer(GraphBuilder):
     def proxy(self, node: Node, cls: type = Proxy) -> Proxy:
         p = symbol(node, cls)
         p._tracer = self
+        p._array = p._array.view(ProxyArray)
+        p._array._proxy = p
         return p
 
     def node_of(self, value, *, literal_ok: bool = True):
