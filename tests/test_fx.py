@@ -412,6 +412,17 @@ def test_concrete_args_specialize_and_guard():
     np.testing.assert_allclose(_np(gm2(x, False, 5.0)), _np(x - 5.0))
 
 
+def test_concrete_args_as_a_tuple():
+    def f(x, scale):
+        return x * scale
+
+    gm = fx.symbolic_trace(f, concrete_args=(fx.PH, 3.0))
+    np.testing.assert_allclose(_np(gm(_t(2))), _np(_t(2) * 3.0))
+    with pytest.raises(RuntimeError, match="Tracing expected 2 arguments but got 1 concrete "
+                                           "arguments"):
+        fx.symbolic_trace(f, concrete_args=(fx.PH,))
+
+
 def test_concrete_tensor_warns_that_it_is_not_guarded():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -25,7 +25,7 @@ from graphgrad.tensor import Value
 
 from .errors import TraceError, UnknownShapeError
 from .graph_module import GraphModule
-from .tracer import PH, Tracer
+from .tracer import Tracer
 
 __all__ = ["symbolic_trace"]
 
@@ -46,7 +46,8 @@ def _specs(examples: tuple, exact: bool) -> tuple:
     return tuple(out)
 
 
-def symbolic_trace(root: Module | Callable, concrete_args: dict[str, Any] | None = None, *,
+def symbolic_trace(root: Module | Callable,
+                   concrete_args: dict[str, Any] | tuple | None = None, *,
                    example_inputs: tuple | None = None) -> GraphModule:
     """Trace ``root`` (a module or a function) on Proxies into a ``GraphModule``.
 
@@ -54,9 +55,6 @@ def symbolic_trace(root: Module | Callable, concrete_args: dict[str, Any] | None
     the module is called. ``example_inputs`` (graphgrad's addition, one tensor per traced
     argument) tells the tracer the inputs' ranks and dtypes; without it their ranks are
     unknown and code that needs one raises a TraceError that says so."""
-    for name, value in (concrete_args or {}).items():
-        if value is not PH and not isinstance(value, _BASIC):
-            warnings.warn(_NOT_ASSERTED.format(name=name), stacklevel=2)
     tracer = Tracer()
     if example_inputs is None:
         graph = tracer.trace(root, concrete_args)
@@ -71,6 +69,9 @@ def symbolic_trace(root: Module | Callable, concrete_args: dict[str, Any] | None
             # F.layer_norm's normalized_shape): trace for the example's exact shapes
             # instead; the GraphModule checks that its inputs have them
             graph, tracer = _trace_exact(root, concrete_args, example_inputs)
+    for name, value in tracer.concrete.items():
+        if not isinstance(value, _BASIC):
+            warnings.warn(_NOT_ASSERTED.format(name=name), stacklevel=2)
     gm = GraphModule(tracer.root, graph, graph.name)
     d = gm.__dict__
     d["_signature"] = _call_signature(tracer.signature, tracer.concrete)

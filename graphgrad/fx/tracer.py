@@ -102,7 +102,7 @@ class Tracer(GraphBuilder):
 
     # ---- tracing ----------------------------------------------------------------------
 
-    def trace(self, root: Module | Callable, concrete_args: dict | None = None, *,
+    def trace(self, root: Module | Callable, concrete_args: dict | tuple | None = None, *,
               input_specs: tuple | None = None) -> Graph:
         """Run ``root`` on Proxies and return the graph of what it computed.
 
@@ -118,7 +118,7 @@ class Tracer(GraphBuilder):
         self._module_names = {id(m): n for n, m in self.root.named_modules()}
         self._attr_names = {id(t): n for n, t in (*self.root.named_parameters(),
                                                   *self.root.named_buffers())}
-        kwargs = self._placeholders(fn, dict(concrete_args or {}), input_specs)
+        kwargs = self._placeholders(fn, concrete_args, input_specs)
         with self.active(), _patch_module_call():
             try:
                 out = fn(**kwargs)
@@ -138,10 +138,17 @@ class Tracer(GraphBuilder):
         self.dtype_read = False
         return self.graph
 
-    def _placeholders(self, fn: Callable, concrete: dict, specs: tuple | None) -> dict:
+    def _placeholders(self, fn: Callable, concrete: dict | tuple | None,
+                      specs: tuple | None) -> dict:
         self.signature = _signature(self.root, fn)
         params = self.signature.parameters.values()
         self.arg_names = [p.name for p in params]
+        if isinstance(concrete, tuple):  # one per argument, PH for those to trace
+            if len(concrete) != len(self.arg_names):
+                raise RuntimeError(f"Tracing expected {len(self.arg_names)} arguments but got "
+                                   f"{len(concrete)} concrete arguments")
+            concrete = dict(zip(self.arg_names, concrete, strict=True))
+        concrete = dict(concrete or {})
         unknown = set(concrete) - set(self.arg_names)
         if unknown:
             raise TypeError(f"concrete_args names {sorted(unknown)}, which are not arguments "
