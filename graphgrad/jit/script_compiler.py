@@ -15,37 +15,24 @@ pointing at the user's source line.
 from __future__ import annotations
 
 import ast
-import builtins
 import inspect
 import operator
 from dataclasses import dataclass
 
 from graphgrad.backend import xp
-from graphgrad.graph import Spec, Symbol, symbol
-from graphgrad import ops
-from graphgrad.ops import REGISTRY
-from graphgrad.tensor import Value
-from graphgrad.tensor.creation import default_generator
+from graphgrad.graph import Symbol, symbol
 
-from .script_control import (Undefined, assigned_names, build_cond, build_while,
-                             has_return)
+from .script_calls import as_eager
+from .script_control import Undefined, assigned_names, build_cond, build_while, has_return
 from .script_errors import ScriptError, Source, source_of
-from .script_values import MATH, ShapeValue, classify, describe, is_library_module, is_module
+from .script_expressions import BINOPS, Expressions
+from .script_values import ShapeValue
 
 __all__ = ["Compiler", "Frame", "Ret"]
 
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-           ast.Pow: operator.pow, ast.MatMult: operator.matmul, ast.BitAnd: operator.and_,
-           ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.LShift: operator.lshift,
-           ast.RShift: operator.rshift}
 _OPTEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
            ast.Mod: "%", ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|",
            ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
-_CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
-           ast.GtE: operator.ge, ast.Eq: operator.eq, ast.NotEq: operator.ne,
-           ast.Is: operator.is_, ast.IsNot: operator.is_not,
-           ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
 # statements TorchScript names the same way when it refuses them
 _UNSUPPORTED = {ast.Try: "try blocks aren't supported", ast.With: "with statements aren't "
                 "supported", ast.Global: "global variables aren't supported",
@@ -63,42 +50,6 @@ _UNSUPPORTED = {ast.Try: "try blocks aren't supported", ast.With: "with statemen
                 ast.Match: "match statements aren't supported"}
 if hasattr(ast, "TryStar"):
     _UNSUPPORTED[ast.TryStar] = "try blocks aren't supported"
-_UNSUPPORTED_EXPR = {ast.Lambda: "Lambda aren't supported",
-                     ast.NamedExpr: "assignment expressions aren't supported",
-                     ast.Await: "await expressions aren't supported",
-                     ast.Yield: "yield expressions aren't supported",
-                     ast.YieldFrom: "yield expressions aren't supported",
-                     ast.JoinedStr: "f-strings aren't supported",
-                     ast.Set: "set literals aren't supported",
-                     ast.SetComp: "set comprehensions aren't supported",
-                     ast.DictComp: "dict comprehensions aren't supported"}
-# random creation functions would be frozen at compile time: the IR has no random op
-_RANDOM = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
-           "normal", "bernoulli", "multinomial", "poisson"}
-# builtins that are pure functions of their arguments: run at compile time (on Symbols
-# they call Tensor methods, which build nodes)
-_PURE = {abs, min, max, sum, len, range, enumerate, zip, reversed, sorted, tuple, list,
-         isinstance, issubclass, int, float, bool, str, round, pow, divmod, hasattr, getattr,
-         any, all, repr, type, slice}
-_MUTABLE = (list, dict, set, bytearray)
-# reductions over all elements (no dim): compiled on x.reshape(-1) when x's rank is unknown
-_FULL_REDUCE = {"sum", "mean", "prod", "amax", "amin", "max", "min", "norm", "std", "var",
-                "any", "all", "logsumexp_all", "count_nonzero"}
-# graphgrad functions, tensor methods and modules that never look at their input's rank
-# (elementwise ops and matmul): a graph built with them for inputs of unknown rank is
-# right for every rank
-_RANK_FREE = {"add", "sub", "mul", "div", "true_divide", "neg", "abs", "exp", "log", "log1p",
-              "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "sin", "cos", "tan",
-              "sinh", "cosh", "asin", "acos", "atan", "erf", "floor", "ceil", "round",
-              "trunc", "sign", "reciprocal", "pow", "where", "maximum", "minimum", "clamp",
-              "clip", "matmul", "mm", "lt", "le", "gt", "ge", "eq", "ne", "logical_and",
-              "logical_or", "logical_not", "logical_xor", "atan2", "fmod", "remainder",
-              "isnan", "isinf", "isfinite", "square", "softplus", "gelu", "silu",
-              "leaky_relu", "elu", "to", "float", "double", "clone", "detach",
-              "Linear", "ReLU", "Tanh", "Sigmoid", "GELU", "SiLU", "Softplus", "Identity",
-              "LeakyReLU", "ELU"}
-
-
 class Ret:
     """The value a ``return`` produced (propagates out of the blocks)."""
 
@@ -127,7 +78,7 @@ class Frame:
         return self.src.error(construct, node, detail, self.calls)
 
 
-class Compiler:
+class Compiler(Expressions):
     """Compiles functions into the graph of ``builder`` (``generic``: the inputs' ranks
     are unknown; otherwise they are the call's shapes)."""
 
@@ -202,13 +153,7 @@ class Compiler:
         return None
 
     def stmt(self, s: ast.stmt, fr: Frame, rest: list):
-        kind = type(s)
-        if kind in _UNSUPPORTED:
-            raise fr.error(_UNSUPPORTED[kind], s)
-        method = getattr(self, "s_" + kind.__name__, None)
-        if method is None:
-            raise fr.error(f"{kind.__name__} statements aren't supported", s)
-        return method(s, fr, rest)
+        return self.visit(s, fr, _UNSUPPORTED, "statements", rest)
 
     def s_Pass(self, s, fr, rest):
         return None
@@ -244,7 +189,7 @@ class Compiler:
         old = self.name(s.target, fr)
         if isinstance(old, Symbol):
             self.check_in_place(s.target.id, old, s, fr)
-        value = self.apply(_BINOPS[type(s.op)], (old, self.expr(s.value, fr)), s, fr)
+        value = self.apply(BINOPS[type(s.op)], (old, self.expr(s.value, fr)), s, fr)
         fr.env[s.target.id] = value
         return None
 
@@ -450,482 +395,5 @@ class Compiler:
     def _as_int_tensor(self, v):
         if isinstance(v, Symbol):
             return v
-        return symbol(self.b.node_of(_tensor(xp.asarray(v, xp.int64)), literal_ok=False))
+        return symbol(self.b.node_of(as_eager(xp.asarray(v, xp.int64)), literal_ok=False))
 
-    # ---- expressions -------------------------------------------------------------------
-
-    def expr(self, e: ast.expr, fr: Frame):
-        kind = type(e)
-        if kind in _UNSUPPORTED_EXPR:
-            raise fr.error(_UNSUPPORTED_EXPR[kind], e)
-        method = getattr(self, "e_" + kind.__name__, None)
-        if method is None:
-            raise fr.error(f"{kind.__name__} expressions aren't supported", e)
-        return method(e, fr)
-
-    def e_Constant(self, e, fr):
-        return e.value
-
-    def e_Name(self, e, fr):
-        return self.name(e, fr)
-
-    def name(self, e: ast.Name, fr: Frame):
-        n = e.id
-        if n in fr.env:
-            v = fr.env[n]
-            if isinstance(v, Undefined):
-                raise fr.error(f"{n} is not defined on every path", e, v.why)
-            return v
-        if n in fr.closure:
-            cell = fr.closure[n]
-            try:
-                value = cell.cell_contents
-            except ValueError:
-                raise fr.error(f"undefined value {n}", e) from None
-            return self.outside(value, n, e, fr, lambda c=cell: c.cell_contents, "closure")
-        if n in fr.globals:
-            g = fr.globals
-            return self.outside(g[n], n, e, fr, lambda g=g, n=n: g[n], "global")
-        if hasattr(builtins, n):
-            return getattr(builtins, n)
-        raise fr.error(f"undefined value {n}", e)
-
-    def outside(self, value, name: str, e: ast.AST, fr: Frame, getter, where: str):
-        """A value read from outside the function (a global, a closure, an attribute)."""
-        if isinstance(value, Symbol):
-            return value
-        if isinstance(value, Value):
-            return self.b.lifted(value, name, getter)
-        if isinstance(value, _MUTABLE):
-            raise fr.error("closures over mutable state aren't supported", e,
-                           f"{name!r} is a {type(value).__name__} read from the enclosing "
-                           f"scope ({where}): closures over mutable state aren't supported "
-                           f"(a scripted graph cannot see later changes); pass it as an "
-                           f"argument or make it a tuple")
-        if isinstance(value, xp.ndarray):
-            raise fr.error("NumPy arrays aren't supported", e,
-                           f"{name!r} is a NumPy array: graphgrad.jit.script takes graphgrad "
-                           f"tensors and Python numbers (wrap it with graphgrad.tensor)")
-        if isinstance(value, tuple):
-            return tuple(self.outside(v, f"{name}_{k}", e, fr,
-                                      lambda k=k: getter()[k], where)
-                         for k, v in enumerate(value))
-        return value
-
-    def e_Attribute(self, e, fr):
-        base = self.expr(e.value, fr)
-        attr = e.attr
-        if isinstance(base, Symbol):
-            return self.tensor_attr(base, attr, e, fr)
-        if isinstance(base, ShapeValue):
-            raise fr.error("shape of unknown rank", e, base.rank_error())
-        if is_module(base):
-            store = base.__dict__
-            for key in ("_parameters", "_buffers"):
-                if attr in store.get(key, {}):
-                    value = store[key][attr]
-                    if value is None:
-                        return None
-                    owner = self.module_names.get(id(base), "")
-                    label = f"{owner}.{attr}" if owner else attr
-                    return self.b.lifted(value, label, lambda m=base, a=attr: getattr(m, a))
-        try:
-            value = getattr(base, attr)
-        except AttributeError as err:
-            raise fr.error(f"object has no attribute {attr}", e, str(err)) from None
-        return self.outside(value, attr, e, fr, lambda b=base, a=attr: getattr(b, a),
-                            "attribute")
-
-    def tensor_attr(self, x: Symbol, attr: str, e: ast.AST, fr: Frame):
-        if attr == "shape":
-            return self.shape_of(x, ast.unparse(e.value))
-        if attr in ("ndim", "dtype"):
-            what = "rank" if attr == "ndim" else "dtype"
-            raise fr.error(f"tensor {what} unknown", e,
-                           f"{ast.unparse(e)}: a Tensor's {what} is not known at compile time "
-                           f"(graphgrad.jit.script compiles from the source, without inputs)")
-        if not callable(getattr(type(x), attr, None)):  # a property (x.T): it runs now
-            self.needs_rank([x], f"{ast.unparse(e)}")
-        try:
-            return getattr(x, attr)
-        except Exception as err:  # noqa: BLE001 - reported with the source line
-            raise fr.error(f"tensor attribute {attr}", e, f"{type(err).__name__}: {err}") \
-                from None
-
-    def shape_of(self, x: Symbol, text: str) -> ShapeValue:
-        """``x.shape`` as a run-time int64 vector (its length is the rank, not known)."""
-        spec = x._node.spec
-        rank = spec.shape
-        vec = Spec(None if rank is None else (len(rank),), xp.dtype(xp.int64))
-        node = self.b.graph.add("shape", "shape", inputs=(self.b.node_of(x),), spec=vec,
-                                deps=self.b.deps())
-        return ShapeValue(text, symbol(node))
-
-    def e_Subscript(self, e, fr):
-        base = self.expr(e.value, fr)
-        index = self.expr(e.slice, fr)
-        if isinstance(base, ShapeValue):
-            if isinstance(index, int):
-                return base[index]
-            raise fr.error("shape of unknown rank", e, base.rank_error())
-        if isinstance(base, Symbol):
-            self.needs_rank([base], f"{ast.unparse(e)} (indexing)")
-        return self.apply(operator.getitem, (base, index), e, fr)
-
-    def e_Slice(self, e, fr):
-        parts = [None if p is None else self.expr(p, fr) for p in (e.lower, e.upper, e.step)]
-        return slice(*parts)
-
-    def e_Tuple(self, e, fr):
-        return tuple(self.elements(e.elts, fr))
-
-    def e_List(self, e, fr):
-        return list(self.elements(e.elts, fr))
-
-    def elements(self, elts, fr: Frame) -> list:
-        out = []
-        for el in elts:
-            if isinstance(el, ast.Starred):
-                v = self.expr(el.value, fr)
-                out += self.unpack(v, len(list(v)) if isinstance(v, (tuple, list)) else -1,
-                                   el, fr)
-            else:
-                out.append(self.expr(el, fr))
-        return out
-
-    def e_Dict(self, e, fr):
-        raise fr.error("dict literals aren't supported", e)
-
-    def e_BinOp(self, e, fr):
-        a, b = self.expr(e.left, fr), self.expr(e.right, fr)
-        return self.apply(_BINOPS[type(e.op)], (a, b), e, fr)
-
-    def e_UnaryOp(self, e, fr):
-        v = self.expr(e.operand, fr)
-        if isinstance(e.op, ast.Not):
-            if isinstance(v, Symbol):
-                return self.apply(REGISTRY["LogicalNot"].apply, (self.predicate(v),), e, fr)
-            return not self.truth(v, e.operand, fr)
-        op = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
-        return self.apply(op[type(e.op)], (v,), e, fr)
-
-    def e_BoolOp(self, e, fr):
-        is_and = isinstance(e.op, ast.And)
-        result = self.expr(e.values[0], fr)
-        for operand in e.values[1:]:
-            if not isinstance(result, Symbol):
-                if self.truth(result, e, fr) != is_and:
-                    return result  # Python's short circuit
-                result = self.expr(operand, fr)
-                continue
-            other = self.expr(operand, fr)
-            op = REGISTRY["LogicalAnd" if is_and else "LogicalOr"].apply
-            result = self.apply(op, (self.predicate(result), self.predicate(
-                other if isinstance(other, Symbol) else _tensor(xp.asarray(bool(other))))),
-                e, fr)
-        return result
-
-    def e_Compare(self, e, fr):
-        left = self.expr(e.left, fr)
-        result = None
-        for op, right_e in zip(e.ops, e.comparators, strict=True):
-            right = self.expr(right_e, fr)
-            if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (Symbol, ShapeValue)):
-                raise fr.error("'in' on a tensor isn't supported", e)
-            part = self.apply(_CMPOPS[type(op)], (left, right), e, fr)
-            if result is None:
-                result = part
-            elif isinstance(result, Symbol) or isinstance(part, Symbol):
-                result = self.apply(REGISTRY["LogicalAnd"].apply, (
-                    self.predicate(_as_symbol_bool(result)),
-                    self.predicate(_as_symbol_bool(part))), e, fr)
-            else:
-                result = result and part
-            if result is False:
-                return False
-            left = right
-        return result
-
-    def e_IfExp(self, e, fr):
-        test = self.expr(e.test, fr)
-        if not isinstance(test, Symbol):
-            return self.expr(e.body if self.truth(test, e.test, fr) else e.orelse, fr)
-
-        def run(which: bool) -> list:
-            return [self.expr(e.body if which else e.orelse, fr)]
-
-        def fail(msg):
-            return fr.error("type mismatch between branches", e, msg)
-        return build_cond(self, self.predicate(test), run, ["<if expression>"], fail)[0]
-
-    def e_ListComp(self, e, fr):
-        return list(self.comprehension(e, fr))
-
-    def e_GeneratorExp(self, e, fr):
-        return tuple(self.comprehension(e, fr))
-
-    def comprehension(self, e, fr: Frame) -> list:
-        """Over a sequence known at compile time: unrolled."""
-        if len(e.generators) != 1 or e.generators[0].is_async:
-            raise fr.error("comprehensions with several for clauses aren't supported", e)
-        gen = e.generators[0]
-        seq = self.expr(gen.iter, fr)
-        if isinstance(seq, (Symbol, ShapeValue)):
-            raise fr.error("comprehensions over tensors aren't supported", gen.iter,
-                           "comprehensions over tensors aren't supported: the number of "
-                           "elements is not known at compile time")
-        sub = fr.child(dict(fr.env))
-        out = []
-        for item in seq:
-            self.assign(gen.target, item, sub, e)
-            if all(self.truth(self.expr(c, sub), c, sub) for c in gen.ifs):
-                out.append(self.expr(e.elt, sub))
-        return out
-
-    def e_Starred(self, e, fr):
-        raise fr.error("starred expressions aren't supported here", e)
-
-    def e_Call(self, e, fr):
-        fn = self.expr(e.func, fr)
-        args = self.elements(e.args, fr)
-        kwargs = {}
-        for kw in e.keywords:
-            if kw.arg is None:
-                raise fr.error("**kwargs in calls aren't supported", kw.value)
-            kwargs[kw.arg] = self.expr(kw.value, fr)
-        return self.call(fn, args, kwargs, e, fr)
-
-    # ---- calls -------------------------------------------------------------------------
-
-    def call(self, fn, args: list, kwargs: dict, e: ast.Call, fr: Frame):
-        func_node = e.func
-        if isinstance(fn, ShapeValue):
-            raise fr.error("shape of unknown rank", e, fn.rank_error())
-        method_of = getattr(fn, "__self__", None)
-        if isinstance(method_of, Symbol):
-            return self.tensor_method(method_of, fn.__name__, args, kwargs, e, fr)
-        if _hashable(fn) and fn in MATH:
-            if any(isinstance(a, Symbol) for a in args):
-                return self.apply(getattr(ops, MATH[fn]), tuple(args), e, fr)
-            return self.apply(fn, tuple(args), e, fr, kwargs)
-        if _hashable(fn) and fn in _PURE:
-            return self.builtin(fn, args, kwargs, e, fr)
-        if is_module(fn):
-            if is_library_module(fn):
-                self.register_module(fn)
-                return self.library(fn, args, kwargs, e, fr)
-            forward = type(fn).forward
-            return self.inline(forward, args, kwargs, e, fr, self_obj=fn)
-        kind = classify(fn)
-        if kind == "graphgrad":
-            name = getattr(fn, "__name__", "")
-            if name in _RANDOM:
-                raise fr.error("random functions aren't supported", func_node,
-                               f"{describe(fn)} draws random numbers: graphgrad's IR has no "
-                               f"random op, so a scripted graph would freeze one draw")
-            if name in ("reshape", "view") and _symbolic_sizes(args[1:]):
-                return self.dyn_reshape(args[0], args[1:], e, fr)
-            if name in _FULL_REDUCE and len(args) == 1 and not kwargs and \
-                    isinstance(args[0], Symbol):
-                args = [self.flat(args[0])]
-            return self.library(fn, args, kwargs, e, fr)
-        if kind == "user":
-            return self.inline(fn, args, kwargs, e, fr)
-        if kind == "builtin":
-            raise fr.error("Python builtin is not supported", func_node,
-                           f"Python builtin {fn!r} is currently not supported in "
-                           f"graphgrad.jit.script")
-        raise fr.error("Python function is not supported", func_node,
-                       f"Python value {describe(fn)} (a {type(fn).__name__} from outside "
-                       f"graphgrad) is currently not supported in graphgrad.jit.script: only "
-                       f"graphgrad functions, tensor methods and Python functions whose "
-                       f"source it can compile can be called")
-
-    def register_module(self, mod) -> None:
-        """Lift a module's parameters and buffers under their names (read at call time)."""
-        prefix = self.module_names.get(id(mod), type(mod).__name__.lower())
-        for key in ("_parameters", "_buffers"):
-            for name, value in mod.__dict__.get(key, {}).items():
-                if value is not None:
-                    self.b.lifts.node(value, f"{prefix}.{name}",
-                                      lambda m=mod, n=name: getattr(m, n))
-        for child in mod.__dict__.get("_modules", {}).values():
-            if child is not None:
-                self.register_module(child)
-
-    def tensor_method(self, x: Symbol, name: str, args: list, kwargs: dict, e, fr: Frame):
-        if name == "size":
-            shape = self.shape_of(x, ast.unparse(e.func.value))
-            if not args and not kwargs:
-                return shape
-            dim = args[0] if args else kwargs.get("dim")
-            if not isinstance(dim, int):
-                raise fr.error("size(dim)", e, "size(dim) takes a Python int")
-            return shape[dim]
-        if name in ("dim", "ndimension"):
-            raise fr.error("tensor rank unknown", e, f"{ast.unparse(e)}: a Tensor's rank is "
-                                                     f"not known at compile time")
-        if name in ("item", "tolist", "numpy", "__bool__", "__int__", "__float__"):
-            raise fr.error(f"Tensor.{name} isn't supported", e,
-                           f"{ast.unparse(e)} converts a tensor to a Python value, which "
-                           f"exists only when the graph runs")
-        if name in ("reshape", "view") and _symbolic_sizes(args):
-            return self.dyn_reshape(x, args, e, fr)
-        if name in _FULL_REDUCE and not args and not kwargs:
-            x = self.flat(x)
-        return self.library(getattr(x, name), args, kwargs, e, fr, name)
-
-    def flat(self, x: Symbol) -> Symbol:
-        """``x.reshape(-1)``, whose rank (1) is known even when ``x``'s is not: a reduction
-        over all elements of it is right for every rank of ``x``."""
-        spec = x._node.spec
-        if not self.generic or spec.shape is not None:
-            return x
-        node = self.b.graph.call(REGISTRY["Reshape"], [self.b.node_of(x)], {"shape": (-1,)},
-                                 Spec((None,), spec.dtype), deps=self.b.deps())
-        flat = symbol(node)  # its stand-in has rank 1: the reduction's dims are right
-        node.spec = Spec(None, spec.dtype)  # what the shape rule says (the verifier checks)
-        return flat
-
-    def dyn_reshape(self, x, sizes: list, e, fr: Frame):
-        """reshape/view with sizes known at run time only (Dyn params of the IR)."""
-        if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
-            sizes = list(sizes[0])
-        return self.apply(lambda t: REGISTRY["Reshape"].apply(t, shape=tuple(sizes)), (x,),
-                          e, fr)
-
-    def builtin(self, fn, args: list, kwargs: dict, e, fr: Frame):
-        tensors = [a for a in args if isinstance(a, (Symbol, ShapeValue))]
-        if any(isinstance(a, ShapeValue) for a in tensors) and fn in (len, tuple, list,
-                                                                    enumerate, zip, reversed,
-                                                                    sorted, sum):
-            raise fr.error("shape of unknown rank", e, next(
-                a for a in tensors if isinstance(a, ShapeValue)).rank_error())
-        if tensors and fn in (len, tuple, list, enumerate, zip, reversed, sorted, range):
-            raise fr.error(f"{fn.__name__}() of a tensor isn't supported", e,
-                           f"{fn.__name__}() of a tensor isn't supported: its length is not "
-                           f"known at compile time")
-        if len(args) == 1 and isinstance(args[0], Symbol):
-            x = args[0]
-            if fn is int:
-                return self.apply(lambda t: t.to(xp.dtype(xp.int64)), (x,), e, fr)
-            if fn is float:
-                return self.apply(lambda t: t.to(xp.dtype(xp.float64)), (x,), e, fr)
-            if fn is bool:
-                return self.predicate(x)
-            if fn is abs:
-                return self.apply(lambda t: t.abs(), (x,), e, fr)
-        if fn in (min, max) and len(args) == 2 and tensors:
-            op = ops.minimum if fn is min else ops.maximum
-            a, b = (_tensor(xp.asarray(v)) if not isinstance(v, Symbol) else v for v in args)
-            return self.apply(op, (a, b), e, fr)
-        return self.apply(fn, tuple(args), e, fr, kwargs)
-
-    def library(self, fn, args: list, kwargs: dict, e, fr: Frame, name: str | None = None):
-        """Call graphgrad code on Symbols: its ops record themselves into the graph."""
-        owner = getattr(fn, "__self__", None)
-        operands = [owner, *args] if isinstance(owner, Symbol) else list(args)
-        unknown = self.generic and _unknown_rank(operands, kwargs)
-        if (name or getattr(fn, "__name__", type(fn).__name__)) not in _RANK_FREE:
-            self.needs_rank(operands + list(kwargs.values()), _text(e))
-        rng = default_generator.rng
-        state = rng.bit_generator.state
-        try:
-            value = fn(*args, **kwargs)
-        except ScriptError:
-            raise
-        except Exception as err:  # noqa: BLE001 - reported with the source line
-            if unknown:
-                # graphgrad's library code reads static shapes: this call is compiled
-                # again, with the shapes, when the function is called
-                self.incomplete.append(f"{_text(e)}: {type(err).__name__}: {err}")
-                dtype = next((a._node.spec.dtype for a in args if isinstance(a, Symbol)),
-                             xp.dtype(xp.float32))
-                return symbol(self.b.graph.add("placeholder", "needs_shapes",
-                                               spec=Spec(None, dtype)))
-            raise fr.error(f"call of {describe(fn)} failed", e,
-                           f"{type(err).__name__} in {_text(e)}: {err}") from err
-        if default_generator.rng is not rng or rng.bit_generator.state != state:
-            rng.bit_generator.state = state  # the draw is not the program's: undo it
-            raise fr.error("random functions aren't supported", e,
-                           f"{_text(e)} draws random numbers (e.g. dropout in training "
-                           f"mode): graphgrad's IR has no random op, so a scripted graph "
-                           f"would freeze one draw")
-        return value
-
-    def needs_rank(self, operands: list, what: str) -> None:
-        """Note that graphgrad code reads the rank of an operand of unknown rank: Python
-        code in it may decide on ``x.ndim``, which a Symbol of unknown rank reports as 0,
-        so the generic graph would be wrong for other ranks (it is not run)."""
-        if self.generic and not self.rank_bound and _unknown_rank(operands, {}):
-            self.rank_bound.append(f"{what} needs the rank of its input")
-
-    def apply(self, fn, args: tuple, e, fr: Frame, kwargs: dict | None = None):
-        """Apply a Python operator or builtin at compile time (building nodes when an
-        operand is a Symbol); failures become ScriptErrors at ``e``."""
-        for a in args:
-            if isinstance(a, ShapeValue):
-                raise fr.error("shape of unknown rank", e, a.rank_error())
-        try:
-            return fn(*args, **(kwargs or {}))
-        except ScriptError:
-            raise
-        except Exception as err:  # noqa: BLE001 - reported with the source line
-            if "as a Python `bool`" in str(err):
-                raise fr.error("a tensor used as a Python bool", e,
-                               f"{ast.unparse(e)} uses a tensor as a Python bool outside an "
-                               f"if or while condition") from None
-            raise fr.error(type(err).__name__, e, f"{type(err).__name__}: {err}") from err
-
-    # ---- truth values ------------------------------------------------------------------
-
-    def truth(self, v, e: ast.AST, fr: Frame) -> bool:
-        if isinstance(v, ShapeValue):
-            raise fr.error("shape of unknown rank", e, v.rank_error())
-        try:
-            return bool(v)
-        except Exception as err:  # noqa: BLE001 - reported with the source line
-            raise fr.error("not a condition", e, f"{type(err).__name__}: {err}") from None
-
-    def predicate(self, v):
-        """A tensor as a condition: bool dtype (``x != 0`` otherwise, as ``bool(x)``)."""
-        dtype = v._node.spec.dtype if isinstance(v, Symbol) else v._array.dtype
-        if xp.dtype(dtype).kind == "b":
-            return v
-        return v != 0
-
-
-
-
-def _text(e: ast.AST) -> str:
-    """The source of a call's callee (``gg.tanh``), for messages."""
-    return ast.unparse(e.func if isinstance(e, ast.Call) else e)
-
-
-def _hashable(v) -> bool:
-    try:
-        hash(v)
-    except TypeError:
-        return False
-    return True
-
-
-def _tensor(arr):
-    from graphgrad.graph.interpreter import as_tensor
-    return as_tensor(arr)
-
-
-def _as_symbol_bool(v):
-    return v if isinstance(v, Symbol) else _tensor(xp.asarray(bool(v)))
-
-
-def _symbolic_sizes(sizes) -> bool:
-    flat = list(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
-    return any(isinstance(s, Symbol) for s in flat)
-
-
-def _unknown_rank(args, kwargs) -> bool:
-    from graphgrad.func.pytree import tree_flatten
-    leaves, _ = tree_flatten([list(args), dict(kwargs)])
-    return any(isinstance(a, Symbol) and a._node.spec is not None and
-               a._node.spec.shape is None for a in leaves)

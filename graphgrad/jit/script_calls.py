@@ -1,0 +1,298 @@
+"""Layer ``jit``: how ``graphgrad.jit.script`` compiles a call (the ``Calls`` part of its
+compiler).
+
+A callee is resolved at compile time and sorted: graphgrad functions, tensor methods
+and graphgrad's own ``nn`` modules are called on the Symbols (their ops record
+themselves, so every op is the one of ``graphgrad.ops``); user functions and user
+modules are compiled from their source and inlined; pure Python builtins run at compile
+time; anything else (NumPy, the standard library, C functions) is a ``ScriptError``
+with TorchScript's wording. It also notes when graphgrad code reads the rank of an
+input whose rank is unknown: such a generic graph is not run (``scripting``).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from graphgrad import ops
+from graphgrad.backend import xp
+from graphgrad.func.pytree import tree_flatten
+from graphgrad.graph import Spec, Symbol, symbol
+from graphgrad.graph.interpreter import as_tensor
+from graphgrad.ops import REGISTRY
+from graphgrad.tensor.creation import default_generator
+
+from .script_errors import ScriptError
+from .script_values import MATH, ShapeValue, classify, describe, is_library_module, is_module
+
+if TYPE_CHECKING:
+    from .script_compiler import Frame
+
+__all__ = ["Calls", "as_eager", "as_bool_tensor", "unknown_rank"]
+
+# random creation functions would be frozen at compile time: the IR has no random op
+_RANDOM = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
+           "normal", "bernoulli", "multinomial", "poisson"}
+# builtins that are pure functions of their arguments: run at compile time (on Symbols
+# they call Tensor methods, which build nodes)
+_PURE = {abs, min, max, sum, len, range, enumerate, zip, reversed, sorted, tuple, list,
+         isinstance, issubclass, int, float, bool, str, round, pow, divmod, hasattr, getattr,
+         any, all, repr, type, slice}
+# reductions over all elements (no dim): compiled on x.reshape(-1) when x's rank is unknown
+_FULL_REDUCE = {"sum", "mean", "prod", "amax", "amin", "max", "min", "norm", "std", "var",
+                "any", "all", "logsumexp_all", "count_nonzero"}
+# graphgrad functions, tensor methods and modules that never look at their input's rank
+# (elementwise ops and matmul): a graph built with them for inputs of unknown rank is
+# right for every rank
+_RANK_FREE = {"add", "sub", "mul", "div", "true_divide", "neg", "abs", "exp", "log", "log1p",
+              "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "sin", "cos", "tan",
+              "sinh", "cosh", "asin", "acos", "atan", "erf", "floor", "ceil", "round",
+              "trunc", "sign", "reciprocal", "pow", "where", "maximum", "minimum", "clamp",
+              "clip", "matmul", "mm", "lt", "le", "gt", "ge", "eq", "ne", "logical_and",
+              "logical_or", "logical_not", "logical_xor", "atan2", "fmod", "remainder",
+              "isnan", "isinf", "isfinite", "square", "softplus", "gelu", "silu",
+              "leaky_relu", "elu", "to", "float", "double", "clone", "detach",
+              "Linear", "ReLU", "Tanh", "Sigmoid", "GELU", "SiLU", "Softplus", "Identity",
+              "LeakyReLU", "ELU"}
+
+
+
+
+class Calls:
+    """Mixin of ``Compiler``: calls, truth values."""
+
+    # ---- calls -------------------------------------------------------------------------
+
+    def call(self, fn, args: list, kwargs: dict, e: ast.Call, fr: Frame):
+        func_node = e.func
+        if isinstance(fn, ShapeValue):
+            raise fr.error("shape of unknown rank", e, fn.rank_error())
+        method_of = getattr(fn, "__self__", None)
+        if isinstance(method_of, Symbol):
+            return self.tensor_method(method_of, fn.__name__, args, kwargs, e, fr)
+        if _hashable(fn) and fn in MATH:
+            if any(isinstance(a, Symbol) for a in args):
+                return self.apply(getattr(ops, MATH[fn]), tuple(args), e, fr)
+            return self.apply(fn, tuple(args), e, fr, kwargs)
+        if _hashable(fn) and fn in _PURE:
+            return self.builtin(fn, args, kwargs, e, fr)
+        if is_module(fn):
+            if is_library_module(fn):
+                self.register_module(fn)
+                return self.library(fn, args, kwargs, e, fr)
+            forward = type(fn).forward
+            return self.inline(forward, args, kwargs, e, fr, self_obj=fn)
+        kind = classify(fn)
+        if kind == "graphgrad":
+            name = getattr(fn, "__name__", "")
+            if name in _RANDOM:
+                raise fr.error("random functions aren't supported", func_node,
+                               f"{describe(fn)} draws random numbers: graphgrad's IR has no "
+                               f"random op, so a scripted graph would freeze one draw")
+            if name in ("reshape", "view") and _symbolic_sizes(args[1:]):
+                return self.dyn_reshape(args[0], args[1:], e, fr)
+            if name in _FULL_REDUCE and len(args) == 1 and not kwargs and \
+                    isinstance(args[0], Symbol):
+                args = [self.flat(args[0])]
+            return self.library(fn, args, kwargs, e, fr)
+        if kind == "user":
+            return self.inline(fn, args, kwargs, e, fr)
+        if kind == "builtin":
+            raise fr.error("Python builtin is not supported", func_node,
+                           f"Python builtin {fn!r} is currently not supported in "
+                           f"graphgrad.jit.script")
+        raise fr.error("Python function is not supported", func_node,
+                       f"Python value {describe(fn)} (a {type(fn).__name__} from outside "
+                       f"graphgrad) is currently not supported in graphgrad.jit.script: only "
+                       f"graphgrad functions, tensor methods and Python functions whose "
+                       f"source it can compile can be called")
+
+    def register_module(self, mod) -> None:
+        """Lift a module's parameters and buffers under their names (read at call time)."""
+        prefix = self.module_names.get(id(mod), type(mod).__name__.lower())
+        for key in ("_parameters", "_buffers"):
+            for name, value in mod.__dict__.get(key, {}).items():
+                if value is not None:
+                    self.b.lifts.node(value, f"{prefix}.{name}",
+                                      lambda m=mod, n=name: getattr(m, n))
+        for child in mod.__dict__.get("_modules", {}).values():
+            if child is not None:
+                self.register_module(child)
+
+    def tensor_method(self, x: Symbol, name: str, args: list, kwargs: dict, e, fr: Frame):
+        if name == "size":
+            shape = self.shape_of(x, ast.unparse(e.func.value))
+            if not args and not kwargs:
+                return shape
+            dim = args[0] if args else kwargs.get("dim")
+            if not isinstance(dim, int):
+                raise fr.error("size(dim)", e, "size(dim) takes a Python int")
+            return shape[dim]
+        if name in ("dim", "ndimension"):
+            raise fr.error("tensor rank unknown", e, f"{ast.unparse(e)}: a Tensor's rank is "
+                                                     f"not known at compile time")
+        if name in ("item", "tolist", "numpy", "__bool__", "__int__", "__float__"):
+            raise fr.error(f"Tensor.{name} isn't supported", e,
+                           f"{ast.unparse(e)} converts a tensor to a Python value, which "
+                           f"exists only when the graph runs")
+        if name in ("reshape", "view") and _symbolic_sizes(args):
+            return self.dyn_reshape(x, args, e, fr)
+        if name in _FULL_REDUCE and not args and not kwargs:
+            x = self.flat(x)
+        return self.library(getattr(x, name), args, kwargs, e, fr, name)
+
+    def flat(self, x: Symbol) -> Symbol:
+        """``x.reshape(-1)``, whose rank (1) is known even when ``x``'s is not: a reduction
+        over all elements of it is right for every rank of ``x``."""
+        spec = x._node.spec
+        if not self.generic or spec.shape is not None:
+            return x
+        node = self.b.graph.call(REGISTRY["Reshape"], [self.b.node_of(x)], {"shape": (-1,)},
+                                 Spec((None,), spec.dtype), deps=self.b.deps())
+        flat = symbol(node)  # its stand-in has rank 1: the reduction's dims are right
+        node.spec = Spec(None, spec.dtype)  # what the shape rule says (the verifier checks)
+        return flat
+
+    def dyn_reshape(self, x, sizes: list, e, fr: Frame):
+        """reshape/view with sizes known at run time only (Dyn params of the IR)."""
+        if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+            sizes = list(sizes[0])
+        return self.apply(lambda t: REGISTRY["Reshape"].apply(t, shape=tuple(sizes)), (x,),
+                          e, fr)
+
+    def builtin(self, fn, args: list, kwargs: dict, e, fr: Frame):
+        tensors = [a for a in args if isinstance(a, (Symbol, ShapeValue))]
+        if any(isinstance(a, ShapeValue) for a in tensors) and fn in (len, tuple, list,
+                                                                    enumerate, zip, reversed,
+                                                                    sorted, sum):
+            raise fr.error("shape of unknown rank", e, next(
+                a for a in tensors if isinstance(a, ShapeValue)).rank_error())
+        if tensors and fn in (len, tuple, list, enumerate, zip, reversed, sorted, range):
+            raise fr.error(f"{fn.__name__}() of a tensor isn't supported", e,
+                           f"{fn.__name__}() of a tensor isn't supported: its length is not "
+                           f"known at compile time")
+        if len(args) == 1 and isinstance(args[0], Symbol):
+            x = args[0]
+            if fn is int:
+                return self.apply(lambda t: t.to(xp.dtype(xp.int64)), (x,), e, fr)
+            if fn is float:
+                return self.apply(lambda t: t.to(xp.dtype(xp.float64)), (x,), e, fr)
+            if fn is bool:
+                return self.predicate(x)
+            if fn is abs:
+                return self.apply(lambda t: t.abs(), (x,), e, fr)
+        if fn in (min, max) and len(args) == 2 and tensors:
+            op = ops.minimum if fn is min else ops.maximum
+            a, b = (as_eager(xp.asarray(v)) if not isinstance(v, Symbol) else v for v in args)
+            return self.apply(op, (a, b), e, fr)
+        return self.apply(fn, tuple(args), e, fr, kwargs)
+
+    def library(self, fn, args: list, kwargs: dict, e, fr: Frame, name: str | None = None):
+        """Call graphgrad code on Symbols: its ops record themselves into the graph."""
+        owner = getattr(fn, "__self__", None)
+        operands = [owner, *args] if isinstance(owner, Symbol) else list(args)
+        unknown = self.generic and unknown_rank(operands, kwargs)
+        if (name or getattr(fn, "__name__", type(fn).__name__)) not in _RANK_FREE:
+            self.needs_rank(operands + list(kwargs.values()), _text(e))
+        rng = default_generator.rng
+        state = rng.bit_generator.state
+        try:
+            value = fn(*args, **kwargs)
+        except ScriptError:
+            raise
+        except Exception as err:  # noqa: BLE001 - reported with the source line
+            if unknown:
+                # graphgrad's library code reads static shapes: this call is compiled
+                # again, with the shapes, when the function is called
+                self.incomplete.append(f"{_text(e)}: {type(err).__name__}: {err}")
+                dtype = next((a._node.spec.dtype for a in args if isinstance(a, Symbol)),
+                             xp.dtype(xp.float32))
+                return symbol(self.b.graph.add("placeholder", "needs_shapes",
+                                               spec=Spec(None, dtype)))
+            raise fr.error(f"call of {describe(fn)} failed", e,
+                           f"{type(err).__name__} in {_text(e)}: {err}") from err
+        if default_generator.rng is not rng or rng.bit_generator.state != state:
+            rng.bit_generator.state = state  # the draw is not the program's: undo it
+            raise fr.error("random functions aren't supported", e,
+                           f"{_text(e)} draws random numbers (e.g. dropout in training "
+                           f"mode): graphgrad's IR has no random op, so a scripted graph "
+                           f"would freeze one draw")
+        return value
+
+    def needs_rank(self, operands: list, what: str) -> None:
+        """Note that graphgrad code reads the rank of an operand of unknown rank: Python
+        code in it may decide on ``x.ndim``, which a Symbol of unknown rank reports as 0,
+        so the generic graph would be wrong for other ranks (it is not run)."""
+        if self.generic and not self.rank_bound and unknown_rank(operands, {}):
+            self.rank_bound.append(f"{what} needs the rank of its input")
+
+    def apply(self, fn, args: tuple, e, fr: Frame, kwargs: dict | None = None):
+        """Apply a Python operator or builtin at compile time (building nodes when an
+        operand is a Symbol); failures become ScriptErrors at ``e``."""
+        for a in args:
+            if isinstance(a, ShapeValue):
+                raise fr.error("shape of unknown rank", e, a.rank_error())
+        try:
+            return fn(*args, **(kwargs or {}))
+        except ScriptError:
+            raise
+        except Exception as err:  # noqa: BLE001 - reported with the source line
+            if "as a Python `bool`" in str(err):
+                raise fr.error("a tensor used as a Python bool", e,
+                               f"{ast.unparse(e)} uses a tensor as a Python bool outside an "
+                               f"if or while condition") from None
+            raise fr.error(type(err).__name__, e, f"{type(err).__name__}: {err}") from err
+
+    # ---- truth values ------------------------------------------------------------------
+
+    def truth(self, v, e: ast.AST, fr: Frame) -> bool:
+        if isinstance(v, ShapeValue):
+            raise fr.error("shape of unknown rank", e, v.rank_error())
+        try:
+            return bool(v)
+        except Exception as err:  # noqa: BLE001 - reported with the source line
+            raise fr.error("not a condition", e, f"{type(err).__name__}: {err}") from None
+
+    def predicate(self, v):
+        """A tensor as a condition: bool dtype (``x != 0`` otherwise, as ``bool(x)``)."""
+        dtype = v._node.spec.dtype if isinstance(v, Symbol) else v._array.dtype
+        if xp.dtype(dtype).kind == "b":
+            return v
+        return v != 0
+
+
+
+
+def _text(e: ast.AST) -> str:
+    """The source of a call's callee (``gg.tanh``), for messages."""
+    return ast.unparse(e.func if isinstance(e, ast.Call) else e)
+
+
+def _hashable(v) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return False
+    return True
+
+
+def as_eager(arr):
+    """An eager tensor of ``arr`` (a constant once a graph uses it)."""
+    return as_tensor(arr)
+
+
+def as_bool_tensor(v):
+    return v if isinstance(v, Symbol) else as_eager(xp.asarray(bool(v)))
+
+
+def _symbolic_sizes(sizes) -> bool:
+    flat = list(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+    return any(isinstance(s, Symbol) for s in flat)
+
+
+def unknown_rank(args, kwargs) -> bool:
+    """Whether a Symbol of unknown rank is among the arguments (nested too)."""
+    leaves, _ = tree_flatten([list(args), dict(kwargs)])
+    return any(isinstance(a, Symbol) and a._node.spec is not None and
+               a._node.spec.shape is None for a in leaves)
