@@ -128,6 +128,7 @@ def test_corpus_matches_eager(case):
                             + " (converted inside graphgrad: patches at patches.py:62)"}
     else:
         assert not messages
+    traced.graph.verify()
     fresh = case.make_inputs(np.random.default_rng(1))
     a = [x.detach().requires_grad_() for x in fresh]
     b = [x.detach().requires_grad_() for x in fresh]

@@ -149,9 +149,7 @@ def _c_name(fn) -> str:
 
 
 def _numpy_random_functions() -> list:
-    mod = sys.modules.get("numpy.random")
-    if mod is None:
-        return []
+    import numpy.random as mod  # loaded now, so that the trace cannot be first to load it
     names = set(getattr(mod.mtrand, "__all__", ())) | {"default_rng"}
     out = []
     for name in sorted(names):
@@ -218,7 +216,11 @@ class ExternalWatch:
         return self
 
     def __exit__(self, *exc) -> None:
-        sys.setprofile(self._prev)
+        prev = self._prev
+        if prev is not None and not callable(prev) and hasattr(prev, "enable"):
+            prev.enable()  # a C profiler (cProfile): sys.setprofile cannot reinstall it
+        else:
+            sys.setprofile(prev)
         _unpatch()
         _local.watches.remove(self)
 

@@ -226,10 +226,10 @@ class Tracer(Interpreter):
                         vals.append(Dyn(len(inputs)))
                         inputs.append(self.node_of(e))
                     else:
-                        vals.append(self._frozen(e))
+                        vals.append(self._frozen(e, op, k))
                 bound[k] = tuple(vals)
             else:
-                bound[k] = self._frozen(v)
+                bound[k] = self._frozen(v, op, k)
         spec = Spec(out._array.shape, out._array.dtype)
         if dynamic or any(isinstance(i, Node) and i.spec.shape is not None
                           and None in i.spec.shape for i in inputs[:nargs]):
@@ -239,14 +239,16 @@ class Tracer(Interpreter):
                 pass
         return self.graph.call(op, inputs, bound, spec, nargs=nargs)
 
-    def _frozen(self, v):
+    def _frozen(self, v, op, key: str):
         """A param value with its traced numbers made plain, warning that they no longer
         follow the input (only a top-level tuple of sizes can stay dynamic)."""
         if _has_traced(v):
             warn_at(user_frame(), "Converting a tensor to a Python integer might cause the "
                     "trace to be incorrect. We can't record the data flow of Python values, "
                     "so this value will be treated as a constant in the future. This means "
-                    "that the trace might not generalize to other inputs!")
+                    f"that the trace might not generalize to other inputs! ({op.__name__}'s "
+                    f"param {key}={plain(v)!r} is fixed: the graph binds sizes at run time "
+                    f"only in a flat tuple param)")
         return plain(v)
 
     # ---- what a trace cannot keep ---------------------------------------------------------

@@ -175,34 +175,37 @@ class TracedTensor(Tensor):
 
     # ---- NumPy: external code -----------------------------------------------------------
     def numpy(self, *, force: bool = False):
-        self._tracer.external("Tensor.numpy", user_frame(sys._getframe(1)),
-                              _DATAFLOW.format(_WHAT["numpy"]))
+        self._numpy_use("Tensor.numpy", sys._getframe(1))
         return self._array
 
     def __array__(self, dtype=None, copy=None):
-        caller = sys._getframe(1)
-        if is_user_code(caller.f_code):
-            self._tracer.external("Tensor.__array__ (conversion to a NumPy array)", caller,
-                                  _DATAFLOW.format(_WHAT["numpy"]))
-        else:  # graphgrad made a constant of it (e.g. gg.tensor(x)): the value is frozen
-            warn_at(user_frame(caller), _DATAFLOW.format(_WHAT["numpy"]))
+        self._numpy_use("Tensor.__array__ (conversion to a NumPy array)", sys._getframe(1))
         a = self._array
         return a if dtype is None else a.astype(dtype, copy=False)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        frame = user_frame(sys._getframe(1))
-        if frame is not None and method == "__call__" and len(inputs) == 2 \
-                and inputs[1] is self and ufunc.__name__ in _REFLECTED \
-                and dis.opname[frame.f_code.co_code[frame.f_lasti]] in _OPERATOR_OPS:
+        caller = sys._getframe(1)
+        if method == "__call__" and len(inputs) == 2 and inputs[1] is self \
+                and ufunc.__name__ in _REFLECTED \
+                and dis.opname[caller.f_code.co_code[caller.f_lasti]] in _OPERATOR_OPS:
             # ``array + x`` (an operator, not np.add): what eager mode does, x.__radd__
             return getattr(self, _REFLECTED[ufunc.__name__])(inputs[0])
-        self._tracer.external(f"numpy.{ufunc.__name__}", frame)
+        self._numpy_use(f"numpy.{ufunc.__name__}", caller)
         inputs = [i._array if isinstance(i, Value) else i for i in inputs]
         return getattr(ufunc, method)(*inputs, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        self._tracer.external(f"numpy.{func.__name__}", user_frame(sys._getframe(1)))
+        self._numpy_use(f"numpy.{func.__name__}", sys._getframe(1))
         return func(*_arrays(args), **_arrays(kwargs))
+
+    def _numpy_use(self, name: str, caller: FrameType) -> None:
+        """NumPy reads this tensor's values: external code when the user's line does it;
+        when graphgrad itself does (``gg.tensor(x)``), the value becomes a constant, which
+        is PyTorch's "Converting a tensor to a NumPy array" warning."""
+        if is_user_code(caller.f_code):
+            self._tracer.external(name, caller, _DATAFLOW.format(_WHAT["numpy"]))
+        else:
+            warn_at(user_frame(caller), _DATAFLOW.format(_WHAT["numpy"]))
 
     # ---- detach: no stop-gradient op in the IR ---------------------------------------------
     def detach(self) -> Tensor:
