@@ -287,13 +287,14 @@ class Interpreter:
         if isinstance(fn, FuncV):
             return self.inline(fn.code, fn.globals, fn.name, fn.defaults, fn.kwdefaults,
                                fn.closure, args, kwargs, None)
-        if isinstance(fn, _BoundExt):
-            return self.eager_call(getattr(fn.ext.obj, fn.name), args, kwargs,
+        if isinstance(fn, _BoundExt):   # the object is fetched at run time, from its source
+            return self.eager_call(_MethodCall(fn.name), [fn.ext, *args], kwargs,
                                    f"{type(fn.ext.obj).__name__}.{fn.name} changes an object "
-                                   f"the caller can see", target=(fn.ext, fn.name))
+                                   f"the caller can see")
         if isinstance(fn, _EagerMethod):
-            return self.eager_call(fn, args, kwargs, f"Tensor.{fn.name} needs the tensor's "
-                                   f"value", target=(fn.obj, fn.name))
+            return self.eager_call(_MethodCall(fn.name), [fn.obj, *args], kwargs,
+                                   f"Tensor.{fn.name} needs the tensor's value or changes its "
+                                   f"state")
         if isinstance(fn, _InplaceMethod):
             return self.inplace(fn.obj, fn.name, tuple(args), _MethodCall(fn.name)) \
                 if not kwargs else self.brk("unsupported-value-op", f"in-place {fn.name}",
@@ -325,7 +326,7 @@ class Interpreter:
         full = f"{mod}.{name}" if mod else name
         return self.eager_call(fn, args, kwargs, f"{full} is not a graphgrad op")
 
-    def eager_call(self, fn, args, kwargs, reason: str, target=None):
+    def eager_call(self, fn, args, kwargs, reason: str):
         return self.brk("unsupported-call", reason, fn, tuple(args), kwargs)
 
     def fold(self, fn: Any, args: list, kwargs: dict) -> Any:
@@ -495,7 +496,7 @@ class _MethodCall:
         return getattr(obj, self.name)(*args, **kwargs)
 
     def __repr__(self) -> str:
-        return f"Tensor.{self.name}"
+        return f"<method {self.name}>"
 
 
 _INPLACE_NAME = {operator.iadd: "add_", operator.isub: "sub_", operator.imul: "mul_",
