@@ -366,3 +366,15 @@ def test_detach_cannot_be_recorded_faithfully():
     traced, caught = _trace(f, (gg.ones(2),), strict=False)
     assert any("no stop-gradient op" in str(w.message) for w in caught)
     assert _close(traced(gg.full((2,), 3.0)), gg.full((2,), 18.0))   # values stay right
+
+
+def test_traced_function_composes_with_transforms():
+    from graphgrad import func
+
+    def f(x):
+        return (gg.tanh(x) ** 2).sum() * x.shape[0]
+    traced, _ = _trace(f, (gg.randn(3, dtype=gg.float64),))
+    x = gg.randn(3, dtype=gg.float64)
+    assert _close(func.grad(traced)(x), func.grad(f)(x))
+    assert _close(func.hessian(traced)(x), func.hessian(f)(x))   # second order, by extension
+    assert jit.TracerWarning is TracerWarning and issubclass(ExternalCallError, RuntimeError)

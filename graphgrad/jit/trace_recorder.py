@@ -73,7 +73,7 @@ class Tracer(Interpreter):
         self.strict = strict
         self.state_names = state_names          # id(parameter or buffer) -> dotted name
         self.captures: list[Capture] = []
-        self.inputs: set[int] = set()           # ids of the traced input tensors
+        self.input_ids: set[int] = set()        # ids of the traced input tensors
         self._seen: dict[int, list] = {}        # id(tensor) -> [tensor, node, version]
         self._made: dict[int, tuple] = {}       # id(input) -> (input, last same-shape result)
         self._sizes: dict[tuple, TracedInt] = {}
@@ -92,7 +92,7 @@ class Tracer(Interpreter):
 
     def input(self, node: Node, example: Value) -> TracedTensor:
         t = self.wrap(example, node)
-        self.inputs.add(id(t))
+        self.input_ids.add(id(t))
         return t
 
     def wrap(self, out: Value, node: Node) -> TracedTensor:
@@ -144,7 +144,7 @@ class Tracer(Interpreter):
             new = made[1]._array
             if new.shape == v._array.shape and new.dtype == v._array.dtype \
                     and xp.array_equal(new, v._array, equal_nan=new.dtype.kind in "fc"):
-                if id(v) in self.inputs and id(v) not in self._warned_inputs:
+                if id(v) in self.input_ids and id(v) not in self._warned_inputs:
                     self._warned_inputs.add(id(v))
                     warn_at(user_frame(), f"an input of the traced function (placeholder "
                             f"{old.name!r}) is modified in place: the traced graph computes "

@@ -11,9 +11,10 @@ specialized. Sizes stay in the graph as long as Python only does arithmetic on t
 ``x.reshape(m, n) * n`` is right for inputs of other shapes.
 
 Warnings about conversions made *inside* graphgrad (a shape check in an op wrapper) are
-not shown, as PyTorch filters its own library's tracer warnings; conversions to ints and
-floats are shown wherever they happen (blamed on the user's line), because a size that
-became a plain int inside graphgrad (``gg.zeros(n)``) no longer follows the input's shape.
+not shown, as PyTorch filters its own library's tracer warnings, with one exception: a
+traced size that graphgrad turns into a plain int or float (``gg.zeros(n)``, a slice
+bound) warns wherever it happens, blamed on the user's line and naming the graphgrad
+function, because from there on the trace no longer follows the input's shape.
 """
 
 from __future__ import annotations
