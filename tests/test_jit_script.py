@@ -15,8 +15,8 @@ import pytest
 import graphgrad as gg
 from graphgrad.graph import Interpreter, python_code
 from graphgrad.jit import ScriptError, ScriptFunction, script
-from tests.capture_corpus import CORPUS
-from tests.lecture_cases import branch, external, shape_dependent
+from capture_corpus import CORPUS
+from lecture_cases import branch, external, shape_dependent
 
 
 def _line_of(fn, text: str) -> int:
@@ -606,3 +606,65 @@ def test_graph_verifies_and_its_printed_code_runs(fn, nargs):
     for e, a, b in zip(expected, by_interpreter, by_code, strict=True):
         np.testing.assert_allclose(a.numpy(), e.numpy())
         np.testing.assert_allclose(b.numpy(), e.numpy())
+
+
+_SCALE = gg.tensor([2.0, 3.0], dtype=gg.float64)
+
+
+def _uses_global_tensor(x):
+    return x * _SCALE
+
+
+def test_tensors_from_globals_and_closures_are_inputs_read_at_call_time():
+    global _SCALE
+    s = script(_uses_global_tensor)
+    assert [p.name for p in s.graph.inputs] == ["x", "_SCALE"]
+    np.testing.assert_allclose(s(_t(1.0, 1.0)).numpy(), [2.0, 3.0])
+    saved, _SCALE = _SCALE, gg.tensor([5.0, 7.0], dtype=gg.float64)
+    try:
+        np.testing.assert_allclose(s(_t(1.0, 1.0)).numpy(), [5.0, 7.0])
+    finally:
+        _SCALE = saved
+
+    offsets = []
+
+    def closure_over_list(x):
+        return x + len(offsets)
+
+    with pytest.raises(ScriptError, match="'offsets' is a list read from the enclosing scope"):
+        script(closure_over_list)
+
+    w = gg.tensor([1.0, -1.0], dtype=gg.float64, requires_grad=True)
+
+    def closure_over_weight(x):
+        return (x * w).sum()
+
+    script(closure_over_weight)(_t(3.0, 4.0)).backward()
+    np.testing.assert_allclose(w.grad.numpy(), [3.0, 4.0])
+
+
+def test_unsupported_control_flow_is_refused():
+    def breaks(x):
+        while x.sum() > 0:
+            x = x - 1
+            break
+        return x
+
+    assert "break statements aren't supported" in _script_error(breaks, "    break")
+
+    def returns_in_loop(x):
+        for i in range(3):
+            if x.sum() > i:
+                return x
+        return -x
+
+    assert "isn't supported" in _script_error(returns_in_loop, "if x.sum() > i")
+
+    def iterates_tensor(x):
+        total = x * 0
+        for row in x:
+            total = total + row
+        return total
+
+    assert "iterating over a tensor isn't supported" in _script_error(iterates_tensor,
+                                                                      "for row in x")
