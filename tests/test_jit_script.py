@@ -668,3 +668,16 @@ def test_unsupported_control_flow_is_refused():
 
     assert "iterating over a tensor isn't supported" in _script_error(iterates_tensor,
                                                                       "for row in x")
+
+
+def test_a_scripted_function_calling_a_scripted_function_inlines_it():
+    inner = script(elif_chain)
+
+    def outer(x):
+        return inner(x) * 2 + inner(-x)
+
+    s = script(outer)
+    assert sum(n.kind == "cond" for n in _all_nodes(s.graph)) == 6
+    for scale in (-2.0, -0.3, 0.3, 2.0):
+        _check_against_eager(lambda x: elif_chain(x) * 2 + elif_chain(-x), s,
+                             [_t(0.5, 1.0, -0.25) * scale])

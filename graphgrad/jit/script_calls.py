@@ -77,6 +77,9 @@ class Calls:
             return self.apply(fn, tuple(args), e, fr, kwargs)
         if _hashable(fn) and fn in _PURE:
             return self.builtin(fn, args, kwargs, e, fr)
+        wrapped = getattr(fn, "__wrapped_script__", None)
+        if wrapped is not None:  # another scripted function: inline its source
+            return self.inline(wrapped[0], args, kwargs, e, fr, self_obj=wrapped[1])
         if is_module(fn):
             if is_library_module(fn):
                 self.register_module(fn)

@@ -70,6 +70,7 @@ class ScriptFunction:
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
+        self.__wrapped_script__ = (fn, self_obj)  # what a scripted caller inlines
         self._generic = self._compile(None)
         self._special: dict[tuple, _Compiled] = {}
         self._last: _Compiled | None = None
