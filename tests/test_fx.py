@@ -449,6 +449,38 @@ def test_printed_code_runs_like_the_interpreter_and_dot_has_the_nodes():
     assert readable.startswith("class Scaled(graphgrad.nn.Module):") and "def forward" in readable
 
 
+def test_print_tabular_and_proxy_repr(capsys):
+    seen = []
+
+    def f(x):
+        seen.append(repr(x))
+        return gg.relu(x) + 1
+
+    gm = fx.symbolic_trace(f)
+    gm.graph.print_tabular()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:5] == ["opcode", "name", "target", "args", "kwargs"]
+    rows = [line.split()[:3] for line in lines[2:]]
+    assert rows == [["placeholder", "x", "placeholder"], ["call", "relu", "Relu"],
+                    ["call", "add", "Add"], ["output", "output", "output"]]
+    assert seen == ["Proxy(x)"]
+
+
+def test_second_derivatives_through_a_graph_module():
+    def f(x):
+        return (gg.tanh(x) ** 3).sum()
+
+    gm = fx.symbolic_trace(f, example_inputs=(_t(4),))
+    x = _t(4).requires_grad_()
+    (g,) = gg.autograd.grad(gm(x), x, create_graph=True)
+    (h,) = gg.autograd.grad(g.sum(), x)
+    xe = _t(4).requires_grad_()
+    (ge,) = gg.autograd.grad(f(xe), xe, create_graph=True)
+    (he,) = gg.autograd.grad(ge.sum(), xe)
+    np.testing.assert_allclose(_np(g), _np(ge), rtol=1e-12)
+    np.testing.assert_allclose(_np(h), _np(he), rtol=1e-12)
+
+
 # ---- Interpreter and Transformer ----------------------------------------------------------
 
 def test_interpreter_hooks_and_garbage_collection():
