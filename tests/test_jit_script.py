@@ -681,3 +681,34 @@ def test_a_scripted_function_calling_a_scripted_function_inlines_it():
     for scale in (-2.0, -0.3, 0.3, 2.0):
         _check_against_eager(lambda x: elif_chain(x) * 2 + elif_chain(-x), s,
                              [_t(0.5, 1.0, -0.25) * scale])
+
+
+def stepped_ranges(x):
+    y = x
+    for i in range(1, 7, 2):
+        y = y * x + i
+    for j in range(5, 0, -2):
+        y = y - j * 0.1
+    return y
+
+
+def bounded_steps(x, n: int):
+    k = 0
+    out = x
+    while k < n:
+        out = gg.where(out > 1.0, out * 0.5, out + 1.0)
+        k += 1
+    return out, k
+
+
+def test_literal_ranges_and_int_counters_are_loops():
+    s = script(stepped_ranges)
+    assert sum(n.kind == "while_loop" for n in s.graph.nodes) == 2
+    assert s._generic.rank_bound is None  # elementwise only: one graph for every shape
+    _check_against_eager(stepped_ranges, s, [_t(0.5, 2.0, -1.0)])
+    b = script(bounded_steps)
+    for n in (0, 1, 4):
+        out, k = b(_t(0.5, 2.0), n)
+        ref, ref_k = bounded_steps(_t(0.5, 2.0), n)
+        np.testing.assert_allclose(out.numpy(), ref.numpy())
+        assert int(k.item()) == ref_k
