@@ -183,7 +183,8 @@ def test_module_parameters_stay_live_so_training_works():
 def test_dropout_in_training_mode_fails_the_check_and_eval_mode_traces():
     model = nn.Sequential(nn.Linear(3, 3, dtype=gg.float64), nn.Dropout(0.5))
     with pytest.raises(TracingCheckError, match=r"Tensor-valued Constant nodes differed"
-                                                r"(.|\n)*") as info:
+                                                r"(.|\n)*") as info, \
+            pytest.warns(TracerWarning, match="draws random numbers"):
         jit.trace(model, (gg.randn(4, 3, dtype=gg.float64),))
     assert "eval()" in str(info.value)
     model.eval()
@@ -197,11 +198,15 @@ def test_dropout_in_training_mode_fails_the_check_and_eval_mode_traces():
 def test_check_trace_catches_a_nondeterministic_function():
     def noisy(x):
         return x + gg.rand(3, dtype=gg.float64)
-    with pytest.raises(TracingCheckError) as info:
+    with pytest.raises(TracingCheckError) as info, pytest.warns(TracerWarning):
         jit.trace(noisy, (gg.zeros(3, dtype=gg.float64),))
     assert str(info.value).startswith("Tracing failed sanity checks!\nERROR: Tensor-valued "
                                       "Constant nodes differed in value across invocations.")
-    traced, _ = _trace(noisy, (gg.zeros(3, dtype=gg.float64),), check_trace=False)
+    traced, caught = _trace(noisy, (gg.zeros(3, dtype=gg.float64),), check_trace=False)
+    [w] = caught   # said at trace time too, naming the line
+    assert str(w.message).startswith("`gg.rand(3, dtype=gg.float64)` draws random numbers, "
+                                     "which the trace freezes into the graph as a constant")
+    assert w.lineno == _line_of(noisy, "gg.rand")
     z = gg.zeros(3, dtype=gg.float64)
     assert _close(traced(z), traced(z))
 

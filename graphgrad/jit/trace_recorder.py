@@ -253,6 +253,15 @@ class Tracer(Interpreter):
 
     # ---- what a trace cannot keep ---------------------------------------------------------
 
+    def random(self, frame) -> None:
+        """graphgrad drew random numbers: a warning (not an error: a dropout layer in
+        training mode does it), and ``check_trace`` will see the constants differ."""
+        expr = expression(frame)
+        warn_at(frame, f"{f'`{expr}`' if expr else 'this line'} draws random numbers, which "
+                f"the trace freezes into the graph as a constant: every call of the traced "
+                f"function reuses them (a dropout layer? call .eval() on the model before "
+                f"tracing)")
+
     def unrecordable(self, what: str, frame) -> None:
         """Something the graph cannot express faithfully: an error when strict, else a
         TracerWarning (the trace goes on with the closest graph it can record)."""
@@ -303,7 +312,7 @@ def record(fn: Callable, examples: tuple, names: list[str], *, strict: bool,
     prev = set_grad_mode(False)  # values only: the graph is differentiated when it runs
     try:
         with tracer.active():
-            with ExternalWatch(tracer.external):
+            with ExternalWatch(tracer.external, tracer.random):
                 out = fn(*args)
             leaves, tree = tree_flatten(out)
             if strict and isinstance(out, (list, dict)):
