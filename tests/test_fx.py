@@ -335,6 +335,14 @@ def test_a_graph_module_traces_again_to_the_same_graph():
     x = _t(2, 3, seed=4)
     np.testing.assert_allclose(_np(again(x)), _np(m(x)))
 
+    def f(x):
+        return x.reshape(x.shape[0], -1) * 2
+
+    shaped = fx.symbolic_trace(fx.symbolic_trace(f))   # no example: any rank, still
+    assert [n.kind for n in shaped.graph.nodes].count("shape") == 1
+    for shape in ((2, 3, 4), (5, 2)):
+        np.testing.assert_allclose(_np(shaped(_t(*shape))), _np(f(_t(*shape))))
+
 
 def test_is_leaf_module_override_traces_through():
     class NoLeaves(fx.Tracer):

@@ -140,6 +140,11 @@ class GraphModule(Module):
         return out
 
     def forward(self, *args, **kwargs):
+        if any(isinstance(a, Symbol) for a in (*args, *kwargs.values())):
+            # traced again (inside another symbolic_trace): run node by node, so that each
+            # node is recorded as what it is (a shape node stays one)
+            from .interpreter import Interpreter
+            return Interpreter(self).run(*args, **kwargs)
         inputs = self.inputs_of(*args, **kwargs)
         state = self.__dict__["_state"]
         state.clear()

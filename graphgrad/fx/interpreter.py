@@ -22,6 +22,7 @@ from graphgrad.ops import Op
 from graphgrad.tensor import Value
 
 from .graph_module import GraphModule, _resolve
+from .proxy import Proxy
 from .tracer import Tracer
 
 __all__ = ["Interpreter", "Transformer"]
@@ -50,10 +51,11 @@ class Interpreter(GraphInterpreter):
         self.args_iter: Iterator = iter(())
         self.current_node: Node | None = None
 
-    def run(self, *args, initial_env: dict | None = None, enable_io_processing: bool = True):
+    def run(self, *args, initial_env: dict | None = None, enable_io_processing: bool = True,
+            **kwargs):
         """Bind ``args`` to the placeholders and run every node; ``initial_env`` pre-sets
         node values (partial evaluation)."""
-        inputs = self.module.inputs_of(*args) if enable_io_processing else list(args)
+        inputs = self.module.inputs_of(*args, **kwargs) if enable_io_processing else list(args)
         self.args_iter = iter(inputs)
         self.env = env = dict(initial_env or {})
         nodes = self.graph.nodes
@@ -80,6 +82,8 @@ class Interpreter(GraphInterpreter):
         self.current_node = node
         args = [env[i] if isinstance(i, Node) else i for i in node.inputs]
         kind = node.kind
+        if kind == "shape" and isinstance(args[0], Proxy):  # being traced: a shape node
+            return args[0].tracer.shape_proxy(args[0])
         if kind == "placeholder":
             return self.placeholder(node.name, (), {})
         if kind == "variable" and "target" in node.params:
@@ -125,11 +129,6 @@ class Transformer(Interpreter):
         super().__init__(module, garbage_collect_values=False)
         self.tracer = Tracer()
         self.tracer.root = module
-
-    def run_node(self, node: Node, env: dict):
-        if node.kind == "shape":  # the new graph's shape node, of any rank
-            return self.tracer.shape_proxy(env[node.inputs[0]])
-        return super().run_node(node, env)
 
     def placeholder(self, target: str, args: tuple, kwargs: dict) -> Any:
         return self.tracer.proxy(self.tracer.graph.placeholder(self.current_node.spec, target))

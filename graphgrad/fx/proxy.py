@@ -202,14 +202,7 @@ for _name in [n for n in dir(Symbol) if n.endswith("_") and not n.startswith("__
 
 
 class ShapeProxy(Proxy):
-    """``x.shape`` of a Proxy: an int64 vector node; ``shape[i]`` is a 0-d node."""
+    """``x.shape`` of a Proxy: an int64 vector node; ``shape[i]`` is a 0-d node (the Tracer
+    gives it its Spec: the vector's length may be unknown)."""
 
     __slots__ = ()
-
-    def __getitem__(self, index):
-        if isinstance(index, int) and not isinstance(index, bool):
-            # a shape vector of unknown length has no shape rule for indexing, but an
-            # integer index of a vector is 0-d whatever the length
-            return self._tracer.record(REGISTRY["Getitem"], (self,), {"spec": (index,)},
-                                       Spec((), _I64))
-        return Proxy.__getitem__(self, index)

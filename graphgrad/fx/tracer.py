@@ -27,6 +27,7 @@ from graphgrad.backend import get_default_dtype, xp
 from graphgrad.func.pytree import tree_flatten
 from graphgrad.graph import Graph, GraphBuilder, Node, Spec, Symbol, symbol
 from graphgrad.nn import Module, Sequential
+from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
 from graphgrad.tensor.dispatch import current_interpreter
 
@@ -36,6 +37,11 @@ from .proxy import Proxy, ProxyArray, ShapeProxy
 __all__ = ["Tracer", "PH"]
 
 _I64 = xp.dtype(xp.int64)
+_GETITEM = REGISTRY["Getitem"]
+
+
+def _one_int(spec: tuple) -> bool:
+    return len(spec) == 1 and isinstance(spec[0], int) and not isinstance(spec[0], bool)
 
 
 class _PH:
@@ -110,7 +116,7 @@ class Tracer(GraphBuilder):
         ranks and dtypes; without it their rank is unknown."""
         if isinstance(root, Module):
             self.root, fn = root, root.forward
-            name = type(root).__name__
+            name = root.__dict__.get("_class_name", type(root).__name__)  # a GraphModule's
         else:
             self.root, fn = Module(), root
             name = getattr(root, "__name__", type(root).__name__)
@@ -206,6 +212,11 @@ class Tracer(GraphBuilder):
         return node
 
     def process(self, op, args: tuple, params: dict):
+        if op is _GETITEM and isinstance(args[0], ShapeProxy) and len(args) == 1 \
+                and _one_int(params["spec"]):
+            # x.shape[i]: a vector of unknown length has no shape rule for indexing, but
+            # an integer index of a vector is 0-d whatever the length
+            return self.record(op, args, params, Spec((), _I64))
         out = super().process(op, args, params)
         if isinstance(out, Symbol) and not isinstance(out, Proxy):
             return self.proxy(out._node)
