@@ -26,7 +26,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from graphgrad.backend import xp
-from graphgrad.func.pytree import tree_flatten
+from graphgrad.func.pytree import TreeSpec, tree_flatten
 from graphgrad.graph import Dyn, Graph, GraphBuilder, Node, Spec, needed_nodes
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import (Interpreter, Tensor, Value, dispatch, pop_interpreter,
@@ -235,7 +235,7 @@ class Tracer(Interpreter):
                           and None in i.spec.shape for i in inputs[:nargs]):
             try:  # the rule's answer keeps unknown dims unknown (graph.verify agrees)
                 spec = GraphBuilder.infer(op, inputs[:nargs], bound, dynamic)
-            except Exception:  # noqa: BLE001 - no rule for unknown dims: the example's
+            except Exception:  # noqa: BLE001 - no rule for unknown dims: keep the example's
                 pass
         return self.graph.call(op, inputs, bound, spec, nargs=nargs)
 
@@ -300,7 +300,7 @@ def _has_traced(v) -> bool:
 
 
 def record(fn: Callable, examples: tuple, names: list[str], *, strict: bool,
-           state_names: dict[int, str], name: str):
+           state_names: dict[int, str], name: str) -> tuple[Graph, list[Capture], TreeSpec]:
     """Run ``fn`` on ``examples`` under a Tracer; returns (graph, captures, output tree
     spec). The graph keeps only what the outputs need (a dead ``x < 0`` whose Python
     bool decided a branch is dropped, as PyTorch's trace drops it)."""
