@@ -13,6 +13,7 @@ input whose rank is unknown: such a generic graph is not run (``scripting``).
 from __future__ import annotations
 
 import ast
+import operator
 from typing import TYPE_CHECKING
 
 from graphgrad import ops
@@ -21,6 +22,7 @@ from graphgrad.func.pytree import tree_flatten
 from graphgrad.graph import Spec, Symbol, symbol
 from graphgrad.graph.interpreter import as_tensor
 from graphgrad.ops import REGISTRY
+from graphgrad.tensor import Value
 from graphgrad.tensor.creation import default_generator
 
 from .script_errors import ScriptError
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Calls", "as_eager", "as_bool_tensor", "unknown_rank"]
 
+_F64 = xp.dtype(xp.float64)
 # random creation functions would be frozen at compile time: the IR has no random op
 _RANDOM = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
            "normal", "bernoulli", "multinomial", "poisson"}
@@ -131,7 +134,7 @@ class Calls:
             dim = args[0] if args else kwargs.get("dim")
             if not isinstance(dim, int):
                 raise fr.error("size(dim)", e, "size(dim) takes a Python int")
-            return shape[dim]
+            return self.mark_scalar(shape[dim])
         if name in ("dim", "ndimension"):
             raise fr.error("tensor rank unknown", e, f"{ast.unparse(e)}: a Tensor's rank is "
                                                      f"not known at compile time")
@@ -177,10 +180,10 @@ class Calls:
                            f"known at compile time")
         if len(args) == 1 and isinstance(args[0], Symbol):
             x = args[0]
-            if fn is int:
-                return self.apply(lambda t: t.to(xp.dtype(xp.int64)), (x,), e, fr)
-            if fn is float:
-                return self.apply(lambda t: t.to(xp.dtype(xp.float64)), (x,), e, fr)
+            if fn in (int, float):
+                dtype = xp.dtype(xp.int64 if fn is int else xp.float64)
+                return self.mark_scalar(self.apply(lambda t: REGISTRY["Cast"].apply(
+                    t, dtype=dtype), (x,), e, fr))
             if fn is bool:
                 return self.predicate(x)
             if fn is abs:
@@ -236,8 +239,11 @@ class Calls:
         for a in args:
             if isinstance(a, ShapeValue):
                 raise fr.error("shape of unknown rank", e, a.rank_error())
+        scalar = not kwargs and self.scalar_operands(args)
+        if scalar:
+            args = self.python_promotion(fn, args)
         try:
-            return fn(*args, **(kwargs or {}))
+            result = fn(*args, **(kwargs or {}))
         except ScriptError:
             raise
         except Exception as err:  # noqa: BLE001 - reported with the source line
@@ -246,6 +252,38 @@ class Calls:
                                f"{ast.unparse(e)} uses a tensor as a Python bool outside an "
                                f"if or while condition") from None
             raise fr.error(type(err).__name__, e, f"{type(err).__name__}: {err}") from err
+        return self.mark_scalar(result) if scalar else result
+
+    # ---- Python numbers held in 0-d tensors ----------------------------------------------
+    # An int or float argument, a loop counter, a size read from a shape: TorchScript types
+    # them int/float, and Python arithmetic on them stays in double precision, where a 0-d
+    # int64 tensor times 0.1 would give float32 (PyTorch's promotion). The compiler keeps
+    # the set of their nodes and promotes such arithmetic as Python does.
+
+    def is_scalar(self, v) -> bool:
+        return isinstance(v, Symbol) and v._node in self.scalars
+
+    def mark_scalar(self, v):
+        if isinstance(v, Symbol):
+            self.scalars.add(v._node)
+        return v
+
+    def scalar_operands(self, args) -> bool:
+        """All operands are Python numbers or scalar Symbols, and one is a Symbol."""
+        return any(self.is_scalar(a) for a in args) and all(
+            self.is_scalar(a) or (isinstance(a, (int, float)) and not isinstance(a, Value))
+            for a in args)
+
+    def python_promotion(self, fn, args: tuple) -> tuple:
+        """int scalars become float64 where Python would compute in float: next to a
+        float, and in true division."""
+        floats = fn is operator.truediv or any(
+            isinstance(a, float) or (self.is_scalar(a) and a._node.spec.dtype.kind == "f")
+            for a in args)
+        if not floats:
+            return args
+        return tuple(REGISTRY["Cast"].apply(a, dtype=_F64) if self.is_scalar(a)
+                     and a._node.spec.dtype.kind != "f" else a for a in args)
 
     # ---- truth values ------------------------------------------------------------------
 

@@ -89,6 +89,7 @@ class Compiler(Expressions):
         self.rank_bound: list[str] = []   # library calls that may depend on the rank
         self.inputs: set = set(builder.graph.inputs)  # the user's arguments (placeholders)
         self.active: list = []            # functions being compiled (no recursion)
+        self.scalars: set = set()         # nodes holding Python ints/floats (Calls)
         self.module_names = module_names or {}
         self._sources: dict = {}
 
@@ -395,5 +396,6 @@ class Compiler(Expressions):
     def _as_int_tensor(self, v):
         if isinstance(v, Symbol):
             return v
-        return symbol(self.b.node_of(as_eager(xp.asarray(v, xp.int64)), literal_ok=False))
+        return self.mark_scalar(symbol(self.b.node_of(as_eager(xp.asarray(v, xp.int64)),
+                                                      literal_ok=False)))
 

@@ -113,6 +113,11 @@ def _same_constant(a, b) -> bool:
         return False
 
 
+def _scalar(comp, v) -> bool:
+    """A Python number, or a Symbol holding one (see ``Calls.is_scalar``)."""
+    return _is_number(v) or comp.is_scalar(v)
+
+
 def _type_name(v) -> str:
     return "Tensor" if isinstance(v, Value) else type(v).__name__
 
@@ -175,6 +180,9 @@ def build_cond(comp, pred: Symbol, run_branch: Callable[[bool], list],
     outer = _unify([subs[0].part(), subs[1].part()], 0)
     outs = comp.b.multi("cond", [pred, *[symbol(o) for o in outer]],
                         {"then": subs[0].graph, "else": subs[1].graph}, specs)
+    for k, (x, y) in enumerate(zip(leaves_t, leaves_f, strict=True)):
+        if _scalar(comp, x) and _scalar(comp, y):
+            comp.mark_scalar(outs[k])
     result = []
     for struct, la, differ, start in plans:
         if isinstance(struct, Undefined):
@@ -202,6 +210,7 @@ def build_while(comp, names: list[str], init: list, run_cond: Callable[[list], S
         structs.append((struct, len(flat), len(leaves)))
         flat += leaves
     init_nodes = [to_node_value(comp.b, x) for x in flat]
+    scalar = [_scalar(comp, x) for x in flat]
     labels = [n for n, (_, _, k) in zip(names, structs, strict=True) for _ in range(k)]
     specs = [n.spec for n in init_nodes]
 
@@ -211,10 +220,13 @@ def build_while(comp, names: list[str], init: list, run_cond: Callable[[list], S
     for _ in range(4):  # grow the specs until the body keeps them (a fixed point)
         inputs = list(zip(labels, specs, strict=True))
         cs = SubGraph(comp, "while_cond", inputs)
+        bs = SubGraph(comp, "while_body", inputs)
+        for k in range(len(flat)):
+            if scalar[k]:  # the loop variable holds a Python number (a counter)
+                comp.scalars.update((cs.phs[k], bs.phs[k]))
         with cs.active():
             pred = run_cond(regroup([symbol(p) for p in cs.phs]))
         cs.finish([pred], [None])
-        bs = SubGraph(comp, "while_body", inputs)
         with bs.active():
             after = run_body(regroup([symbol(p) for p in bs.phs]))
             out = []
@@ -234,4 +246,7 @@ def build_while(comp, names: list[str], init: list, run_cond: Callable[[list], S
                                        *[symbol(o) for o in outer]],
                         {"cond": cs.graph, "body": bs.graph}, tuple(specs),
                         params={"n": len(flat)})
+    for k, o in enumerate(outs):
+        if scalar[k]:
+            comp.mark_scalar(o)
     return regroup(list(outs))

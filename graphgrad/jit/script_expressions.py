@@ -173,7 +173,7 @@ class Expressions(Calls):
         index = self.expr(e.slice, fr)
         if isinstance(base, ShapeValue):
             if isinstance(index, int):
-                return base[index]
+                return self.mark_scalar(base[index])
             raise fr.error("shape of unknown rank", e, base.rank_error())
         if isinstance(base, Symbol):
             self.needs_rank([base], f"{ast.unparse(e)} (indexing)")

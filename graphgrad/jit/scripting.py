@@ -115,6 +115,8 @@ class ScriptFunction:
             spec = info if kind == "scalar" else (Spec(None, _F32) if specs is None
                                                   else specs[k])
             env[name] = symbol(g.placeholder(spec, name))
+            if kind == "scalar":
+                comp.mark_scalar(env[name])
             k += 1
         comp.inputs = set(g.inputs)
         if self._self is not None:
