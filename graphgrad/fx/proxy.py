@@ -12,9 +12,12 @@ Proxy raise too: the IR is functional, and rebinding silently would break aliasi
 
 ``x.shape`` and ``x.size()`` in the user's code are Proxies too (a ``shape`` node), so
 ``x.shape[0]`` is a node and ``x.reshape(x.shape[0], -1)`` stays symbolic. graphgrad's
-own functions (``softmax``, ``flatten``...) read the static metadata instead: the shape
-with unknown dims as None. Where the rank itself is unknown (no example inputs were
-given), that read raises a TraceError that says so rather than guess.
+own functions (``softmax``, ``flatten``...) read the static metadata instead, and only
+what is known: the rank, and a size where the graph is traced for the example's sizes.
+Reading an unknown one (no example inputs; sizes left open) raises a TraceError that
+says so rather than guess; with example inputs, ``symbolic_trace`` then traces again for
+the examples' exact shapes. ``ProxyArray`` applies the same rule to code that reads the
+metadata off the stand-in array.
 """
 
 from __future__ import annotations
@@ -145,7 +148,11 @@ class Proxy(Symbol):
         return len(shape)
 
     def _static_shape(self) -> Size:
+        """The shape, for graphgrad code: it must not decide anything on a guessed size, so
+        an unknown one raises (with example inputs, the graph is then traced for theirs)."""
         self._rank()
+        if any(d is None for d in self._node.spec.shape):
+            raise _unknown(self, "size")
         return Size(self._node.spec.shape)
 
     @property
@@ -156,8 +163,13 @@ class Proxy(Symbol):
 
     def size(self, dim: int | None = None):
         if _caller_is_graphgrad():
-            shape = self._static_shape()
-            return shape if dim is None else shape[dim]
+            if dim is None:
+                return self._static_shape()
+            self._rank()
+            d = self._node.spec.shape[dim]
+            if d is None:
+                raise _unknown(self, "size")
+            return d
         shape = self._tracer.shape_proxy(self)
         return shape if dim is None else shape[dim]
 
