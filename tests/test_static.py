@@ -53,6 +53,28 @@ def test_shape_dependent_with_unknown_dims():
                                           a.reshape(shape[1], shape[0]) * shape[0])
 
 
+def test_gradients_through_run_time_reshape_to_second_order():
+    x = tf.placeholder(tf.float64, shape=(None, None), name="x")
+    w = tf.placeholder(tf.float64, shape=(None,), name="w")
+    n, m = tf.shape(x)[0], tf.shape(x)[1]
+    y = tf.reshape(x, [m, n]) * tf.cast(n, tf.float64)  # the lecture's shape case
+    loss = tf.reduce_sum(tf.sin(y) * tf.reshape(w, [m, n]))
+    (gx,) = tf.gradients(loss, [x])
+    (hx,) = tf.gradients(gx, [x])
+    rng = np.random.default_rng(1)
+    with tf.Session() as sess:
+        for shape in [(2, 3), (4, 1)]:
+            xv, wv = rng.standard_normal(shape), rng.standard_normal(shape[0] * shape[1])
+            got = sess.run([gx, hx], {x: xv, w: wv})
+            X = torch.tensor(xv, requires_grad=True)
+            L = (torch.sin(X.reshape(shape[1], shape[0]) * shape[0])
+                 * torch.tensor(wv).reshape(shape[1], shape[0])).sum()
+            (g,) = torch.autograd.grad(L, X, create_graph=True)
+            (h,) = torch.autograd.grad(g.sum(), X)
+            np.testing.assert_allclose(got[0], g.detach().numpy(), rtol=1e-12)
+            np.testing.assert_allclose(got[1], h.numpy(), rtol=1e-12)
+
+
 # ---- a TF1-style MLP ------------------------------------------------------------------
 
 def test_mlp_trains_with_placeholders_variables_minimize_and_session_run():
@@ -347,10 +369,30 @@ def test_while_loop_tf1_positional_order_and_back_prop():
         assert sess.run(y, {x: 2.0}) == 18.0
 
 
-def test_gradients_of_unconnected_is_none():
+def test_gradients_of_unconnected_is_none_or_zero():
     x = tf.placeholder(tf.float32, (2,), name="x")
     y = tf.placeholder(tf.float32, (2,), name="y")
     assert tf.gradients(tf.reduce_sum(x * 2.0), [x, y])[1] is None
+    zero = tf.gradients(tf.reduce_sum(x * 2.0), [x, y],
+                        unconnected_gradients=tf.UnconnectedGradients.ZERO)[1]
+    with tf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(zero, {y: [1.0, 2.0]}), [0.0, 0.0])
+    with pytest.raises(ValueError, match="Unknown value for unconnected_gradients: 'some'"):
+        tf.gradients(x, [x], unconnected_gradients="some")
+
+
+def test_stop_gradients_count_as_constants():
+    x = tf.placeholder(tf.float64, (), name="x")
+    a = x * x
+    b = a * 3.0 + x
+    g_all, g_stop = tf.gradients(b, x)[0], tf.gradients(b, x, stop_gradients=[a])[0]
+    with tf.Session() as sess:
+        assert sess.run([g_all, g_stop], {x: 2.0}) == [13.0, 1.0]  # d(3a + x)/dx, a fixed
+    c = tf.constant(0.0)
+    d = 2 * c
+    ga, gb = tf.gradients(c + d, [c, d], stop_gradients=[c, d])  # TF's documented example
+    with tf.Session() as sess:
+        assert sess.run([ga, gb]) == [1.0, 1.0]  # not [3.0, 1.0]: nothing flows through d
 
 
 # ---- random ops: drawn per run -------------------------------------------------------------

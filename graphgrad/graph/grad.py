@@ -54,24 +54,27 @@ def _const(arr):
 
 
 def grad(graph: Graph, outputs: Sequence[Node], inputs: Sequence[Node],
-         grad_outputs: Sequence | None = None) -> list[Node | None]:
+         grad_outputs: Sequence | None = None, stop: Sequence[Node] = ()) -> list[Node | None]:
     """Append to ``graph`` the nodes computing d(sum of outputs)/d(input) for each input
-    (seeded with ``grad_outputs``, default ones); None for an input not reached."""
+    (seeded with ``grad_outputs``, default ones); None for an input not reached. Nodes in
+    ``stop`` count as constants (TF's ``stop_gradients``)."""
     outputs = [getattr(o, "_node", o) for o in outputs]  # Symbols stand for their nodes
     inputs = [getattr(i, "_node", i) for i in inputs]
+    stop = {getattr(s, "_node", s) for s in stop}
     with building(graph) as b:
         if b.graph is not graph:
             b = GraphBuilder(graph)
         with b.active():
-            gs = _grad(b, graph, outputs, inputs, grad_outputs)
+            gs = _grad(b, graph, outputs, inputs, grad_outputs, stop)
     return [None if s is None else s._node for s in gs]
 
 
-def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs) -> list:
+def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs,
+          stop: set | frozenset = frozenset()) -> list:
     wanted = set(inputs)
     reach: set[Node] = set(inputs)  # nodes that depend on an input: only they get cotangents
     for n in graph.nodes:
-        if n not in reach and any(i in reach for i in n.input_nodes()):
+        if n not in reach and n not in stop and any(i in reach for i in n.input_nodes()):
             reach.add(n)
     cts: dict[Node, Symbol] = {}
     multi: dict[Node, list] = {}
@@ -100,6 +103,8 @@ def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs) -> list:
             continue
         if node in wanted:
             results[node] = g
+        if node in stop:  # a constant: its cotangent goes no further
+            continue
         if node.kind == "item":
             src = node.inputs[0]
             slot = multi.setdefault(src, [None] * len(src.spec))
@@ -109,10 +114,7 @@ def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs) -> list:
             op = node.op
             if not op.differentiable:
                 continue
-            if node.nargs != len(node.inputs):
-                raise NotImplementedError(f"graph.grad: node {node.name!r} ({op.__name__}) "
-                                          f"takes run-time params; it has no gradient graph")
-            if _unknown_dims(node):
+            if node.nargs != len(node.inputs) or _unknown_dims(node):
                 _accumulate(cts, node.inputs, _vjp_node(b, node, g, reach), reach)
                 continue
             syms = [_marked(i, i in reach) if isinstance(i, Node) else i for i in node.inputs]
@@ -135,12 +137,13 @@ def _unknown_dims(node: Node) -> bool:
 
 
 def _vjp_node(b: GraphBuilder, node: Node, g, reach) -> list:
-    """A ``vjp`` node: the rule runs at run time, when every dim is known."""
-    wrt = tuple(k for k, i in enumerate(node.inputs)
+    """A ``vjp`` node: the rule runs at run time, when every dim and every run-time
+    param (``Dyn``: the inputs after the op's ``nargs``) is known."""
+    wrt = tuple(k for k, i in enumerate(node.inputs[:node.nargs])
                 if isinstance(i, Node) and i in reach and _differentiable(i.spec))
     literals = {k: i for k, i in enumerate(node.inputs) if not isinstance(i, Node)}
     params = {"op": node.op, "op_params": node.params, "literals": literals, "wrt": wrt,
-              "n": len(node.inputs)}
+              "n": len(node.inputs), "nargs": node.nargs}
     outs = b.multi("vjp", [g, symbol(node), *[symbol(i) for i in node.input_nodes()]], {},
                    tuple(node.inputs[k].spec for k in wrt), params=params,
                    name=node.name + "_vjp")

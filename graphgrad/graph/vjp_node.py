@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor, Value, set_grad_mode
 
+from .node import Dyn
+
 __all__ = ["run_vjp_rule", "fit", "RuleFn", "WhileGradFn", "VjpFn", "function_of",
            "while_grad_replay"]
 
@@ -73,30 +75,36 @@ class RuleFn:
     marked with what is wanted; run on values eager autograd records (inside a
     ``VjpFn``), it runs on them as they are, so that it can be differentiated."""
 
-    def __init__(self, op, op_params: dict, literals: dict, wrt: tuple, n: int):
+    def __init__(self, op, op_params: dict, literals: dict, wrt: tuple, n: int,
+                 nargs: int | None = None):
         self.op, self.op_params, self.literals, self.wrt, self.n = op, op_params, literals, \
             wrt, n
+        self.nargs = n if nargs is None else nargs  # the op's arguments; the rest bind Dyn
         self.__name__ = f"{op.__name__}Backward"
 
     def __call__(self, args: Sequence, interp=None) -> tuple:
         g, out, rest = args[0], args[1], iter(args[2:])
         full = [self.literals[k] if k in self.literals else next(rest) for k in range(self.n)]
-        tracking = any(isinstance(a, Value) and a._rg for a in args)
-        if tracking:
+        params = self.op_params
+        if self.nargs != self.n:  # run-time params, bound as Interpreter.run_call does
+            params = {k: tuple(int(full[e.index]) if isinstance(e, Dyn) else e for e in v)
+                      if isinstance(v, tuple) else v for k, v in params.items()}
+            full = full[:self.nargs]
+        if any(isinstance(a, Value) and a._rg for a in args):  # recorded: differentiable
             # a wanted cotangent must be computed even if its input is not recorded
             inputs = [_fresh(a, True) if k in self.wrt and _differentiable(a) and not a._rg
                       else a for k, a in enumerate(full)]
-            return self._rule(g, out, inputs, full)
+            return self._rule(g, out, inputs, full, params)
         inputs = [_fresh(a, k in self.wrt) if isinstance(a, Value) else a
                   for k, a in enumerate(full)]
         prev = set_grad_mode(False)
         try:
-            return self._rule(g, out, inputs, full)
+            return self._rule(g, out, inputs, full, params)
         finally:
             set_grad_mode(prev)
 
-    def _rule(self, g, out, inputs: list, full: list) -> tuple:
-        cts = self.op.vjp(g, out, *inputs, **self.op_params)
+    def _rule(self, g, out, inputs: list, full: list, params: dict) -> tuple:
+        cts = self.op.vjp(g, out, *inputs, **params)
         res = []
         for k in self.wrt:
             a, ct = full[k], cts[k]
@@ -196,7 +204,7 @@ def function_of(params: dict):
     fn = params.get("fn")
     if fn is None:
         fn = RuleFn(params["op"], params["op_params"], params["literals"], params["wrt"],
-                    params["n"])
+                    params["n"], params.get("nargs"))
     return fn
 
 

@@ -17,7 +17,7 @@ from graphgrad.backend import float16, float32, float64, int8, int16, int32, int
 from . import errors, train
 from .control_flow import cond, control_dependencies, group, identity, no_op
 from .errors import FailedPreconditionError, InvalidArgumentError, OpError
-from .gradients import gradients
+from .gradients import UnconnectedGradients, gradients
 from .graph import Graph, get_default_graph, reset_default_graph
 from .math_ops import *  # noqa: F401,F403
 from .math_ops import nn
@@ -32,5 +32,6 @@ __all__ = ["Graph", "get_default_graph", "reset_default_graph", "placeholder", "
            "assign_add", "assign_sub", "convert_to_tensor", "global_variables",
            "trainable_variables", "Session", "InteractiveSession", "cond", "while_loop",
            "control_dependencies", "group", "identity", "no_op", "gradients", "train",
+           "UnconnectedGradients",
            "errors", "nn", "OpError", "InvalidArgumentError", "FailedPreconditionError",
            "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
