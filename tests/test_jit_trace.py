@@ -252,22 +252,53 @@ def test_sizes_that_become_plain_ints_warn():
     assert w.lineno == _line_of(f, "gg.zeros")
 
 
-@pytest.mark.parametrize("convert, what", [
-    (lambda x: float(x.sum()), "a Python float"), (lambda x: int(x.sum()), "a Python integer"),
-    (lambda x: x.sum().item(), "a Python float"), (lambda x: x.sum().tolist(), "a Python list"),
-    (lambda x: x.long().sum().item(), "a Python integer")])
-def test_python_number_conversions_warn_and_specialize(convert, what):
+def _torch_tracer_warnings(fn, example) -> list[str]:
+    """What torch.jit.trace (the oracle) warns for the same function on torch tensors."""
+    torch = pytest.importorskip("torch")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.jit.trace(fn, example, check_trace=False)
+    return [str(w.message) for w in caught if w.category is torch.jit.TracerWarning]
+
+
+CONVERSIONS = {"float": lambda x: float(x.sum()), "int": lambda x: int(x.sum()),
+               "item": lambda x: x.sum().item(), "tolist": lambda x: x.sum().tolist(),
+               "len": lambda x: len(x)}
+
+
+@pytest.mark.parametrize("kind", sorted(CONVERSIONS))
+def test_python_number_conversions_warn_as_pytorch_and_specialize(kind):
+    torch = pytest.importorskip("torch")
+
     def f(x):
-        return x * convert(x)
+        return x * CONVERSIONS[kind](x)
     traced, caught = _trace(f, (gg.ones(3, dtype=gg.float64),))
-    assert [str(w.message) for w in caught] == [BOOL_WARNING.replace("a Python boolean", what)]
+    expected = _torch_tracer_warnings(f, (torch.ones(3, dtype=torch.float64),))
+    assert [str(w.message) for w in caught] == expected and len(expected) == 1
+    assert caught[0].lineno == CONVERSIONS[kind].__code__.co_firstlineno  # the user's line
     assert _close(traced(gg.full((3,), 2.0, dtype=gg.float64)),
-                  gg.full((3,), 6.0, dtype=gg.float64))   # 2 * 3: the example's sum, frozen
+                  gg.full((3,), 6.0, dtype=gg.float64))   # 2 * 3: the example's value, frozen
 
 
-def test_len_and_iteration_warn():
-    _, caught = _trace(lambda x: x * len(x), (gg.ones(3),))
-    assert str(caught[0].message).startswith("Using len to get tensor shape might cause")
+def test_branch_warning_is_pytorchs():
+    torch = pytest.importorskip("torch")
+    _, caught = _trace(branch, (gg.tensor(1.0),))
+    assert [str(w.message) for w in caught] == _torch_tracer_warnings(branch,
+                                                                       (torch.tensor(1.0),))
+
+
+def test_numpy_conversion_with_strict_false_warns_as_pytorch():
+    torch = pytest.importorskip("torch")
+
+    def f(x):
+        return x * float(x.numpy().sum())
+    _, caught = _trace(f, (gg.ones(2),), strict=False)
+    ours = [str(w.message) for w in caught]
+    theirs = _torch_tracer_warnings(f, (torch.ones(2),))
+    assert ours[0] == theirs[0]     # "Converting a tensor to a NumPy array might cause ..."
+
+
+def test_iteration_warns():
     _, caught = _trace(lambda x: sum(r for r in x), (gg.ones(3, 2),))
     assert str(caught[0].message).startswith("Iterating over a tensor might cause")
 

@@ -44,7 +44,8 @@ _DATAFLOW = ("Converting a tensor to {} might cause the trace to be incorrect. W
              "the data flow of Python values, so this value will be treated as a constant in "
              "the future. This means that the trace might not generalize to other inputs!")
 _WHAT = {"bool": "a Python boolean", "int": "a Python integer", "float": "a Python float",
-         "index": "a Python index", "numpy": "a NumPy array", "list": "a Python list"}
+         "index": "a Python index", "numpy": "a NumPy array", "list": "a Python list",
+         "number": "a Python number"}
 _LEN = ("Using len to get tensor shape might cause the trace to be incorrect. Recommended usage "
         "would be tensor.shape[0]. Passing a tensor of different shape might lead to errors or "
         "silently give incorrect results.")
@@ -166,8 +167,7 @@ class TracedTensor(Tensor):
         return Tensor.__index__(self)
 
     def item(self):
-        kind = self._array.dtype.kind
-        dataflow("float" if kind in "fc" else "bool" if kind == "b" else "int")
+        dataflow("number")
         return Tensor.item(self)
 
     def tolist(self):
