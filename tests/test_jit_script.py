@@ -712,3 +712,37 @@ def test_literal_ranges_and_int_counters_are_loops():
         ref, ref_k = bounded_steps(_t(0.5, 2.0), n)
         np.testing.assert_allclose(out.numpy(), ref.numpy())
         assert int(k.item()) == ref_k
+
+
+class _Stack(gg.nn.Module):
+    """A ModuleList unrolled at compile time, a user method (with a tensor if) inlined."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = gg.nn.ModuleList([gg.nn.Linear(3, 3, dtype=gg.float64)
+                                        for _ in range(3)])
+        self.scale = 0.5
+
+    def act(self, h):
+        if h.mean() > 0:
+            return gg.tanh(h)
+        return h * self.scale
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = self.act(layer(x)) + x
+        return x
+
+
+def test_module_list_unrolls_and_methods_inline():
+    gg.manual_seed(1)
+    m = _Stack()
+    s = script(m)
+    assert [p.name for p in s.graph.inputs] == ["x"] + [
+        f"layers_{k}_{w}" for k in range(3) for w in ("weight", "bias")]
+    assert s._generic.rank_bound is None  # Linear, tanh, mean(): right for every rank
+    assert sum(n.kind == "cond" for n in s.graph.nodes) == 3
+    rng = np.random.default_rng(5)
+    for shape in ((4, 3), (2, 5, 3), (3,)):
+        _check_against_eager(m, s, [gg.tensor(rng.standard_normal(shape))],
+                             list(m.parameters()))

@@ -157,6 +157,7 @@ class Calls:
         node = self.b.graph.call(REGISTRY["Reshape"], [self.b.node_of(x)], {"shape": (-1,)},
                                  Spec((None,), spec.dtype), deps=self.b.deps())
         flat = symbol(node)  # its stand-in has rank 1: the reduction's dims are right
+        self.flats.add(node)
         node.spec = Spec(None, spec.dtype)  # what the shape rule says (the verifier checks)
         return flat
 
@@ -198,7 +199,7 @@ class Calls:
         """Call graphgrad code on Symbols: its ops record themselves into the graph."""
         owner = getattr(fn, "__self__", None)
         operands = [owner, *args] if isinstance(owner, Symbol) else list(args)
-        unknown = self.generic and unknown_rank(operands, kwargs)
+        unknown = self.generic and unknown_rank(operands, kwargs, self.flats)
         if (name or getattr(fn, "__name__", type(fn).__name__)) not in _RANK_FREE:
             self.needs_rank(operands + list(kwargs.values()), _text(e))
         rng = default_generator.rng
@@ -230,7 +231,7 @@ class Calls:
         """Note that graphgrad code reads the rank of an operand of unknown rank: Python
         code in it may decide on ``x.ndim``, which a Symbol of unknown rank reports as 0,
         so the generic graph would be wrong for other ranks (it is not run)."""
-        if self.generic and not self.rank_bound and unknown_rank(operands, {}):
+        if self.generic and not self.rank_bound and unknown_rank(operands, {}, self.flats):
             self.rank_bound.append(f"{what} needs the rank of its input")
 
     def apply(self, fn, args: tuple, e, fr: Frame, kwargs: dict | None = None):
@@ -332,8 +333,9 @@ def _symbolic_sizes(sizes) -> bool:
     return any(isinstance(s, Symbol) for s in flat)
 
 
-def unknown_rank(args, kwargs) -> bool:
-    """Whether a Symbol of unknown rank is among the arguments (nested too)."""
+def unknown_rank(args, kwargs, known: set = frozenset()) -> bool:
+    """Whether a Symbol of unknown rank is among the arguments (nested too); ``known``:
+    nodes whose rank the compiler knows although their Spec does not say it."""
     leaves, _ = tree_flatten([list(args), dict(kwargs)])
     return any(isinstance(a, Symbol) and a._node.spec is not None and
-               a._node.spec.shape is None for a in leaves)
+               a._node.spec.shape is None and a._node not in known for a in leaves)

@@ -90,6 +90,7 @@ class Compiler(Expressions):
         self.inputs: set = set(builder.graph.inputs)  # the user's arguments (placeholders)
         self.active: list = []            # functions being compiled (no recursion)
         self.scalars: set = set()         # nodes holding Python ints/floats (Calls)
+        self.flats: set = set()           # x.reshape(-1) nodes: rank 1 (Calls.flat)
         self.module_names = module_names or {}
         self._sources: dict = {}
 
