@@ -120,7 +120,7 @@ class Calls:
         for key in ("_parameters", "_buffers"):
             for name, value in mod.__dict__.get(key, {}).items():
                 if value is not None:
-                    self.b.lifts.node(value, f"{prefix}.{name}",
+                    self.b.lifts.node(value, f"{prefix}.{name}" if prefix else name,
                                       lambda m=mod, n=name: getattr(m, n))
         for child in mod.__dict__.get("_modules", {}).values():
             if child is not None:
