@@ -216,6 +216,15 @@ def test_check_inputs_on_the_other_branch_show_the_graphs_differ():
             pytest.warns(TracerWarning):
         jit.trace(branch, (gg.tensor(1.0),), check_inputs=[(gg.tensor(-1.0),)])
     assert "Sub" in str(info.value) and "Add" in str(info.value)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(torch.jit._trace.TracingCheckError) as oracle, \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.trace(branch, (torch.tensor(1.0),), check_inputs=[(torch.tensor(-1.0),)])
+    head = "\n".join(str(oracle.value).splitlines()[:3])   # the diff itself is ours
+    assert head == ("Tracing failed sanity checks!\nERROR: Graphs differed across "
+                    "invocations!\n\tGraph diff:")
+    assert str(info.value).startswith(head + "\n\t\t")
 
 
 def test_check_inputs_of_another_shape_pass_for_a_shape_generic_trace():

@@ -115,7 +115,7 @@ def check_trace(traced, fn: Callable, retrace: Callable, check_inputs: list[tupl
             diff = "\n".join(difflib.unified_diff(
                 tabular(traced.graph).splitlines(), tabular(graph).splitlines(),
                 "first trace", "repeated trace", lineterm=""))
-            raise TracingCheckError(f"Graph diff:\n{diff}", None, hint)
+            raise TracingCheckError(f"Graph diff:\n{_indent(diff)}", None, hint)
         const = _constants_differ(traced.graph, graph)
         if const is not None:
             raise TracingCheckError(None, const, hint)
