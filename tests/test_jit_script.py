@@ -746,3 +746,18 @@ def test_module_list_unrolls_and_methods_inline():
     for shape in ((4, 3), (2, 5, 3), (3,)):
         _check_against_eager(m, s, [gg.tensor(rng.standard_normal(shape))],
                              list(m.parameters()))
+
+
+def test_scalar_arguments_before_tensors():
+    def repeat_scale(n: int, x, y):
+        out = x
+        for _ in range(n):
+            out = out.softmax(-1) * y
+        return out
+
+    s = script(repeat_scale)
+    x = gg.tensor(np.random.default_rng(2).standard_normal((2, 3)))
+    y = gg.tensor(np.random.default_rng(3).standard_normal(3))
+    for n in (0, 2):
+        _check_against_eager(lambda a, b, n=n: repeat_scale(n, a, b),
+                             lambda a, b, n=n: s(n, a, b), [x, y])

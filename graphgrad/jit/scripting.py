@@ -107,17 +107,16 @@ class ScriptFunction:
             names = {id(m): name for name, m in self._self.named_modules()}
         comp = Compiler(b, generic=specs is None, module_names=names)
         env: dict = {}
-        k = 0
+        tensor_specs = iter(specs or ())
         for name, kind, info in self._params:
             if kind == "constant":
                 env[name] = info
                 continue
             spec = info if kind == "scalar" else (Spec(None, _F32) if specs is None
-                                                  else specs[k])
+                                                  else next(tensor_specs))
             env[name] = symbol(g.placeholder(spec, name))
             if kind == "scalar":
                 comp.mark_scalar(env[name])
-            k += 1
         comp.inputs = set(g.inputs)
         if self._self is not None:
             env[next(iter(inspect.signature(self._fn).parameters))] = self._self
