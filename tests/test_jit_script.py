@@ -761,3 +761,21 @@ def test_scalar_arguments_before_tensors():
     for n in (0, 2):
         _check_against_eager(lambda a, b, n=n: repeat_scale(n, a, b),
                              lambda a, b, n=n: s(n, a, b), [x, y])
+
+
+def run_time_sizes(x):
+    b = x.size(0)
+    d = x.shape[-1]
+    y = x.reshape(b, -1) / d ** 0.5
+    return y.sum(-1) * b
+
+
+def test_sizes_read_from_shapes_are_run_time_values():
+    s = script(run_time_sizes)
+    for shape in ((2, 3, 4), (5, 2), (1, 7)):
+        x = gg.tensor(np.random.default_rng(len(shape)).standard_normal(shape))
+        _check_against_eager(run_time_sizes, s, [x])
+        graph = s.graph_for(x)
+        assert [n.kind for n in graph.nodes].count("shape") == 1
+        reshape = next(n for n in graph.nodes if n.kind == "call" and n.op.__name__ == "Reshape")
+        assert reshape.nargs == 1 and len(reshape.inputs) == 2  # the size is a Dyn input

@@ -91,6 +91,7 @@ class Compiler(Expressions):
         self.active: list = []            # functions being compiled (no recursion)
         self.scalars: set = set()         # nodes holding Python ints/floats (Calls)
         self.flats: set = set()           # x.reshape(-1) nodes: rank 1 (Calls.flat)
+        self.shape_nodes: dict = {}       # node -> its shape node (Expressions.shape_of)
         self.module_names = module_names or {}
         self._sources: dict = {}
 

@@ -161,11 +161,14 @@ class Expressions(Calls):
 
     def shape_of(self, x: Symbol, text: str) -> ShapeValue:
         """``x.shape`` as a run-time int64 vector (its length is the rank, not known)."""
-        spec = x._node.spec
-        rank = spec.shape
-        vec = Spec(None if rank is None else (len(rank),), xp.dtype(xp.int64))
-        node = self.b.graph.add("shape", "shape", inputs=(self.b.node_of(x),), spec=vec,
-                                deps=self.b.deps())
+        source = self.b.node_of(x)
+        node = self.shape_nodes.get(source)  # one shape node per tensor
+        if node is None:
+            rank = source.spec.shape
+            vec = Spec(None if rank is None else (len(rank),), xp.dtype(xp.int64))
+            node = self.b.graph.add("shape", "shape", inputs=(source,), spec=vec,
+                                    deps=self.b.deps())
+            self.shape_nodes[source] = node
         return ShapeValue(text, symbol(node))
 
     def e_Subscript(self, e, fr):
