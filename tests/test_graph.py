@@ -270,6 +270,17 @@ def test_second_order_by_extending_twice():
     np.testing.assert_allclose(d2.numpy(), 6 * x)
 
 
+def test_grad_refuses_a_node_kind_it_cannot_differentiate():
+    g = Graph("g")
+    x = g.placeholder(Spec((2,), F64), "x")
+    m = g.add("call_module", "layer", inputs=(x,), params={"target": "layer"},
+              spec=Spec((2,), F64))
+    y = g.call(REGISTRY["Sin"], [m], {}, Spec((2,), F64), name="y")
+    with pytest.raises(NotImplementedError,
+                       match=r"cannot differentiate call_module node 'layer' \(layer\)"):
+        G.grad(g, [y], [x], grad_outputs=[gg.ones(2, dtype=gg.float64)])
+
+
 def test_exec_code_with_control_flow_and_gradients_equals_interpreter():
     import graphgrad.static as tf
     g = tf.Graph()

@@ -12,6 +12,11 @@ node: at run time it replays the loop keeping each iteration's state (a tape, as
 TF's while-loop gradient keeps stacks), then runs the body's vjp graph - itself
 built by graph extension - from the last iteration back to the first. The walk is
 iterative over nodes; it recurses only into nested control flow, once per level.
+
+Run-time derivatives (vjp_node.py): a rule that needs dims or params known only at
+run time becomes a ``vjp`` node. Differentiating a ``vjp`` or ``while_grad`` node again
+gives another ``vjp`` node, which reruns the node's function under eager autograd, so
+``grad`` of a ``grad`` works to any order through every node kind.
 """
 
 from __future__ import annotations
@@ -126,7 +131,16 @@ def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs,
                     f"on symbolic inputs {[i.spec for i in node.input_nodes()]}: {e}. Rules "
                     f"that read unknown (None) dims need a static shape") from e
             _accumulate(cts, node.inputs, ins, reach)
+        elif node.kind not in _NO_GRADIENT:
+            raise NotImplementedError(f"graph.grad: cannot differentiate {node.kind} node "
+                                      f"{node.name!r} ({node.target_name})")
     return [results.get(x) for x in inputs]
+
+
+# kinds whose cotangent stops there: graph inputs and state, and samples / assignments,
+# which TF1 does not differentiate either
+_NO_GRADIENT = frozenset({"placeholder", "constant", "variable", "random", "assign", "shape",
+                          "group"})
 
 
 def _unknown_dims(node: Node) -> bool:
