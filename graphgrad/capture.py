@@ -7,7 +7,7 @@ placeholders of unknown dims), ``fx.symbolic_trace``, ``jit.trace``, ``jit.scrip
 
 * ``captured``: a graph was made and it agrees with eager on every check;
 * ``warned``: capture warned (e.g. ``TracerWarning``); the checks say whether it was right;
-* ``error``: capture or the first call raised; the message is kept;
+* ``error``: capture or a call raised (also on the second input); the message is kept;
 * ``silently wrong``: no warning, no error, and a check found a wrong result.
 
 "Wrong" is found by checking, never assumed. Three checks, against eager:
@@ -103,7 +103,7 @@ def _graph_count(r: MethodResult) -> str:
 
 def _second_cell(r: MethodResult, rep: CaptureReport) -> str:
     if r.outcome in ("error", "n/a"):
-        return "-"
+        return "NO: raised" if r.second_matches is False else "-"
     if r.fresh_each_call is not None and not rep.deterministic:
         return "new value each call" if r.fresh_each_call else "NO: same value every call"
     return {True: "yes", False: "NO", None: "-"}[r.second_matches]
@@ -194,7 +194,7 @@ def _static(fn, example):
 
 
 def _fx(fn, example):
-    gm = importlib.import_module("graphgrad.fx").symbolic_trace(fn)
+    gm = importlib.import_module("graphgrad.fx").symbolic_trace(fn, example_inputs=tuple(example))
     return gm, [gm.graph]
 
 
@@ -270,9 +270,12 @@ def _run_method(method, fn, example, second, eager) -> MethodResult:
                 out_second = captured(*second)
                 if deterministic:
                     res.second_matches = _same(out_second, e_second)
-            except Exception as e:
+            except Exception as e:  # honest, not silent: the capture refuses this input
                 res.second_matches = False
-                res.notes.append(f"2nd input raised {_message(e).splitlines()[0]}")
+                shapes = ", ".join(str(tuple(x.shape)) for x in second if isinstance(x, Tensor))
+                res.outcome = "error"
+                res.message = f"on the 2nd input {shapes}: {_message(e)}"
+                return res
     seen = [str(w.message) for w in caught if not issubclass(w.category, DeprecationWarning)]
     if seen:
         res.outcome = "warned"
@@ -283,7 +286,7 @@ def _run_method(method, fn, example, second, eager) -> MethodResult:
         res.notes.append("the random value is frozen into the graph")
     elif res.example_matches is False:
         res.notes.append("differs from eager on the example itself")
-    elif res.second_matches is False and not res.notes:
+    elif res.second_matches is False:
         res.notes.append("differs from eager on the 2nd input")
     return res
 
