@@ -251,6 +251,17 @@ def test_view_by_batch_size_generalizes():
     assert traced(gg.randn(7, 3, 4)).shape == (7, 12)
 
 
+def test_new_tensors_sized_by_traced_sizes_follow_the_input():
+    def f(x):
+        buf = x.new_zeros(x.shape[0], 2)
+        buf[:, 0] = x
+        return buf + x.new_full((x.shape[0], 1), 3.0)
+    traced, caught = _trace(f, (gg.randn(3, dtype=gg.float64),))
+    assert not caught
+    x = gg.randn(6, dtype=gg.float64)
+    assert _close(traced(x), f(x))
+
+
 def test_sizes_that_become_plain_ints_warn():
     def f(x):
         return x + gg.zeros(x.shape[0])

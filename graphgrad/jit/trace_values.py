@@ -235,6 +235,29 @@ class TracedTensor(Tensor):
             f"it", frame)
         return self
 
+    # ---- new tensors sized by traced sizes ---------------------------------------------
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad: bool = False):
+        return self._new_filled(size, 0, dtype, requires_grad, Tensor.new_zeros)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad: bool = False):
+        return self._new_filled(size, 1, dtype, requires_grad, Tensor.new_ones)
+
+    new_empty = new_zeros
+
+    def new_full(self, size, fill_value, *, dtype=None, device=None,
+                 requires_grad: bool = False):
+        return self._new_filled((size,), fill_value, dtype, requires_grad,
+                                lambda t, s, **kw: Tensor.new_full(t, s, fill_value, **kw))
+
+    def _new_filled(self, size, value, dtype, requires_grad: bool, eager):
+        """A constant broadcast to ``size``, recorded as Expand (and Clone, so that it can
+        be written in place) when the size holds traced numbers: other shapes work."""
+        size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) \
+            else size
+        if requires_grad or not any(isinstance(s, TracedNumber) for s in size):
+            return eager(self, size, dtype=dtype, requires_grad=requires_grad)
+        return Tensor.new_full(self, (), value, dtype=dtype).expand(*size).clone()
+
     # ---- in-place writes that run no op ------------------------------------------------
     def fill_(self, value):
         return self._overwrite(value, Tensor.fill_)
