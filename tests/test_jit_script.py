@@ -779,3 +779,24 @@ def test_sizes_read_from_shapes_are_run_time_values():
         assert [n.kind for n in graph.nodes].count("shape") == 1
         reshape = next(n for n in graph.nodes if n.kind == "call" and n.op.__name__ == "Reshape")
         assert reshape.nargs == 1 and len(reshape.inputs) == 2  # the size is a Dyn input
+
+
+def item_assignment(x):
+    y = x * 2
+    y[0] = 5.0
+    if x.sum() > 0:
+        y[1:] = x[1:] * 3
+    return y.sum() + y[0]
+
+
+def test_item_assignment_is_compiled_out_of_place():
+    s = script(item_assignment)
+    for v in (1.0, -1.0):
+        _check_against_eager(item_assignment, s, [_t(v, 2 * v, 3 * v)])
+
+    def writes_argument(x):
+        x[0] = 1.0
+        return x
+
+    text = _script_error(writes_argument, "x[0] = 1.0")
+    assert "'x' is an argument of the function" in text and "y = x.clone()" in text

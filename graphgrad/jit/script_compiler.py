@@ -19,8 +19,10 @@ import inspect
 import operator
 from dataclasses import dataclass
 
+from graphgrad import ops
 from graphgrad.backend import xp
 from graphgrad.graph import Symbol, symbol
+from graphgrad.tensor import Value
 
 from .script_calls import as_eager
 from .script_control import Undefined, assigned_names, build_cond, build_while, has_return
@@ -191,14 +193,17 @@ class Compiler(Expressions):
                            "compiled out of place: x = x + y)")
         old = self.name(s.target, fr)
         if isinstance(old, Symbol):
-            self.check_in_place(s.target.id, old, s, fr)
+            self.check_in_place(s.target.id, old, s, fr, f"write {s.target.id} = "
+                                                         f"{s.target.id} {_OPTEXT[type(s.op)]}"
+                                                         f" ...")
         value = self.apply(BINOPS[type(s.op)], (old, self.expr(s.value, fr)), s, fr)
         fr.env[s.target.id] = value
         return None
 
-    def check_in_place(self, name: str, old: Symbol, s: ast.AST, fr: Frame) -> None:
-        """``x += y`` updates a tensor in place in eager PyTorch; compiled out of place it
-        is the same only when nothing else sees the tensor."""
+    def check_in_place(self, name: str, old: Symbol, s: ast.AST, fr: Frame,
+                       instead: str) -> None:
+        """``x += y`` and ``x[i] = v`` update a tensor in place in eager PyTorch; compiled
+        out of place they are the same only when nothing else sees the tensor."""
         others = [n for n, v in fr.env.items() if n != name and isinstance(v, Symbol)
                   and v._node is old._node]
         if others or old._node in self.inputs:
@@ -206,8 +211,7 @@ class Compiler(Expressions):
                    f"{name!r} is an argument of the function (the caller's tensor)")
             raise fr.error("in-place update of a shared tensor isn't supported", s,
                            f"{ast.unparse(s)} updates a tensor in place, and {who}: "
-                           f"graphgrad.jit.script compiles it out of place (write "
-                           f"{name} = {name} {_OPTEXT[type(s.op)]} ...)")
+                           f"graphgrad.jit.script compiles it out of place ({instead})")
 
     def assign(self, target: ast.expr, value, fr: Frame, stmt: ast.AST) -> None:
         if isinstance(target, ast.Name):
@@ -219,15 +223,33 @@ class Compiler(Expressions):
                 self.assign(t, v, fr, stmt)
             return
         if isinstance(target, ast.Subscript):
-            raise fr.error("subscript assignment isn't supported", target,
-                           "subscript assignment (x[i] = v) isn't supported: it writes a "
-                           "tensor in place; build the new tensor instead (e.g. with "
-                           "graphgrad.where or cat)")
+            self.assign_item(target, value, fr, stmt)
+            return
         if isinstance(target, ast.Attribute):
             raise fr.error("attribute assignment isn't supported", target,
                            "attribute assignment isn't supported: a scripted function "
                            "cannot change Python objects (mutable state)")
         raise fr.error(f"assignment to {type(target).__name__} isn't supported", target)
+
+    def assign_item(self, target: ast.Subscript, value, fr: Frame, stmt: ast.AST) -> None:
+        """``x[i] = v`` on a tensor variable: ``x = index_put(x, i, v)`` (out of place)."""
+        if not isinstance(target.value, ast.Name):
+            raise fr.error("subscript assignment isn't supported", target,
+                           "subscript assignment is supported on a tensor variable (x[i] = v)")
+        name = target.value.id
+        old = self.name(target.value, fr)
+        if not isinstance(old, Symbol):
+            raise fr.error("subscript assignment isn't supported", target,
+                           f"{name!r} is a {type(old).__name__}, not a tensor: a scripted "
+                           f"function cannot change Python objects (mutable state)")
+        self.check_in_place(name, old, stmt, fr,
+                            f"assign into a copy: y = {name}.clone(); y[...] = ...")
+        index = self.expr(target.slice, fr)
+        self.needs_rank([old], f"{ast.unparse(target)} (indexing)")
+        if not isinstance(value, Value):
+            value = as_eager(xp.asarray(value, old._node.spec.dtype))
+        fr.env[name] = self.apply(lambda: ops.index_put(
+            old, index if isinstance(index, tuple) else (index,), value), (), stmt, fr)
 
     def unpack(self, value, n: int, node: ast.AST, fr: Frame) -> list:
         if isinstance(value, ShapeValue):
