@@ -38,12 +38,16 @@ class Undefined:
 
 
 def assigned_names(stmts: list[ast.stmt]) -> list[str]:
-    """Names bound by assignments (and for-targets) anywhere in ``stmts``, in order."""
+    """Names bound by assignments (and for-targets, and ``x`` of ``x[i] = v``) anywhere in
+    ``stmts``, in order."""
     out: dict[str, None] = {}
     for s in stmts:
         for n in ast.walk(s):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 out[n.id] = None
+            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and \
+                    isinstance(n.value, ast.Name):  # x[i] = v gives x a new value
+                out[n.value.id] = None
     return list(out)
 
 
