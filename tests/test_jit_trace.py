@@ -262,6 +262,16 @@ def test_new_tensors_sized_by_traced_sizes_follow_the_input():
     assert _close(traced(x), f(x))
 
 
+def test_like_constructors_warn_that_they_are_constants():
+    def f(x):
+        return gg.where(x > 0, x, gg.zeros_like(x))
+    traced, caught = _trace(f, (gg.randn(3, dtype=gg.float64),))
+    [w] = caught
+    assert str(w.message).startswith("`gg.zeros_like(x)` makes a constant of the example's "
+                                     "shape [3]")
+    assert w.lineno == _line_of(f, "zeros_like")
+
+
 def test_sizes_that_become_plain_ints_warn():
     def f(x):
         return x + gg.zeros(x.shape[0])

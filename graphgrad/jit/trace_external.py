@@ -36,10 +36,6 @@ import threading
 from collections.abc import Callable
 from types import CodeType, FrameType
 
-from graphgrad.tensor.creation import _rng
-
-_RNG = _rng.__code__  # every random draw of graphgrad goes through it
-
 __all__ = ["ExternalCallError", "ExternalWatch", "user_frame", "is_user_code", "where",
            "IMPURE"]
 
@@ -203,14 +199,14 @@ def _unpatch() -> None:
 class ExternalWatch:
     """While active (a context manager), calls from user code into external code are
     passed to ``report(name, frame)``: the callee's qualified name and the user's frame
-    making the call. Each draw from graphgrad's own random generator (``gg.rand``, a
-    dropout mask) is passed to ``on_random(frame)`` with the user's frame: the graph has
-    no node for it, so the trace freezes the numbers."""
+    making the call. ``watched`` maps code objects to handlers called with the frame of
+    every call of that code, from anywhere (the tracer watches graphgrad's own random
+    generator and ``*_like`` constructors this way)."""
 
     def __init__(self, report: Callable[[str, FrameType], None],
-                 on_random: Callable[[FrameType | None], None] | None = None):
+                 watched: dict[CodeType, Callable[[FrameType], None]] | None = None):
         self.report = report
-        self.on_random = on_random
+        self.watched = watched or {}
         self._prev = None
 
     def __enter__(self) -> ExternalWatch:
@@ -237,8 +233,9 @@ class ExternalWatch:
             if is_user_code(frame.f_code) and _c_owner(arg) in IMPURE:
                 self.report(_c_name(arg), frame)
         elif event == "call":
-            if frame.f_code is _RNG and self.on_random is not None:
-                self.on_random(user_frame(frame))
+            handler = self.watched.get(frame.f_code)
+            if handler is not None:
+                handler(frame)
                 return
             back = frame.f_back
             if back is not None and is_user_code(back.f_code) \

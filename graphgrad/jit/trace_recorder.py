@@ -29,6 +29,7 @@ from graphgrad.backend import xp
 from graphgrad.func.pytree import TreeSpec, tree_flatten
 from graphgrad.graph import Dyn, Graph, GraphBuilder, Node, Spec, needed_nodes
 from graphgrad.ops import REGISTRY
+from graphgrad.tensor import creation
 from graphgrad.tensor import (Interpreter, Tensor, Value, dispatch, pop_interpreter,
                               push_interpreter, set_grad_mode)
 
@@ -38,6 +39,8 @@ from .trace_values import TracedInt, TracedNumber, TracedTensor, plain, warn_at
 __all__ = ["Tracer", "record", "Capture", "ExternalCallError"]
 
 _I64 = xp.dtype(xp.int64)
+_RNG = creation._rng.__code__    # every random draw of graphgrad goes through it
+_LIKE = creation._like.__code__  # zeros_like & co.: the shape of the array, as ints
 _LIST_OUTPUT = ("Encountering a {} at the output of the tracer might cause the trace to be "
                 "incorrect, this is only valid if the container structure does not change "
                 "based on the module's inputs. Consider using a constant container instead "
@@ -253,14 +256,27 @@ class Tracer(Interpreter):
 
     # ---- what a trace cannot keep ---------------------------------------------------------
 
-    def random(self, frame) -> None:
+    def random(self, callee) -> None:
         """graphgrad drew random numbers: a warning (not an error: a dropout layer in
         training mode does it), and ``check_trace`` will see the constants differ."""
+        frame = user_frame(callee)
         expr = expression(frame)
         warn_at(frame, f"{f'`{expr}`' if expr else 'this line'} draws random numbers, which "
                 f"the trace freezes into the graph as a constant: every call of the traced "
                 f"function reuses them (a dropout layer? call .eval() on the model before "
                 f"tracing)")
+
+    def like(self, callee) -> None:
+        """``zeros_like(x)`` and its kin read the shape of the array, not traced sizes: the
+        result is a constant of the example's shape."""
+        t = callee.f_locals.get("t")
+        if self.mine(t):
+            frame = user_frame(callee)
+            expr = expression(frame)
+            warn_at(frame, f"{f'`{expr}`' if expr else 'this line'} makes a constant of the "
+                    f"example's shape {list(t._array.shape)}, so the trace might not "
+                    f"generalize to inputs of other shapes (x.new_zeros(x.shape) and "
+                    f"x.new_full(x.shape, v) follow the input's shape)")
 
     def unrecordable(self, what: str, frame) -> None:
         """Something the graph cannot express faithfully: an error when strict, else a
@@ -312,7 +328,7 @@ def record(fn: Callable, examples: tuple, names: list[str], *, strict: bool,
     prev = set_grad_mode(False)  # values only: the graph is differentiated when it runs
     try:
         with tracer.active():
-            with ExternalWatch(tracer.external, tracer.random):
+            with ExternalWatch(tracer.external, {_RNG: tracer.random, _LIKE: tracer.like}):
                 out = fn(*args)
             leaves, tree = tree_flatten(out)
             if strict and isinstance(out, (list, dict)):

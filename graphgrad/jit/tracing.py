@@ -17,6 +17,9 @@ What a trace can and cannot keep, as the lecture shows:
   tensor, ``Tensor.numpy()``) is an ``ExternalCallError`` naming the call and the source
   line; ``strict=False`` makes it a warning and freezes the value
   (``trace_external.py``).
+* Random numbers drawn by graphgrad (``gg.rand``, a dropout mask) and ``zeros_like``-style
+  constructors become constants of the example: a TracerWarning says so at trace time
+  (the graph has no random op for traces), and ``check_trace`` fails on the random ones.
 * ``check_trace`` traces again and compares (``trace_check.py``).
 
 The trace itself runs under ``no_grad`` (it needs values, not a backward graph), so a
