@@ -134,3 +134,27 @@ def test_random_nodes_on_the_scheduler_draw_once_per_run():
     for a, b in zip(first, again, strict=True):
         np.testing.assert_array_equal(a, b)
     tf.reset_default_graph()
+
+
+def test_higher_order_graph_on_the_scheduler_equals_the_interpreter():
+    import graphgrad.static as tf
+    tf.reset_default_graph()
+    x = tf.placeholder(tf.float64, (None, 3), name="x")  # unknown batch: vjp nodes
+    w = tf.placeholder(tf.float64, (3,), name="w")
+    h = tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, tf.tanh(v * w) + v),
+                      [0, x])[1]
+    loss = tf.reduce_mean(h * h)
+    (gw,) = tf.gradients(loss, [w])
+    hess = [tf.gradients(gw[k], [w])[0] for k in range(3)]  # independent vjp nodes
+    ir = tf.get_default_graph().ir
+    ir.set_outputs([gw._node, *[t._node for t in hess]])
+    rng = np.random.default_rng(0)
+    args = [gg.tensor(rng.standard_normal((4, 3))), gg.tensor(rng.standard_normal(3))]
+    want = Interpreter(ir).run(*args)
+    for _ in range(3):
+        s = Scheduler(ir, workers=3)
+        got = s.run(*args)
+        assert gg.is_grad_enabled()  # the vjp nodes took turns with the global grad mode
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
+    tf.reset_default_graph()

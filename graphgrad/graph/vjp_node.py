@@ -19,6 +19,7 @@ becomes ordinary call nodes. Three things cannot be built that way and run here:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 from graphgrad.backend import xp
@@ -208,7 +209,14 @@ def function_of(params: dict):
     return fn
 
 
+# Grad mode is global: a rule run sets it off, a VjpFn on. On the scheduler's threads two
+# vjp nodes at once would switch it under each other, so they take turns (re-entrant:
+# a VjpFn runs its function, and a while_grad its vjp graph, inside its own turn).
+_GRAD_MODE_TURN = threading.RLock()
+
+
 def run_vjp_rule(params: dict, args: list, interp=None) -> tuple:
     """Run a ``vjp`` node (described by its ``params``) on concrete ``args``; one
     cotangent per ``wrt`` position."""
-    return tuple(function_of(params)(args, interp))
+    with _GRAD_MODE_TURN:
+        return tuple(function_of(params)(args, interp))
