@@ -60,8 +60,6 @@ _RANK_FREE = {"add", "sub", "mul", "div", "true_divide", "neg", "abs", "exp", "l
               "LeakyReLU", "ELU"}
 
 
-
-
 class Calls:
     """Mixin of ``Compiler``: calls, truth values."""
 
