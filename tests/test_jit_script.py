@@ -800,3 +800,24 @@ def test_item_assignment_is_compiled_out_of_place():
 
     text = _script_error(writes_argument, "x[0] = 1.0")
     assert "'x' is an argument of the function" in text and "y = x.clone()" in text
+
+
+def test_assert_on_python_values_is_checked_at_compile_time():
+    def checked(x, k=2):
+        assert k > 0, "k must be positive"
+        return x * k
+
+    np.testing.assert_allclose(script(checked)(_t(1.5)).numpy(), [3.0])
+
+    def failing(x, k=-1):
+        assert k > 0, "k must be positive"
+        return x * k
+
+    assert "AssertionError at compile time: k must be positive" in _script_error(
+        failing, "assert k > 0")
+
+    def on_tensor(x):
+        assert x.sum() > 0
+        return x
+
+    assert "assert on a tensor isn't supported" in _script_error(on_tensor, "assert x.sum()")

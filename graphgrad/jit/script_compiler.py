@@ -169,6 +169,18 @@ class Compiler(Expressions):
         self.expr(s.value, fr)
         return None
 
+    def s_Assert(self, s, fr, rest):
+        """On Python values it is checked now; the IR has no assert op for tensors."""
+        test = self.expr(s.test, fr)
+        if isinstance(test, Symbol):
+            raise fr.error("assert on a tensor isn't supported", s,
+                           "assert on a tensor isn't supported: graphgrad's IR has no assert "
+                           "op (its value exists only when the graph runs)")
+        if not self.truth(test, s.test, fr):
+            msg = "" if s.msg is None else f": {self.expr(s.msg, fr)}"
+            raise fr.error("AssertionError", s, f"AssertionError at compile time{msg}")
+        return None
+
     def s_Return(self, s, fr, rest):
         if fr.graph_loops:
             raise fr.error("return statements inside loops aren't supported", s,
