@@ -259,24 +259,19 @@ class Tracer(Interpreter):
     def random(self, callee) -> None:
         """graphgrad drew random numbers: a warning (not an error: a dropout layer in
         training mode does it), and ``check_trace`` will see the constants differ."""
-        frame = user_frame(callee)
-        expr = expression(frame)
-        warn_at(frame, f"{f'`{expr}`' if expr else 'this line'} draws random numbers, which "
-                f"the trace freezes into the graph as a constant: every call of the traced "
-                f"function reuses them (a dropout layer? call .eval() on the model before "
-                f"tracing)")
+        _warn_code(callee, "draws random numbers, which the trace freezes into the graph as "
+                   "a constant: every call of the traced function reuses them (a dropout "
+                   "layer? call .eval() on the model before tracing)")
 
     def like(self, callee) -> None:
         """``zeros_like(x)`` and its kin read the shape of the array, not traced sizes: the
         result is a constant of the example's shape."""
         t = callee.f_locals.get("t")
         if self.mine(t):
-            frame = user_frame(callee)
-            expr = expression(frame)
-            warn_at(frame, f"{f'`{expr}`' if expr else 'this line'} makes a constant of the "
-                    f"example's shape {list(t._array.shape)}, so the trace might not "
-                    f"generalize to inputs of other shapes (x.new_zeros(x.shape) and "
-                    f"x.new_full(x.shape, v) follow the input's shape)")
+            _warn_code(callee, f"makes a constant of the example's shape "
+                       f"{list(t._array.shape)}, so the trace might not generalize to inputs "
+                       f"of other shapes (x.new_zeros(x.shape) and x.new_full(x.shape, v) "
+                       f"follow the input's shape)")
 
     def unrecordable(self, what: str, frame) -> None:
         """Something the graph cannot express faithfully: an error when strict, else a
@@ -303,6 +298,13 @@ class Tracer(Interpreter):
             f"{what}, external code whose result the trace cannot record:\n{where(frame)}\n"
             f"Its value is frozen into the graph as a constant (strict=False): every call "
             f"of the traced function uses this same value."))
+
+
+def _warn_code(callee, what: str) -> None:
+    """A TracerWarning on the user's line that led to ``callee``: "`expr` <what>"."""
+    frame = user_frame(callee)
+    expr = expression(frame)
+    warn_at(frame, f"{f'`{expr}`' if expr else 'this line'} {what}")
 
 
 def _has_traced(v) -> bool:
