@@ -18,12 +18,12 @@ import sysconfig
 import types
 from collections.abc import Callable
 
-from graphgrad.backend import xp
 from graphgrad.graph import Graph, GraphBuilder, Spec, Symbol, symbol
 from graphgrad.graph.node import Node
 from graphgrad.tensor import Value
 
-__all__ = ["ScriptBuilder", "Lifts", "ShapeValue", "classify", "MATH", "is_library_module",
+__all__ = ["ScriptBuilder", "Lifts", "ShapeValue", "classify", "describe", "MATH",
+           "is_library_module",
            "is_module"]
 
 
@@ -159,11 +159,3 @@ def describe(fn) -> str:
     module = getattr(fn, "__module__", None) or type(fn).__module__
     return f"{module}.{name}" if name else f"value of type '{type(fn).__name__}'"
 
-
-def spec_of(x) -> Spec | None:
-    return x._node.spec if isinstance(x, Symbol) else None
-
-
-def dtype_name(x) -> str:
-    s = spec_of(x)
-    return xp.dtype(s.dtype).name if s is not None else type(x).__name__
