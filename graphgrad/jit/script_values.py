@@ -23,8 +23,7 @@ from graphgrad.graph.node import Node
 from graphgrad.tensor import Value
 
 __all__ = ["ScriptBuilder", "Lifts", "ShapeValue", "classify", "describe", "MATH",
-           "is_library_module",
-           "is_module"]
+           "is_library_module", "is_module"]
 
 
 class Lifts:
