@@ -271,6 +271,24 @@ def test_third_order_through_run_time_vjp_nodes_agrees_with_torch():
             np.testing.assert_allclose(a, b.detach().numpy(), rtol=1e-10, atol=1e-13)
 
 
+def test_second_order_through_a_cond_with_an_unused_output_and_unknown_batch():
+    x = tf.placeholder(tf.float64, (None, 2), name="x")
+    a, _ = tf.cond(tf.reduce_sum(x) > 0, lambda: (tf.sin(x), x * 2.0),
+                   lambda: (tf.cos(x), x * 3.0))  # the second output gets no cotangent
+    (g,) = tf.gradients(tf.reduce_mean(a), [x])
+    (h,) = tf.gradients(g, [x])
+    xv = np.array([[0.1, 0.2], [0.3, -0.1], [1.0, 2.0]])
+    with tf.Session() as sess:
+        for v in (xv, -xv):
+            X = torch.tensor(v, requires_grad=True)
+            L = (X.sin() if v.sum() > 0 else X.cos()).mean()
+            (G,) = torch.autograd.grad(L, X, create_graph=True)
+            (H,) = torch.autograd.grad(G.sum(), X)
+            got = sess.run([g, h], {x: v})
+            np.testing.assert_allclose(got[0], G.detach().numpy(), rtol=1e-12)
+            np.testing.assert_allclose(got[1], H.numpy(), rtol=1e-12)
+
+
 def test_third_order_through_a_while_loop():
     x = tf.placeholder(tf.float64, (), name="x")
     y = tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * tf.sin(x) + x * x),
