@@ -20,12 +20,14 @@ What a trace can and cannot keep, as the lecture shows:
 * Random numbers drawn by graphgrad (``gg.rand``, a dropout mask) and ``zeros_like``-style
   constructors become constants of the example: a TracerWarning says so at trace time
   (the graph has no random op for traces), and ``check_trace`` fails on the random ones.
+* ``detach()`` / ``.data`` are refused when strict: the IR has no stop-gradient op.
 * ``check_trace`` traces again and compares (``trace_check.py``).
 
 The trace itself runs under ``no_grad`` (it needs values, not a backward graph), so a
 function that calls ``autograd.grad`` inside cannot be traced; in-place updates of module
-buffers (BatchNorm's running statistics) happen during the trace but are not replayed
-by the graph, which is functional.
+buffers (running statistics) happen during the trace but are not replayed by the graph,
+which is functional; a ``for`` over ``range(x.shape[0])`` is unrolled without a warning,
+as in PyTorch (``check_inputs`` of another size catches it).
 """
 
 from __future__ import annotations
