@@ -444,3 +444,15 @@ def test_traced_function_composes_with_transforms():
     assert _close(func.grad(traced)(x), func.grad(f)(x))
     assert _close(func.hessian(traced)(x), func.hessian(f)(x))   # second order, by extension
     assert jit.TracerWarning is TracerWarning and issubclass(ExternalCallError, RuntimeError)
+
+
+def test_loop_over_range_of_a_size_unrolls_and_check_inputs_catch_it():
+    def loop_in_traced_fn(x):            # PyTorch's documentation example
+        result = x[0]
+        for i in range(x.size(0)):
+            result = result * x[i]
+        return result
+    traced, _ = _trace(loop_in_traced_fn, (gg.rand(3, 4, 5),))
+    assert _calls(traced.graph).count("Mul") == 3           # unrolled for the example
+    with pytest.raises(TracingCheckError, match="Graphs differed across invocations"):
+        jit.trace(loop_in_traced_fn, (gg.rand(3, 4, 5),), check_inputs=[(gg.rand(4, 5, 6),)])
