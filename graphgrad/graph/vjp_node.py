@@ -68,7 +68,16 @@ def _zeros_like(t) -> Tensor:
     return Tensor(xp.zeros(t._array.shape, t._array.dtype))
 
 
-class RuleFn:
+class _RunTimeFn:
+    """A function of a vjp node's inputs, printed (tables, code) by its name."""
+
+    __name__ = "RunTimeFn"
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+
+class RuleFn(_RunTimeFn):
     """The vjp rule of ``op``: ``(g, out, *tensor inputs) -> cotangents at wrt``.
 
     ``literals`` holds the op's non-tensor arguments by position. Run on untracked
@@ -140,7 +149,7 @@ def while_grad_replay(cond: Callable, body: Callable, vjp: Callable, state: list
     return (*gs, *gcaps)
 
 
-class WhileGradFn:
+class WhileGradFn(_RunTimeFn):
     """What a ``while_grad`` node computes, as a function of its inputs
     ``(*state, *captured, *output cotangents)``."""
 
@@ -160,7 +169,7 @@ class WhileGradFn:
                                  list(args[n:n + m]), list(args[n + m:]))
 
 
-class VjpFn:
+class VjpFn(_RunTimeFn):
     """The vjp of ``fn`` (a RuleFn, WhileGradFn or VjpFn of ``nargs`` inputs): inputs
     ``(*fn's inputs, *cotangents of fn's outputs at positions has_ct)``, outputs the
     cotangents of fn's inputs at positions ``wrt``."""
