@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from graphgrad.graph import Graph, Interpreter, python_code
+from graphgrad.backend import xp
+from graphgrad.graph import Dyn, Graph, Interpreter, Node, python_code
+from graphgrad.tensor import Tensor, Value, dispatch, is_grad_enabled
+from graphgrad.tensor.dispatch import current_interpreter
 
 __all__ = ["lookup_backend", "register_backend", "BACKENDS", "eager", "print_backend",
            "default"]
@@ -44,7 +47,113 @@ def print_backend(graph: Graph, example_inputs: list) -> Callable:
 
 
 def default(graph: Graph, example_inputs: list) -> Callable:
-    return python_code(graph, name="forward").fn
+    """The printed program; when no gradient is needed, a program on NumPy arrays that
+    calls each op's ``forward`` directly (no dispatch, no Tensor per intermediate)."""
+    slow = python_code(graph, name="forward").fn
+    fast = array_program(graph, example_inputs, slow)
+    return slow if fast is None else fast
+
+
+def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callable | None:
+    """``graph`` as Python over arrays, or None where a node needs more than that. Falls
+    back to ``slow`` (the op-by-op program) when a gradient is needed, when something is
+    on the dispatch stack (a transform), and for ops whose inputs differ in dtype (there
+    dispatch's promotion rule decides); on an error ``slow`` runs again for its message."""
+    ns: dict = {"_slow": slow, "_T": _tensor, "_nd": xp.ndarray, "_asarray": xp.asarray,
+                "_grad": is_grad_enabled, "_top": current_interpreter, "_i64": xp.int64,
+                "_Value": Value}
+    names: dict[Node, str] = {}
+    params, head, body, rg = [], [], [], []
+    for i, (p, ex) in enumerate(zip(graph.inputs, example_inputs, strict=True)):
+        arg = f"x{i}"
+        params.append(arg)
+        if isinstance(ex, Value):
+            names[p] = f"a{i}"
+            head.append(f"a{i} = {arg}._array")
+            rg.append(f"{arg}._rg")
+        else:
+            names[p] = arg
+    for k, n in enumerate(graph.nodes):
+        if n.kind in ("placeholder", "output"):
+            continue
+        out = f"t{k}"
+        ins = [names[a] if isinstance(a, Node) else repr(a) for a in n.inputs]
+        if n.kind == "shape":
+            body.append(f"{out} = _asarray({ins[0]}.shape, dtype=_i64)")
+        elif n.kind == "constant":
+            ns[f"_c{k}"] = n.value
+            body.append(f"{out} = _c{k}")
+        elif n.kind == "call":
+            op = n.op
+            specs = [a.spec for a in n.inputs if isinstance(a, Node)]
+            if any(getattr(sp, "dtype", None) != n.spec.dtype for sp in specs):
+                if not _mixed(ns, body, out, n, ins, k):
+                    return None
+                names[n] = out
+                continue
+            ns[f"_f{k}"] = op.forward
+            args = ins[:n.nargs]
+            for key, v in n.params.items():
+                if isinstance(v, tuple) and any(isinstance(e, Dyn) for e in v):
+                    inner = ", ".join(f"int({ins[e.index]})" if isinstance(e, Dyn) else repr(e)
+                                      for e in v)
+                    args.append(f"{key}=({inner},)")
+                else:
+                    ns[f"_p{k}_{key}"] = v
+                    args.append(f"{key}=_p{k}_{key}")
+            body.append(f"{out} = _f{k}({', '.join(args)})")
+            body.append(f"if type({out}) is not _nd: {out} = _asarray({out})")
+        elif n.kind == "item":
+            body.append(f"{out} = {ins[0]}[{n.params['index']}]")
+        else:
+            return None
+        names[n] = out
+    outs = []
+    by_input = dict(zip(graph.inputs, params, strict=True))
+    for o in graph.outputs:
+        if o in by_input:
+            outs.append(by_input[o])   # a passthrough input: the very object
+        elif isinstance(o, Node):
+            outs.append(f"_T({names[o]})")
+        else:
+            outs.append(repr(o))
+    sig = ", ".join(params)
+    check = f"if _top() is not None or (_grad() and ({' or '.join(rg) or 'False'})):"
+    src = (f"def forward({sig}):\n    {check}\n        return _slow({sig})\n    try:\n"
+           + "".join(f"        {line}\n" for line in head + body)
+           + "    except Exception:\n"
+           + f"        return _slow({sig})\n"
+           + f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})\n")
+    exec(compile(src, f"<graph {graph.name} arrays>", "exec"), ns)  # noqa: S102
+    fn = ns["forward"]
+    fn.source = src
+    return fn
+
+
+def _mixed(ns, body, out, n, ins, k):
+    """An op on inputs of different dtypes: through ``dispatch`` (its promotion rule)."""
+    ns[f"_op{k}"] = n.op
+    ns.setdefault("_dispatch", dispatch)
+    if any(isinstance(v, tuple) and any(isinstance(e, Dyn) for e in v)
+           for v in n.params.values()):
+        return None
+    ns[f"_pp{k}"] = n.params
+    args = ", ".join(f"_T({a})" if a.startswith(("a", "t")) else a for a in ins[:n.nargs])
+    body.append(f"{out} = _dispatch(_op{k}, ({args},), _pp{k})._array")
+    return True
+
+
+def _tensor(array) -> Tensor:
+    t = Tensor.__new__(Tensor)
+    t._array = array
+    t.op = None
+    t.inputs = ()
+    t.params = None
+    t._rg = False
+    t._grad = None
+    t._vc = None
+    t._ext = None
+    return t
 
 
 BACKENDS: dict[str, Callable] = {"eager": eager, "print": print_backend, "default": default,

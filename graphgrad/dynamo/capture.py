@@ -68,8 +68,9 @@ class Capture:
     """The state of one segment's capture."""
 
     def __init__(self, name: str, a: tuple, k: dict, s: tuple, dynamic: Any,
-                 concrete: bool = False):
+                 concrete: bool = False, trusted: frozenset = frozenset()):
         self.concrete = concrete          # run on real values: no graph, no guards
+        self.trusted = trusted            # slots the previous graph made with static specs
         self.graph = Graph(name)
         self.builder = GraphBuilder(self.graph)
         self.guards = GuardSet()
@@ -110,8 +111,10 @@ class Capture:
         if isinstance(value, Value):
             arr = value._array
             dims = self.dims_for(source, arr.shape)
-            self.guards.add("tensor", source, (t, dims, arr.dtype, bool(value.requires_grad)),
-                            self.where)
+            if not (type(source) is Slot and source.key in self.trusted):
+                # (a trusted slot's type, shape and dtype follow from the previous graph)
+                self.guards.add("tensor", source, (t, dims, arr.dtype,
+                                                   bool(value.requires_grad)), self.where)
             return self._placeholder(value, source, Spec(dims, arr.dtype), Symbol)
         if t is float and isinstance(source.root(), Slot):
             # a float made by an eager call (a random number...): a graph input, not a

@@ -25,7 +25,7 @@ from . import config
 from .backends import lookup_backend
 from .capture import Capture, Templatizer, Unsupported
 from .codegen import Codegen
-from .frame import Frame, VERSION_OK, code_info
+from .frame import VERSION_OK, Frame, code_info, live_locals
 from .guards import Pool
 from .interpreter import EagerStep, Interpreter, Return, _bind, _ExtCell
 from .stats import counters
@@ -71,11 +71,13 @@ class _Whole(Source):
 class Segment:
     """A cached piece of the function between two graph breaks."""
 
-    __slots__ = ("guard", "guards", "step", "graph", "ops", "term", "start", "where")
+    __slots__ = ("guard", "guards", "step", "graph", "ops", "term", "start", "where",
+                 "compiled")
 
-    def __init__(self, guard, guards, step, graph, ops, term, start, where):
+    def __init__(self, guard, guards, step, graph, ops, term, start, where, compiled=None):
         self.guard, self.guards, self.step, self.graph = guard, guards, step, graph
         self.ops, self.term, self.start, self.where = ops, term, start, where
+        self.compiled = compiled   # what the backend returned (None: no ops)
 
 
 class ReturnTerm:
@@ -87,12 +89,13 @@ class ReturnTerm:
 
 
 class EagerTerm:
-    __slots__ = ("run", "resume", "children", "record")
+    __slots__ = ("run", "resume", "children", "record", "trusted")
     ret = False
 
     def __init__(self, run, resume, record: BreakRecord):
         self.run, self.resume, self.record = run, resume, record
         self.children: list = []
+        self.trusted: frozenset = frozenset()   # slots whose metadata the graph fixes
 
 
 class FallbackTerm:
@@ -170,6 +173,10 @@ class CompiledFunction:
             if node.guard(a, k, ()):
                 if i:
                     roots.insert(0, roots.pop(i))
+                t = node.term
+                if t.ret:   # the common case, a function without graph breaks
+                    counters["cache_hits"] += 1
+                    return t.build(a, k, node.step(a, k, ()))
                 return self._execute(node, a, k, ())
         return self._miss(a, k)
 
@@ -201,7 +208,7 @@ class CompiledFunction:
                 if len(t.children) >= config.recompile_limit:
                     return self._concrete(t.resume, a, k, s)
                 node = None
-                pending = (t.resume, t.children, False)
+                pending = (t.resume, t.children, t.trusted)
 
     def _miss(self, a, k):
         if not VERSION_OK:
@@ -240,7 +247,7 @@ class CompiledFunction:
             counters["recompiles"] += 1
             self.recompile_reasons.append(reason)
             self._mark_dynamic(failed, a, k)
-        return self._execute(None, a, k, (), (self._root_template(a, k), self.roots, True))
+        return self._execute(None, a, k, (), (self._root_template(a, k), self.roots, None))
 
     def _mark_dynamic(self, failed, a, k) -> None:
         """Automatic dynamic shapes: a tensor input whose dims changed gets symbolic dims."""
@@ -276,9 +283,12 @@ class CompiledFunction:
                 f.cells[cname] = _ExtCell(cell, fn)
         return [f]
 
-    def _capture(self, template, children, is_root, a, k, s):
+    def _capture(self, template, children, trusted, a, k, s):
+        """Capture one segment from ``template``; ``trusted`` is None for a root."""
         counters["frames"] += 1
-        cap = Capture(f"graph_{len(self.graphs) + 1}", a, k, s, self._dyn)
+        is_root = trusted is None
+        cap = Capture(f"graph_{len(self.graphs) + 1}", a, k, s, self._dyn,
+                      trusted=trusted or frozenset())
         if is_root:
             cap.guards.add("len", _Whole("a"), (tuple, len(a)))
             cap.guards.add("keys", _Whole("k"), (dict, tuple(k)))
@@ -354,6 +364,9 @@ class CompiledFunction:
             cg = Codegen(pool)
             term = ReturnTerm(cg.function("_return", cg.expr(value_t)))
         else:
+            for f in frames:   # hand on only what the rest of the function may read
+                live = live_locals(f.code, f.pc)
+                f.locals = {n: v for n, v in f.locals.items() if n in live}
             call_t = tz.go((end.fn, end.args, end.kwargs))
             resume_t = tz.go(frames)
             tz.finalize_carried()
@@ -391,6 +404,7 @@ class CompiledFunction:
         ops = sum(n.kind not in ("placeholder", "output") for n in graph.nodes)
         cg = Codegen(pool)
         carried = "".join(f"{src.expr(pool)}, " for src in tz.carried)
+        compiled = None
         if ops:
             counters["graphs"] += 1
             counters["ops"] += ops
@@ -400,6 +414,10 @@ class CompiledFunction:
             body = f"tuple({pool(compiled)}({args})) + ({carried})"
             if not isinstance(end, Return):
                 term.record.graph = graph.name
+                term.trusted = frozenset(
+                    i for i, n in enumerate(outputs) if n.kind != "placeholder"
+                    and n.spec is not None and n.spec.shape is not None
+                    and None not in n.spec.shape)
         else:
             graph = None
             by_node = {node: src for src, node in inputs}
@@ -409,7 +427,7 @@ class CompiledFunction:
         if not isinstance(end, Return):
             self.breaks.append(term.record)
         return Segment(cap.guards.compile(), cap.guards, step, graph, ops, term, start,
-                       cap.where)
+                       cap.where, compiled)
 
 
 _EAGER = object()

@@ -114,3 +114,50 @@ class Frame:
         f.globals, f.kw_names, f.fn = self.globals, self.kw_names, self.fn
         f.forced = None
         return f
+
+
+_NO_FALLTHROUGH = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT",
+                   "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
+_LIVE: dict[types.CodeType, list] = {}
+
+
+def live_locals(code: types.CodeType, pc: int) -> frozenset:
+    """The local variables that may be read from instruction ``pc`` on (a backward
+    dataflow over the bytecode), so that a graph break hands on only live values."""
+    table = _LIVE.get(code)
+    if table is None:
+        table = _LIVE[code] = _liveness(code_info(code))
+    return table[pc] if pc < len(table) else frozenset()
+
+
+def _liveness(info: CodeInfo) -> list:
+    insts = info.insts
+    n = len(insts)
+    succ: list[list[int]] = []
+    for i, inst in enumerate(insts):
+        s = []
+        if inst.opname not in _NO_FALLTHROUGH and i + 1 < n:
+            s.append(i + 1)
+        if inst.opcode in dis.hasjrel or inst.opcode in dis.hasjabs:
+            target = info.index.get(inst.argval)
+            if target is not None:
+                s.append(target)
+        succ.append(s)
+    live = [frozenset()] * n
+    changed = True
+    while changed:
+        changed = False
+        for i in range(n - 1, -1, -1):
+            out = frozenset().union(*(live[j] for j in succ[i])) if succ[i] else frozenset()
+            inst = insts[i]
+            name = inst.opname
+            if name in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR"):
+                new = out | {inst.argval}
+            elif name in ("STORE_FAST", "DELETE_FAST"):
+                new = out - {inst.argval}
+            else:
+                new = out
+            if new != live[i]:
+                live[i] = new
+                changed = True
+    return live

@@ -33,7 +33,8 @@ _EAGER_NAMES = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like
                 "bernoulli", "multinomial", "normal", "manual_seed", "seed", "backward",
                 "save", "load", "register_hook", "retain_grad", "numpy", "tolist", "item",
                 "requires_grad_", "set_grad_enabled", "zero_grad", "step", "from_numpy",
-                "as_tensor", "uniform", "poisson"}
+                "as_tensor", "uniform", "poisson", "is_grad_enabled", "is_inference_mode_enabled",
+                "get_default_dtype", "set_default_dtype", "initial_seed"}
 _EAGER_MODULES = ("graphgrad.autograd", "graphgrad.optim", "graphgrad.utils",
                   "graphgrad.serialization", "graphgrad.nn.init", "graphgrad.dynamo",
                   "graphgrad.compiler", "graphgrad.numdiff", "graphgrad.func",
