@@ -136,11 +136,34 @@ def test_maml_meta_gradient_matches_pytorch():
 
 def test_pinn_poisson(tmp_path, capsys):
     out = tmp_path / "pinn"
-    r = load("pinn_poisson").main(["--quiet", "--out", str(out), "--iters", "300"])
+    r = load("pinn_poisson").main(["--quiet", "--out", str(out), "--iters", "150"])
     assert r["relative_l2_error"] <= 1e-4
     assert r["transform_agreement"] < 1e-10
     assert "relative L2 error" in capsys.readouterr().out
     check_plots(r, out)
+
+
+def test_pinn_poisson_adam_alone_meets_the_bound(tmp_path, capsys):
+    """Adam alone, cosine-annealed lr 1e-2 -> 1e-6 and beta2 0.99, 6,000 iterations: 7.6e-5
+    (10,000, the script's default: 2.8e-5; a constant lr 1e-3: 2.8e-4)."""
+    r = load("pinn_poisson").main(["--quiet", "--no-plot", "--optimizer", "adam",
+                                   "--iters", "6000"])
+    assert r["relative_l2_error"] <= 1e-4
+    out = capsys.readouterr().out
+    assert "Adam (cosine lr 0.01 -> 1e-06, beta2 0.99), 6000 iterations" in out
+
+
+def test_pinn_poisson_adam_then_lbfgs(tmp_path, capsys):
+    """The usual PINN recipe: both errors are reported, and L-BFGS takes Adam's 1e-3
+    down below the bound."""
+    out_dir = tmp_path / "pinn"
+    r = load("pinn_poisson").main(["--quiet", "--out", str(out_dir), "--optimizer",
+                                   "adam+lbfgs", "--iters", "500", "--lbfgs-iters", "150"])
+    assert 1e-4 < r["adam_relative_l2_error"] < 1e-1
+    assert r["relative_l2_error"] <= 1e-4
+    out = capsys.readouterr().out
+    assert "after Adam alone (500 iterations): relative L2 error" in out
+    check_plots(r, out_dir)
 
 
 def test_autoint(tmp_path, capsys):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -69,3 +72,33 @@ def test_example_script_runs(tmp_path, capsys):
     spec.loader.exec_module(mod)
     r = mod.main(["--epochs", "1", "--quiet", "--no-plot", "--out", str(tmp_path)])
     assert r["epochs"] == 1 and "test accuracy" in capsys.readouterr().out
+
+
+def test_cli_train_one_epoch_end_to_end(tmp_path):
+    """``python -m graphgrad train --epochs 1 --quiet`` (the README's main job, as the
+    ``graphgrad`` console script runs it): the accuracy line, the step time, and a
+    checkpoint that loads into a fresh model with the printed accuracy."""
+    out_dir = tmp_path / "digits"
+    proc = subprocess.run([sys.executable, "-m", "graphgrad", "train", "--epochs", "1",
+                           "--quiet", "--out", str(out_dir)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # --quiet: no progress bar
+    match = re.search(r"^test accuracy: (\d\.\d{4}) \(359 held-out digits, mlp, adam, "
+                      r"1 epoch\)$", proc.stdout, re.M)
+    assert match, proc.stdout
+    accuracy = float(match.group(1))
+    assert 0.7 <= accuracy <= 1.0
+    assert re.search(r"^mean step time: \d+\.\d{3} ms \(batch 64\)", proc.stdout, re.M)
+    checkpoint = out_dir / "digits_mlp.npz"
+    assert f"checkpoint: {checkpoint}" in proc.stdout and checkpoint.is_file()
+    assert (out_dir / "digits_mlp_loss.png").is_file() == ("loss curve:" in proc.stdout)
+    ckpt = load(checkpoint)
+    assert ckpt["config"] == {"model": "mlp", "epochs": 1, "batch_size": 64, "lr": 1e-3,
+                              "optimizer": "adam", "seed": 0}
+    model = make_model("mlp")
+    model.load_state_dict(ckpt["model"])
+    _, _, xte, yte = load_digits_split(0)
+    with gg.no_grad():
+        acc = float((model(gg.tensor(xte)).argmax(dim=1) == gg.tensor(yte)).float().mean())
+    assert round(acc, 4) == accuracy
