@@ -258,6 +258,32 @@ def test_graph_grad_equals_eager_autograd(seed):
             np.testing.assert_allclose(got.numpy(), t.grad.numpy(), rtol=1e-10)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2, 4, 5])  # programs whose gradient depends on x
+def test_second_order_with_unknown_dims_equals_eager_autograd(seed):
+    """An unknown batch dim turns every rule into a run-time vjp node; differentiating
+    those again gives vjp nodes of vjp nodes."""
+    rng = np.random.default_rng(seed)
+    fn = _random_program(rng, 8)
+    g = G.trace(fn, Spec((None, 4), F64), Spec((4,), F64))
+    xn, yn = g.inputs
+    (gx,) = G.grad(g, [g.outputs[0]], [xn])
+    hx, hy = G.grad(g, [gx], [xn, yn], grad_outputs=[gg.ones(3, 4, dtype=gg.float64)])
+    g.set_outputs([gx, *(h if h is not None else gx for h in (hx, hy))])
+    g.verify()
+    assert any(n.target_name.endswith("BackwardBackward") for n in g.nodes)
+    x, y = rng.standard_normal((3, 4)), rng.standard_normal((4,))
+    out = Interpreter(g).run(gg.tensor(x), gg.tensor(y))
+    tx, ty = gg.tensor(x, requires_grad=True), gg.tensor(y, requires_grad=True)
+    (ex,) = gg.autograd.grad(fn(tx, ty), [tx], create_graph=True)
+    want = gg.autograd.grad(ex.sum(), [tx, ty], allow_unused=True)
+    np.testing.assert_allclose(out[0].numpy(), ex.detach().numpy(), rtol=1e-10)
+    for got, w, h in zip(out[1:], want, (hx, hy), strict=True):
+        if h is None or w is None:
+            assert (h is None or not got.numpy().any()) and (w is None or not w.numpy().any())
+        else:
+            np.testing.assert_allclose(got.numpy(), w.numpy(), rtol=1e-10, atol=1e-12)
+
+
 def test_second_order_by_extending_twice():
     g = G.trace(lambda x: (x * x * x).sum(), np.ones(3))
     (gx,) = G.grad(g, [g.outputs[0]], g.inputs)
