@@ -385,9 +385,7 @@ for _name, _op, _dom in _UNARY:
 add(
     case("abs_operator", "Abs", lambda m, a: abs(a), elementwise(away(0.1))),
     case("sqrt_int", "Sqrt", lambda m, a: m.sqrt(a), elementwise(ints(0, 9)), grad=False),
-    case("exp_bool", "Exp", lambda m, a: m.exp(a), elementwise(bools), grad=False,
-         xfail="tensor/dispatch.py keeps NumPy's float16 result of a float op on bool (or "
-               "int8/uint8) input; PyTorch gives float32"),
+    case("exp_bool", "Exp", lambda m, a: m.exp(a), elementwise(bools), grad=False),
     case("round_decimals", "Round", lambda m, a: m.round(a, decimals=1),
          elementwise(lambda rng, s: near_integers()(rng, s) / 10)),
     case("gelu", "Gelu", lambda m, a: m.nn.functional.gelu(a), elementwise(normal)),

@@ -2,9 +2,9 @@
 first derivatives (the vjp of a random projection), second derivatives (the gradient of
 a random projection of the first-order gradients taken with ``create_graph=True``, with
 respect to the inputs and to the projection's own weights), and the dtypes that float32
-and integer inputs give; and the type promotion of binary ops over every pair of mixed
-operands (dtypes, 0-d tensors, Python numbers). Also: every registered op has a case, each
-case dispatches the ops it names, and no gradient rule touches raw NumPy.
+and integer inputs give (type promotion over every pair of operands is in
+``test_type_promotion.py``). Also: every registered op has a case, each case dispatches the
+ops it names, and no gradient rule touches raw NumPy.
 
 Examples come from hypothesis, derandomized so that a run is reproducible; set
 ``GG_OP_RANDOM=1`` to explore fresh examples and ``GG_OP_EXAMPLES=n`` for more of them.
@@ -330,90 +330,3 @@ def test_float32_dtypes(case, data):
     for i, (g, t) in enumerate(zip(gs, ts, strict=True)):
         if g is not None and t is not None:
             assert_matches(g, t, 2e-3, 2e-3, f"gradient {i}: ")
-
-
-# ---- type promotion of mixed operands ----------------------------------------------------
-
-_OPERANDS = {
-    "f32": np.array([1.5, 2.0], np.float32), "f64": np.array([1.5, 2.0]),
-    "f32_0d": np.array(2.0, np.float32), "f64_0d": np.array(2.0),
-    "i64": np.array([1, 3]), "i64_0d": np.array(2), "i32": np.array([1, 3], np.int32),
-    "bool": np.array([True, False]), "bool_0d": np.array(True),
-    "float": 2.5, "int": 3, "True": True,
-}
-_BINARY = {
-    "add": lambda m, a, b: a + b, "sub": lambda m, a, b: a - b, "mul": lambda m, a, b: a * b,
-    "div": lambda m, a, b: a / b, "pow": lambda m, a, b: a ** b,
-    "remainder": lambda m, a, b: a % b, "floor_divide": lambda m, a, b: a // b,
-    "maximum": lambda m, a, b: m.maximum(a, b), "atan2": lambda m, a, b: m.atan2(a, b),
-    "where": lambda m, a, b: m.where(m.tensor([True, False]), a, b),
-    "cat": lambda m, a, b: m.cat([a, b]),
-}
-
-
-def _known_promotion_bug(op: str, a: str, b: str) -> str:
-    """Why graphgrad's dtype is known to differ from PyTorch's for this combination ("" when
-    it does not). The bugs are in ``graphgrad/backend`` (``torch_promotion``) and
-    ``tensor/dispatch.py``, reported to their owner; a pair listed here that matches
-    fails the test, so the list stays true."""
-    x, y = _OPERANDS[a], _OPERANDS[b]
-    tensors = [t for t in (x, y) if isinstance(t, np.ndarray)]
-    numbers = [v for v in (x, y) if not isinstance(v, np.ndarray)]
-    if any(t.ndim == 0 and t.dtype == np.float64 for t in tensors) and \
-            any(t.ndim and t.dtype.kind in "biu" for t in tensors):
-        return ("a float64 0-d tensor with an integer tensor gives the default float32; "
-                "PyTorch gives the 0-d tensor's float64")
-    if op not in ("div", "atan2") and all(t.dtype == np.bool_ for t in tensors) and \
-            any(type(v) is int for v in numbers):
-        return ("a bool tensor with a Python int gives complex64 (the 'op made the "
-                "category' branch); PyTorch gives int64")
-    if op == "atan2" and len(tensors) == 2 and all(t.dtype == np.bool_ for t in tensors):
-        return "NumPy's float16 from bool inputs is kept; PyTorch gives float32"
-    return ""
-
-
-def _operand(fw, v):
-    return fw.tensor(v) if isinstance(v, np.ndarray) else v
-
-
-def _promotion_mismatch(op: str, a: str, b: str) -> str | None:
-    """"" when graphgrad gives PyTorch's dtype and values, what differs when it does not,
-    None when PyTorch refuses the combination."""
-    fn = _BINARY[op]
-    try:
-        t = fn(torch, _operand(torch, _OPERANDS[a]), _operand(torch, _OPERANDS[b]))
-    except (RuntimeError, TypeError):
-        return None
-    with np.errstate(all="ignore"):
-        g = fn(gg, _operand(gg, _OPERANDS[a]), _operand(gg, _OPERANDS[b]))
-    try:
-        assert_matches(g, t, 1e-6, 1e-6)
-    except AssertionError as e:
-        return str(e).splitlines()[0]
-    return ""
-
-
-@pytest.mark.parametrize("op", sorted(_BINARY))
-def test_binary_type_promotion(op):
-    """Mixed dtypes, 0-d tensors and Python numbers promote as in PyTorch: every pair of
-    operands, one op per test. Known bugs make the test xfail (and listing a pair that now
-    works fails it, so the list stays true)."""
-    unexpected, known, fixed = [], [], []
-    for a in _OPERANDS:
-        for b in _OPERANDS:
-            if not (isinstance(_OPERANDS[a], np.ndarray) or isinstance(_OPERANDS[b], np.ndarray)):
-                continue  # two Python numbers: no tensor op
-            bug, why = _known_promotion_bug(op, a, b), _promotion_mismatch(op, a, b)
-            if why is None:
-                continue
-            if why and not bug:
-                unexpected.append(f"{a} {op} {b}: {why}")
-            elif why:
-                known.append(f"{a} {op} {b}: {bug}")
-            elif bug:
-                fixed.append(f"{a} {op} {b}")
-    assert not unexpected, "\n".join(unexpected)
-    assert not fixed, "these now match PyTorch; drop them from _known_promotion_bug: " + \
-        ", ".join(fixed)
-    if known:
-        pytest.xfail("known: " + "; ".join(known))

@@ -1,4 +1,5 @@
-"""Layer ``backend``: the array namespace and graphgrad's dtypes.
+"""Layer ``backend``: the array namespace, graphgrad's dtypes and PyTorch's type
+promotion (``promotion.py``).
 
 Everything above this layer reaches NumPy through ``xp`` so a GPU array
 library with NumPy's API could be swapped in at this one place.
@@ -8,10 +9,14 @@ from __future__ import annotations
 
 import numpy as xp
 
+from .promotion import (_default_np, promote_result, promote_types, result_float_dtype,
+                        result_type, torch_promotion)
+
 __all__ = [
     "xp", "dtype", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "bool_", "complex64", "complex128", "to_dtype", "from_numpy_dtype",
     "get_default_dtype", "set_default_dtype", "result_float_dtype", "torch_promotion",
+    "result_type", "promote_types", "promote_result",
 ]
 
 
@@ -54,6 +59,7 @@ _BY_NAME.update({"float": float32, "double": float64, "long": int64, "int": int3
                  "half": float16, "cfloat": complex64, "cdouble": complex128})
 
 _default = [float32]
+_default_np.append(float32.np)  # promotion's view of the default dtype
 
 
 def get_default_dtype() -> dtype:
@@ -65,6 +71,7 @@ def set_default_dtype(d: dtype) -> None:
     if not d.is_floating_point:
         raise TypeError(f"only floating-point types are supported as the default type, got {d}")
     _default[0] = d
+    _default_np[0] = d.np
 
 
 def from_numpy_dtype(np_dtype) -> dtype:
@@ -102,50 +109,3 @@ def to_dtype(d) -> dtype:
         d = d.dtype
     return from_numpy_dtype(d)
 
-
-_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
-
-
-def torch_promotion(out_dtype, arrays) -> xp.dtype | None:
-    """PyTorch's type promotion where it differs from NumPy's, for an op whose NumPy
-    result has ``out_dtype`` (float64, complex128 or int64: the only cases that differ).
-    A 0-d tensor counts only when it is of a higher category (bool < int < float <
-    complex) than the other tensors, and then gives that category's default dtype; no
-    float64 comes out of inputs without float64. Returns the dtype to cast to, or None."""
-    same = False  # fast path: every array input already has out_dtype, so it stands
-    for a in arrays:
-        if isinstance(a, xp.ndarray):
-            if a.dtype != out_dtype:
-                break
-            same = True
-    else:
-        if same:
-            return None
-    full = [a.dtype for a in arrays if isinstance(a, xp.ndarray) and a.ndim]
-    zero = [a.dtype for a in arrays if isinstance(a, xp.ndarray) and not a.ndim]
-    top_in = max((_CATEGORY[d.kind] for d in full + zero), default=0)
-    if _CATEGORY[out_dtype.kind] > top_in:  # the op made the category (int / int, exp(int))
-        want = _default[0].np if out_dtype.kind == "f" else xp.dtype(
-            xp.complex64 if _default[0] is float32 else xp.complex128)
-        return None if want == out_dtype else want
-    if full and zero:
-        want = xp.result_type(*full)
-        top = max(zero, key=lambda d: _CATEGORY[d.kind])
-        if _CATEGORY[top.kind] > _CATEGORY[want.kind]:
-            want = {1: xp.dtype(xp.int64), 2: _default[0].np,
-                    3: xp.dtype(xp.complex64 if _default[0] is float32 else xp.complex128)
-                    }[_CATEGORY[top.kind]]
-        return None if want == out_dtype else want
-    return result_float_dtype(out_dtype, *(full or zero))
-
-
-def result_float_dtype(arr_dtype, *tensor_dtypes) -> xp.dtype | None:
-    """PyTorch's promotion, where it differs from NumPy's: an op whose inputs hold no
-    float64 tensor never produces float64 (int / int and int * 1.5 give the default dtype).
-    Returns the dtype to cast to, or None when NumPy's answer stands."""
-    if arr_dtype == xp.float64 and not any(t == xp.float64 for t in tensor_dtypes):
-        return _default[0].np
-    if arr_dtype == xp.complex128 and not any(t in (xp.float64, xp.complex128)
-                                              for t in tensor_dtypes):
-        return xp.dtype(xp.complex64)
-    return None

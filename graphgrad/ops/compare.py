@@ -101,7 +101,9 @@ class Where(Elementwise):
             raise TypeError(f"where expected condition to be a boolean tensor, but got a tensor "
                             f"with dtype {getattr(cond, 'dtype', type(cond).__name__)}")
         out = xp.asarray(xp.where(cond, a, b))
-        if out.dtype in _WIDE:
+        # mixed dtypes, or two Python numbers (NumPy's float64)
+        if out.dtype in _WIDE or any(getattr(v, "dtype", out.dtype) != out.dtype
+                                     for v in (a, b)):
             cast = torch_promotion(out.dtype, [a, b])
             if cast is not None:
                 out = out.astype(cast)

@@ -25,7 +25,7 @@ class _Elementwise(Op):
         dummies = [xp.ones((1,) * s.ndim, s.dtype) if isinstance(s, Spec) else s for s in specs]
         with xp.errstate(all="ignore"):
             dt = xp.asarray(cls.forward(*dummies, **params)).dtype
-        if cls.promotes and dt in _WIDE:
+        if cls.promotes:
             cast = torch_promotion(dt, dummies)
             dt = cast if cast is not None else dt
         return Spec(shape, xp.dtype(dt))

@@ -172,8 +172,14 @@ class Sigmoid(_FromOutput):
 
     @staticmethod
     def forward(a):
-        if a.dtype.kind == "c":  # the analytic continuation, for the complex step
+        kind = a.dtype.kind
+        if kind == "c":  # the analytic continuation, for the complex step
             return 1 / (1 + xp.exp(-a))
+        if kind != "f" or a.dtype.itemsize < 4:
+            # bool and integers in float64 (dispatch rounds to the default dtype); float16
+            # in float32, as PyTorch computes it (float16 steps lose digits)
+            return Sigmoid.forward(a.astype(xp.float64 if kind != "f" else xp.float32)) \
+                .astype(a.dtype if kind == "f" else xp.float64)
         # split by sign so exp never overflows
         e = xp.exp(-xp.abs(a))
         return xp.where(a >= 0, 1 / (1 + e), e / (1 + e))
@@ -278,7 +284,9 @@ class _ZeroGrad(_Unary):
 
 
 class Sign(_ZeroGrad):
-    forward = staticmethod(xp.sign)
+    @staticmethod
+    def forward(a):
+        return a.copy() if a.dtype == xp.bool_ else xp.sign(a)  # NumPy has no bool loop
 
 
 class Floor(_ZeroGrad):
@@ -457,6 +465,8 @@ def silu(input):
 
 
 def square(input):
+    if input._array.dtype == xp.bool_:  # PyTorch squares as pow(input, 2): int64 for bools
+        input = cast(input, "int64")
     return input * input
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphgrad.backend import torch_promotion, xp
+from graphgrad.backend import promote_result, xp
 
 from .value import Tensor, Value, mark_view, record
 
@@ -18,9 +18,6 @@ __all__ = ["dispatch", "push_interpreter", "pop_interpreter", "current_interpret
            "is_grad_enabled", "set_grad_mode", "Interpreter"]
 
 _ndarray = xp.ndarray
-_F64 = xp.dtype(xp.float64)
-_C128 = xp.dtype(xp.complex128)
-_I64 = xp.dtype(xp.int64)
 _grad_enabled = True
 _stack: list = []
 _top = None
@@ -98,11 +95,12 @@ def dispatch(op, args: tuple, params: dict) -> Any:
         raise op.explain_failure(e, args, params) from e
     if type(out) is not _ndarray:  # ufuncs return NumPy scalars for 0-d inputs
         out = xp.asarray(out)
-    odt = out.dtype
-    if (odt is _F64 or odt is _I64 or odt is _C128) and op.promotes:
-        cast = torch_promotion(odt, arrays)
-        if cast is not None:
-            out = out.astype(cast)
+    if op.promotes:
+        odt = out.dtype
+        for a in arrays:  # inputs of one dtype giving it: NumPy and PyTorch agree
+            if type(a) is _ndarray and a.dtype is not odt:
+                out = promote_result(op.forward, arrays, params, out)
+                break
     if _grad_enabled and op.differentiable and out.dtype.kind in "fc":
         for a in args:
             if isinstance(a, Value) and a._rg:
