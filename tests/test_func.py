@@ -1031,12 +1031,7 @@ def _float_outputs(case) -> bool:
     return all(leaf.is_floating_point() for _, leaf in _flatten(out)[0])
 
 
-JAC_XFAIL = {
-    ("jacrev", "getitem_split_advanced"):
-        "BUG: jacrev of x[i, :, j] raises NotImplementedError 'vmap: index_put with batched "
-        "values and separated index tensors is not supported' (Getitem's vjp is IndexPut, whose "
-        "batching rule lacks that case); torch supports it",
-}
+JAC_XFAIL: dict = {}  # (mode, case name) -> reason, for known bugs
 JAC_CASES = [c for c in CASES if c.jvp and _float_outputs(c)]
 
 
@@ -1096,8 +1091,6 @@ def test_every_registered_op_has_rules():
             assert op.jvp is not None, f"{name} has no jvp rule"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: vmap over x[i] with a batched index tensor raises "
-                   "NotImplementedError (Getitem's batching rule); torch supports it")
 def test_vmap_getitem_batched_index():
     rng = rng_for("batched_index")
     (x, i), (xt, it) = both(rng.standard_normal((5, 4)), rng.integers(0, 4, (5, 2)))
@@ -1131,10 +1124,6 @@ def _shared_floats(example):
 # known bug turns the test into an xfail (each has a strict-xfail repro of its own in this
 # file or in test_forward_ad.py), and anything else fails.
 _INPLACE = "BUG: in-place ops (x[i] = v) drop forward-AD tangents"
-_BATCHED_INDEX = ("BUG: vmap with a batched index tensor raises NotImplementedError "
-                  "(Getitem/IndexPut batching rules); torch supports it")
-_SETITEM_VMAP = ("BUG: x[i] = v inside vmap on a batched tensor raises 'the tensor's memory is "
-                 "read-only (it is an expanded view)'; torch supports it")
 _INT_DIV = ("BUG: int tensor / 0-d int tensor is an integer (floor) division with an int64 "
             "result; torch gives float [1.0, 1.3333] for tensor([3, 4]) / tensor(3)")
 _ZERO_D_DIM = ("BUG: under vmap, softmax/log_softmax/cumsum of a 0-d example with dim=0 raise "
@@ -1146,10 +1135,6 @@ def _known_bug(kind: str, case, err: BaseException) -> str | None:
         reasons = {_known_bug(kind, case, e) for e in err.exceptions}
         return reasons.pop() if len(reasons) == 1 else None
     msg = str(err)
-    if isinstance(err, NotImplementedError) and "batched" in msg and "index" in msg:
-        return _BATCHED_INDEX
-    if "read-only (it is an expanded view)" in msg:
-        return _SETITEM_VMAP
     if kind == "vmap" and "out of bounds for array of dimension" in msg:
         return _ZERO_D_DIM
     if isinstance(err, AssertionError):
@@ -1251,11 +1236,39 @@ def _shared_vmap(case, variant, data):
     tfn = TF.vmap(lambda *xs: case.torch_fn(*xs, **ex.static), in_dims=dims)
     try:
         ref = tfn(*[torch.tensor(a) for a in arrays])
-    except Exception:  # noqa: BLE001 - dynamic shapes, .item(): torch cannot vmap it
-        with pytest.raises(Exception):  # noqa: B017 - graphgrad must refuse as well
-            gfn(*[gg.tensor(a) for a in arrays])
-        return
+    except Exception as e:  # noqa: BLE001 - dynamic shapes, .item(): torch cannot vmap it
+        if str(e).startswith(_TORCH_INDEX_PUT_BUG):
+            ref = _per_example(case, ex, arrays, dims)
+        else:
+            with pytest.raises(Exception):  # noqa: B017 - graphgrad must refuse as well
+                gfn(*[gg.tensor(a) for a in arrays])
+            return
+    if isinstance(ref, torch.Tensor):
+        ref = _per_example_if_torch_vmap_differs(case, ex, arrays, dims, ref)
     close(gfn(*[gg.tensor(a) for a in arrays]), ref, rtol=case.rtol, atol=case.atol)
+
+
+# torch's vmap of x[..., i] = v with a batched index after a slice lays the indexed
+# result out wrongly and refuses the values; per example it works
+_TORCH_INDEX_PUT_BUG = "shape mismatch: value tensor of shape"
+
+
+def _per_example(case, ex, arrays, dims):
+    """The oracle vmap stands for: torch's eager results per example, stacked."""
+    size = next(np.asarray(a).shape[d] for a, d in zip(arrays, dims, strict=True)
+                if d is not None)
+    rows = [case.torch_fn(*[torch.tensor(np.take(a, b, axis=d) if d is not None else a)
+                            for a, d in zip(arrays, dims, strict=True)], **ex.static)
+            for b in range(size)]
+    return torch.stack(rows)
+
+
+def _per_example_if_torch_vmap_differs(case, ex, arrays, dims, ref):
+    """torch's vmap departs from its own eager result for a batched 0-d index tensor among
+    separated index tensors (``a[i, :, j]``: eager treats the 0-d ``i`` as an int): where
+    the shapes differ, the per-example results are the oracle."""
+    loop = _per_example(case, ex, arrays, dims)
+    return loop if loop.shape != ref.shape else ref
 
 
 # ---- deterministic repros of the bugs the shared sweep classifies --------------------
@@ -1274,7 +1287,6 @@ def _setitem_first(a, v):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason=_SETITEM_VMAP)
 @pytest.mark.parametrize("in_dims", [(0, 0), (0, None)])
 def test_vmap_setitem_into_a_batched_tensor(in_dims):
     (a, v), (at, vt) = both(np.zeros((2, 3)), np.arange(2.0) + 1)
@@ -1296,3 +1308,119 @@ def test_int_true_division_by_a_0d_int_tensor():
     (a, b), (at, bt) = both(np.array([3, 4]), np.array(3))
     close(a / b, at / bt)
     close(F.vmap(lambda x: x / b)(a), TF.vmap(lambda x: x / bt)(at))
+
+
+# ---- batched index tensors and in-place ops inside vmap ----------------------------
+
+_XI = rng_for("batched_index_cases").standard_normal((5, 4, 3, 6))
+_I = rng_for("batched_index_i").integers(0, 3, (5, 2))
+_J = rng_for("batched_index_j").integers(0, 6, (5, 2, 1))
+_V = rng_for("batched_index_v").standard_normal((5, 2))
+
+
+def _tensor(m, a):
+    return (G if m is F else T)(a)
+
+
+def _put_rows(m, a, k, v):
+    a = a.clone()
+    a[k] = v
+    return a
+
+
+def _inplace_chain(m, a, v):
+    a = a * 1.0
+    a.mul_(v)
+    a.add_(1.0)
+    a[0] = v[1]
+    return a
+
+
+def _grad_through_inplace(m, a):
+    def f(z):
+        b = z * 2
+        b.mul_(z)
+        b[0] = z[1] ** 3
+        return b.sum()
+    return m.grad(f)(a)
+
+
+BATCHED_INDEX_CASES = {
+    "x[i]": (lambda m, a, k: a[k], (_XI[:, :, 0, 0], _I), 0),
+    "x[:, i]": (lambda m, a, k: a[:, k], (_XI, _I), 0),
+    "x[:, i, j]": (lambda m, a, k, j: a[:, k, j], (_XI, _I, _J[:, :, 0]), 0),
+    "x[..., i, :]": (lambda m, a, k: a[..., k, :], (_XI, _I), 0),
+    "x[i, :, j] (separated)": (lambda m, a, k, j: a[k, :, j], (_XI, _I, _J), 0),
+    "x[:, i, :, j] (separated)": (lambda m, a, k, j: a[:, k, :, j], (_XI[:, None], _I, _J), 0),
+    "unbatched x[i]": (lambda m, a, k: a[k], (_XI[0, :, 0, 0], _I), (None, 0)),
+    "unbatched x[:, i]": (lambda m, a, k: a[:, k], (_XI[0], _I), (None, 0)),
+    "x[0-d i]": (lambda m, a, k: a[k], (_XI[:, :, 0, 0], _I[:, 0]), 0),
+    "index_select": (lambda m, a, k: m_mod(m).index_select(a, 1, k), (_XI[:, :, :, 0], _I), 0),
+    "gather": (lambda m, a, k: m_mod(m).gather(a, 1, k),
+               (_XI[:, :, :, 0], rng_for("gather").integers(0, 3, (5, 4, 2))), 0),
+    "index_put": (lambda m, a, k, v: m_mod(m).index_put(a, (k,), v), (_XI[:, :, 0, 0], _I, _V), 0),
+    "index_put accumulate": (lambda m, a, k, v: m_mod(m).index_put(a, (k,), v, accumulate=True),
+                             (_XI[:, :, 0, 0], _I, _V), 0),
+    "index_put unbatched base": (lambda m, a, k, v: m_mod(m).index_put(a, (k,), v),
+                                 (_XI[0, :, 0, 0], _I, _V), (None, 0, 0)),
+    "x[i] = v": (_put_rows, (_XI[:, :, :, 0], _I, _XI[:, 0, :, 0]), 0),
+    "x[i] = unbatched v": (_put_rows, (_XI[:, :, :, 0], _I, _XI[0, 0, :, 0]), (0, 0, None)),
+    "x[unbatched i] = v": (_put_rows, (_XI[:, :, :, 0], _I[0], _XI[:, 0, :, 0]), (0, None, 0)),
+    "mul_, add_, setitem": (_inplace_chain, (_XI[:, :, 0, 0], _XI[:, :, 1, 0]), 0),
+    "in-place by an unbatched tensor": (_inplace_chain, (_XI[:, :, 0, 0], _XI[0, :, 1, 0]),
+                                        (0, None)),
+    "grad through in-place": (lambda m, a: _grad_through_inplace(m, a), (_XI[:, :, 0, 0],), 0),
+}
+
+
+def m_mod(m):
+    return gg if m is F else torch
+
+
+@pytest.mark.parametrize("name", list(BATCHED_INDEX_CASES))
+def test_vmap_batched_index_and_inplace(name):
+    fn, arrays, in_dims = BATCHED_INDEX_CASES[name]
+    gs, ts = both(*arrays)
+    close(F.vmap(lambda *a: fn(F, *a), in_dims=in_dims)(*gs),
+          TF.vmap(lambda *a: fn(TF, *a), in_dims=in_dims)(*ts))
+
+
+def test_vmap_setitem_after_a_slice_matches_the_examples():
+    """x[:, i] = v with a batched i: torch's vmap refuses it (a layout bug), so the oracle
+    is torch per example."""
+    a, k, v = _XI[:, :, :, 0], _I, _V
+
+    def put(m, x, i, w):
+        x = x.clone()
+        x[:, i] = w
+        return x
+    got = F.vmap(lambda *t: put(F, *t))(*both(a, k, v)[0])
+    close(got, torch.stack([put(TF, *both(a[b], k[b], v[b])[1]) for b in range(5)]))
+
+
+def test_vmap_inplace_on_an_input_writes_through():
+    (x,), (xt,) = both(_XI[:, :, 0, 0])
+    F.vmap(lambda a: a.add_(1.0) * 2)(x)
+    TF.vmap(lambda a: a.add_(1.0) * 2)(xt)
+    close(x, xt)
+
+
+def test_vmap_batched_bool_mask_is_refused():
+    (x, mask), (xt, maskt) = both(_XI[:, :, 0, 0], _XI[:, :, 1, 0] > 0)
+    msg = "Attempting to batch over indexing with a boolean mask"
+    with pytest.raises(RuntimeError, match=msg):
+        TF.vmap(lambda a, m: a[m])(xt, maskt)
+    with pytest.raises(RuntimeError, match=msg):
+        F.vmap(lambda a, m: a[m])(x, mask)
+
+
+def test_vmap_inplace_batched_into_unbatched_is_refused():
+    (a, v), (at, vt) = both(_XI[0, :, 0, 0], _XI[:, :, 0, 0])
+    with pytest.raises(RuntimeError, match=r"vmap: index_put_\(self, \*extra_args\) is not "):
+        TF.vmap(lambda x, w: x.index_put_((T(_I[0]),), w[:2]), in_dims=(None, 0))(at, vt)
+    with pytest.raises(RuntimeError, match=r"vmap: index_put_\(self, \*extra_args\) is not "):
+        F.vmap(lambda x, w: x.index_put_((G(_I[0]),), w[:2]), in_dims=(None, 0))(a, v)
+    with pytest.raises(RuntimeError, match="vmap: inplace arithmetic"):
+        F.vmap(lambda x, w: x.mul_(w), in_dims=(None, 0))(a, v)
+    with pytest.raises(RuntimeError, match="vmap: inplace arithmetic"):
+        F.vmap(lambda x, w: x.copy_(w), in_dims=(None, 0))(a, v)

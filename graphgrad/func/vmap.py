@@ -93,6 +93,28 @@ class BatchedTensor(Tensor):
     def _unwrap_for_autograd(self):
         return self._phys, self._bdim, self._level
 
+    # in-place ops write into the physical tensor through these two (ops/inplace.py)
+    def _physical_value(self, v):
+        """``v``, a value of this tensor's logical shape batched at most at this level and
+        those below, laid out as ``_phys`` (unbatched values are expanded)."""
+        b = self._bdim
+        if isinstance(v, BatchedTensor) and v._level is self._level:
+            return v._phys.movedim(v._bdim, b) if v._bdim != b else v._phys
+        v = v.unsqueeze(b)
+        return v.expand(*(v.shape[:b] + (self._level.size,) + v.shape[b + 1:]))
+
+    def _snapshot(self) -> BatchedTensor:
+        """This tensor as it is now, for the graph an in-place op is about to extend: the
+        physical values are copied (the write will overwrite them) and the logical node
+        is this one's."""
+        with self._level.lowered():
+            phys = self._phys.clone()
+        old = BatchedTensor(phys, self._bdim, self._level)
+        old.op, old.inputs, old.params, old._rg = self.op, self.inputs, self.params, self._rg
+        if self.op is not None:
+            old._sv = self._sv
+        return old
+
 
 class VmapLevel(Interpreter):
     _count = 0

@@ -14,7 +14,7 @@ from graphgrad.tensor.creation import _leaf
 
 from .arithmetic import needs_grad
 from .base import Op, Spec, normalize_dim
-from .batching import align, all_to_front, to_front
+from .batching import align, all_to_front, batch_size, materialize, to_front
 
 __all__ = ["getitem", "index_put", "gather", "scatter_add", "one_hot", "nonzero",
            "index_select", "masked_fill", "take_along_dim", "parse_index", "masked_select",
@@ -108,13 +108,75 @@ def _index_ndim(arrays) -> int:
     return max((a.ndim if a.dtype != xp.bool_ else 1 for a in arrays), default=0)
 
 
-def _no_batched_indices(bdims, name: str) -> None:
-    if any(d is not None for d in bdims):
-        raise NotImplementedError(f"vmap: {name} with an index tensor that is batched is not "
-                                  f"supported; index with an unbatched tensor, or use gather")
-
-
 _FULL = ("slice", None, None, None)
+_BOOL_MASK = ("vmap: We do not support batching operators that can support dynamic shape. "
+              "Attempting to batch over indexing with a boolean mask.")
+
+
+class _BatchedIndex:
+    """An index with batched index tensors, rewritten as one index of the physical
+    tensor (batch first): an ``arange`` over the batch joins the index tensors, so
+    example ``b`` reads row ``b`` with its own indices. NumPy then puts the broadcast
+    index dims first (the arange is an advanced index at position 0), while PyTorch
+    keeps them in place when the example's index tensors are adjacent: ``perm`` moves
+    the physical result into the logical layout (None when they agree)."""
+
+    def __init__(self, example_shape: tuple, spec: tuple, vals, bdims, size: int):
+        for v, d in zip(vals, bdims, strict=True):
+            if d is not None and v._array.dtype == xp.bool_:
+                raise RuntimeError(_BOOL_MASK)
+        ranks = [(v.ndim - (d is not None)) if v._array.dtype != xp.bool_ else 1
+                 for v, d in zip(vals, bdims, strict=True)]
+        rank = max(ranks, default=0)
+        self.tensors = [align(v, d, rank) if d is not None else v
+                        for v, d in zip(vals, bdims, strict=True)]
+        batch = _leaf(xp.arange(size, dtype=xp.int64).reshape(size, *([1] * rank)))
+        self.tensors.insert(0, batch)
+        self.spec = (_T, *spec)
+        examples = [xp.zeros(v.shape[1:] if d is not None else v.shape, v._array.dtype)
+                    if v._array.dtype != xp.bool_ else v._array
+                    for v, d in zip(vals, bdims, strict=True)]
+        dummy = xp.broadcast_to(xp.zeros((), xp.int8), example_shape)
+        self.logical_shape = dummy[build_index(spec, examples)].shape
+        before = self._dims_before_tensors(example_shape, spec, examples)
+        self.perm = None
+        if before and not _advanced_split(spec):
+            # physical (B, bcast, before, after) -> logical (B, before, bcast, after)
+            self.perm = (0, *range(1 + rank, 1 + rank + before), *range(1, 1 + rank),
+                         *range(1 + rank + before, 1 + len(self.logical_shape)))
+
+    @staticmethod
+    def _dims_before_tensors(example_shape: tuple, spec: tuple, examples) -> int:
+        """Result dims that the items before the first index tensor give."""
+        consumed = 0
+        it = iter(examples)
+        for s in spec:
+            if s == _T and isinstance(s, str):
+                e = next(it)
+                consumed += e.ndim if e.dtype == xp.bool_ else 1
+            elif s is not Ellipsis:
+                consumed += 1
+        before = 0
+        for s in spec:
+            if s == _T and isinstance(s, str):
+                break
+            if s is Ellipsis:
+                before += len(example_shape) - consumed
+            elif isinstance(s, tuple):
+                before += 1
+        return before
+
+    def to_logical(self, out):
+        return out.permute(*self.perm) if self.perm else out
+
+    def to_physical(self, values):
+        """Values laid out as the physical indexed result (batch first)."""
+        if self.perm is None:
+            return values
+        inverse = [0] * len(self.perm)
+        for i, p in enumerate(self.perm):
+            inverse[p] = i
+        return values.permute(*inverse)
 
 
 class Getitem(Op):
@@ -146,7 +208,11 @@ class Getitem(Op):
 
     @classmethod
     def batch(cls, vals, bdims, *, spec):
-        _no_batched_indices(bdims[1:], "indexing")
+        if any(d is not None for d in bdims[1:]):
+            size = batch_size(vals, bdims)
+            a = materialize(vals[0], bdims[0], size)
+            index = _BatchedIndex(tuple(a.shape[1:]), spec, vals[1:], bdims[1:], size)
+            return index.to_logical(cls.apply(a, *index.tensors, spec=index.spec)), 0
         a = to_front(vals[0], bdims[0])
         out = cls.apply(a, *vals[1:], spec=(_FULL, *spec))
         bdim = _index_ndim([v._array for v in vals[1:]]) if _advanced_split(spec) else 0
@@ -197,16 +263,20 @@ class IndexPut(Op):
 
     @classmethod
     def batch(cls, vals, bdims, *, spec, accumulate):
-        _no_batched_indices(bdims[2:], "index_put")
         base, values = vals[0], vals[1]
-        size = (base if bdims[0] is not None else values).shape[
-            bdims[0] if bdims[0] is not None else bdims[1]]
-        base = all_to_front([base], [bdims[0]])[0] if bdims[0] is not None else \
-            base.unsqueeze(0).expand(size, *base.shape).clone()
+        size = batch_size(vals, bdims)
+        # forward copies base: an expanded (read-only) unbatched base is fine
+        base = materialize(base, bdims[0], size)
+        if any(d is not None for d in bdims[2:]) or (bdims[1] is not None
+                                                      and _advanced_split(spec)):
+            index = _BatchedIndex(tuple(base.shape[1:]), spec, vals[2:], bdims[2:], size)
+            if isinstance(values, Value):  # (a Python number broadcasts as it is)
+                shape = index.logical_shape
+                values = align(materialize(values, bdims[1], size), 0, len(shape))
+                values = index.to_physical(values.expand(size, *shape))
+            out = cls.apply(base, values, *index.tensors, spec=index.spec, accumulate=accumulate)
+            return out, 0
         if bdims[1] is not None:
-            if _advanced_split(spec):
-                raise NotImplementedError("vmap: index_put with batched values and separated "
-                                          "index tensors is not supported")
             example = xp.broadcast_to(xp.zeros((), base._array.dtype), base.shape[1:])
             rank = example[build_index(spec, [v._array for v in vals[2:]])].ndim
             values = align(values, bdims[1], rank)

@@ -82,6 +82,12 @@ _VMAP_INPLACE = ("vmap: inplace arithmetic(self, *extra_args) is not possible be
                  "happened due to `other` being vmapped over but `self` not being vmapped over "
                  "in a vmap. Please try to use out-of-place operators instead of inplace "
                  "arithmetic.")
+_VMAP_INPLACE_NAMED = ("vmap: {name}(self, *extra_args) is not possible because there exists a "
+                       "Tensor `other` in extra_args that has more elements than `self`. This "
+                       "happened due to `other` being vmapped over but `self` not being vmapped "
+                       "over in a vmap. Please try to use out-of-place operators instead of "
+                       "{name}. If said operator is being called inside the PyTorch framework, "
+                       "please file a bug report instead.")
 
 
 def _is_wrapper(t) -> bool:
@@ -103,16 +109,57 @@ def _carry_tangents(t: Tensor, result: Tensor) -> None:
         level.attach(t, tangent)
 
 
+def _vmap_levels(t) -> set:
+    levels = set()
+    while _is_wrapper(t):
+        t, _, level = t._unwrap_for_autograd()
+        levels.add(level)
+    return levels
+
+
+def _inplace_batched(t: Tensor, fn, args, kw, name: str) -> Tensor:
+    """An in-place op on a vmap-batched tensor (the ``BatchedTensor`` of vmap): the new
+    logical value is computed out of place, written into the physical tensor (an
+    in-place op one level down, so the tensors that alias it see the change, as in
+    PyTorch), and the batched tensor becomes its node in the logical graph."""
+    recording = is_grad_enabled() and (t._rg or any(needs_grad(a) for a in args))
+    if recording:
+        _check_allowed(t)
+    result = fn(t._snapshot() if recording else t, *args, **kw)
+    if not _vmap_levels(result) <= _vmap_levels(t):
+        raise _vmap_inplace_error(name)
+    if tuple(result.shape) != tuple(t.shape):
+        raise RuntimeError(f"{name}: output with shape {list(t.shape)} doesn't match the "
+                           f"broadcast shape {list(result.shape)}")
+    fill_inplace(t._unwrap_for_autograd()[0], t._physical_value(result), name)
+    if recording and result.op is not None:
+        t.op, t.inputs, t.params, t._rg, t._sv = (result.op, result.inputs, result.params,
+                                                  result._rg, result._sv)
+    _carry_tangents(t, result)
+    return t
+
+
+# the in-place ops whose vmap error PyTorch words as "inplace arithmetic"
+_ARITHMETIC = {"add_", "sub_", "mul_", "div_", "pow_", "neg_", "true_divide_", "fill_", "copy_",
+               "zero_", "inplace"}
+
+
+def _vmap_inplace_error(name: str) -> RuntimeError:
+    """Writing a batched value into a tensor that is not batched there."""
+    if name in _ARITHMETIC:
+        return RuntimeError(_VMAP_INPLACE)
+    return RuntimeError(_VMAP_INPLACE_NAMED.format(name=name))
+
+
 def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
     """``t <- fn(t, *args, **kw)`` in place; returns ``t``."""
     if _is_wrapper(t):
-        raise NotImplementedError(f"vmap: {name} on a batched tensor is not supported; use the "
-                                  f"out-of-place op")
+        return _inplace_batched(t, fn, args, kw, name)
     recording = is_grad_enabled() and (t._rg or any(needs_grad(a) for a in args))
     if not recording:
         result = fn(t, *args, **kw)
         if _is_wrapper(result):
-            raise RuntimeError(_VMAP_INPLACE)
+            raise _vmap_inplace_error(name)
         _write(t, result._array, name)
         _bump(t)
         _carry_tangents(t, result)
@@ -125,7 +172,7 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
     old = _old_identity(t)
     result = fn(old, *args, **kw)
     if _is_wrapper(result):
-        raise RuntimeError(_VMAP_INPLACE)
+        raise _vmap_inplace_error(name)
     if result._array.shape != t._array.shape:
         _write(t, result._array, name)  # raises the shape error
     saves = saved_inputs(result.op, result.inputs, result.params) if result.op is not None \
@@ -175,7 +222,9 @@ def _inplace_on_view(t: Tensor, fn, args, kw, name: str) -> Tensor:
 def fill_inplace(t: Tensor, value, name: str = "fill_") -> Tensor:
     """``t[...] = value`` (a number or a tensor broadcast to t's shape)."""
     from .compare import where
-    if not (is_grad_enabled() and (t._rg or needs_grad(value))):
+    if _is_wrapper(value) and not _is_wrapper(t):
+        raise _vmap_inplace_error(name)
+    if not _is_wrapper(t) and not (is_grad_enabled() and (t._rg or needs_grad(value))):
         src = value._array if isinstance(value, Value) else value
         if isinstance(value, Value) and xp.broadcast_shapes(src.shape, t._array.shape) \
                 != t._array.shape:
