@@ -24,9 +24,18 @@ from .structure import rebuild
 from .values import (Arg, Attr, Ext, Glob, IntOf, Item, Kw, Obj, Slot, SlotRef, Source, SrcRef,
                      rebase)
 
-__all__ = ["Capture", "SymInt", "SymFloat", "Unsupported", "eval_source"]
+__all__ = ["Capture", "SymInt", "SymFloat", "Unsupported", "eval_source", "opaque"]
 
 _SCALARS = (int, bool, str, type(None), bytes, complex, float, range, type(Ellipsis))
+
+
+_CONTAINERS = (list, dict, OrderedDict)
+
+
+def opaque(v: Any) -> bool:
+    """An object the function did not create and the interpreter does not look into
+    (anything but a list or dict): operations on it run for real."""
+    return type(v) is Ext and type(v.obj) not in _CONTAINERS
 
 
 class Unsupported(RuntimeError):  # noqa: N818 - torch._dynamo.exc.Unsupported's name
@@ -81,13 +90,15 @@ class Capture:
         self._by_source: dict[Source, Symbol] = {}
         self.eager_types: dict[Any, type] = {}     # placeholder node -> the tensor's type
         self.where = ""                   # user location of the instruction being run
+        self.slot_names: dict[int, str] = {}   # for placeholder names
 
     # ---- runtime values in --------------------------------------------------------------
 
     def _placeholder(self, value: Any, source: Source, spec: Spec, cls: type) -> Symbol:
         sym = self._by_source.get(source)
         if sym is None:
-            node = self.graph.placeholder(spec, _ph_name(source))
+            name = self.slot_names.get(source.key) if type(source) is Slot else None
+            node = self.graph.placeholder(spec, name or _ph_name(source))
             sym = symbol(node, cls)
             self._by_source[source] = sym
             self.inputs.append((source, node))
@@ -134,6 +145,12 @@ class Capture:
         if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and not isinstance(
                 getattr(value, "__self__", None), types.ModuleType):
             return value   # a fresh bound method: its owner was guarded where it was read
+        if isinstance(source.root(), Slot) and not callable(value) \
+                and not isinstance(value, types.ModuleType):
+            # a run-time object (an eager call's result): a new one each call; what is
+            # read from it is guarded where it is read
+            self.guards.add("type", source, t, self.where)
+            return Ext(value, source)
         self.guards.add("id", source, value, self.where)
         if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type,
                               types.MethodType)):
@@ -154,6 +171,8 @@ class Capture:
         if not isinstance(v, Ext):
             return v
         obj, src = v.obj, v.source
+        if isinstance(src.root(), Slot) and type(obj) not in _CONTAINERS:
+            raise Unsupported(f"the contents of a run-time {type(obj).__name__}")
         if type(obj) is list:
             self.guards.add("len", src, (list, len(obj)), self.where)
             return [self.wrap(x, Item(src, i)) for i, x in enumerate(obj)]

@@ -14,6 +14,8 @@ import math
 import types
 from typing import Any
 
+from graphgrad.tensor import Tensor
+
 from .guards import Pool
 from .values import Cell, FuncV, IntOf, ListIter, SlotRef, SrcRef
 
@@ -58,6 +60,8 @@ class Codegen:
             return f"_materialize({self.pool(t)}, a, k, s)"
         if tp in _LITERAL or (tp is float and math.isfinite(t)):
             return repr(t)
+        if isinstance(t, Tensor):   # made while tracing (gg.zeros(3)): a new one per call
+            return f"_fresh({self.pool(t)})"
         return self.pool(t)
 
     def function(self, name: str, body_expr: str) -> types.FunctionType:
@@ -65,10 +69,19 @@ class Codegen:
             + f"    return {body_expr}\n"
         ns = dict(self.pool.ns)
         ns["_materialize"] = materialize
+        ns["_fresh"] = fresh
         exec(compile(src, f"<dynamo {name}>", "exec"), ns)  # noqa: S102 - our own code
         fn = ns[name]
         fn.source = src
         return fn
+
+
+def fresh(t: Tensor) -> Tensor:
+    """A copy of a tensor made at capture time, so that no two calls share one."""
+    out = Tensor(t._array.copy())
+    if t.requires_grad:
+        out.requires_grad_()
+    return out
 
 
 def materialize(t: Any, a: tuple, k: dict, s: tuple, memo: dict | None = None) -> Any:
@@ -117,6 +130,8 @@ def materialize(t: Any, a: tuple, k: dict, s: tuple, memo: dict | None = None) -
         return fn
     if tp is ListIter:
         return iter(materialize(t.items, a, k, s, memo)[t.pos:])
+    if isinstance(t, Tensor):
+        return fresh(t)
     return t
 
 

@@ -89,13 +89,14 @@ class ReturnTerm:
 
 
 class EagerTerm:
-    __slots__ = ("run", "resume", "children", "record", "trusted")
+    __slots__ = ("run", "resume", "children", "record", "trusted", "names")
     ret = False
 
     def __init__(self, run, resume, record: BreakRecord):
         self.run, self.resume, self.record = run, resume, record
         self.children: list = []
         self.trusted: frozenset = frozenset()   # slots whose metadata the graph fixes
+        self.names: dict[int, str] = {}         # slot -> a variable naming it (printing)
 
 
 class FallbackTerm:
@@ -208,7 +209,7 @@ class CompiledFunction:
                 if len(t.children) >= config.recompile_limit:
                     return self._concrete(t.resume, a, k, s)
                 node = None
-                pending = (t.resume, t.children, t.trusted)
+                pending = (t.resume, t.children, t)
 
     def _miss(self, a, k):
         if not VERSION_OK:
@@ -283,12 +284,15 @@ class CompiledFunction:
                 f.cells[cname] = _ExtCell(cell, fn)
         return [f]
 
-    def _capture(self, template, children, trusted, a, k, s):
-        """Capture one segment from ``template``; ``trusted`` is None for a root."""
+    def _capture(self, template, children, parent, a, k, s):
+        """Capture one segment from ``template``; ``parent`` (the EagerTerm it follows)
+        is None for a root."""
         counters["frames"] += 1
-        is_root = trusted is None
+        is_root = parent is None
         cap = Capture(f"graph_{len(self.graphs) + 1}", a, k, s, self._dyn,
-                      trusted=trusted or frozenset())
+                      trusted=frozenset() if is_root else parent.trusted)
+        if not is_root:
+            cap.slot_names = parent.names
         if is_root:
             cap.guards.add("len", _Whole("a"), (tuple, len(a)))
             cap.guards.add("keys", _Whole("k"), (dict, tuple(k)))
@@ -391,6 +395,10 @@ class CompiledFunction:
             record = BreakRecord(end.kind, end.reason, f.where(),
                                  _source_line(f.code.co_filename, lineno), None)
             term = EagerTerm(cg.function("_eager", body), resume_t, record)
+            for fr in resume_t:
+                for name, v in fr.locals.items():
+                    if type(v) is SlotRef and name.isidentifier():
+                        term.names.setdefault(v.index, name)
             counters["graph_breaks"] += 1
         graph = cap.graph
         outputs = tz.outputs

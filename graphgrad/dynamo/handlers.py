@@ -13,7 +13,7 @@ from typing import Any
 
 from graphgrad.graph import Symbol
 
-from .capture import Unsupported
+from .capture import Unsupported, opaque
 from .interpreter import (_BINARY, _CMP, _INLINED, _OPS, PY312, Interpreter, Return,
                           _ExtCell)
 from .values import NULL, UNBOUND, Attr, Cell, Ext, FuncV, ListIter, Obj
@@ -393,7 +393,8 @@ def _seq(it, v, f=None) -> list:
     """The items of an iterable trace value, as a list (tensors: their rows). With the
     frame ``f`` given, ``v`` was the top of its stack: what cannot be listed here is
     listed for real (a graph break) and the instruction runs again on the list."""
-    v = it.cap.realize(v)
+    if not opaque(v):
+        v = it.cap.realize(v)
     if isinstance(v, ListIter):
         items = v.items[v.pos:]
         v.pos = len(v.items)
@@ -557,10 +558,12 @@ def _truth(it, f, v) -> bool:
         f.pc -= 1
         return it.brk("data-dependent-branch", "the condition is a tensor computed by the "
                       "graph", bool, (v,), mode="force")
+    if opaque(v) and not it.cap.concrete:
+        f.pc -= 1
+        return it.brk("unsupported-value-op", f"the truth of a {type(v.obj).__name__} the "
+                      f"function did not create", bool, (v,), mode="force")
     if isinstance(v, Ext):
-        v = it.cap.realize(v)
-        if isinstance(v, (list, dict)):
-            return bool(len(v))
+        return bool(len(it.cap.realize(v)))
     return bool(v)
 
 

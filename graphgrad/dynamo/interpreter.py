@@ -24,7 +24,7 @@ from graphgrad.graph import Symbol
 from graphgrad.tensor import Tensor
 
 from . import config
-from .capture import Capture, SymFloat, SymInt, Unsupported
+from .capture import Capture, SymFloat, SymInt, Unsupported, opaque
 from .frame import Frame, code_info
 from .policy import TENSOR_EAGER_ATTRS, classify, is_graphgrad, is_inplace_name
 from .values import Cell, Ext, FuncV, ListIter
@@ -162,6 +162,9 @@ class Interpreter:
     def value_op(self, fn, *args, reason: str | None = None):
         """``fn(*args)`` on trace values; what cannot be done symbolically runs eagerly."""
         cap = self.cap
+        if any(opaque(a) for a in args):
+            return self.brk("unsupported-value-op", f"{getattr(fn, '__name__', fn)} of an "
+                            f"object the function did not create", fn, args)
         args = tuple(cap.realize(a) for a in args)
         try:
             return fn(*args)
@@ -175,6 +178,8 @@ class Interpreter:
 
     def binary(self, fn, a, b):
         cap = self.cap
+        if opaque(a) or opaque(b):
+            return self.value_op(fn, a, b)
         a, b = cap.realize(a), cap.realize(b)
         scal = [x for x in (a, b) if isinstance(x, (SymInt, SymFloat))]
         if scal:
@@ -291,14 +296,14 @@ class Interpreter:
             return self.eager_call(_MethodCall(fn.name), [fn.ext, *args], kwargs,
                                    f"{type(fn.ext.obj).__name__}.{fn.name} changes an object "
                                    f"the caller can see")
-        if isinstance(fn, _EagerMethod):
-            return self.eager_call(_MethodCall(fn.name), [fn.obj, *args], kwargs,
-                                   f"Tensor.{fn.name} needs the tensor's value or changes its "
-                                   f"state")
         if isinstance(fn, _InplaceMethod):
             return self.inplace(fn.obj, fn.name, tuple(args), _MethodCall(fn.name)) \
                 if not kwargs else self.brk("unsupported-value-op", f"in-place {fn.name}",
                                             _MethodCall(fn.name), (fn.obj, *args), kwargs)
+        if isinstance(fn, _EagerMethod):
+            return self.eager_call(_MethodCall(fn.name), [fn.obj, *args], kwargs,
+                                   f"Tensor.{fn.name} needs the tensor's value or changes its "
+                                   f"state")
         if isinstance(fn, types.MethodType):
             self_v = fn.__self__
             if isinstance(self_v, Symbol):
@@ -356,9 +361,15 @@ class Interpreter:
         if fn is len and len(args) == 1 and isinstance(args[0], Symbol) and args[0].shape \
                 and args[0].shape[0] is None:
             return self.sym_shape(args[0])[0]
-        if any(isinstance(a, (FuncV, _EagerMethod, _InplaceMethod, _BoundExt, ListIter))
-               for a in (*args, *kwargs.values())):
-            raise Unsupported(f"{getattr(fn, '__name__', fn)} of an interpreter value")
+        if any(isinstance(a, (_EagerMethod, _BoundExt)) for a in (*args, *kwargs.values())):
+            raise Unsupported(f"{getattr(fn, '__name__', fn)} of a bound method")
+        if any(isinstance(a, (FuncV, ListIter)) for a in (*args, *kwargs.values())):
+            return self.eager_call(fn, args, kwargs, f"{getattr(fn, '__name__', fn)} of a "
+                                   f"function or iterator made by the traced code")
+        if fn not in (isinstance, issubclass, type, callable) and any(
+                opaque(a) for a in (*args, *kwargs.values())):
+            return self.eager_call(fn, args, kwargs, f"{getattr(fn, '__name__', fn)} of an "
+                                   f"object the function did not create")
         real = [cap.realize(a) for a in args]
         kw = {key: cap.realize(v) for key, v in kwargs.items()}
         try:
@@ -378,9 +389,12 @@ class Interpreter:
     def native(self, fn: Any, args: list, kwargs: dict) -> Any:
         """A graphgrad function called for real on graph values (ops become nodes)."""
         cap = self.cap
-        if any(isinstance(a, (FuncV, _EagerMethod, _InplaceMethod, _BoundExt, ListIter))
+        if any(isinstance(a, (_EagerMethod, _BoundExt)) for a in (*args, *kwargs.values())):
+            raise Unsupported(f"{getattr(fn, '__name__', fn)} of a bound method")
+        if any(isinstance(a, (FuncV, ListIter)) or opaque(a)
                for a in (*args, *kwargs.values())):
-            return self.eager_call(fn, args, kwargs, "a traced function passed to graphgrad")
+            return self.eager_call(fn, args, kwargs, f"{getattr(fn, '__qualname__', fn)} of a "
+                                   f"function made by the traced code or an outside object")
         real = [cap.realize(a) for a in args]
         kw = {key: cap.realize(v) for key, v in kwargs.items()}
         name = getattr(fn, "__name__", "")
