@@ -207,3 +207,68 @@ def test_unsupported_bytecode_runs_eagerly():
     assert "PUSH_EXC_INFO" in f.eager_reason
     e = compiler.explain(uses_try)(gg.ones(2))
     assert e.graph_count == 0 and "PUSH_EXC_INFO" in e.eager_reason
+
+
+# ---- graph breaks: what runs for real, and where -----------------------------------------------
+
+def _helper_with_break(v):
+    if v.mean() > 0:            # a break inside an inlined callee
+        return v * 2
+    return v - 3
+
+
+def test_break_inside_inlined_callee_resumes_there(capsys):
+    def f(x):
+        y = x + 1
+        z = _helper_with_break(y)
+        print("between", z.shape)   # runs for real, every call
+        return z.sum()
+
+    cf = gg.compile(f)
+    for v in (1.0, -5.0, 2.0, -6.0):
+        x = gg.full((3,), v)
+        assert cf(x).item() == f(x).item()
+    out = capsys.readouterr().out
+    assert out.count("between") == 8
+    kinds = [b.kind for b in cf.breaks]
+    assert kinds.count("data-dependent-branch") == 1
+    assert any("_helper_with_break" in b.where and "v.mean() > 0" in b.line
+               for b in cf.breaks)
+    assert counters["recompiles"] == 0 and counters["frames"] == 5
+
+
+def test_external_state_and_side_effects_run_each_call():
+    import random
+
+    def f(x, log):
+        r = random.random()
+        noise = np.random.default_rng(int(r * 1000)).standard_normal(x.shape[0])
+        log.append(r)
+        x.add_(1)                    # the caller's tensor changes, as in eager
+        return x * float(noise.sum()) + r
+
+    cf = gg.compile(f)
+    for seed in range(3):
+        x1, x2 = gg.ones(2), gg.ones(2)
+        l1, l2 = [], []
+        random.seed(seed)
+        want = f(x1, l1)
+        random.seed(seed)
+        got = cf(x2, l2)
+        np.testing.assert_allclose(got.numpy(), want.numpy())
+        assert l1 == l2 and x2.tolist() == [2.0, 2.0]
+
+
+def test_corpus_style_functions_with_dynamic_true_serve_all_batch_sizes():
+    def mlp(x, w1, w2):
+        h = gg.tanh(x @ w1)
+        return gg.softmax(h @ w2, dim=-1).sum(-1), x.shape[0] * 2
+
+    cf = gg.compile(mlp, dynamic=True)
+    w1, w2 = gg.randn(4, 6), gg.randn(6, 3)
+    for b in (2, 5, 9):
+        x = gg.randn(b, 4)
+        want, got = mlp(x, w1, w2), cf(x, w1, w2)
+        np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-6)
+        assert got[1] == want[1] and type(got[1]) is int
+    assert counters["frames"] == 1
