@@ -15,8 +15,9 @@ from collections.abc import Callable
 
 from graphgrad.backend import xp
 from graphgrad.graph import Dyn, Graph, Interpreter, Node, python_code
-from graphgrad.tensor import Tensor, Value, dispatch, is_grad_enabled
+from graphgrad.tensor import Value, dispatch, is_grad_enabled
 from graphgrad.tensor.dispatch import current_interpreter
+from graphgrad.tensor.value import _leaf
 
 __all__ = ["lookup_backend", "register_backend", "BACKENDS", "eager", "print_backend",
            "default"]
@@ -59,7 +60,7 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callabl
     back to ``slow`` (the op-by-op program) when a gradient is needed, when something is
     on the dispatch stack (a transform), and for ops whose inputs differ in dtype (there
     dispatch's promotion rule decides); on an error ``slow`` runs again for its message."""
-    ns: dict = {"_slow": slow, "_T": _tensor, "_nd": xp.ndarray, "_asarray": xp.asarray,
+    ns: dict = {"_slow": slow, "_T": _leaf, "_nd": xp.ndarray, "_asarray": xp.asarray,
                 "_grad": is_grad_enabled, "_top": current_interpreter, "_i64": xp.int64,
                 "_Value": Value}
     names: dict[Node, str] = {}
@@ -141,35 +142,3 @@ def _mixed(ns, body, out, n, ins, k):
     args = ", ".join(f"_T({a})" if a.startswith(("a", "t")) else a for a in ins[:n.nargs])
     body.append(f"{out} = _dispatch(_op{k}, ({args},), _pp{k})._array")
     return True
-
-
-def _tensor(array) -> Tensor:
-    t = Tensor.__new__(Tensor)
-    t._array = array
-    t.op = None
-    t.inputs = ()
-    t.params = None
-    t._rg = False
-    t._grad = None
-    t._vc = None
-    t._ext = None
-    return t
-
-
-BACKENDS: dict[str, Callable] = {"eager": eager, "print": print_backend, "default": default,
-                                 "inductor": default}
-
-
-def register_backend(name: str, fn: Callable) -> Callable:
-    BACKENDS[name] = fn
-    return fn
-
-
-def lookup_backend(backend) -> Callable:
-    if callable(backend):
-        return backend
-    try:
-        return BACKENDS[backend]
-    except KeyError:
-        raise ValueError(f"Invalid backend: {backend!r}, see `graphgrad.compiler.list_backends()` "
-                         f"for available backends ({', '.join(sorted(BACKENDS))})") from None
