@@ -441,3 +441,42 @@ def test_functional_error_wording(call, message):
         call(TAF, xt)
     with pytest.raises(RuntimeError, match=message):
         call(GAF, x)
+
+
+# ---- autograd.grad(is_grads_batched=True) --------------------------------------------
+
+def _batched_grad_inputs(m):
+    rng = rng_for("is_grads_batched")
+    x = m.tensor(rng.standard_normal(3), requires_grad=True)
+    w = m.tensor(rng.standard_normal((2, 3)), requires_grad=True)
+    unused = m.tensor(rng.standard_normal(2), requires_grad=True)
+    cts = (m.tensor(rng.standard_normal((4, 2))), m.tensor(rng.standard_normal((4,))))
+    return x, w, unused, cts
+
+
+@pytest.mark.parametrize("options", [{}, {"allow_unused": True}, {"materialize_grads": True},
+                                     {"create_graph": True}])
+def test_grad_is_grads_batched(options):
+    results = []
+    for m in (gg, torch):
+        x, w, unused, cts = _batched_grad_inputs(m)
+        outs = ((w @ x).tanh(), (x.sin() * x).sum())
+        ins = (x, w, unused) if options.get("allow_unused") or options.get(
+            "materialize_grads") else (x, w)
+        grads = m.autograd.grad(outs, ins, cts, is_grads_batched=True, **options)
+        if options.get("create_graph"):  # the batched gradients are differentiable again
+            grads = grads + m.autograd.grad(sum(g.sin().sum() for g in grads), (x, w))
+        results.append(grads)
+    assert [g is None for g in results[0]] == [g is None for g in results[1]]
+    close(*[tuple(g for g in r if g is not None) for r in results])
+
+
+def test_grad_is_grads_batched_shape_error():
+    msg = (r"If `is_grads_batched=True`, we interpret the first dimension of each grad_output "
+           r"as the batch dimension\. The sizes of the remaining dimensions are expected to "
+           r"match the shape of corresponding output, but a mismatch was detected: "
+           r"grad_output\[0\] has a shape of")
+    for m in (gg, torch):
+        x = m.tensor(np.arange(3.0), requires_grad=True)
+        with pytest.raises(RuntimeError, match=msg):
+            m.autograd.grad(x.sin(), x, m.ones(4, 2, dtype=m.float64), is_grads_batched=True)

@@ -407,9 +407,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
         warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to "
                       "True). To accumulate gradient for other parts of the graph, please use "
                       "torch.autograd.backward.", FutureWarning, stacklevel=2)
-    if is_grads_batched:
-        raise NotImplementedError("grad(is_grads_batched=True) needs vmap, which is not "
-                                  "available yet")
     if allow_unused is None:
         allow_unused = materialize_grads
     elif materialize_grads and not allow_unused:
@@ -424,6 +421,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
             raise RuntimeError("One of the differentiated Tensors does not require grad")
     if retain_graph is None:
         retain_graph = create_graph
+    if is_grads_batched:
+        from .functional import batched_grad  # vmap's bridge, in the same layer
+        return batched_grad(outs, ins, _normalize_grads(outs, grad_outputs),
+                            retain_graph=retain_graph, create_graph=create_graph,
+                            allow_unused=allow_unused, materialize_grads=materialize_grads)
     seeds = _make_seeds(outs, _normalize_grads(outs, grad_outputs))
     results = run_backward(outs, seeds, retain_graph=retain_graph, create_graph=create_graph,
                            targets=ins)

@@ -16,7 +16,7 @@ from . import forward_ad as fwad
 from .engine import grad as _grad
 from .grad_mode import enable_grad as enable_grad_ctx
 
-__all__ = ["jacobian", "hessian", "vjp", "jvp", "hvp", "vhp"]
+__all__ = ["jacobian", "hessian", "vjp", "jvp", "hvp", "vhp", "batched_grad"]
 
 
 def _as_tuple(x, what: str, fn: str) -> tuple[tuple, bool]:
@@ -300,3 +300,34 @@ def hvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     res = tuple(res)
     return _finish(out, create_graph), (res if ins_tuple else res[0])
 
+
+
+def batched_grad(outputs: tuple, inputs: tuple, grad_outputs: tuple, **options) -> tuple:
+    """``autograd.grad(..., is_grads_batched=True)``: the first dim of each grad_output
+    is a batch of cotangents, pushed back in *one* vmapped backward pass (vmap over the
+    cotangents; the graph itself is not batched). Unused inputs give None, or unbatched
+    zeros with ``materialize_grads``, as in PyTorch."""
+    from graphgrad import func as F  # the documented lazy upward edge
+    for i, (o, g) in enumerate(zip(outputs, grad_outputs, strict=True)):
+        if isinstance(g, Value) and tuple(g.shape[1:]) != tuple(o.shape):
+            raise RuntimeError(
+                "If `is_grads_batched=True`, we interpret the first dimension of each "
+                "grad_output as the batch dimension. The sizes of the remaining dimensions are "
+                "expected to match the shape of corresponding output, but a mismatch was "
+                f"detected: grad_output[{i}] has a shape of {type(g.shape)(g.shape[1:])!r} and "
+                f"output[{i}] has "
+                f"a shape of {o.shape!r}. If you only want some tensors in `grad_output` to be "
+                "considered batched, consider using vmap.")
+    materialize = options.pop("materialize_grads", False)
+    if materialize:
+        options["allow_unused"] = True
+    used: list[bool] = []
+
+    def one(*cotangents):
+        grads = _grad(outputs, inputs, cotangents, **options)
+        used[:] = [g is not None for g in grads]
+        return tuple(g for g in grads if g is not None)
+    in_dims = tuple(0 if isinstance(g, Value) else None for g in grad_outputs)
+    batched = iter(F.vmap(one, in_dims=in_dims)(*grad_outputs))
+    return tuple(next(batched) if u else (zeros_like(t) if materialize else None)
+                 for u, t in zip(used, inputs, strict=True))
