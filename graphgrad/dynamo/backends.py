@@ -142,3 +142,22 @@ def _mixed(ns, body, out, n, ins, k):
     args = ", ".join(f"_T({a})" if a.startswith(("a", "t")) else a for a in ins[:n.nargs])
     body.append(f"{out} = _dispatch(_op{k}, ({args},), _pp{k})._array")
     return True
+
+
+BACKENDS: dict[str, Callable] = {"eager": eager, "print": print_backend, "default": default,
+                                 "inductor": default}
+
+
+def register_backend(name: str, fn: Callable) -> Callable:
+    BACKENDS[name] = fn
+    return fn
+
+
+def lookup_backend(backend) -> Callable:
+    if callable(backend):
+        return backend
+    try:
+        return BACKENDS[backend]
+    except KeyError:
+        raise ValueError(f"Invalid backend: {backend!r}, see `graphgrad.compiler.list_backends()` "
+                         f"for available backends ({', '.join(sorted(BACKENDS))})") from None
