@@ -1,6 +1,7 @@
 """Layer ``static``: the declarative, TensorFlow-1 style API (``tf.compat.v1``) on the
 graph IR: build once (placeholders, variables, ops, ``cond`` with both branches,
-``while_loop``, ``gradients``, optimizers), then run many times with ``Session.run``.
+``while_loop``, ``gradients`` of any order, random ops, optimizers), then run many
+times with ``Session.run`` (random ops draw afresh at every run).
 
     import graphgrad.static as tf
     x = tf.placeholder(tf.float32, shape=(None, 3), name="x")
@@ -22,10 +23,10 @@ from .graph import Graph, get_default_graph, reset_default_graph
 from .math_ops import *  # noqa: F401,F403
 from .math_ops import nn
 from .session import InteractiveSession, Session
-from .while_loop import while_loop
 from .tensors import (Variable, assign, assign_add, assign_sub, constant, convert_to_tensor,
                       global_variables, global_variables_initializer, placeholder,
                       trainable_variables, variables_initializer)
+from .while_loop import while_loop
 
 __all__ = ["Graph", "get_default_graph", "reset_default_graph", "placeholder", "constant",
            "Variable", "global_variables_initializer", "variables_initializer", "assign",
