@@ -462,6 +462,10 @@ def test_random_shape_known_at_run_time_and_integers():
             assert sess.run(noisy, {x: np.zeros((n, 2))}).shape == (n, 2)
         ks = sess.run(k)
     assert ks.dtype == np.int32 and set(ks) <= {3, 4, 5}
+    t = tf.truncated_normal((2000,), mean=5.0, stddev=0.5, dtype=tf.float64)
+    with tf.Session() as sess:
+        tv = sess.run(t)
+    assert np.abs(tv - 5.0).max() <= 1.0 and abs(tv.mean() - 5.0) < 0.05  # within 2 std
     with pytest.raises(ValueError, match="Must specify maxval for integer dtype tf.int32"):
         tf.random_uniform((2,), dtype=tf.int32)
 
