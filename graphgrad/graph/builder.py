@@ -160,7 +160,8 @@ class GraphBuilder(Interpreter):
     @staticmethod
     def infer(op, inputs: list, params: dict, dynamic: bool) -> Spec:
         specs = [i.spec if isinstance(i, Node) else i for i in inputs]
-        if any(isinstance(s, Spec) and s.shape is None for s in specs):
+        if any(isinstance(s, Spec) and s.shape is None for s in specs) and \
+                not getattr(op, "infers_unknown_rank", False):
             # an input of unknown rank: the output's rank is unknown too; its dtype is
             # what the rule says for 0-d stand-ins of the same dtypes
             scal = [Spec((), s.dtype) if isinstance(s, Spec) else s for s in specs]

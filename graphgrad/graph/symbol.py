@@ -61,6 +61,23 @@ class Symbol(Tensor):
         return self.shape if dim is None else self.shape[dim]
 
     @property
+    def ndim(self) -> int:
+        """The rank. Ops normalize ``dim=-1`` against it when the node is built, so an
+        unknown rank raises here: answering 0 (the stand-in's) would build a wrong node."""
+        shape = self._node.spec.shape
+        if shape is None:
+            raise ValueError(
+                f"the rank of '{self._node.name}' is unknown, and this op needs it (to place "
+                f"a dim such as -1, or to check its arguments); give the placeholder a "
+                f"shape, e.g. shape=(None, None) for a matrix of unknown size")
+        return len(shape)
+
+    def dim(self) -> int:
+        return self.ndim
+
+    ndimension = dim
+
+    @property
     def graph(self):
         return self._node.graph
 

@@ -154,10 +154,8 @@ class Calls:
             return x
         node = self.b.graph.call(REGISTRY["Reshape"], [self.b.node_of(x)], {"shape": (-1,)},
                                  Spec((None,), spec.dtype), deps=self.b.deps())
-        flat = symbol(node)  # its stand-in has rank 1: the reduction's dims are right
         self.flats.add(node)
-        node.spec = Spec(None, spec.dtype)  # what the shape rule says (the verifier checks)
-        return flat
+        return symbol(node)  # rank 1: the reduction's dims are right
 
     def dyn_reshape(self, x, sizes: list, e, fr: Frame):
         """reshape/view with sizes known at run time only (Dyn params of the IR)."""
@@ -208,13 +206,7 @@ class Calls:
             raise
         except Exception as err:  # noqa: BLE001 - reported with the source line
             if unknown:
-                # graphgrad's library code reads static shapes: this call is compiled
-                # again, with the shapes, when the function is called
-                self.incomplete.append(f"{_text(e)}: {type(err).__name__}: {err}")
-                dtype = next((a._node.spec.dtype for a in args if isinstance(a, Symbol)),
-                             xp.dtype(xp.float32))
-                return symbol(self.b.graph.add("placeholder", "needs_shapes",
-                                               spec=Spec(None, dtype)))
+                return self.needs_shapes(args, e, err)
             raise fr.error(f"call of {describe(fn)} failed", e,
                            f"{type(err).__name__} in {_text(e)}: {err}") from err
         if default_generator.rng is not rng or rng.bit_generator.state != state:
@@ -224,6 +216,15 @@ class Calls:
                            f"mode): graphgrad's IR has no random op, so a scripted graph "
                            f"would freeze one draw")
         return value
+
+    def needs_shapes(self, args, e, err: Exception) -> Symbol:
+        """graphgrad code read static shapes of an operand of unknown rank: note it (this
+        call is compiled again, with the shapes, when the function is called) and stand
+        in for its result."""
+        self.incomplete.append(f"{_text(e)}: {type(err).__name__}: {err}")
+        dtype = next((a._node.spec.dtype for a in args if isinstance(a, Symbol)),
+                     xp.dtype(xp.float32))
+        return symbol(self.b.graph.add("placeholder", "needs_shapes", spec=Spec(None, dtype)))
 
     def needs_rank(self, operands: list, what: str) -> None:
         """Note that graphgrad code reads the rank of an operand of unknown rank: Python
@@ -250,6 +251,8 @@ class Calls:
                 raise fr.error("a tensor used as a Python bool", e,
                                f"{ast.unparse(e)} uses a tensor as a Python bool outside an "
                                f"if or while condition") from None
+            if self.generic and unknown_rank(list(args), kwargs or {}, self.flats):
+                return self.needs_shapes(args, e, err)
             raise fr.error(type(err).__name__, e, f"{type(err).__name__}: {err}") from err
         return self.mark_scalar(result) if scalar else result
 

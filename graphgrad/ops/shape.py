@@ -32,6 +32,7 @@ class _Movement(_Linear):
 
 class Reshape(_Movement):
     holomorphic = True
+    infers_unknown_rank = True  # the output's rank is len(shape), whatever the input's
 
     @staticmethod
     def forward(a, *, shape):
@@ -48,7 +49,7 @@ class Reshape(_Movement):
 
     @classmethod
     def infer(cls, a, *, shape) -> Spec:
-        numel = math.prod(a.shape) if None not in a.shape else None
+        numel = math.prod(a.shape) if a.shape is not None and None not in a.shape else None
         if shape.count(-1) > 1:
             raise RuntimeError("only one dimension can be inferred")
         known = math.prod(s for s in shape if s != -1)
