@@ -1,8 +1,8 @@
 """Layer ``graph``: the ``random`` node kind: samples drawn each time the node runs, not
 when the graph is built (TF1's random ops: a fresh value per ``Session.run``).
 
-A random node is impure (``node.is_impure``): dead-code elimination keeps it and
-common-subexpression elimination never merges two of them. Its params name the
+A random node is impure (``graph.is_impure(node)``): dead-code elimination must keep it
+and common-subexpression elimination must never merge two of them. Its params name the
 distribution (``normal``, ``uniform``, ``truncated_normal``, ``integers``) and its
 arguments; dims known only at run time are ``Dyn`` entries of ``shape`` bound to data
 inputs, as for call nodes.
