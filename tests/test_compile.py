@@ -21,8 +21,10 @@ def _fresh():
     compiler.reset()
     old = config.suppress_errors
     config.suppress_errors = False   # an internal error must fail the test, not hide
+    config.check_stack_effect = True
     yield
     config.suppress_errors = old
+    config.check_stack_effect = False
     compiler.reset()
 
 

@@ -22,9 +22,11 @@ def _fresh():
     compiler.reset()
     old = config.suppress_errors, config.recompile_limit
     config.suppress_errors = False
+    config.check_stack_effect = True
     config.recompile_limit = 200   # every input is run compiled, none falls back to eager
     yield
     config.suppress_errors, config.recompile_limit = old
+    config.check_stack_effect = False
 
 
 def same(want, got) -> None:

@@ -21,8 +21,10 @@ def _fresh():
     compiler.reset()
     old = config.suppress_errors
     config.suppress_errors = False
+    config.check_stack_effect = True
     yield
     config.suppress_errors = old
+    config.check_stack_effect = False
 
 
 def _close(a, b) -> None:

@@ -14,7 +14,7 @@ import math
 import types
 from typing import Any
 
-from graphgrad.tensor import Tensor
+from graphgrad.tensor import Size, Tensor
 
 from .guards import Pool
 from .values import Cell, FuncV, IntOf, ListIter, SlotRef, SrcRef
@@ -39,9 +39,10 @@ class Codegen:
             return f"int(s[{t.ref.index}])"
         if tp is SrcRef:
             return t.source.expr(self.pool)
-        if tp is tuple:
+        if tp is tuple or tp is Size:
             inner = ", ".join(self.expr(x) for x in t)
-            return f"({inner},)" if t else "()"
+            text = f"({inner},)" if t else "()"
+            return text if tp is tuple else f"{self.pool(Size)}({text})"
         if tp in (list, dict, set):
             name = self._names.get(id(t))
             if name is None:
@@ -96,8 +97,8 @@ def materialize(t: Any, a: tuple, k: dict, s: tuple, memo: dict | None = None) -
         return int(s[t.ref.index])
     if tp is SrcRef:
         return eval_source(t.source, a, k, s)
-    if tp is tuple:
-        return tuple(materialize(x, a, k, s, memo) for x in t)
+    if tp is tuple or tp is Size:
+        return tp(materialize(x, a, k, s, memo) for x in t)
     if id(t) in memo:
         return memo[id(t)]
     if tp is list:

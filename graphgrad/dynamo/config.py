@@ -18,3 +18,5 @@ automatic_dynamic_shapes: bool = True
 # an error inside the capture machinery falls back to running the code for real; set
 # False to see it instead (tests do)
 suppress_errors: bool = True
+# check every handler's stack effect against dis.stack_effect (a bug detector; tests)
+check_stack_effect: bool = False

@@ -21,7 +21,7 @@ import types
 from typing import Any
 
 from graphgrad.graph import Symbol
-from graphgrad.tensor import Tensor
+from graphgrad.tensor import Size, Tensor
 
 from . import config
 from .capture import Capture, SymFloat, SymInt, Unsupported, opaque
@@ -142,12 +142,13 @@ class Interpreter:
             pos = inst.positions
             if pos is not None and pos.lineno is not None:
                 cap.where = f"{f.code.co_filename}:{pos.lineno} in {f.code.co_name}"
+            depth, height = len(frames), len(f.stack)
             try:
                 handler(self, f, inst)
-            except (Return, EagerStep, Unsupported):
-                raise
             except _Break as b:
                 raise EagerStep(b.kind, b.reason, b.fn, b.args, b.kwargs, b.mode) from None
+            if config.check_stack_effect and len(frames) == depth and frames[-1] is f:
+                _check_stack_effect(f, inst, height)
 
     # ---- helpers -----------------------------------------------------------------------------
 
@@ -241,8 +242,11 @@ class Interpreter:
                     return self.brk("unsupported-value-op", f"tensor attribute .{name} is only "
                              f"known at run time", getattr, (obj, name))
                 return _EagerMethod(obj, name)
-            if name == "shape" and obj.shape is not None and None in tuple(obj.shape):
-                return self.sym_shape(obj)
+            if obj.shape is not None and None in tuple(obj.shape):
+                if name == "shape":
+                    return self.sym_shape(obj)
+                if name in ("size", "numel"):   # dynamic dims: sizes as graph values
+                    return _SizeMethod(self, obj, name)
             if is_inplace_name(name):
                 return _InplaceMethod(obj, name)
             try:
@@ -272,7 +276,7 @@ class Interpreter:
                 item = vec[i]
             item.__class__ = SymInt
             out.append(item)
-        return tuple(out)
+        return Size(out)
 
     # ---- calls --------------------------------------------------------------------------------
 
@@ -296,6 +300,8 @@ class Interpreter:
             return self.eager_call(_MethodCall(fn.name), [fn.ext, *args], kwargs,
                                    f"{type(fn.ext.obj).__name__}.{fn.name} changes an object "
                                    f"the caller can see")
+        if isinstance(fn, _SizeMethod):
+            return fn(*args, **kwargs)
         if isinstance(fn, _InplaceMethod):
             return self.inplace(fn.obj, fn.name, tuple(args), _MethodCall(fn.name)) \
                 if not kwargs else self.brk("unsupported-value-op", f"in-place {fn.name}",
@@ -456,6 +462,27 @@ class Interpreter:
         return _INLINED
 
 
+_UNCHECKED = {"FOR_ITER", "PRECALL", "CALL", "END_FOR", "KW_NAMES"}
+
+
+def _check_stack_effect(f: Frame, inst, height: int) -> None:
+    """The handler changed the stack as CPython's ``dis.stack_effect`` says (a bug
+    detector, on in the tests: Thunder's technique)."""
+    if inst.opname in _UNCHECKED:
+        return
+    jumped = f.pc != f.index[inst.offset] + 1
+    try:
+        want = dis.stack_effect(inst.opcode, inst.arg, jump=jumped) \
+            if inst.opcode in dis.hasjrel or inst.opcode in dis.hasjabs else \
+            dis.stack_effect(inst.opcode, inst.arg)
+    except ValueError:
+        return
+    got = len(f.stack) - height
+    if got != want:
+        raise AssertionError(f"dynamo interpreter: {inst.opname} {inst.argrepr} at "
+                             f"{f.where()} changed the stack by {got}, CPython by {want}")
+
+
 class _Break(Exception):  # noqa: N818 - a signal, not an error
     def __init__(self, kind, reason, fn, args, kwargs, mode):
         self.kind, self.reason, self.fn = kind, reason, fn
@@ -473,6 +500,24 @@ class _ExtCell(Cell):
     def __init__(self, cell, fn):
         self.cell = cell
         self.label = f"{fn.__name__}.<closure>"
+
+
+class _SizeMethod:
+    """``x.size``/``x.numel`` of a tensor with dynamic dims: sizes are graph values."""
+
+    __slots__ = ("interp", "obj", "name")
+
+    def __init__(self, interp, obj, name):
+        self.interp, self.obj, self.name = interp, obj, name
+
+    def __call__(self, dim=None):
+        shape = self.interp.sym_shape(self.obj)
+        if self.name == "size":
+            return shape if dim is None else shape[dim]
+        out = 1
+        for d in shape:
+            out = self.interp.binary(operator.mul, out, d)
+        return out
 
 
 class _BoundExt:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from graphgrad.tensor import Size
+
 from .frame import Frame
 from .values import Cell, FuncV, ListIter
 
@@ -24,6 +26,8 @@ def rebuild(t: Any, leaf: Callable[[Any], Any], memo: dict) -> Any:
     tp = type(t)
     if tp is tuple:
         return tuple(rebuild(x, leaf, memo) for x in t)
+    if tp is Size:   # a shape holding dynamic sizes
+        return Size(rebuild(x, leaf, memo) for x in t)
     if tp not in _STRUCTURES:
         return leaf(t)
     got = memo.get(id(t))
