@@ -13,6 +13,7 @@ from graphgrad.tensor.creation import _leaf
 from . import arithmetic as A
 from . import compare as C
 from . import index as I
+from . import index_order as O
 from . import join as J
 from . import linalg as L
 from . import reduce as R
@@ -108,18 +109,6 @@ def _new_tensor(self, data, dtype=None, device=None, requires_grad=False):
     from graphgrad.tensor.creation import as_array
     arr = as_array(data, dtype if dtype is not None else self.dtype)
     return _new(self, arr, requires_grad)
-
-
-def _setitem(self, index, value):
-    spec, tensors = I.parse_index(index)
-    if isinstance(value, Value) and value._array.dtype != self._array.dtype:
-        value = value.to(self.dtype)
-    if None in spec:  # new axes do not change which elements are written
-        spec = tuple(s for s in spec if s is not None)
-
-    def put(old, v):
-        return I.IndexPut.apply(old, v, *tensors, spec=spec, accumulate=False)
-    apply_inplace(self, put, value, name="index_put_")
 
 
 def _inplace(fn, name):
@@ -218,7 +207,7 @@ _METHODS = {
     "__rand__": _logical_or_bitwise(C.LogicalAnd, C.BitwiseAnd),
     "__ror__": _logical_or_bitwise(C.LogicalOr, C.BitwiseOr),
     "__invert__": _invert,
-    "__getitem__": I.getitem, "__setitem__": _setitem,
+    "__getitem__": O.getitem, "__setitem__": O.setitem,
     "__iadd__": _inplace(A.add, "add_"), "__isub__": _inplace(A.sub, "sub_"),
     "__imul__": _inplace(A.mul, "mul_"), "__itruediv__": _inplace(A.div, "div_"),
     # arithmetic
