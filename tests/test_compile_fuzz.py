@@ -7,6 +7,7 @@ soundness: a changed global, shape, dtype or Python argument never reuses a stal
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -57,6 +58,9 @@ def h_affine(a, k=2, *, b=1.0):
 def h_pair(a, b):
     return a - b, a + b
 
+def h_star(*ts, k=1):
+    return sum(ts) * k
+
 def h_branchy(a):
     if a.mean() > 0:
         return a * 0.5
@@ -64,11 +68,30 @@ def h_branchy(a):
 '''
 
 
+# statement templates of the extended generator: calls that run for real, in-place
+# updates, tensor values read as Python numbers, star-args, nested functions,
+# comprehensions, f-strings, reads and writes of global state
+_EXTENDED = {
+    "external": ["{v} = {a} * float(np.cos(n) + math.sqrt(abs(n - 1)))"],
+    "inplace": ["{v} = {a} * 1", "{v}.add_(1.5)", "{v} += {b}", "{v}.mul_(0.5)"],
+    "item": ["s = float({a}.sum().item())", "{v} = {b} * s if s > 0 else {b} - s"],
+    "star": ["args = [{a}, {b}]", "{v} = h_star(*args, **{{'k': n + 1}})"],
+    "inner": ["def inner(t, k=n):", "    return t * k + {a}", "{v} = inner({b})"],
+    "comprehension": ["parts = [t * (i + 1) for i, t in enumerate(({a}, {b}))]",
+                      "named = {{f'p{{i}}': t for i, t in enumerate(parts)}}",
+                      "{v} = parts[-1] - named['p0']"],
+    "fstring": ["tag = f'{{n}}-{{flag!r}}'", "{v} = {a} * len(tag)"],
+    "global_state": ["LOG.append(n)", "STATE['k'] = STATE.get('k', 0) + 1",
+                     "{v} = {a} + LOG[-1] * 0.5"],
+}
+
+
 class _Gen:
     """Writes one random function ``f(x, n, flag)`` as source text."""
 
-    def __init__(self, rng: random.Random):
+    def __init__(self, rng: random.Random, extended: bool = False):
         self.r = rng
+        self.extended = extended
         self.lines: list[str] = []
         self.tensors = ["x"]
         self.ints = ["n"]
@@ -92,8 +115,19 @@ class _Gen:
         ])
 
     def stmt(self, depth: int, ind: str) -> None:
-        kind = self.r.choice(["assign"] * 4 + ["tif", "pif", "loop", "containers", "while",
-                                                "intmath"] * (depth < 2))
+        kinds = ["assign"] * 4 + ["tif", "pif", "loop", "containers", "while",
+                                  "intmath"] * (depth < 2)
+        if self.extended:
+            kinds += ["external", "inplace", "item", "star", "inner", "comprehension",
+                      "fstring", "global_state"]
+        kind = self.r.choice(kinds)
+        if kind in _EXTENDED:
+            v = self.new()
+            a, b = self.r.choice(self.tensors), self.r.choice(self.tensors)
+            for line in _EXTENDED[kind]:
+                self.lines.append(ind + line.format(v=v, a=a, b=b))
+            self.tensors.append(v)
+            return
         if kind == "assign":
             v = self.new()
             self.lines.append(f"{ind}{v} = {self.tensor_expr()}")
@@ -164,9 +198,10 @@ class _Gen:
         return "def f(x, n, flag):\n" + "\n".join(self.lines) + f"\n    return {ret}\n"
 
 
-def _make(seed: int):
-    src = _Gen(random.Random(seed)).source()
-    ns = {"gg": gg, "G_SCALE": 2.0, "cfg": {"w": 0.5, "seq": [1, 2]}}
+def _make(seed: int, extended: bool = False):
+    src = _Gen(random.Random(seed), extended).source()
+    ns = {"gg": gg, "G_SCALE": 2.0, "cfg": {"w": 0.5, "seq": [1, 2]}, "np": np,
+          "math": math, "LOG": [0], "STATE": {}}
     exec(_HELPERS, ns)  # noqa: S102 - the fuzzer's own code
     # a closure over a value from the enclosing scope
     exec("def _outer(c):\n    def scale_by(t):\n        return t * c\n    return scale_by\n"
@@ -183,9 +218,18 @@ def _inputs(rng: np.random.Generator):
                 yield gg.tensor(rng.standard_normal(shape) * scale), n, flag
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", range(30))
 def test_compiled_equals_eager_on_generated_functions(seed):
-    f, ns, src = _make(seed)
+    _differential(seed, extended=False)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_compiled_equals_eager_with_external_calls_and_state(seed):
+    _differential(1000 + seed, extended=True)
+
+
+def _differential(seed: int, extended: bool) -> None:
+    f, ns, src = _make(seed, extended)
     cf = gg.compile(f, backend="eager" if seed % 2 else "default")
     rng = np.random.default_rng(seed)
     for x, n, flag in _inputs(rng):
