@@ -659,9 +659,6 @@ def test_vmap_randomness_flag_error():
             mod.vmap(lambda v: v, randomness="bad")(a)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: vmap with every in_dim None says 'at least one "
-                   "input must be a Tensor with a mapped dimension' instead of PyTorch's "
-                   "'vmap: Expected at least one Tensor to vmap over'")
 def test_vmap_nothing_mapped_error():
     (x,), (xt,) = both(np.ones((5, 3)))
     msg = "vmap: Expected at least one Tensor to vmap over"
@@ -686,8 +683,6 @@ def test_vmap_nested_in_dims_with_none(variant):
     close(calls[variant](F, a, b), calls[variant](TF, at, bt))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: in_dims and inputs are matched by leaf count only: a "
-                   "dict in_dims with other keys than the input dict is accepted")
 def test_vmap_in_dims_dict_keys_must_match():
     (x,), (xt,) = both(np.ones((5, 3)))
     msg = r"in_dims is not compatible with the structure of `inputs`"
@@ -697,8 +692,6 @@ def test_vmap_in_dims_dict_keys_must_match():
         F.vmap(lambda d: d["a"], in_dims=({"b": 0},))({"a": x})
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a list in_dims is accepted; torch requires an int "
-                   "or a tuple")
 def test_vmap_in_dims_list_is_rejected():
     (x,), (xt,) = both(np.ones((5, 3)))
     msg = r"expected `in_dims` to be int or a \(potentially nested\) tuple"

@@ -337,9 +337,6 @@ def test_v_none_for_a_single_element(name):
     close(getattr(GAF, name)(fn, x), getattr(TAF, name)(fn, xt))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: functional.hvp(v=None) raises TypeError 'The v given "
-                   "to hvp must be either a Tensor or a tuple'; torch uses v = 1 for a "
-                   "single-element input")
 def test_hvp_v_none_for_a_single_element():
     (x,), (xt,) = both(np.array([0.3]))
     close(GAF.hvp(lambda a: (a ** 3).sum(), x), TAF.hvp(lambda a: (a ** 3).sum(), xt))
@@ -404,8 +401,6 @@ def test_strategy_error():
         GAF.jacobian(lambda a: a, gg.ones(3), strategy="sideways")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: error wording differs from PyTorch's for these "
-                   "functional misuses (see the message each case expects)")
 @pytest.mark.parametrize("call, message", [
     (lambda mod, x: mod.hessian(lambda a: a, x),
      r"The Tensor returned by the function given to hessian should contain a single element"),
@@ -425,16 +420,31 @@ def test_strategy_error():
     (lambda mod, x: mod.hvp(lambda a: (a ** 3).sum(), x),
      r"The vector v can only be None if the input to the user-provided function is a single "
      r"Tensor with a single element."),
-    (lambda mod, x: mod.jacobian(lambda a: a * 0 + 1, x, strict=True),
+    (lambda mod, x: mod.jacobian(lambda a: x * 0 + 1, x, strict=True),
      r"Output 0 of the user-provided function does not require gradients. The outputs must be "
      r"computed in a differentiable manner from the input when running in strict mode."),
     (lambda mod, x: mod.vjp(lambda a: x * 2, x, x, strict=True),
      r"Output 0 of the user-provided function does not require gradients."),
     (lambda mod, x: mod.jvp(lambda a: x * 2, x, x, strict=True),
      r"Output 0 of the user-provided function does not require gradients."),
+    (lambda mod, x: mod.vjp(lambda a, b: (a, b), (x, x), (x,)),
+     r"v is a tuple of invalid length: should be 2 but got 1."),
+    (lambda mod, x: mod.jvp(lambda a: a, x, (x, x)), r"The given v should contain a single Tensor."),
+    (lambda mod, x: mod.vhp(lambda a, b: (a * b).sum(), (x, x), (x, x[:2])),
+     r"Entry 1 in v has invalid size: should be (torch|graphgrad).Size\(\[3\]\) but got "
+     r"(torch|graphgrad).Size\(\[2\]\)."),
+    (lambda mod, x: mod.hessian(lambda a: (a.sum(), a.sum()), x),
+     r"The function given to hessian should return a single Tensor"),
+    (lambda mod, x: mod.vhp(lambda a: a.sum(), x, x, strict=True),
+     r"While computing the hessian, found that the jacobian of the user-provided function with "
+     r"respect to input 0 is independent of the input."),
+    (lambda mod, x: mod.vjp(lambda a: a, x),
+     r"The vector v can only be None if the user-provided function returns a single Tensor with "
+     r"a single element."),
 ], ids=["hessian_non_scalar", "hvp_non_scalar", "vhp_non_scalar", "vjp_v_size", "jvp_v_size",
         "vhp_v_none", "hvp_v_none", "strict_jacobian_no_grad", "strict_vjp_no_grad",
-        "strict_jvp_no_grad"])
+        "strict_jvp_no_grad", "vjp_v_length", "jvp_v_not_single", "vhp_v_entry_size",
+        "hessian_tuple_output", "strict_vhp_linear", "vjp_v_none"])
 def test_functional_error_wording(call, message):
     (x,), (xt,) = both(np.ones(3))
     with pytest.raises(RuntimeError, match=message):

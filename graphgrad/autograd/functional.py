@@ -45,6 +45,69 @@ def _grad_inputs(inputs: tuple) -> tuple:
     return tuple(out)
 
 
+def _validate_v(vs: tuple, other: tuple, other_is_tuple: bool) -> None:
+    """``v`` must match ``other`` (the outputs for vjp, the inputs for jvp/vhp/hvp)."""
+    if len(vs) != len(other):
+        if other_is_tuple:
+            raise RuntimeError(f"v is a tuple of invalid length: should be {len(other)} but got "
+                               f"{len(vs)}.")
+        raise RuntimeError("The given v should contain a single Tensor.")
+    for i, (w, o) in enumerate(zip(vs, other, strict=True)):
+        if tuple(w.shape) != tuple(o.shape):
+            prefix = f"Entry {i} in " if other_is_tuple else ""
+            raise RuntimeError(f"{prefix}v has invalid size: should be {o.shape!r} but got "
+                               f"{w.shape!r}.")
+
+
+def _check_requires_grad(tensors, kind: str, strict: bool) -> None:
+    """strict mode: what must depend differentiably on the inputs (PyTorch's checks)."""
+    if not strict:
+        return
+    for i, t in enumerate(tensors):
+        if t is None:
+            raise RuntimeError(f"The output of the user-provided function is independent of "
+                               f"input {i}. This is not allowed in strict mode.")
+        if t.requires_grad:
+            continue
+        if kind == "jacobian":
+            raise RuntimeError(
+                "While computing the hessian, found that the jacobian of the user-provided "
+                f"function with respect to input {i} is independent of the input. This is not "
+                "allowed in strict mode. You should ensure that your function is twice "
+                "differentiable and that the jacobian depends on the inputs (this would be "
+                "violated by a linear function for example).")
+        raise _output_without_grad(i)
+
+
+def _output_without_grad(i: int) -> RuntimeError:
+    return RuntimeError(f"Output {i} of the user-provided function does not require gradients. "
+                        "The outputs must be computed in a differentiable manner from the input "
+                        "when running in strict mode.")
+
+
+def _single_element(out, fn: str):
+    """The one-element Tensor that hessian, vhp and hvp need from the function."""
+    outs, is_tuple = _as_tuple(out, "outputs of the user-provided function", fn)
+    if is_tuple:
+        raise RuntimeError(f"The function given to {fn} should return a single Tensor")
+    if outs[0].numel() != 1:
+        raise RuntimeError(f"The Tensor returned by the function given to {fn} should contain a "
+                           f"single element")
+    return outs[0]
+
+
+def _v_or_one(v, ins: tuple, ins_tuple: bool, fn: str) -> tuple:
+    """``v`` as a validated tuple; None stands for 1 when the input is one element."""
+    if v is None:
+        if len(ins) != 1 or ins[0].numel() != 1:
+            raise RuntimeError("The vector v can only be None if the input to the user-provided "
+                               "function is a single Tensor with a single element.")
+        return (_leaf(xp.ones(ins[0]._array.shape, ins[0]._array.dtype)),)
+    vs, _ = _as_tuple(v, "v", fn)
+    _validate_v(vs, ins, ins_tuple)
+    return vs
+
+
 def _check_strict(grads, out_index: int, strict: bool, fn: str) -> None:
     if strict:
         for j, g in enumerate(grads):
@@ -111,6 +174,7 @@ def _jacobian_rows(func, ins, ins_tuple, create_graph, strict):
         xs = _grad_inputs(ins)
         raw = func(*xs) if ins_tuple else func(xs[0])
         outs, outs_tuple = _as_tuple(raw, "outputs of the user-provided function", "jacobian")
+        _check_requires_grad(outs, "outputs", strict)
         blocks = []
         for i, out in enumerate(outs):
             flat = out.reshape(-1)
@@ -187,13 +251,9 @@ def hessian(func, inputs, create_graph: bool = False, strict: bool = False,
 
     def scalar(*xs):
         out = func(*xs)
-        o, is_tuple = _as_tuple(out, "outputs of the user-provided function", "hessian")
-        if is_tuple or o[0].numel() != 1:
-            raise RuntimeError(f"The function given to hessian should return a single element "
-                               f"Tensor, but it returned a tensor of shape "
-                               f"{tuple(o[0].shape)}" if not is_tuple else
-                               "The function given to hessian should return a single Tensor")
-        return o[0].reshape(())
+        _check_requires_grad(_as_tuple(out, "outputs of the user-provided function",
+                                       "hessian")[0], "outputs", strict)
+        return _single_element(out, "hessian").reshape(())
 
     def gradient(*xs):
         g = jacobian(scalar, xs, create_graph=True, strict=strict, vectorize=vectorize)
@@ -213,6 +273,7 @@ def vjp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
         xs = _grad_inputs(ins)
         raw = func(*xs) if ins_tuple else func(xs[0])
         outs, outs_tuple = _as_tuple(raw, "outputs of the user-provided function", "vjp")
+        _check_requires_grad(outs, "outputs", strict)
         if v is None:
             if len(outs) != 1 or outs[0].numel() != 1:
                 raise RuntimeError("The vector v can only be None if the user-provided function "
@@ -220,11 +281,7 @@ def vjp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
             vs = (None,)
         else:
             vs, _ = _as_tuple(v, "v", "vjp")
-            for o, w in zip(outs, vs, strict=True):
-                if tuple(o.shape) != tuple(w.shape):
-                    raise RuntimeError(f"Mismatch in shape: v has a shape of {tuple(w.shape)} "
-                                       f"and the output of the function has shape "
-                                       f"{tuple(o.shape)}.")
+            _validate_v(vs, outs, outs_tuple)
         used = [(o, w) for o, w in zip(outs, vs, strict=True) if o.requires_grad]
         if used:
             grads = _grad([o for o, _ in used], xs, grad_outputs=[w for _, w in used],
@@ -240,17 +297,15 @@ def vjp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
 def jvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     """``(func(inputs), J v)`` by forward-mode AD."""
     ins, ins_tuple = _as_tuple(inputs, "inputs", "jvp")
-    if v is None:
-        if len(ins) != 1 or ins[0].numel() != 1:
-            raise RuntimeError("The vector v can only be None if the input to the user-provided "
-                               "function is a single Tensor with a single element.")
-        vs = (_leaf(xp.ones(ins[0]._array.shape, ins[0]._array.dtype)),)
-    else:
-        vs, _ = _as_tuple(v, "v", "jvp")
+    vs = _v_or_one(v, ins, ins_tuple, "jvp")
     with enable_grad_ctx(), fwad.dual_level() as level:
         duals = [fwad.make_dual(x, t, level=level) for x, t in zip(ins, vs, strict=True)]
         raw = func(*duals) if ins_tuple else func(duals[0])
         outs, outs_tuple = _as_tuple(raw, "outputs of the user-provided function", "jvp")
+        if strict:  # an output without a tangent is one PyTorch finds not requiring grad
+            for i, o in enumerate(outs):
+                if fwad.unpack_dual(o, level=level).tangent is None:
+                    raise _output_without_grad(i)
         unpacked = [fwad.unpack_dual(o, level=level) for o in outs]
     if strict and any(u.tangent is None for u in unpacked):
         raise RuntimeError("The output of the user-provided function is independent of input "
@@ -264,13 +319,15 @@ def jvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
 def vhp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     """``(func(inputs), v^T H)`` by double backward."""
     ins, ins_tuple = _as_tuple(inputs, "inputs", "vhp")
+    vs = _v_or_one(v, ins, ins_tuple, "vhp")
     with enable_grad_ctx():
         xs = _grad_inputs(ins)
         out = func(*xs) if ins_tuple else func(xs[0])
-        if not isinstance(out, Value) or out.numel() != 1:
-            raise RuntimeError("The function given to vhp should return a single element Tensor")
+        _check_requires_grad(_as_tuple(out, "outputs of the user-provided function", "vhp")[0],
+                             "outputs", strict)
+        out = _single_element(out, "vhp")
         grads = _grad(out, xs, create_graph=True, allow_unused=True)
-        vs, _ = _as_tuple(v, "v", "vhp") if v is not None else ((None,), False)
+        _check_requires_grad(grads, "jacobian", strict)
         used = [(g, w) for g, w in zip(grads, vs, strict=True) if g is not None and
                 g.requires_grad]
         if used:
@@ -285,14 +342,16 @@ def vhp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
 def hvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     """``(func(inputs), H v)``: forward-over-reverse (a jvp of the gradient)."""
     ins, ins_tuple = _as_tuple(inputs, "inputs", "hvp")
-    vs, _ = _as_tuple(v, "v", "hvp")
+    vs = _v_or_one(v, ins, ins_tuple, "hvp")
     with enable_grad_ctx(), fwad.dual_level() as level:
         duals = [fwad.make_dual(x, t, level=level) for x, t in zip(ins, vs, strict=True)]
         xs = [d if d.requires_grad else d.requires_grad_() for d in duals]
         out = func(*xs) if ins_tuple else func(xs[0])
-        if not isinstance(out, Value) or out.numel() != 1:
-            raise RuntimeError("The function given to hvp should return a single element Tensor")
+        _check_requires_grad(_as_tuple(out, "outputs of the user-provided function", "hvp")[0],
+                             "outputs", strict)
+        out = _single_element(out, "hvp")
         grads = _grad(out, xs, create_graph=True, allow_unused=True)
+        _check_requires_grad(grads, "jacobian", strict)
         res = []
         for g, x in zip(grads, xs, strict=True):
             t = fwad.unpack_dual(g, level=level).tangent if g is not None else None

@@ -180,32 +180,38 @@ def _record_logical(out: BatchedTensor, op, args: tuple, params: dict) -> None:
 
 
 def _in_dims_leaves(in_dims, args_spec, name: str, args) -> list:
-    """One in_dim per leaf of the flattened args."""
+    """One in_dim per leaf of the flattened args. ``in_dims`` is a prefix of the args'
+    structure (torch.func's rule): an int or None stands for a whole subtree, and each
+    container must match the args' container (same kind, length and dict keys)."""
     if isinstance(in_dims, int) or in_dims is None:
         return [in_dims] * args_spec.num_leaves
-    if not isinstance(in_dims, (tuple, list)):
+    if not isinstance(in_dims, tuple):
         raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): expected `in_dims` to "
                          f"be int or a (potentially nested) tuple matching the structure of "
                          f"inputs, got: {type(in_dims)}.")
-    if len(in_dims) != len(args):
+    out: list = []
+    if not _match_prefix(in_dims, tuple(args), out):
         raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): in_dims is not "
                          f"compatible with the structure of `inputs`. in_dims has structure "
-                         f"{tree_flatten(tuple(in_dims))[1]} but inputs has structure "
-                         f"{args_spec}.")
-    out = []
-    for d, a in zip(in_dims, args, strict=True):
-        leaves, spec = tree_flatten(a)
-        if isinstance(d, int) or d is None:
-            out += [d] * len(leaves)
-        else:
-            sub = tree_flatten(d, none_is_leaf=True)[0]
-            if len(sub) != len(leaves):
-                raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): in_dims is "
-                                 f"not compatible with the structure of `inputs`. in_dims has "
-                                 f"structure {tree_flatten(d)[1]} but inputs has structure "
-                                 f"{spec}.")
-            out += sub
+                         f"{tree_flatten(in_dims)[1]} but inputs has structure {args_spec}.")
     return out
+
+
+def _match_prefix(dims, tree, out: list) -> bool:
+    """Append one dim per leaf of ``tree``; False when ``dims`` is not a prefix of it."""
+    if isinstance(dims, int) or dims is None:
+        out += [dims] * tree_flatten(tree)[1].num_leaves
+        return True
+    if isinstance(dims, dict):
+        if not isinstance(tree, dict) or set(dims) != set(tree):
+            return False
+        return all(_match_prefix(dims[k], tree[k], out) for k in tree)
+    if isinstance(dims, (tuple, list)):
+        if type(dims) is list and not isinstance(tree, list) or \
+                type(dims) is not list and not isinstance(tree, tuple) or len(dims) != len(tree):
+            return False
+        return all(_match_prefix(d, t, out) for d, t in zip(dims, tree, strict=True))
+    return False
 
 
 def _fn_name(f) -> str:
@@ -248,8 +254,7 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
                                  f"-{x.ndim} <= in_dim < {x.ndim}.")
             sizes.append(x.shape[d])
         if not sizes:
-            raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): Expected at "
-                             f"least one Tensor to vmap over")
+            raise ValueError("vmap: Expected at least one Tensor to vmap over")
         if len(set(sizes)) > 1:
             raise ValueError(f"vmap: Expected all tensors to have the same size in the mapped "
                              f"dimension, got sizes {sizes} for the mapped dimension")
