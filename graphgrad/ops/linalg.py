@@ -7,6 +7,8 @@ from graphgrad.backend import result_float_dtype, xp
 from .arithmetic import needs_grad
 from .base import Op, Spec, broadcast_shapes, fmt_shape, spec_of
 from .batching import align, logical_ndim, to_front
+from .reduce import Sum
+from .shape import Permute
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "outer", "inner"]
 
@@ -210,8 +212,10 @@ class Linear(Op):
 
     @staticmethod
     def vjp(g, out, x, w, b=None):
-        gx = g @ w if needs_grad(x) else None
-        gw = g.mT @ x if needs_grad(w) else None
+        # the ops are applied directly (not through g.mT, g.sum): this rule runs three
+        # times in every step of an MLP, where each wrapper's argument checks show
+        gx = Matmul.apply(g, w) if needs_grad(x) else None
+        gw = Matmul.apply(Permute.apply(g, dims=(1, 0)), x) if needs_grad(w) else None
         if b is None:
             return gx, gw
         if not needs_grad(b):
@@ -220,7 +224,7 @@ class Linear(Op):
         # part of this op's own definition. Any other bias shape is a broadcast, which
         # the engine reduces (STYLE rule 4); doing the common case here saves the
         # engine's generic reduce-and-reshape in every training step.
-        return gx, gw, (g.sum(0) if b.ndim == 1 and g.ndim == 2 else g)
+        return gx, gw, (Sum.apply(g, dim=(0,), keepdim=False) if b.ndim == 1 else g)
 
     @staticmethod
     def jvp(dots, out, x, w, b=None):
