@@ -274,3 +274,35 @@ def test_corpus_style_functions_with_dynamic_true_serve_all_batch_sizes():
         np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-6)
         assert got[1] == want[1] and type(got[1]) is int
     assert counters["frames"] == 1
+
+
+def test_methods_keyword_only_defaults_star_args_and_kwargs():
+    class M(gg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = gg.nn.Linear(3, 3)
+
+        @gg.compile
+        def forward(self, x, *, scale=2.0, extra=None):
+            y = self.lin(x) * scale
+            if extra is not None:
+                y = y + extra
+            return y
+
+    m = M()
+    x = gg.randn(2, 3)
+    plain = M.__dict__["forward"].fn
+    for kw in ({}, {"scale": 3.0}, {"extra": gg.ones(3)}, {}):
+        np.testing.assert_allclose(m(x, **kw).detach().numpy(),
+                                   plain(m, x, **kw).detach().numpy())
+    bound = gg.compile(m.forward)
+    np.testing.assert_allclose(bound(x).detach().numpy(), plain(m, x).detach().numpy())
+
+    def g(x, *rest, k=1, **kw):
+        return x * k + sum(rest) + kw.get("z", 0)
+
+    cg = gg.compile(g)
+    for args, kw in [((1, 2), {"k": 3, "z": 4}), ((), {"k": 3}), ((5,), {}),
+                     ((1, 2), {"k": 3, "z": 4})]:
+        np.testing.assert_array_equal(cg(gg.ones(2), *args, **kw).numpy(),
+                                      g(gg.ones(2), *args, **kw).numpy())

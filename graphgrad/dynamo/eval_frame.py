@@ -119,12 +119,12 @@ class CompiledFunction:
     def __init__(self, fn, backend="default", fullgraph: bool = False, dynamic=None,
                  mode=None):
         self.backend = lookup_backend(backend)
-        if isinstance(fn, CompiledFunction):
-            fn = fn.fn
         if isinstance(fn, types.MethodType):
             self.bound_self, fn = fn.__self__, fn.__func__
         else:
             self.bound_self = None
+        if isinstance(fn, CompiledFunction):
+            fn = fn.fn
         if not isinstance(fn, types.FunctionType):
             raise TypeError(f"graphgrad.compile: expected a Python function or an nn.Module, "
                             f"got {type(fn).__name__}")
@@ -443,8 +443,8 @@ _EAGER = object()
 
 def _rename(v, name: str):
     """Argument sources named after the parameter they bind to."""
-    if isinstance(v, SrcRef) and isinstance(v.source, Arg):
-        return SrcRef(Arg(v.source.key[0], name))
+    if isinstance(v, SrcRef):
+        return SrcRef(Arg(v.source.key[0], name)) if isinstance(v.source, Arg) else v
     if isinstance(v, tuple):
         return tuple(SrcRef(Arg(x.source.key[0], f"{name}[{j}]")) if isinstance(x, SrcRef)
                      and isinstance(x.source, Arg) else x for j, x in enumerate(v))
