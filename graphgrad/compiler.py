@@ -20,11 +20,41 @@ from graphgrad.dynamo.eval_frame import BreakRecord, EagerTerm
 from graphgrad.nn import Module
 
 __all__ = ["explain", "ExplainOutput", "reset", "counters", "list_backends",
-           "register_backend", "config", "segments"]
+           "register_backend", "config", "segments", "describe"]
 
 
 def list_backends() -> list[str]:
     return sorted(BACKENDS)
+
+
+def describe(cf: CompiledFunction) -> str:
+    """The cached segment tree of a compiled function, one segment a line: its graph,
+    what ends it, and (indented below) the segments that follow it."""
+    lines: list[str] = []
+
+    def walk(seg, depth: int, label: str) -> None:
+        ind = "  " * depth
+        graph = f"{seg.graph.name} ({seg.ops} ops)" if seg.graph is not None else \
+            "(no ops)"
+        term = seg.term
+        if isinstance(term, EagerTerm):
+            end = f"-> runs for real: {term.record.reason} [{term.record.where}]"
+        elif term.ret is None:
+            end = f"-> rest runs on real values: {term.reason}"
+        else:
+            end = "-> return"
+        guards = "" if seg.guards is None else f"{len(seg.guards)} guards, "
+        lines.append(f"{ind}{label}{guards}{graph} {end}")
+        if isinstance(term, EagerTerm):
+            for child in term.children:
+                on_result = [g.text for g in (child.guards.guards if child.guards else ())
+                             if getattr(g.source.root(), "key", None) == term.result_index
+                             and type(g.source.root()).__name__ == "Slot"]
+                walk(child, depth + 1, f"[{' and '.join(on_result) or 'any result'}] ")
+
+    for root in cf.roots:
+        walk(root, 0, "root: ")
+    return "\n".join(lines)
 
 
 def segments(cf: CompiledFunction) -> list:
@@ -50,6 +80,7 @@ class ExplainOutput:
     ops_per_graph: list[list[str]] = field(default_factory=list)
     out_guards: list[str] = field(default_factory=list)
     eager_reason: str | None = None
+    segment_tree: str = ""
     result: Any = None
 
     def __str__(self) -> str:
@@ -69,6 +100,8 @@ class ExplainOutput:
             lines.append(f"  {g.name}: {', '.join(ops)}")
         lines.append("Out Guards:")
         lines.extend(f"  {g}" for g in self.out_guards)
+        lines.append("Segments:")
+        lines.extend(f"  {line}" for line in self.segment_tree.splitlines())
         return "\n".join(lines)
 
 
@@ -90,6 +123,7 @@ def explain(fn: Callable | Module, *extra_args, **extra_kwargs):
         out.ops_per_graph = [[n.target_name for n in g.nodes
                               if n.kind not in ("placeholder", "output")] for g in cf.graphs]
         out.op_count = sum(len(ops) for ops in out.ops_per_graph)
+        out.segment_tree = describe(cf)
         for seg in segments(cf):
             if seg.guards is not None:
                 out.out_guards.extend(g.text for g in seg.guards.guards)

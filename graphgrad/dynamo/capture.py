@@ -97,8 +97,7 @@ class Capture:
     def _placeholder(self, value: Any, source: Source, spec: Spec, cls: type) -> Symbol:
         sym = self._by_source.get(source)
         if sym is None:
-            name = self.slot_names.get(source.key) if type(source) is Slot else None
-            node = self.graph.placeholder(spec, name or _ph_name(source))
+            node = self.graph.placeholder(spec, _ph_name(source))
             sym = symbol(node, cls)
             self._by_source[source] = sym
             self.inputs.append((source, node))
@@ -222,6 +221,9 @@ class Capture:
 def _ph_name(source: Source) -> str:
     text = str(source)
     out = "".join(c if c.isalnum() else "_" for c in text).strip("_") or "x"
+    while "__" in out:
+        out = out.replace("__", "_")
+    out = out[:32].rstrip("_")
     return ("l_" + out) if out[0].isdigit() else out
 
 
@@ -238,7 +240,7 @@ class _Instantiate:
         if tp is SlotRef:
             got = self.memo.get(("slot", t.index))
             if got is None:
-                got = c.wrap(c.s[t.index], Slot(t.index))
+                got = c.wrap(c.s[t.index], Slot(t.index, c.slot_names.get(t.index)))
                 self.memo[("slot", t.index)] = got
             return got
         if tp is IntOf:

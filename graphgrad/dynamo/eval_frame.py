@@ -89,7 +89,7 @@ class ReturnTerm:
 
 
 class EagerTerm:
-    __slots__ = ("run", "resume", "children", "record", "trusted", "names")
+    __slots__ = ("run", "resume", "children", "record", "trusted", "names", "result_index")
     ret = False
 
     def __init__(self, run, resume, record: BreakRecord):
@@ -399,6 +399,13 @@ class CompiledFunction:
                 for name, v in fr.locals.items():
                     if type(v) is SlotRef and name.isidentifier():
                         term.names.setdefault(v.index, name)
+            for i, node in enumerate(tz.outputs):
+                if node.kind == "placeholder":
+                    term.names.setdefault(i, node.name)
+            what = "condition" if end.mode == "force" else "result"
+            code = record.line.split("#")[0].strip()
+            term.names[base] = f"<{what} of line {lineno}: {code[:40]}>"
+            term.result_index = base
             counters["graph_breaks"] += 1
         graph = cap.graph
         outputs = tz.outputs

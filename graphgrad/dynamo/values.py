@@ -75,14 +75,17 @@ class Kw(Source):
 class Slot(Source):
     """A value handed on by the previous segment (a graph output or an eager result)."""
 
-    def __init__(self, index: int):
+    __slots__ = ("name",)
+
+    def __init__(self, index: int, name: str | None = None):
         self.key = index
+        self.name = name   # what the user's code calls it (for messages only)
 
     def expr(self, pool) -> str:
         return f"s[{self.key}]"
 
     def __str__(self) -> str:
-        return f"<slot {self.key}>"
+        return self.name or f"<slot {self.key}>"
 
 
 class Obj(Source):
