@@ -146,6 +146,8 @@ class CompiledFunction:
         self.eager_reason: str | None = None
         self._limit_warned = False
         import weakref
+        if len(_ALL) > 256:   # forget the compiled functions that are gone
+            _ALL[:] = [r for r in _ALL if r() is not None]
         _ALL.append(weakref.ref(self))
 
     def reset(self) -> None:
@@ -417,6 +419,12 @@ class CompiledFunction:
         examples = [ex for (src, node), ex in zip(cap.inputs, cap.examples, strict=True)
                     if node in need]
         ops = sum(n.kind not in ("placeholder", "output") for n in graph.nodes)
+        f0 = (frames or start)[0]
+        graph.header.append(f"graphgrad.compile of {self.__qualname__} "
+                            f"({f0.code.co_filename}:{f0.code.co_firstlineno})")
+        graph.header.append("ends with: " + ("return" if isinstance(end, Return) else
+                                             f"{end.kind} at {frames[-1].where()}: "
+                                             f"{end.reason}"))
         cg = Codegen(pool)
         carried = "".join(f"{src.expr(pool)}, " for src in tz.carried)
         compiled = None
