@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor, Value, is_grad_enabled
+from graphgrad.tensor.value import old_identity as _old_identity
 from graphgrad.tensor.creation import _leaf
 
 from .arithmetic import needs_grad
@@ -56,25 +57,6 @@ def _write(t: Tensor, arr, name: str) -> None:
 def _type_name(dt) -> str:
     return {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int",
             "bool": "Bool", "float16": "Half"}.get(xp.dtype(dt).name, xp.dtype(dt).name)
-
-
-def _old_identity(t: Tensor) -> Tensor:
-    """A node standing for ``t`` as it was: same op, inputs and buffer, same counter."""
-    old = Tensor.__new__(Tensor)
-    old._array = t._array
-    old.op = t.op
-    old.inputs = t.inputs
-    old.params = t.params
-    old._rg = t._rg
-    old._grad = None
-    old._vc = t._vc
-    old._ext = None
-    if t.op is not None:
-        old._sv = t._sv
-    if t._ext is not None:
-        e = old._ensure_ext()
-        e.prev, e.born, e.base = t._ext.prev, t._ext.born, t._ext.base
-    return old
 
 
 _VMAP_INPLACE = ("vmap: inplace arithmetic(self, *extra_args) is not possible because there "
@@ -125,7 +107,8 @@ def _inplace_batched(t: Tensor, fn, args, kw, name: str) -> Tensor:
     recording = is_grad_enabled() and (t._rg or any(needs_grad(a) for a in args))
     if recording:
         _check_allowed(t)
-    result = fn(t._snapshot() if recording else t, *args, **kw)
+    old = t._snapshot() if recording else t
+    result = fn(old, *args, **kw)
     if not _vmap_levels(result) <= _vmap_levels(t):
         raise _vmap_inplace_error(name)
     if tuple(result.shape) != tuple(t.shape):
@@ -133,6 +116,11 @@ def _inplace_batched(t: Tensor, fn, args, kw, name: str) -> Tensor:
                            f"broadcast shape {list(result.shape)}")
     fill_inplace(t._unwrap_for_autograd()[0], t._physical_value(result), name)
     if recording and result.op is not None:
+        # rebase t in the logical graph, as for a plain tensor: edges made before the
+        # change lead to its old identity (the snapshot) through the version counter
+        version = _bump(t)
+        ext = t._ensure_ext()
+        ext.prev, ext.born = old, version
         t.op, t.inputs, t.params, t._rg, t._sv = (result.op, result.inputs, result.params,
                                                   result._rg, result._sv)
     _carry_tangents(t, result)
@@ -175,12 +163,7 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
         raise _vmap_inplace_error(name)
     if result._array.shape != t._array.shape:
         _write(t, result._array, name)  # raises the shape error
-    saves = saved_inputs(result.op, result.inputs, result.params) if result.op is not None \
-        else ()
-    if saves is True or (saves and 0 in saves):
-        # the new node's rule reads the old value: keep a copy with its own counter
-        old._array = old._array.copy()
-        old._vc = [t._vc[0]]
+    _keep_if_saved(old, result, t._vc[0])
     _write(t, result._array, name)
     version = _bump(t)
     if result.op is None:  # the op did not record (e.g. not differentiable)
@@ -194,24 +177,42 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
     return t
 
 
+def _keep_if_saved(old: Tensor, result: Tensor, version: int) -> None:
+    """When the new node's rule reads the old value (input 0), keep a copy of it with its
+    own counter: the write is about to change the shared buffer."""
+    saves = saved_inputs(result.op, result.inputs, result.params) if result.op is not None \
+        else ()
+    if saves is True or (saves and 0 in saves):
+        old._array = old._array.copy()
+        old._vc = [version]
+
+
 def _inplace_on_view(t: Tensor, fn, args, kw, name: str) -> Tensor:
     """An in-place op on a view, while recording: the new values are written into the
-    base with ``index_put`` (rebasing the base, so its history sees the change), and
-    the view becomes a fresh view of the rebased base. Views made by indexing only."""
+    base (with ``index_put`` for views made by indexing, with the view op's
+    ``write_back`` for reshape/permute/expand views), rebasing the base so its history
+    sees the change, and the view becomes a fresh view of the rebased base."""
     from .index import Getitem, IndexPut
     ext = t._ext
     view_op, view_args, view_params = ext.view
-    if view_op is not Getitem:
+    base, index = ext.base, view_args[1:]
+    if view_op is Getitem:
+        def write_back(b, v):
+            return IndexPut.apply(b, v, *index, spec=view_params["spec"], accumulate=False)
+    elif getattr(view_op, "write_back", None) is not None:
+        def write_back(b, v):
+            return view_op.write_back(b, v, **view_params)
+    else:
         raise NotImplementedError(
             f"graphgrad: {name} on a view made by {view_op.__name__.lower()} of a tensor in a "
-            f"recorded graph is not supported; index the base instead (x[i] = ...), or clone() "
-            f"the view first")
-    base, index, spec = ext.base, view_args[1:], view_params["spec"]
+            f"recorded graph is not supported; clone() the view first")
+    if t._vc is None:
+        t._vc = [0]
     old = _old_identity(t)
     new_values = fn(old, *args, **kw)
-    apply_inplace(base, lambda b, v: IndexPut.apply(b, v, *index, spec=spec, accumulate=False),
-                  new_values, name=name)
-    fresh = Getitem.apply(base, *index, spec=spec)
+    _keep_if_saved(old, new_values, t._vc[0])
+    apply_inplace(base, write_back, new_values, name=name)
+    fresh = view_op.apply(base, *index, **view_params)
     t.op, t.inputs, t.params, t._rg = fresh.op, fresh.inputs, fresh.params, fresh._rg
     if fresh.op is not None:
         t._sv = fresh._sv

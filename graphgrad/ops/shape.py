@@ -27,6 +27,11 @@ class _Linear(Op):
 
 
 class _Movement(_Linear):
+    """View ops. ``write_back(base, values, **params)`` is ``base`` with the elements the
+    view shows replaced by ``values``, in graphgrad ops: an in-place op on the view in a
+    recorded graph writes its result into the base with it (PyTorch's CopySlices), so the
+    base's history sees the change."""
+
     view = True
 
 
@@ -41,6 +46,10 @@ class Reshape(_Movement):
     @staticmethod
     def vjp(g, out, a, *, shape):
         return (g.reshape(a.shape),)
+
+    @staticmethod
+    def write_back(base, values, *, shape):
+        return values.reshape(tuple(base.shape))  # the view shows every element
 
     @classmethod
     def batch(cls, vals, bdims, *, shape):
@@ -75,10 +84,14 @@ class Permute(_Movement):
 
     @staticmethod
     def vjp(g, out, a, *, dims):
+        return (Permute.write_back(a, g, dims=dims),)
+
+    @staticmethod
+    def write_back(base, values, *, dims):
         inverse = [0] * len(dims)
         for i, d in enumerate(dims):
             inverse[d] = i
-        return (g.permute(*inverse),)
+        return values.permute(*inverse)
 
     @classmethod
     def batch(cls, vals, bdims, *, dims):
@@ -108,6 +121,14 @@ class Expand(_Movement):
     @staticmethod
     def vjp(g, out, a, *, shape):
         return (g,)
+
+    @staticmethod
+    def write_back(base, values, *, shape):
+        if math.prod(shape) != math.prod(base.shape):
+            raise RuntimeError("unsupported operation: more than one element of the written-to "
+                               "tensor refers to a single memory location. Please clone() the "
+                               "tensor before performing the operation.")
+        return values.reshape(tuple(base.shape))  # only dims of size 1 were added
 
     @classmethod
     def batch(cls, vals, bdims, *, shape):

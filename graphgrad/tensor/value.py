@@ -87,8 +87,7 @@ def record(op, args: tuple, params: dict, out) -> Tensor:
     sv = None
     for a in args:
         if isinstance(a, Value) and a._vc is not None:
-            sv = tuple(a._vc[0] if isinstance(a, Value) and a._vc is not None else 0
-                       for a in args)
+            sv = _versions(args)
             break
     t._sv = sv
     if op.view:
@@ -96,10 +95,24 @@ def record(op, args: tuple, params: dict, out) -> Tensor:
     return t
 
 
+def _versions(args: tuple) -> tuple:
+    """The inputs' versions as a new node sees them. An input that is a view whose base
+    changed in place since the view's history was made (through the base or another
+    view of it) first gets a fresh history, so the new node's gradient goes through
+    that change (PyTorch regenerates the view's grad_fn the same way)."""
+    for a in args:
+        if isinstance(a, Value) and a._ext is not None:
+            ext = a._ext
+            if ext.base is not None and ext.born != a._vc[0] and a._rg:
+                refresh_view(a)
+    return tuple(a._vc[0] if isinstance(a, Value) and a._vc is not None else 0 for a in args)
+
+
 def mark_view(t: Value, op, args: tuple, params: dict) -> None:
     """When a view op's result shares memory with its input, it shares the input's
     version counter (in-place writes through either are seen by saved-tensor checks)
-    and remembers how it looks into it (in-place ops on views update the base)."""
+    and remembers how it looks into it (in-place ops on views update the base) and at
+    which version of the base its history was made."""
     base = args[0]
     if xp.may_share_memory(t._array, base._array):
         if base._vc is None:
@@ -108,6 +121,40 @@ def mark_view(t: Value, op, args: tuple, params: dict) -> None:
         ext = t._ensure_ext()
         ext.base = base
         ext.view = (op, args, params)
+        ext.born = base._vc[0]
+
+
+def old_identity(t: Tensor) -> Tensor:
+    """A node standing for ``t`` as it was: same op, inputs and buffer, same counter (an
+    in-place op, or a view's fresh history, rebases ``t`` and keeps this as ``ext.prev``
+    for the edges made before)."""
+    old = Tensor.__new__(Tensor)
+    old._array = t._array
+    old.op = t.op
+    old.inputs = t.inputs
+    old.params = t.params
+    old._rg = t._rg
+    old._grad = None
+    old._vc = t._vc
+    old._ext = None
+    if t.op is not None:
+        old._sv = t._sv
+    if t._ext is not None:
+        e = old._ensure_ext()
+        e.prev, e.born, e.base = t._ext.prev, t._ext.born, t._ext.base
+    return old
+
+
+def refresh_view(v: Tensor) -> None:
+    """Rebase view ``v`` onto its base as the base is now: the view op applied again."""
+    ext = v._ext
+    view_op, view_args, params = ext.view
+    old = old_identity(v)
+    fresh = view_op.apply(ext.base, *view_args[1:], **params)
+    v.op, v.inputs, v.params, v._rg = fresh.op, fresh.inputs, fresh.params, fresh._rg
+    if fresh.op is not None:
+        v._sv = fresh._sv
+    ext.prev, ext.born = old, v._vc[0]
 
 
 def _leaf(array, requires_grad: bool = False) -> Tensor:
