@@ -204,10 +204,15 @@ class Linear(Op):
 
     @staticmethod
     def forward(x, w, b=None):
-        _check_linear(x.shape, w.shape, None if b is None else b.shape)
+        if x.ndim != 2 or w.ndim != 2:  # (NumPy would broadcast other ranks)
+            _check_linear(x.shape, w.shape, None)
+        # other mistakes make NumPy raise; dispatch then asks ``infer`` for the message
         out = xp.matmul(x, w.T)  # BLAS reads the transposed weight in place
         if b is not None:
-            out += b  # out is fresh: no second output array
+            if b.dtype == out.dtype:
+                out += b  # out is fresh: no second output array
+            else:  # mixed dtypes: promoted as the composite's add would be
+                out = out + b
         return out
 
     @staticmethod
