@@ -306,3 +306,16 @@ def test_methods_keyword_only_defaults_star_args_and_kwargs():
                      ((1, 2), {"k": 3, "z": 4})]:
         np.testing.assert_array_equal(cg(gg.ones(2), *args, **kw).numpy(),
                                       g(gg.ones(2), *args, **kw).numpy())
+
+
+def test_one_tensor_passed_twice_is_one_graph_value_and_guarded():
+    def f(a, b):
+        if a is b:
+            return a * 3
+        return a + b
+
+    cf = gg.compile(f)
+    t, u = gg.ones(2), gg.ones(2)
+    for a, b in [(t, t), (t, u), (u, u), (u, t)]:
+        assert cf(a, b).tolist() == f(a, b).tolist()
+    assert counters["recompiles"] == 1

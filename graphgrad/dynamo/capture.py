@@ -88,6 +88,7 @@ class Capture:
         self.inputs: list[tuple[Source, Any]] = []   # (source, placeholder node)
         self.examples: list = []
         self._by_source: dict[Source, Symbol] = {}
+        self._by_id: dict[int, tuple] = {}         # id(tensor) -> (source, Symbol)
         self.eager_types: dict[Any, type] = {}     # placeholder node -> the tensor's type
         self.where = ""                   # user location of the instruction being run
         self.slot_names: dict[int, str] = {}   # for placeholder names
@@ -96,6 +97,12 @@ class Capture:
 
     def _placeholder(self, value: Any, source: Source, spec: Spec, cls: type) -> Symbol:
         sym = self._by_source.get(source)
+        if sym is None and cls is Symbol:
+            seen = self._by_id.get(id(value))
+            if seen is not None:   # one tensor reached twice (f(t, t)): one graph value
+                self.guards.add("alias", source, seen[0], self.where)
+                self._by_source[source] = seen[1]
+                return seen[1]
         if sym is None:
             node = self.graph.placeholder(spec, _ph_name(source))
             sym = symbol(node, cls)
@@ -103,6 +110,8 @@ class Capture:
             self.inputs.append((source, node))
             self.examples.append(value)
             self.eager_types[node] = type(value)
+            if cls is Symbol:
+                self._by_id[id(value)] = (source, sym)
         return sym
 
     def dims_for(self, source: Source, shape: tuple) -> tuple:
@@ -179,6 +188,13 @@ class Capture:
             self.guards.add("keys", src, (type(obj), tuple(obj)), self.where)
             return {key: self.wrap(x, Item(src, key)) for key, x in obj.items()}
         return obj
+
+    def guard_identity(self, a: Symbol, b: Symbol, same: bool) -> None:
+        """``a is b`` was decided for two graph inputs: guard the answer."""
+        srcs = {node: src for src, node in self.inputs}
+        sa, sb = srcs.get(a._node), srcs.get(b._node)
+        if sa is not None and sb is not None and not same:
+            self.guards.add("distinct", sa, sb, self.where)
 
     def realize_identity(self, v: Any) -> Any:
         """The object itself, for ``is`` tests (an ``Ext``'s identity or type is guarded)."""

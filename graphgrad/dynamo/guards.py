@@ -57,6 +57,10 @@ def _describe(kind: str, src: str, expected: Any) -> str:
         return f"{src}.keys() == {list(expected[1])!r}"
     if kind == "type":
         return f"type({src}) is {expected.__name__}"
+    if kind == "alias":
+        return f"{src} is {expected}"
+    if kind == "distinct":
+        return f"{src} is not {expected}"
     return f"{kind}({src})"
 
 
@@ -109,6 +113,10 @@ class GuardSet:
             return f"type({e}) is {p(g.expected[0])} and tuple({e}) == {p(g.expected[1])}"
         if g.kind == "type":
             return f"type({e}) is {p(g.expected)}"
+        if g.kind == "alias":
+            return f"{e} is {g.expected.expr(p)}"
+        if g.kind == "distinct":
+            return f"{e} is not {g.expected.expr(p)}"
         raise ValueError(f"unknown guard kind {g.kind!r}")
 
     def compile(self):

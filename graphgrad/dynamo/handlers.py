@@ -277,7 +277,10 @@ def _compare(it, f, inst):
 def _is_op(it, f, inst):
     b = it.cap.realize_identity(f.stack.pop())
     a = it.cap.realize_identity(f.stack.pop())
-    f.stack.append((a is not b) if inst.arg else (a is b))
+    same = a is b
+    if isinstance(a, Symbol) and isinstance(b, Symbol) and not it.cap.concrete:
+        it.cap.guard_identity(a, b, same)   # two inputs: whether they are one tensor
+    f.stack.append((not same) if inst.arg else same)
 
 
 @handler("CONTAINS_OP")
