@@ -110,10 +110,10 @@ def explain(fn: Callable | Module, *extra_args, **extra_kwargs):
     (with the "eager" backend) and say what became of it."""
     def inner(*args, **kwargs):
         if isinstance(fn, Module):
-            cf = CompiledFunction(type(fn).forward, backend="eager")
+            cf = CompiledFunction(type(fn).forward, backend="eager", share=False)
             result = cf(fn, *args, **kwargs)
         else:
-            cf = CompiledFunction(fn, backend="eager")
+            cf = CompiledFunction(fn, backend="eager", share=False)
             result = cf(*args, **kwargs)
         out = ExplainOutput(result=result, eager_reason=cf.eager_reason)
         out.graphs = list(cf.graphs)

@@ -319,3 +319,20 @@ def test_one_tensor_passed_twice_is_one_graph_value_and_guarded():
     for a, b in [(t, t), (t, u), (u, u), (u, t)]:
         assert cf(a, b).tolist() == f(a, b).tolist()
     assert counters["recompiles"] == 1
+
+
+def test_cache_lives_with_the_code_object():
+    def f(x):
+        return x * 2
+
+    gg.compile(f)(gg.ones(2))
+    gg.compile(f)(gg.ones(2))           # a second wrapper: the cached entry serves it
+    assert counters["frames"] == 1 and counters["cache_hits"] == 1
+
+    def make(c):
+        def g(x):
+            return x * c
+        return g
+
+    g2, g3 = gg.compile(make(2.0)), gg.compile(make(3.0))   # closures: their own caches
+    assert g2(gg.ones(1)).item() == 2.0 and g3(gg.ones(1)).item() == 3.0

@@ -21,7 +21,7 @@ from graphgrad.nn import Module
 from . import config
 from .backends import BACKENDS, lookup_backend, register_backend
 from .capture import Unsupported
-from .eval_frame import BreakRecord, CompiledFunction, all_compiled
+from .eval_frame import _CODE_CACHE, BreakRecord, CompiledFunction, all_compiled
 from .stats import counters
 
 __all__ = ["compile", "CompiledFunction", "OptimizedModule", "Unsupported", "reset",
@@ -74,4 +74,5 @@ def reset() -> None:
     """Forget every cached graph and zero the counters (``torch._dynamo.reset``)."""
     for cf in all_compiled():
         cf.reset()
+    _CODE_CACHE.clear()
     counters.clear()

@@ -35,6 +35,9 @@ from .values import Arg, Kw, Obj, SlotRef, Source, SrcRef
 __all__ = ["CompiledFunction", "Segment", "BreakRecord", "all_compiled"]
 
 _ALL: list = []   # weak registry for reset() (weakref.WeakSet cannot hold plain callables)
+# (code, globals, backend, fullgraph, dynamic) -> cached root segments, shared by every
+# CompiledFunction of that code (cleared by reset())
+_CODE_CACHE: dict = {}
 _WARNED_VERSION = False
 
 
@@ -117,7 +120,7 @@ class CompiledFunction:
     """``graphgrad.compile(fn)``: captures on the first call, then runs cached segments."""
 
     def __init__(self, fn, backend="default", fullgraph: bool = False, dynamic=None,
-                 mode=None):
+                 mode=None, share: bool = True):
         self.backend = lookup_backend(backend)
         if isinstance(fn, types.MethodType):
             self.bound_self, fn = fn.__self__, fn.__func__
@@ -139,7 +142,13 @@ class CompiledFunction:
         self.mode = mode
         self.dynamic = dynamic
         self._dyn: Any = True if dynamic else set()
-        self.roots: list[Segment] = []
+        # the cache lives with the code object (as Dynamo's): compiling one function
+        # twice shares it. A closure's guards name its own cells, so it keeps its own.
+        key = (fn.__code__, id(fn.__globals__), id(self.backend), fullgraph, dynamic)
+        if share and fn.__closure__ is None:
+            self.roots: list[Segment] = _CODE_CACHE.setdefault(key, [])
+        else:
+            self.roots = []
         self.graphs: list = []           # every graph handed to the backend, in order
         self.breaks: list[BreakRecord] = []
         self.recompile_reasons: list[str] = []
