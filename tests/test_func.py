@@ -1417,3 +1417,51 @@ def test_vmap_inplace_batched_into_unbatched_is_refused():
         F.vmap(lambda x, w: x.mul_(w), in_dims=(None, 0))(a, v)
     with pytest.raises(RuntimeError, match="vmap: inplace arithmetic"):
         F.vmap(lambda x, w: x.copy_(w), in_dims=(None, 0))(a, v)
+
+
+def _two_inplace(m):
+    def f(x):
+        b = x * 1
+        b.mul_(x)
+        b[1] = b[0] * 3  # reads b between the two changes
+        return (b.sin() ** 2).sum()
+    return f
+
+
+def _inplace_on_view(m):
+    def f(x):
+        b = x * 1
+        v = b[1:]
+        y = v * 2  # reads the view before the change
+        v.mul_(x[0])
+        return b.sin().sum() + (y * v).sum()
+    return f
+
+
+INPLACE_UNDER_TRANSFORMS = {
+    "vmap_grad_two_inplace": lambda m: m.vmap(m.grad(_two_inplace(m))),
+    "vmap_grad_inplace_on_view": lambda m: m.vmap(m.grad(_inplace_on_view(m))),
+    "vmap_jacfwd_grad_inplace": lambda m: m.vmap(m.jacfwd(m.grad(_two_inplace(m)))),
+    "vmap_hessian_inplace": lambda m: m.vmap(m.hessian(_inplace_on_view(m))),
+    "vmap_jvp_inplace": lambda m: m.vmap(lambda x: m.jvp(_two_inplace(m), (x,), (x.cos(),))[1]),
+}
+
+
+@pytest.mark.parametrize("name", list(INPLACE_UNDER_TRANSFORMS))
+def test_inplace_inside_vmap_under_transforms(name):
+    (x,), (xt,) = both(_XI[:, :, 0, 0])
+    close(INPLACE_UNDER_TRANSFORMS[name](F)(x), INPLACE_UNDER_TRANSFORMS[name](TF)(xt))
+
+
+def test_inplace_inside_vmap_on_a_saved_tensor_is_detected():
+    def f(x):
+        b = x * 1
+        z = b.sin().sum()  # sin saves b
+        b.mul_(2.0)
+        return z
+    (x,), (xt,) = both(_XI[:, :, 0, 0])
+    msg = "one of the variables needed for gradient computation has been modified by an inplace"
+    with pytest.raises(RuntimeError, match=msg):
+        TF.vmap(TF.grad(f))(xt)
+    with pytest.raises(RuntimeError, match=msg):
+        F.vmap(F.grad(f))(x)

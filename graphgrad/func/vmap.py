@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 
-from graphgrad.autograd.engine import _dummy
+from graphgrad.autograd.engine import _dummy, _unwrap
+from graphgrad.backend import xp
 from graphgrad.tensor import Interpreter, Tensor, Value, dispatch, pop_interpreter
 from graphgrad.tensor import is_grad_enabled as _grad_enabled
 from graphgrad.tensor import push_interpreter
@@ -113,6 +114,15 @@ class BatchedTensor(Tensor):
         old.op, old.inputs, old.params, old._rg = self.op, self.inputs, self.params, self._rg
         if self.op is not None:
             old._sv = self._sv
+        # its own counter at the current version: the edges made to it now carry that
+        # version, which resolves to it (not to an older identity) in backward
+        old._vc = [self._vc[0]] if self._vc is not None else None
+        ext = self._ext
+        if ext is not None:
+            e = old._ensure_ext()
+            e.prev, e.born = ext.prev, ext.born  # older in-place changes still resolve
+            for level, tangent in (ext.fw or {}).items():  # forward-AD levels above this one
+                level.attach(old, tangent)
         return old
 
 
@@ -177,6 +187,13 @@ def _record_logical(out: BatchedTensor, op, args: tuple, params: dict) -> None:
     versions = tuple(a._vc[0] if isinstance(a, Value) and a._vc is not None else 0
                      for a in args)
     out._sv = versions if any(versions) else None
+    if op.view and isinstance(args[0], Value):
+        # a view in the logical graph: an in-place op on it writes through to its base
+        # there too (the physical buffers are shared already)
+        phys, base_phys = _unwrap(out)[0], _unwrap(args[0])[0]
+        if xp.may_share_memory(phys._array, base_phys._array):
+            ext = out._ensure_ext()
+            ext.base, ext.view = args[0], (op, args, params)
 
 
 def _in_dims_leaves(in_dims, args_spec, name: str, args) -> list:

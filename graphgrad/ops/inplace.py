@@ -107,6 +107,8 @@ def _inplace_batched(t: Tensor, fn, args, kw, name: str) -> Tensor:
     recording = is_grad_enabled() and (t._rg or any(needs_grad(a) for a in args))
     if recording:
         _check_allowed(t)
+        if t._ext is not None and t._ext.base is not None:
+            return _inplace_on_batched_view(t, fn, args, kw, name)
     old = t._snapshot() if recording else t
     result = fn(old, *args, **kw)
     if not _vmap_levels(result) <= _vmap_levels(t):
@@ -124,6 +126,44 @@ def _inplace_batched(t: Tensor, fn, args, kw, name: str) -> Tensor:
         t.op, t.inputs, t.params, t._rg, t._sv = (result.op, result.inputs, result.params,
                                                   result._rg, result._sv)
     _carry_tangents(t, result)
+    return t
+
+
+def _write_back(view: tuple, what: str, of: str):
+    """``(base, values) -> new base`` for a view made by ``view`` = (op, args, params):
+    ``index_put`` for views made by indexing, the view op's ``write_back`` for the others."""
+    from .index import Getitem, IndexPut
+    view_op, view_args, view_params = view
+    index = view_args[1:]
+    if view_op is Getitem:
+        def write_back(b, v):
+            return IndexPut.apply(b, v, *index, spec=view_params["spec"], accumulate=False)
+    elif getattr(view_op, "write_back", None) is not None:
+        def write_back(b, v):
+            return view_op.write_back(b, v, **view_params)
+    else:
+        raise NotImplementedError(
+            f"{what} on a view made by {view_op.__name__.lower()} of {of} in a recorded graph "
+            f"is not supported; clone() the view first")
+    return write_back
+
+
+def _inplace_on_batched_view(t: Tensor, fn, args, kw, name: str) -> Tensor:
+    """An in-place op on a view of a batched tensor, while recording: the base takes the
+    new values (an in-place op on it, so its logical history sees the change) and the
+    view becomes a fresh view of the rebased base."""
+    view_op, view_args, view_params = t._ext.view
+    base, index = t._ext.base, view_args[1:]
+    write_back = _write_back(t._ext.view, f"vmap: {name}", "a batched tensor")
+    old = t._snapshot()
+    new_values = fn(old, *args, **kw)
+    apply_inplace(base, write_back, new_values, name=name)
+    fresh = view_op.apply(base, *index, **view_params)
+    version = _bump(t)
+    t._ext.prev, t._ext.born = old, version
+    t.op, t.inputs, t.params, t._rg, t._sv = (fresh.op, fresh.inputs, fresh.params, fresh._rg,
+                                              fresh._sv)
+    _carry_tangents(t, fresh)
     return t
 
 
@@ -192,20 +232,10 @@ def _inplace_on_view(t: Tensor, fn, args, kw, name: str) -> Tensor:
     base (with ``index_put`` for views made by indexing, with the view op's
     ``write_back`` for reshape/permute/expand views), rebasing the base so its history
     sees the change, and the view becomes a fresh view of the rebased base."""
-    from .index import Getitem, IndexPut
     ext = t._ext
     view_op, view_args, view_params = ext.view
     base, index = ext.base, view_args[1:]
-    if view_op is Getitem:
-        def write_back(b, v):
-            return IndexPut.apply(b, v, *index, spec=view_params["spec"], accumulate=False)
-    elif getattr(view_op, "write_back", None) is not None:
-        def write_back(b, v):
-            return view_op.write_back(b, v, **view_params)
-    else:
-        raise NotImplementedError(
-            f"graphgrad: {name} on a view made by {view_op.__name__.lower()} of a tensor in a "
-            f"recorded graph is not supported; clone() the view first")
+    write_back = _write_back(ext.view, f"graphgrad: {name}", "a tensor")
     if t._vc is None:
         t._vc = [0]
     old = _old_identity(t)
