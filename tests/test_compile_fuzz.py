@@ -112,6 +112,8 @@ class _Gen:
             f"h_affine({a})", f"{a}.exp().clamp(max=5.0) * 0.1", f"gg.relu({a}) + {b}",
             f"h_pair({a}, {b})[{self.r.choice([0, 1])}]", f"h_branchy({a})",
             f"scale_by({a})", f"{a} / (1 + {b} * {b})", f"{a}.sum(0, keepdim=True) + {b}",
+            f"{a}.detach() * 2 + {b}", f"{a}.to(gg.float32).double() - {b}",
+            f"{a}.clone().mul_(2) + {b}.contiguous()",
         ])
 
     def stmt(self, depth: int, ind: str) -> None:

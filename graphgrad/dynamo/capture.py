@@ -16,6 +16,8 @@ import types
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
+
 from graphgrad.graph import Graph, GraphBuilder, Spec, Symbol, symbol
 from graphgrad.tensor import Tensor, Value
 
@@ -139,7 +141,6 @@ class Capture:
             # a float made by an eager call (a random number...): a graph input, not a
             # constant, so that a new value does not recompile
             self.guards.add("type", source, float, self.where)
-            import numpy as np
             return self._placeholder(value, source, Spec((), np.dtype(np.float64)), SymFloat)
         if t in _SCALARS:
             self.guards.add("equals", source, value, self.where)
@@ -161,12 +162,11 @@ class Capture:
             return Ext(value, source)
         self.guards.add("id", source, value, self.where)
         if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type,
-                              types.MethodType)):
-            return value
+                              types.MethodType, np.dtype)):
+            return value   # immutable: its identity says everything
         return Ext(value, source)
 
     def wrap_symint(self, value: Any, source: Source) -> Any:
-        import numpy as np
         if self.concrete:
             return int(value)
         self.guards.add("tensor", source, (type(value), (), np.dtype(np.int64), False),

@@ -17,7 +17,7 @@ from typing import Any
 from graphgrad.tensor import Size, Tensor
 
 from .guards import Pool
-from .values import Cell, FuncV, IntOf, ListIter, SlotRef, SrcRef
+from .values import UNBOUND, Cell, FuncV, IntOf, ListIter, SlotRef, SrcRef
 
 __all__ = ["Codegen", "materialize"]
 
@@ -118,7 +118,7 @@ def materialize(t: Any, a: tuple, k: dict, s: tuple, memo: dict | None = None) -
             return t.cell
         out = memo[id(t)] = types.CellType()
         v = materialize(t.value, a, k, s, memo)
-        if v is not _unbound():
+        if v is not UNBOUND:
             out.cell_contents = v
         return out
     if tp is FuncV:
@@ -134,8 +134,3 @@ def materialize(t: Any, a: tuple, k: dict, s: tuple, memo: dict | None = None) -
     if isinstance(t, Tensor):
         return fresh(t)
     return t
-
-
-def _unbound():
-    from .values import UNBOUND
-    return UNBOUND

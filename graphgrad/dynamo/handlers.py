@@ -217,18 +217,14 @@ def _binary_op(it, f, inst):
                                   "the caller can see", fn, (a, b)))
             return
         if isinstance(a, Symbol):
-            f.stack.append(_result(it, it.binary(fn, a, b)))
+            f.stack.append(it.binary(fn, a, b))
             return
         if type(a) in (list, dict, set) and fn is not base:
             f.stack.append(it.value_op(fn, a, b))
             return
-        f.stack.append(_result(it, it.binary(base, a, b)))
+        f.stack.append(it.binary(base, a, b))
         return
-    f.stack.append(_result(it, it.binary(base, a, b)))
-
-
-def _result(it, v):
-    return v
+    f.stack.append(it.binary(base, a, b))
 
 
 def _unary(fn):

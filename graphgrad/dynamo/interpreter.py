@@ -21,6 +21,7 @@ import types
 from typing import Any
 
 from graphgrad.graph import Symbol
+from graphgrad.graph.symbol import _StandIn
 from graphgrad.tensor import Size, Tensor
 
 from . import config
@@ -158,6 +159,13 @@ class Interpreter:
         when the interpreter runs on real values)."""
         if self.cap.concrete:
             return fn(*args, **(kwargs or {}))
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, (Symbol, Ext, list, dict, set)):
+            # the object must come from the run-time values, not be frozen in the method
+            if isinstance(fn, types.MethodType):   # (a Symbol's methods wrap Tensor's)
+                fn, args = getattr(fn.__func__, "__wrapped__", fn.__func__), (owner, *args)
+            elif isinstance(fn, types.BuiltinMethodType):
+                fn, args = _MethodCall(fn.__name__), (owner, *args)
         raise _Break(kind, reason, fn, args, kwargs or {}, mode)
 
     def value_op(self, fn, *args, reason: str | None = None):
@@ -168,7 +176,10 @@ class Interpreter:
                             f"object the function did not create", fn, args)
         args = tuple(cap.realize(a) for a in args)
         try:
-            return fn(*args)
+            out = fn(*args)
+            if _leaks_stand_in(out):
+                raise TypeError("the result is not a graph value")
+            return out
         except Unsupported:
             raise
         except TypeError as e:
@@ -250,7 +261,10 @@ class Interpreter:
             if is_inplace_name(name):
                 return _InplaceMethod(obj, name)
             try:
-                return getattr(obj, name)
+                out = getattr(obj, name)
+                if _leaks_stand_in(out):
+                    raise TypeError("the attribute is not a graph value")
+                return out
             except TypeError as e:
                 return self.brk("unsupported-value-op", f"tensor attribute .{name}: {e}", getattr,
                          (obj, name))
@@ -422,10 +436,10 @@ class Interpreter:
             del cap.graph.nodes[before:]  # unfinished work is dropped (pure nodes only)
             return self.eager_call(fn, real, kw, f"{getattr(fn, '__qualname__', name)} "
                                    f"cannot run on graph values ({type(e).__name__}: {e})")
-        if dynamic_in and _has_real_tensor(out):
+        if dynamic_in and _has_real_tensor(out) or _leaks_stand_in(out):
             del cap.graph.nodes[before:]
-            return self.eager_call(fn, real, kw, f"{name} makes a tensor whose size is "
-                                   f"dynamic")
+            return self.eager_call(fn, real, kw, f"{name} of a graph value makes a tensor "
+                                   f"outside the graph")
         return out
 
     def call_function(self, fn: types.FunctionType, args: list, kwargs: dict) -> Any:
@@ -575,6 +589,18 @@ def _has_symint(vals) -> bool:
             return True
         if type(v) in (tuple, list) and _has_symint(v):
             return True
+    return False
+
+
+def _leaks_stand_in(v) -> bool:
+    """A real Tensor built around a Symbol's stand-in array (``Symbol.detach()`` makes
+    one): its values are not the graph's; the call must run for real instead."""
+    if isinstance(v, Tensor) and not isinstance(v, Symbol):
+        return isinstance(v._array, _StandIn)
+    if type(v) in (tuple, list):
+        return any(_leaks_stand_in(x) for x in v)
+    if type(v) is dict:
+        return any(_leaks_stand_in(x) for x in v.values())
     return False
 
 
