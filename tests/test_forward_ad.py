@@ -397,3 +397,27 @@ def test_inplace_ops_update_the_tangent(name):
     with tfwad.dual_level():
         tt = tfwad.unpack_dual(INPLACE[name](torch, tfwad.make_dual(xt, vt))).tangent
     close(t, tt)
+
+
+# ---- tangents through in-place ops and writes through views --------------------------
+
+def _inplace_and_view_writes(x):
+    b = x * 1
+    b.mul_(x)
+    b[1] = b[0] * 3
+    v = b[1:]
+    v.add_(x[0])  # a write through a view changes the base's tangent too
+    return (b.sin() ** 2).sum()
+
+
+@pytest.mark.parametrize("transform", ["jvp", "jacfwd_grad", "hessian", "jacrev_grad"])
+def test_tangents_through_inplace_and_views(transform):
+    from graphgrad import func as F
+    (x,), (xt,) = both(rand(4, seed=7))
+    build = {
+        "jvp": lambda mod: (lambda a: mod.jvp(_inplace_and_view_writes, (a,), (a.cos(),))[1]),
+        "jacfwd_grad": lambda mod: mod.jacfwd(mod.grad(_inplace_and_view_writes)),
+        "hessian": lambda mod: mod.hessian(_inplace_and_view_writes),
+        "jacrev_grad": lambda mod: mod.jacrev(mod.grad(_inplace_and_view_writes)),
+    }[transform]
+    close(build(F)(x), build(TF)(xt))

@@ -1116,7 +1116,6 @@ def _shared_floats(example):
 # still changes, so a failure is classified by its signature instead of by case name: a
 # known bug turns the test into an xfail (each has a strict-xfail repro of its own in this
 # file or in test_forward_ad.py), and anything else fails.
-_INPLACE = "BUG: in-place ops (x[i] = v) drop forward-AD tangents"
 _INT_DIV = ("BUG: int tensor / 0-d int tensor is an integer (floor) division with an int64 "
             "result; torch gives float [1.0, 1.3333] for tensor([3, 4]) / tensor(3)")
 _ZERO_D_DIM = ("BUG: under vmap, softmax/log_softmax/cumsum of a 0-d example with dim=0 raise "
@@ -1131,8 +1130,6 @@ def _known_bug(kind: str, case, err: BaseException) -> str | None:
     if kind == "vmap" and "out of bounds for array of dimension" in msg:
         return _ZERO_D_DIM
     if isinstance(err, AssertionError):
-        if kind == "jvp" and "setitem" in case.name:
-            return _INPLACE
         if "div" in case.name and "int64" in msg and "float" in msg:
             return _INT_DIV
     return None

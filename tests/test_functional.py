@@ -429,7 +429,8 @@ def test_strategy_error():
      r"Output 0 of the user-provided function does not require gradients."),
     (lambda mod, x: mod.vjp(lambda a, b: (a, b), (x, x), (x,)),
      r"v is a tuple of invalid length: should be 2 but got 1."),
-    (lambda mod, x: mod.jvp(lambda a: a, x, (x, x)), r"The given v should contain a single Tensor."),
+    (lambda mod, x: mod.jvp(lambda a: a, x, (x, x)),
+     r"The given v should contain a single Tensor."),
     (lambda mod, x: mod.vhp(lambda a, b: (a * b).sum(), (x, x), (x, x[:2])),
      r"Entry 1 in v has invalid size: should be (torch|graphgrad).Size\(\[3\]\) but got "
      r"(torch|graphgrad).Size\(\[2\]\)."),

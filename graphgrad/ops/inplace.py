@@ -91,6 +91,29 @@ def _carry_tangents(t: Tensor, result: Tensor) -> None:
         level.attach(t, tangent)
 
 
+def _copy_tangents(t: Tensor, old: Tensor) -> None:
+    """The old identity keeps ``t``'s forward-AD tangents: the new value's jvp (and, in
+    forward-over-reverse, the backward rules reading the saved old value) need them."""
+    fw = t._ext.fw if t._ext is not None else None
+    for level, tangent in (fw or {}).items():
+        level.attach(old, tangent)
+
+
+def _tangents_to_base(t: Tensor) -> None:
+    """A write through a view changes its base: so does the view's new tangent (the
+    recorded path gets this from the write-back op's jvp; this is the unrecorded one)."""
+    ext = t._ext
+    while ext is not None and ext.base is not None and ext.fw:
+        base = ext.base
+        write_back = _write_back(ext.view, "forward AD: an in-place op", "a tensor")
+        for level, tangent in list(ext.fw.items()):
+            before = level.tangent(base)
+            level.attach(base, write_back(before if before is not None else
+                                          _leaf(xp.zeros(base._array.shape,
+                                                         base._array.dtype)), tangent))
+        t, ext = base, base._ext
+
+
 def _vmap_levels(t) -> set:
     levels = set()
     while _is_wrapper(t):
@@ -191,6 +214,7 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
         _write(t, result._array, name)
         _bump(t)
         _carry_tangents(t, result)
+        _tangents_to_base(t)
         return t
     _check_allowed(t)
     if t._ext is not None and t._ext.base is not None:
@@ -198,6 +222,7 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
     if t._vc is None:
         t._vc = [0]
     old = _old_identity(t)
+    _copy_tangents(t, old)
     result = fn(old, *args, **kw)
     if _is_wrapper(result):
         raise _vmap_inplace_error(name)
@@ -239,6 +264,7 @@ def _inplace_on_view(t: Tensor, fn, args, kw, name: str) -> Tensor:
     if t._vc is None:
         t._vc = [0]
     old = _old_identity(t)
+    _copy_tangents(t, old)
     new_values = fn(old, *args, **kw)
     _keep_if_saved(old, new_values, t._vc[0])
     apply_inplace(base, write_back, new_values, name=name)
@@ -247,6 +273,7 @@ def _inplace_on_view(t: Tensor, fn, args, kw, name: str) -> Tensor:
     if fresh.op is not None:
         t._sv = fresh._sv
     ext.prev, ext.born = old, t._vc[0]
+    _carry_tangents(t, fresh)
     return t
 
 
