@@ -597,6 +597,8 @@ def _leaks_stand_in(v) -> bool:
     one): its values are not the graph's; the call must run for real instead."""
     if isinstance(v, Tensor) and not isinstance(v, Symbol):
         return isinstance(v._array, _StandIn)
+    if isinstance(v, _StandIn):
+        return True
     if type(v) in (tuple, list):
         return any(_leaks_stand_in(x) for x in v)
     if type(v) is dict:
