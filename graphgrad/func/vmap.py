@@ -5,7 +5,17 @@ A vmap level is an interpreter on the dispatch stack. Inside it, a mapped input 
 batch dim), while it holds the whole batch (``_phys``) with the batch at ``_bdim``.
 Each op call on batched tensors is handed to the op's batching rule, which rewrites
 it into one op call on the physical tensors (no Python loop over examples). Levels
-nest, and the physical tensors are ordinary tensors, so reverse mode records them.
+nest (a value batched at two levels is ``BatchedTensor(inner level, BatchedTensor(outer
+level, physical))``).
+
+Reverse mode sees two graphs. The batching rules' ops are ordinary ops on the physical
+tensors, so the physical graph is recorded as usual: a backward *outside* vmap (through
+vmap's results) walks it. Each batched result is also a node of the *logical* graph at its
+level (its op and logical inputs): a backward *inside* vmap (``vmap(grad(f))``,
+``vmap(jacrev(f))``, ``vmap(hessian(f))``) walks that one, so every vjp rule is an op call
+on logical tensors that goes through the dispatch stack like any other: cotangents
+batched at another level stay batched there, forward-AD levels above see the saved values'
+tangents, and an unbatched input gets one gradient per example.
 """
 
 from __future__ import annotations
