@@ -213,3 +213,26 @@ def test_sign_and_square_of_bool():
         g = getattr(gg, op)(gg.tensor([True, False]))
         t = getattr(torch, op)(torch.tensor([True, False]))
         assert g.dtype.name == torch_name(t.dtype) and g.tolist() == t.tolist(), op
+
+
+def test_promotion_under_vmap_uses_the_examples_ranks():
+    """A batched 0-d example promotes as a 0-d tensor (physically it has the batch dim)."""
+    cases = {
+        "0-d float32 example + float16 tensor": (lambda m: m.ones(3, dtype=m.float16),
+                                                 lambda m: m.ones(4, dtype=m.float32)),
+        "0-d int8 example + int64 tensor": (lambda m: m.ones(3, dtype=m.int64),
+                                            lambda m: m.ones(4, dtype=m.int8)),
+        "0-d float64 example + int32 tensor": (lambda m: m.ones(3, dtype=m.int32),
+                                               lambda m: m.ones(4, dtype=m.float64)),
+    }
+    for name, (other, batch) in cases.items():
+        for nested in (False, True):
+            dtypes = []
+            for m, vmap in ((gg, gg.func.vmap), (torch, torch.func.vmap)):
+                y = other(m)
+                fn = vmap(lambda a, y=y: a + y)
+                x = batch(m)
+                if nested:
+                    fn, x = vmap(fn), x.reshape(2, 2)
+                dtypes.append(torch_name(fn(x).dtype))
+            assert dtypes[0] == dtypes[1], (name, nested, dtypes)

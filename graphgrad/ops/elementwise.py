@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from graphgrad.backend import torch_promotion, xp
+from graphgrad.backend import from_numpy_dtype, torch_promotion, xp
+from graphgrad.tensor import Value
 
 from .base import Op, Spec, broadcast_shapes
 from .batching import align, logical_ndim
@@ -36,7 +37,16 @@ class _Elementwise(Op):
         rank = max(logical_ndim(v, d) for v, d in zip(vals, bdims, strict=True))
         args = [align(v, d, rank) if d is not None else v
                 for v, d in zip(vals, bdims, strict=True)]
-        return cls.apply(*args, **params), 0
+        out = cls.apply(*args, **params)
+        if cls.promotes and any(d is not None and v.ndim == 1
+                                for v, d in zip(vals, bdims, strict=True)):
+            # batched 0-d examples have a dim physically, but promote as 0-d tensors
+            logical = cls.infer(*[Spec(tuple(s for i, s in enumerate(v.shape) if i != d),
+                                       v.dtype.np) if isinstance(v, Value) else v
+                                  for v, d in zip(vals, bdims, strict=True)], **params)
+            if logical.dtype != out.dtype.np:
+                out = out.to(from_numpy_dtype(logical.dtype))
+        return out, 0
 
 
 class _Diagonal(_Elementwise):
