@@ -51,20 +51,29 @@ class OptimizedModule(Module):
         return f"OptimizedModule({self._orig_mod!r})"
 
 
-def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: bool | None = None,
-            backend: str | Callable = "default", mode: str | None = None,
-            options: dict | None = None, disable: bool = False):
-    """Compile ``model`` (a function or an ``nn.Module``) by bytecode capture, as
-    ``torch.compile``. Nothing happens until the first call. Used bare or as
-    ``@compile(backend=...)``."""
-    def wrap(fn):
+def compile(fn: Callable | None = None, *, backend: str | Callable = "default",
+            fullgraph: bool = False, dynamic: bool | None = None, mode: str | None = None,
+            options: dict | None = None, disable: bool = False,
+            model: Callable | None = None):
+    """Compile ``fn`` (a function or an ``nn.Module``; PyTorch's keyword ``model=`` works
+    too) by bytecode capture, as ``torch.compile``. Nothing happens until the first call.
+    Used bare or as ``@compile(backend=...)``.
+
+    ``backend``: "default" (graphs as Python programs on arrays), "eager" (the IR
+    interpreter), "print" (prints each graph it is handed) or a callable
+    ``backend(graph, example_inputs) -> callable``. ``fullgraph=True``: a graph break
+    raises ``Unsupported`` naming the reason and the source line. ``dynamic``: True gives
+    symbolic sizes from the start; None (default) after a shape-changing recompile;
+    False never. ``mode`` and ``options`` are accepted and ignored (one mode here)."""
+    model = fn if fn is not None else model
+    def wrap(target):
         if disable:
-            return fn
-        if isinstance(fn, Module):
-            forward = type(fn).forward
-            return OptimizedModule(fn, CompiledFunction(forward, backend, fullgraph, dynamic,
-                                                        mode))
-        return CompiledFunction(fn, backend, fullgraph, dynamic, mode)
+            return target
+        if isinstance(target, Module):
+            forward = type(target).forward
+            return OptimizedModule(target, CompiledFunction(forward, backend, fullgraph,
+                                                            dynamic, mode))
+        return CompiledFunction(target, backend, fullgraph, dynamic, mode)
     if model is None:
         return wrap
     return wrap(model)
