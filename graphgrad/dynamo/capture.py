@@ -154,8 +154,8 @@ class Capture:
         if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and not isinstance(
                 getattr(value, "__self__", None), types.ModuleType):
             return value   # a fresh bound method: its owner was guarded where it was read
-        if isinstance(source.root(), Slot) and not callable(value) \
-                and not isinstance(value, types.ModuleType):
+        if isinstance(source.root(), Slot) and not isinstance(
+                value, (types.ModuleType, types.FunctionType, type)):
             # a run-time object (an eager call's result): a new one each call; what is
             # read from it is guarded where it is read
             self.guards.add("type", source, t, self.where)

@@ -306,7 +306,9 @@ class Interpreter:
                 if type(obj).__call__ is Module.__call__ and not any(hooks) \
                         and isinstance(forward, types.FunctionType):
                     return self.call_function(forward, [fn, *args], kwargs)
-            return self.eager_call(obj, args, kwargs, "a call of an object")
+            # the Ext itself: the object is fetched from its source at run time
+            return self.eager_call(fn, args, kwargs, f"a call of a {type(obj).__name__} "
+                                   f"object")
         if isinstance(fn, FuncV):
             return self.inline(fn.code, fn.globals, fn.name, fn.defaults, fn.kwdefaults,
                                fn.closure, args, kwargs, None)
@@ -328,7 +330,7 @@ class Interpreter:
             self_v = fn.__self__
             if isinstance(self_v, Symbol):
                 return self.native(fn, args, kwargs)
-            if isinstance(fn.__func__, types.FunctionType) and not is_graphgrad(fn.__func__):
+            if isinstance(fn.__func__, types.FunctionType) and classify(fn) == "inline":
                 return self.call_function(fn.__func__, [self_v, *args], kwargs)
             return self.by_policy(fn, args, kwargs)
         if isinstance(fn, (types.BuiltinMethodType, types.MethodWrapperType,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import math
 import operator
+import sys
 import types
 from typing import Any
 
@@ -48,6 +49,12 @@ TENSOR_EAGER_ATTRS = frozenset({"requires_grad", "grad", "grad_fn", "is_leaf", "
                                 "data_ptr", "_base", "untyped_storage", "__array__"})
 
 
+# Python code of these packages runs for real (random state, I/O, clocks, NumPy's own
+# Python layer): interpreting it would trace what must not be traced
+_RUN_FOR_REAL = (set(sys.stdlib_module_names) | {"numpy", "scipy", "torch"}) - {
+    "functools", "operator", "math", "collections", "itertools"}
+
+
 def _module_of(fn: Any) -> str:
     return getattr(fn, "__module__", None) or ""
 
@@ -69,6 +76,8 @@ def classify(fn: Any) -> str:
     if isinstance(fn, types.MethodType):
         fn = fn.__func__
     if isinstance(fn, types.FunctionType):
+        if _module_of(fn).split(".")[0] in _RUN_FOR_REAL:
+            return "eager"   # the standard library, NumPy: never traced into
         if is_graphgrad(fn):
             mod = _module_of(fn)
             if name in _EAGER_NAMES or "rand" in name or mod.startswith(_EAGER_MODULES) \
