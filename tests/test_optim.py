@@ -123,6 +123,42 @@ def test_step_on_a_read_only_parameter_raises():
         optim.SGD([view], lr=0.1).step()
 
 
+def _digits_cnn(m):
+    """The ``graphgrad train --model cnn`` network, spelled in ``m.nn``."""
+    return m.nn.Sequential(
+        m.nn.Unflatten(1, (1, 8, 8)),
+        m.nn.Conv2d(1, 4, 3, padding=1), m.nn.ReLU(), m.nn.MaxPool2d(2),
+        m.nn.Conv2d(4, 6, 3, padding=1), m.nn.GELU(), m.nn.MaxPool2d(2),
+        m.nn.Flatten(), m.nn.LayerNorm(24), m.nn.Dropout(0.0), m.nn.Linear(24, 10)).double()
+
+
+@pytest.mark.parametrize("cls,kw", [("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)),
+                                    ("AdamW", dict(lr=0.01))])
+def test_cnn_training_steps_match_torch(cls, kw):
+    """Conv2d, MaxPool2d, GELU, LayerNorm, Flatten and the losses trained for 5 steps
+    with copied weights: the parameters stay equal to PyTorch's."""
+    torch.manual_seed(0)
+    t_model = _digits_cnn(torch)
+    g_model = _digits_cnn(gg)
+    g_model.load_state_dict({k: gg.tensor(v.detach().numpy().copy())
+                             for k, v in t_model.state_dict().items()})
+    g_opt = getattr(optim, cls)(g_model.parameters(), **kw)
+    t_opt = getattr(torch.optim, cls)(t_model.parameters(), **kw, foreach=False)
+    rng = np.random.default_rng(5)
+    for _ in range(STEPS):
+        x = rng.uniform(0, 1, (8, 64))
+        y = rng.integers(0, 10, 8)
+        target = rng.standard_normal((8, 10))
+        for model, opt, m in ((g_model, g_opt, gg), (t_model, t_opt, torch)):
+            opt.zero_grad()
+            out = model(m.tensor(x))
+            loss = (m.nn.functional.cross_entropy(out, m.tensor(y), label_smoothing=0.1)
+                    + 0.1 * m.nn.MSELoss()(out, m.tensor(target)))
+            loss.backward()
+            opt.step()
+        _assert_same(g_model, t_model, tol=1e-10)
+
+
 def test_param_groups_and_defaults():
     g_model, t_model = _pair()
     groups = lambda m: [{"params": m[0].parameters(), "lr": 0.5},  # noqa: E731
