@@ -159,6 +159,25 @@ def test_cnn_training_steps_match_torch(cls, kw):
         _assert_same(g_model, t_model, tol=1e-10)
 
 
+@pytest.mark.parametrize("cls,kw", [("Adam", {}), ("AdamW", dict(amsgrad=True, weight_decay=0.1)),
+                                    ("SGD", dict(lr=0.1, momentum=0.9, weight_decay=0.01))])
+def test_complex_parameters_update_like_torch(cls, kw):
+    """Complex parameters, given the same gradients: Adam treats the real and imaginary
+    parts as separate entries (PyTorch's view_as_real), SGD is elementwise."""
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal((3, 2)) + 1j * rng.standard_normal((3, 2))
+    gw, tw = gg.tensor(w0.copy(), requires_grad=True), torch.tensor(w0.copy(), requires_grad=True)
+    g_opt = getattr(optim, cls)([gw], **kw)
+    t_opt = getattr(torch.optim, cls)([tw], **kw, foreach=False)
+    for _ in range(STEPS):
+        grad = rng.standard_normal((3, 2)) + 1j * rng.standard_normal((3, 2))
+        gw.grad, tw.grad = gg.tensor(grad.copy()), torch.tensor(grad.copy())
+        g_opt.step()
+        t_opt.step()
+    np.testing.assert_allclose(gw.detach().numpy(), tw.detach().numpy(), rtol=1e-13,
+                               atol=1e-15)
+
+
 def test_param_groups_and_defaults():
     g_model, t_model = _pair()
     groups = lambda m: [{"params": m[0].parameters(), "lr": 0.5},  # noqa: E731

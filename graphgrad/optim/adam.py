@@ -74,6 +74,9 @@ class Adam(Optimizer):
             else:
                 g = g + wd * param  # grad.add(param, alpha=weight_decay)
         m, v = buffer(m_t), buffer(v_t)
+        if param.dtype.kind == "c":  # as PyTorch (view_as_real): real and imaginary parts
+            param, m, v = _as_real(param), _as_real(m), _as_real(v)  # are separate entries
+            g = _as_real(xp.ascontiguousarray(g))
         scratch = xp.subtract(g, m)  # exp_avg.lerp_(grad, 1 - beta1)
         axpy(m, 1 - beta1, scratch, scratch)
         v *= beta2  # exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
@@ -82,9 +85,11 @@ class Adam(Optimizer):
         written(step_t, m_t, v_t)
         if amsgrad:
             vmax_t = state["max_exp_avg_sq"]
-            xp.maximum(buffer(vmax_t), v, out=vmax_t._array)
+            vmax = buffer(vmax_t)
+            vmax = _as_real(vmax) if vmax.dtype.kind == "c" else vmax
+            xp.maximum(vmax, v, out=vmax)
             written(vmax_t)
-            v = vmax_t._array
+            v = vmax
         bias_correction1 = 1 - beta1 ** step
         bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
         denom = xp.sqrt(v, out=scratch)  # (sqrt(v) / bias_correction2_sqrt).add_(eps)
@@ -93,6 +98,13 @@ class Adam(Optimizer):
         xp.divide(m, denom, out=scratch)  # param.addcdiv_(m, denom, value=-step_size)
         axpy(param, -lr / bias_correction1, scratch, scratch)
         written(p)
+
+
+def _as_real(a):
+    """A contiguous complex array as a real view with a trailing (real, imag) pair."""
+    if not a.flags.c_contiguous:
+        raise NotImplementedError("Adam: complex parameters must be contiguous tensors")
+    return a.view(a.real.dtype).reshape(*a.shape, 2)
 
 
 class AdamW(Adam):
