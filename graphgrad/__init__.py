@@ -46,6 +46,17 @@ def numel(input: Tensor) -> "builtins.int":
     return input.numel()
 
 
+def result_type(tensor, other) -> dtype:
+    """``torch.result_type``: the dtype an arithmetic op on these operands gives."""
+    return backend.from_numpy_dtype(backend.result_type(
+        *(a._array if isinstance(a, Value) else a for a in (tensor, other))))
+
+
+def promote_types(type1: dtype, type2: dtype) -> dtype:
+    """``torch.promote_types``: the smallest dtype both promote to."""
+    return backend.from_numpy_dtype(backend.promote_types(type1.np, type2.np))
+
+
 import builtins  # noqa: E402
 import importlib as _importlib  # noqa: E402
 

@@ -236,3 +236,20 @@ def test_promotion_under_vmap_uses_the_examples_ranks():
                     fn, x = vmap(fn), x.reshape(2, 2)
                 dtypes.append(torch_name(fn(x).dtype))
             assert dtypes[0] == dtypes[1], (name, nested, dtypes)
+
+
+def test_public_result_type_and_promote_types_match_torch():
+    names = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
+             "float64", "complex64", "complex128"]
+    for a in names:
+        for b in names:
+            assert str(gg.promote_types(getattr(gg, a), getattr(gg, b))).split(".")[1] == \
+                str(torch.promote_types(getattr(torch, a), getattr(torch, b))).split(".")[1]
+    for other in (2, 2.5, True, 1j):
+        for a in names:
+            x = gg.ones(2, dtype=getattr(gg, a))
+            t = torch.ones(2, dtype=getattr(torch, a))
+            expected = str(torch.result_type(t, other)).split(".")[1]
+            if expected == "complex32":  # NumPy has no complex32: the next one up
+                expected = "complex64"
+            assert str(gg.result_type(x, other)).split(".")[1] == expected
