@@ -31,9 +31,14 @@ def describe(cf: CompiledFunction) -> str:
     """The cached segment tree of a compiled function, one segment a line: its graph,
     what ends it, and (indented below) the segments that follow it."""
     lines: list[str] = []
+    names: dict[int, str] = {}
 
     def walk(seg, depth: int, label: str) -> None:
         ind = "  " * depth
+        if id(seg) in names:   # a loop: the segment was met already
+            lines.append(f"{ind}{label}(again: {names[id(seg)]})")
+            return
+        names[id(seg)] = seg.graph.name if seg.graph is not None else f"segment {len(names)}"
         graph = f"{seg.graph.name} ({seg.ops} ops)" if seg.graph is not None else \
             "(no ops)"
         term = seg.term
@@ -59,9 +64,12 @@ def describe(cf: CompiledFunction) -> str:
 
 def segments(cf: CompiledFunction) -> list:
     """Every cached segment of a compiled function (roots first, then their children)."""
-    out, todo = [], list(cf.roots)
+    out, todo, seen = [], list(cf.roots), set()
     while todo:
         seg = todo.pop(0)
+        if id(seg) in seen:
+            continue
+        seen.add(id(seg))
         out.append(seg)
         if isinstance(seg.term, EagerTerm):
             todo.extend(seg.term.children)

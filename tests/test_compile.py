@@ -236,7 +236,9 @@ def test_break_inside_inlined_callee_resumes_there(capsys):
     assert kinds.count("data-dependent-branch") == 1
     assert any("_helper_with_break" in b.where and "v.mean() > 0" in b.line
                for b in cf.breaks)
-    assert counters["recompiles"] == 0 and counters["frames"] == 5
+    # root (y + 1, the condition), each side of the branch up to print, and one segment
+    # after print that both sides share (their continuations are the same template)
+    assert counters["recompiles"] == 0 and counters["frames"] == 4
 
 
 def test_external_state_and_side_effects_run_each_call():
@@ -306,6 +308,22 @@ def test_methods_keyword_only_defaults_star_args_and_kwargs():
                      ((1, 2), {"k": 3, "z": 4})]:
         np.testing.assert_array_equal(cg(gg.ones(2), *args, **kw).numpy(),
                                       g(gg.ones(2), *args, **kw).numpy())
+
+
+def test_loop_with_a_graph_break_per_iteration_is_a_cycle_of_cached_segments():
+    def countdown(x):
+        while x.sum() > 0:       # a tensor condition: a graph break per iteration
+            x = x - 1
+        return x
+
+    cf = gg.compile(countdown)
+    for v in (5.0, 200.0, 3.0, 0.5, -1.0):
+        x = gg.full((2,), v)
+        assert cf(x).tolist() == countdown(x).tolist()
+    # the first test and the loop's test are two places; their segments are reused on
+    # every iteration of every call
+    assert counters["frames"] <= 5 and counters["concrete_runs"] == 0
+    assert "(again:" in compiler.describe(cf)
 
 
 def test_one_tensor_passed_twice_is_one_graph_value_and_guarded():

@@ -83,6 +83,10 @@ _EXTENDED = {
     "fstring": ["tag = f'{{n}}-{{flag!r}}'", "{v} = {a} * len(tag)"],
     "global_state": ["LOG.append(n)", "STATE['k'] = STATE.get('k', 0) + 1",
                      "{v} = {a} + LOG[-1] * 0.5"],
+    # values that change on every call, used through objects made at run time
+    "runtime_values": ["u = RNG.random()", "arr = np.full(2, u) * RNG.randint(1, 3)",
+                       "{v} = {a} * float(arr.sum()) + u",
+                       "if arr.max() > 1.5:", "    {v} = {v} - int(u * 10)"],
 }
 
 
@@ -121,7 +125,7 @@ class _Gen:
                                   "intmath"] * (depth < 2)
         if self.extended:
             kinds += ["external", "inplace", "item", "star", "inner", "comprehension",
-                      "fstring", "global_state"]
+                      "fstring", "global_state", "runtime_values"]
         kind = self.r.choice(kinds)
         if kind in _EXTENDED:
             v = self.new()
@@ -203,7 +207,7 @@ class _Gen:
 def _make(seed: int, extended: bool = False):
     src = _Gen(random.Random(seed), extended).source()
     ns = {"gg": gg, "G_SCALE": 2.0, "cfg": {"w": 0.5, "seq": [1, 2]}, "np": np,
-          "math": math, "LOG": [0], "STATE": {}}
+          "math": math, "LOG": [0], "STATE": {}, "RNG": random.Random(0)}
     exec(_HELPERS, ns)  # noqa: S102 - the fuzzer's own code
     # a closure over a value from the enclosing scope
     exec("def _outer(c):\n    def scale_by(t):\n        return t * c\n    return scale_by\n"
@@ -234,13 +238,16 @@ def _differential(seed: int, extended: bool) -> None:
     f, ns, src = _make(seed, extended)
     cf = gg.compile(f, backend="eager" if seed % 2 else "default")
     rng = np.random.default_rng(seed)
-    for x, n, flag in _inputs(rng):
+    for i, (x, n, flag) in enumerate(_inputs(rng)):
+        ns["RNG"].seed(i)              # the same "random" values for both runs
         try:
             want = f(x, n, flag)
         except Exception as e:  # noqa: BLE001 - then compiled must raise the same error
+            ns["RNG"].seed(i)
             with pytest.raises(type(e)):
                 cf(x, n, flag)
             continue
+        ns["RNG"].seed(i)
         # positionally, and with keyword arguments (another root entry of the cache)
         same(want, cf(x, n, flag) if n % 2 else cf(x, flag=flag, n=n))
     # guard soundness: globals and a mutable global read by the function change
@@ -250,11 +257,16 @@ def _differential(seed: int, extended: bool) -> None:
         ns["G_SCALE"] = scale
         ns["cfg"]["w"] = w
         ns["cfg"]["seq"] = seq
-        same(f(x, 2, True), cf(x, 2, True))
+        same(_seeded(f, ns, x, 2, True), _seeded(cf, ns, x, 2, True))
     # dtype change: a float64 graph is not reused for float32 input
     x32 = gg.tensor(rng.standard_normal(3), dtype=gg.float32)
-    same(f(x32, 1, False), cf(x32, 1, False))
+    same(_seeded(f, ns, x32, 1, False), _seeded(cf, ns, x32, 1, False))
     assert counters["eager_fallbacks"] == 0 and counters["concrete_runs"] == 0, src
+
+
+def _seeded(fn, ns, *args):
+    ns["RNG"].seed(12345)
+    return fn(*args)
 
 
 def test_stale_graph_never_reused_for_changed_python_argument():

@@ -151,15 +151,15 @@ class Capture:
         if t is list or t is dict or t is OrderedDict:
             self.guards.add("type", source, t, self.where)
             return Ext(value, source)
-        if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and not isinstance(
-                getattr(value, "__self__", None), types.ModuleType):
-            return value   # a fresh bound method: its owner was guarded where it was read
         if isinstance(source.root(), Slot) and not isinstance(
                 value, (types.ModuleType, types.FunctionType, type)):
-            # a run-time object (an eager call's result): a new one each call; what is
-            # read from it is guarded where it is read
+            # a run-time object (an eager call's result, or a method bound to one): a new
+            # one each call, fetched from its source when used; reads from it are guarded
             self.guards.add("type", source, t, self.where)
             return Ext(value, source)
+        if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and not isinstance(
+                getattr(value, "__self__", None), types.ModuleType):
+            return value   # bound to an object whose identity was guarded where it was read
         self.guards.add("id", source, value, self.where)
         if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type,
                               types.MethodType, np.dtype)):

@@ -10,8 +10,8 @@ recompile_limit: int = 8
 max_inline_depth: int = 32
 # instructions one segment may interpret (a long Python loop is unrolled into the graph)
 max_instructions: int = 200_000
-# segments one call may pass through (a loop with a graph break in each iteration);
-# past it the rest of the call runs on real values, uncached
+# segments one call may capture (a loop with a graph break in each iteration that
+# changes Python state every time); past it the rest of the call runs on real values
 max_segments_per_call: int = 64
 # mark changed dims dynamic after a shape-changing recompile (Dynamo's automatic_dynamic)
 automatic_dynamic_shapes: bool = True

@@ -29,7 +29,7 @@ from .frame import VERSION_OK, Frame, code_info, live_locals
 from .guards import Pool
 from .interpreter import EagerStep, Interpreter, Return, _bind, _ExtCell
 from .stats import counters
-from .structure import rebuild
+from .structure import rebuild, template_key
 from .values import Arg, Kw, Obj, SlotRef, Source, SrcRef
 
 __all__ = ["CompiledFunction", "Segment", "BreakRecord", "all_compiled"]
@@ -92,7 +92,8 @@ class ReturnTerm:
 
 
 class EagerTerm:
-    __slots__ = ("run", "resume", "children", "record", "trusted", "names", "result_index")
+    __slots__ = ("run", "resume", "children", "record", "trusted", "names", "result_index",
+                 "key")
     ret = False
 
     def __init__(self, run, resume, record: BreakRecord):
@@ -100,6 +101,7 @@ class EagerTerm:
         self.children: list = []
         self.trusted: frozenset = frozenset()   # slots whose metadata the graph fixes
         self.names: dict[int, str] = {}         # slot -> a variable naming it (printing)
+        self.key = None   # what the next segment's capture depends on (None: unshareable)
 
 
 class FallbackTerm:
@@ -149,6 +151,7 @@ class CompiledFunction:
             self.roots: list[Segment] = _CODE_CACHE.setdefault(key, [])
         else:
             self.roots = []
+        self._by_template: dict = {}     # template key -> segments captured from it
         self.graphs: list = []           # every graph handed to the backend, in order
         self.breaks: list[BreakRecord] = []
         self.recompile_reasons: list[str] = []
@@ -161,6 +164,7 @@ class CompiledFunction:
 
     def reset(self) -> None:
         self.roots.clear()
+        self._by_template.clear()
         self.graphs.clear()
         self.breaks.clear()
         self.recompile_reasons.clear()
@@ -193,22 +197,23 @@ class CompiledFunction:
         return self._miss(a, k)
 
     def _execute(self, node, a, k, s, pending=None):
-        captured = pending is not None
-        nseg = 0
+        """Run segments from ``node`` (or capture from ``pending`` first) to the end."""
+        captures = 0
         while True:
             if node is None:
+                if captures >= config.max_segments_per_call:
+                    return self._concrete(pending[0], a, k, s)
                 node = self._capture(*pending, a, k, s)
                 if node is _EAGER:   # nothing has run yet: the whole call runs eagerly
                     counters["eager_fallbacks"] += 1
                     return self.fn(*a, **k)
-                captured = True
-            nseg += 1
-            if nseg > config.max_segments_per_call or node.term.ret is None:
+                captures += 1
+            if node.term.ret is None:
                 return self._concrete(node.start, a, k, s)
             s = node.step(a, k, s)
             t = node.term
             if t.ret:
-                if not captured:
+                if not captures:
                     counters["cache_hits"] += 1
                 return t.build(a, k, s)
             s = t.run(a, k, s)
@@ -217,9 +222,12 @@ class CompiledFunction:
                     node = c
                     break
             else:
+                node = self._shared(t, a, k, s)   # a segment captured from the same place
+                if node is not None:
+                    t.children.append(node)
+                    continue
                 if len(t.children) >= config.recompile_limit:
                     return self._concrete(t.resume, a, k, s)
-                node = None
                 pending = (t.resume, t.children, t)
 
     def _miss(self, a, k):
@@ -334,7 +342,19 @@ class CompiledFunction:
             children.insert(0, seg)
         else:
             children.append(seg)
+            if parent.key is not None:
+                self._by_template.setdefault(parent.key, []).append(seg)
         return seg
+
+    def _shared(self, term: EagerTerm, a, k, s):
+        """A cached segment captured from a template equal to ``term.resume`` (the next
+        iteration of a loop with a graph break: the tree becomes a graph with a cycle)."""
+        if term.key is None:
+            return None
+        for seg in self._by_template.get(term.key, ()):
+            if seg.guard(a, k, s):
+                return seg
+        return None
 
     def _unsupported(self, reason, template, children, is_root, a, k, keep=True):
         if is_root:
@@ -458,6 +478,8 @@ class CompiledFunction:
         step = cg.function("_step", body)
         if not isinstance(end, Return):
             self.breaks.append(term.record)
+            specs = tuple((i, outputs[i].spec) for i in sorted(term.trusted))
+            term.key = template_key((term.resume, specs))
         return Segment(cap.guards.compile(), cap.guards, step, graph, ops, term, start,
                        cap.where, compiled)
 

@@ -63,3 +63,51 @@ def rebuild(t: Any, leaf: Callable[[Any], Any], memo: dict) -> Any:
 
 
 _STRUCTURES = frozenset({list, dict, set, Cell, FuncV, ListIter, Frame})
+
+
+def template_key(t: Any) -> tuple | None:
+    """A hashable key equal for two templates that capture the same way: the code
+    positions, the structure (with sharing), the constants and the slot references.
+    None when some value has no such key."""
+    ids: dict[int, int] = {}
+    try:
+        key = _key(t, ids)
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _key(t: Any, ids: dict) -> Any:
+    tp = type(t)
+    if tp is tuple or tp is Size:
+        return (tp.__name__, *(_key(x, ids) for x in t))
+    if tp in _STRUCTURES:
+        seen = ids.get(id(t))
+        if seen is not None:
+            return ("ref", seen)
+        ids[id(t)] = len(ids)
+        if tp is list or tp is set:
+            items = t if tp is list else sorted(t, key=repr)
+            return (tp.__name__, *(_key(x, ids) for x in items))
+        if tp is dict:
+            return ("dict", *((_key(k, ids), _key(v, ids)) for k, v in t.items()))
+        if tp is Cell:
+            return ("cell", _key(t.value, ids))
+        if tp is FuncV:
+            return ("fn", id(t.code), _key(t.defaults, ids), _key(t.kwdefaults, ids),
+                    _key(t.closure, ids))
+        if tp is ListIter:
+            return ("iter", t.pos, _key(t.items, ids))
+        return ("frame", id(t.code), t.pc, _key(tuple(t.stack), ids),
+                _key(tuple(sorted(t.locals.items())), ids),
+                _key(tuple(sorted(t.cells.items())), ids), _key(t.forced, ids))
+    if tp in (int, float, str, bool, bytes, complex, type(None)):
+        return (tp.__name__, t)
+    if tp.__name__ in ("SlotRef", "IntOf", "SrcRef"):
+        inner = t.index if tp.__name__ == "SlotRef" else \
+            t.ref.index if tp.__name__ == "IntOf" else t.source
+        return (tp.__name__, inner)
+    if isinstance(t, tuple):   # a NamedTuple such as a Spec: by value
+        return (tp.__name__, t) if hash(t) is not None else None
+    return ("obj", id(t))   # functions, modules, markers: by identity (kept alive by t)
