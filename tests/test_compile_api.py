@@ -17,11 +17,13 @@ import graphgrad as gg
 import graphgrad.nn.functional as F
 from graphgrad import compiler
 from graphgrad.dynamo import config
+from graphgrad.tensor.dispatch import current_interpreter
 
 from test_compile_fuzz import same
 
 _SKIP = {"backward", "register_hook", "retain_grad", "compile", "load", "save",
-         "manual_seed", "seed", "set_default_dtype", "numpy"}
+         "manual_seed", "seed", "numpy"}
+_STATEFUL = ("set_", "push_", "pop_")   # global switches (dtype, grad mode, dispatch stack)
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +46,7 @@ def _calls():
     for prefix, mod in (("gg", gg), ("F", F)):
         for name in sorted(dir(mod)):
             obj = getattr(mod, name)
-            if name.startswith("_") or name in _SKIP or not callable(obj) \
+            if name.startswith(("_", *_STATEFUL)) or name in _SKIP or not callable(obj) \
                     or isinstance(obj, (type, types.ModuleType)):
                 continue
             for args in ("x", "x, x", "x, 1", "x, dim=0"):
@@ -76,6 +78,7 @@ def test_every_tensor_method_and_function_compiled_equals_eager():
         if callable(want) and not isinstance(want, gg.Tensor):
             continue
         seen.add(head)
+        assert current_interpreter() is None and gg.is_grad_enabled(), expr
         got = _run(gg.compile(f), x_comp)
         if isinstance(want, (gg.Tensor, tuple, list, int, float, bool, dict)):
             same(want, got)
