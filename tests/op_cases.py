@@ -1202,3 +1202,10 @@ add(
     case("linear_module_shapes", "Linear", lambda m, x, w, b: m.nn.functional.linear(x, w, b),
          fixed((normal, (5, 3)), (normal, (4, 3)), (normal, (4,)))),
 )
+
+# stop-gradient: the value passes, the gradient does not (detach(a) * a has gradient
+# detach(a), where finite differences see 2a: no fd test; torch.detach is the oracle)
+add(
+    case("detach_times_input", ("Detach", "Mul"), lambda m, a: m.detach(a) * a,
+         elementwise(normal), fd=False, grad2=False),
+)

@@ -26,6 +26,8 @@ from typing import Any
 from graphgrad.backend import get_default_dtype, xp
 from graphgrad.func.pytree import tree_flatten
 from graphgrad.graph import Graph, GraphBuilder, Node, Spec, Symbol, symbol
+from graphgrad.graph.random_calls import describe_draw, draw_frame
+from graphgrad.graph.random_node import add_random
 from graphgrad.nn import Module, Sequential
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
@@ -248,16 +250,22 @@ class Tracer(GraphBuilder):
 
     def batched_random(self, sample: Callable, shape: tuple):
         """A draw with no traced input (``randn(3)``) runs now and is frozen, as torch.fx
-        freezes it. A draw for a traced value (``dropout(x)``, ``randn_like(x)``) would be
-        frozen too, where torch.fx records the call and draws anew on every run: refuse."""
+        freezes it. A draw for a traced value (``dropout(x)``, ``randn_like(x)``) is a
+        ``random`` node that draws anew on every run, as torch.fx records the call; it
+        draws from graphgrad's default generator as eager code does (``manual_seed``
+        reproduces eager's draws). Dropout's ``training`` flag is read at trace time."""
         culprit = _drawing_for_a_proxy()
-        if culprit is not None:
+        if culprit is None:
+            return sample(shape)
+        draw = describe_draw(draw_frame(sys._getframe(1)))
+        if draw is None:
             raise trace_error(
-                f"{culprit}() draws random numbers for a traced value; graphgrad.fx would "
-                f"freeze one draw into the graph (torch.fx records the call and draws anew "
-                f"on every run), so it refuses. Use a module that stays a leaf "
-                f"(graphgrad.nn.Dropout) or draw outside and pass the noise in")
-        return sample(shape)
+                f"{culprit}() draws random numbers for a traced value from a generator a "
+                f"random node cannot reproduce (a user's Generator); graphgrad.fx would "
+                f"freeze one draw into the graph, so it refuses. Draw from the default "
+                f"generator (graphgrad.manual_seed seeds it) or pass the noise in")
+        return self.proxy(add_random(self, draw.dist, list(draw.shape), draw.dtype,
+                                     draw.params, name=f"random_{draw.dist}"))
 
     # ---- where the traced code needs a concrete value (overridable, as in torch.fx) ----
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 
 from graphgrad.backend import xp
+from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Size, Tensor
 
 from .node import Node
@@ -134,6 +135,17 @@ class Symbol(Tensor):
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
+
+    def detach(self) -> Symbol:
+        """Stop-gradient as a ``Detach`` node (Tensor.detach makes an eager leaf, which
+        for a Symbol would freeze its stand-in array into the graph)."""
+        from .builder import building
+        with building(self._node.graph):
+            return REGISTRY["Detach"].apply(self)
+
+    @property
+    def data(self) -> Symbol:
+        return self.detach()
 
     @property
     def dtype_name(self) -> str:

@@ -6,7 +6,11 @@ different structure (an op, a param, a Python number baked in) raises
 different value raises "Tensor-valued Constant nodes differed in value across
 invocations" (both catch nondeterminism the trace froze: a random number, a dropout
 mask). Then the traced function and the Python function run on the check inputs, and
-outputs that differ give a TracerWarning, as in PyTorch.
+outputs that differ give a TracerWarning, as in PyTorch. Random nodes (``rand``,
+dropout) draw afresh: a trace that has them gets PyTorch's "Trace had nondeterministic
+nodes" warning, and graphgrad runs the trace and the function from the same state of the
+default generator (a random node draws what eager code draws), so their outputs still
+compare; the generator is left as the check found it.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from collections.abc import Callable
 
 from graphgrad.backend import xp
 from graphgrad.func.pytree import tree_flatten
-from graphgrad.graph import Graph, Node, short, tabular
+from graphgrad.graph import Graph, Node, is_impure, short, tabular
 from graphgrad.tensor import Tensor, Value
+from graphgrad.tensor.creation import default_generator
 
 from .trace_values import TracerWarning
 
@@ -102,11 +107,51 @@ def _run(what: str, fn: Callable, inputs: tuple):
                                 f"{_indent(f'{type(e).__name__}: {e}')}") from e
 
 
+def _nondeterministic(graph: Graph) -> None:
+    """PyTorch's warning about the random nodes of a trace (which graphgrad's check runs
+    with the generator in the same state for the trace and the function)."""
+    nodes = [n for n in graph.nodes if is_impure(n)]
+    if nodes:
+        listed = "\n".join(f"\t{n.name} = {n.target_name}  # {short(n.spec)}"
+                           for n in nodes[:20])
+        warnings.warn(f"Trace had nondeterministic nodes. Did you forget call .eval() on your "
+                      f"model? Nodes:\n{listed}\nThis may cause errors in trace checking. To "
+                      f"disable trace checking, pass check_trace=False to torch.jit.trace() "
+                      f"(graphgrad compares the trace with the function drawing from the "
+                      f"same generator state, so their draws agree)", TracerWarning,
+                      stacklevel=4)
+
+
+class _SameDraws:
+    """Puts graphgrad's default generator back into the state it had when made: each run
+    of the check draws what the others drew, and the check leaves the generator as it
+    found it (tracing with or without the check draws the same afterwards)."""
+
+    def __init__(self):
+        self.rng = default_generator.rng
+        self.state = self.rng.bit_generator.state
+
+    def restore(self) -> None:
+        default_generator.rng = self.rng
+        self.rng.bit_generator.state = self.state
+
+
 def check_trace(traced, fn: Callable, retrace: Callable, check_inputs: list[tuple],
                 tolerance: float, hint: str | None) -> None:
     """Raise TracingCheckError or warn as described in the module docstring.
     ``retrace(inputs)`` records the function again and returns its Graph."""
+    _nondeterministic(traced.graph)
+    draws = _SameDraws()
+    try:
+        _check_each(traced, fn, retrace, check_inputs, tolerance, hint, draws)
+    finally:
+        draws.restore()
+
+
+def _check_each(traced, fn: Callable, retrace: Callable, check_inputs: list[tuple],
+                tolerance: float, hint: str | None, draws: _SameDraws) -> None:
     for inputs in check_inputs:
+        draws.restore()
         with warnings.catch_warnings():  # the first trace has said all there is to say
             warnings.simplefilter("ignore")
             graph = _run("repeated trace", retrace, (clone_inputs(inputs),))
@@ -119,7 +164,9 @@ def check_trace(traced, fn: Callable, retrace: Callable, check_inputs: list[tupl
         const = _constants_differ(traced.graph, graph)
         if const is not None:
             raise TracingCheckError(None, const, hint)
+        draws.restore()
         got = tree_flatten(_run("trace", traced, clone_inputs(inputs)))[0]
+        draws.restore()
         want = tree_flatten(_run("Python function", fn, clone_inputs(inputs)))[0]
         for k, (g, w) in enumerate(zip(got, want, strict=True)):
             g, w = (v._array if isinstance(v, Value) else v for v in (g, w))

@@ -23,11 +23,14 @@ view, or by NumPy) keeps the value as a constant, with a TracerWarning.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
 
 from graphgrad.backend import xp
 from graphgrad.func.pytree import TreeSpec, tree_flatten
 from graphgrad.graph import Dyn, Graph, GraphBuilder, Node, Spec, needed_nodes
+from graphgrad.graph.random_calls import describe_draw, draw_frame
+from graphgrad.graph.random_node import add_random
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import creation
 from graphgrad.tensor import (Interpreter, Tensor, Value, dispatch, pop_interpreter,
@@ -41,6 +44,8 @@ __all__ = ["Tracer", "record", "Capture", "ExternalCallError"]
 _I64 = xp.dtype(xp.int64)
 _RNG = creation._rng.__code__    # every random draw of graphgrad goes through it
 _LIKE = creation._like.__code__  # zeros_like & co.: the shape of the array, as ints
+_RANDOM_LIKE = frozenset(f.__code__ for f in (creation.rand_like, creation.randn_like,
+                                               creation.randint_like))
 _LIST_OUTPUT = ("Encountering a {} at the output of the tracer might cause the trace to be "
                 "incorrect, this is only valid if the container structure does not change "
                 "based on the module's inputs. Consider using a constant container instead "
@@ -254,33 +259,64 @@ class Tracer(Interpreter):
                     f"only in a flat tuple param)")
         return plain(v)
 
-    # ---- what a trace cannot keep ---------------------------------------------------------
+    # ---- random draws: random nodes -------------------------------------------------------
+
+    # random_tensor (graphgrad's one source of random tensors) hands each draw made while a
+    # level with randomness="different" is on the dispatch stack to its batched_random
+    randomness = "different"
+
+    def batched_random(self, sample: Callable, shape: tuple):
+        """A draw of ``rand``/``randn``/``randint``, their ``*_like`` forms or dropout: drawn
+        now (the trace goes on with real values, using the generator as eager does) and
+        recorded as a ``random`` node that draws afresh on every call, as PyTorch's trace
+        records ``aten::rand``. Sizes follow the traced input (``randn_like(x)``) or the
+        traced sizes given (``randn(x.shape[0], 3)``)."""
+        out = sample(shape)
+        draw = describe_draw(draw_frame(sys._getframe(1)))
+        if draw is None:  # a user's Generator: frozen, with the warning given at _rng
+            return out
+        if draw.like is not None and self.mine(draw.like):
+            dims = [self.node_of(self.size(draw.like, k)) for k in range(len(draw.shape))]
+        elif draw.sizes is not None:
+            dims = [self.node_of(d) if self.mine(d) else int(d) for d in draw.sizes]
+        else:
+            dims = list(draw.shape)
+        node = add_random(_NodeSink(self.graph), draw.dist, dims, draw.dtype, draw.params,
+                          name=f"random_{draw.dist}")
+        return self.wrap(out, node)
 
     def random(self, callee) -> None:
-        """graphgrad drew random numbers: a warning (not an error: a dropout layer in
-        training mode does it), and ``check_trace`` will see the constants differ."""
+        """graphgrad is about to draw random numbers: those ``batched_random`` records as a
+        node need no word; others (a user's Generator, ``randperm``, an initializer) are
+        frozen into the graph, with a warning."""
+        if describe_draw(callee.f_back) is not None:
+            return
         _warn_code(callee, "draws random numbers, which the trace freezes into the graph as "
-                   "a constant: every call of the traced function reuses them (a dropout "
-                   "layer? call .eval() on the model before tracing)")
+                   "a constant: every call of the traced function reuses them (only "
+                   "rand/randn/randint, their *_like forms and dropout on graphgrad's default "
+                   "generator become random nodes)")
+
+    def detach(self, t: TracedTensor) -> TracedTensor:
+        """``t.detach()`` / ``t.data``: a ``Detach`` node (stop-gradient; same values)."""
+        out = self.apply(REGISTRY["Detach"], (t,), {})
+        made = self._made.get(id(t))
+        if made is not None and made[1] is out:
+            del self._made[id(t)]  # it shares t's memory: it explains no in-place change
+        return out
+
+    # ---- what a trace cannot keep ---------------------------------------------------------
 
     def like(self, callee) -> None:
         """``zeros_like(x)`` and its kin read the shape of the array, not traced sizes: the
         result is a constant of the example's shape."""
         t = callee.f_locals.get("t")
+        if callee.f_back is not None and callee.f_back.f_code in _RANDOM_LIKE:
+            return  # rand_like & co.: the random node follows the input's traced sizes
         if self.mine(t):
             _warn_code(callee, f"makes a constant of the example's shape "
                        f"{list(t._array.shape)}, so the trace might not generalize to inputs "
                        f"of other shapes (x.new_zeros(x.shape) and x.new_full(x.shape, v) "
                        f"follow the input's shape)")
-
-    def unrecordable(self, what: str, frame) -> None:
-        """Something the graph cannot express faithfully: an error when strict, else a
-        TracerWarning (the trace goes on with the closest graph it can record)."""
-        text = f"graphgrad.jit.trace: {what}:\n{where(frame)}"
-        if self.strict:
-            raise RuntimeError(text + "\nPass strict=False to trace() to record it anyway, "
-                               "with a warning.")
-        warn_at(frame, text)
 
     def external(self, name: str, frame, nonstrict: str | None = None) -> None:
         """A call from the user's ``frame`` into external code: an error when strict,
@@ -298,6 +334,20 @@ class Tracer(Interpreter):
             f"{what}, external code whose result the trace cannot record:\n{where(frame)}\n"
             f"Its value is frozen into the graph as a constant (strict=False): every call "
             f"of the traced function uses this same value."))
+
+
+class _NodeSink:
+    """What ``graph.random_node.add_random`` needs of a builder, for a graph this tracer
+    appends to directly (run-time dims are passed as the nodes themselves)."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+
+    def node_of(self, v, *, literal_ok: bool = True):
+        return v
+
+    def deps(self) -> tuple:
+        return ()
 
 
 def _warn_code(callee, what: str) -> None:

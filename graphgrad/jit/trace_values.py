@@ -27,13 +27,20 @@ import warnings
 from types import FrameType
 
 from graphgrad.backend import xp
+from graphgrad.nn import functional as F
 from graphgrad.ops import REGISTRY
-from graphgrad.tensor import Size, Tensor, Value
+from graphgrad.tensor import Size, Tensor, Value, creation
 
 from .trace_external import is_user_code, user_frame
 
 __all__ = ["TracerWarning", "TracedTensor", "TracedInt", "TracedFloat", "TracedNumber",
            "warn_at", "dataflow", "plain"]
+
+
+# graphgrad's random functions: their draws become random nodes, sizes included
+_DRAWS = frozenset(f.__code__ for f in (
+    creation.rand, creation.randn, creation.randint, creation.rand_like, creation.randn_like,
+    creation.randint_like, creation.random_tensor, F.dropout))
 
 
 class TracerWarning(Warning):
@@ -81,7 +88,7 @@ def dataflow(kind: str, *, internal_too: bool = False) -> None:
     caller = sys._getframe(2)
     message = _DATAFLOW.format(_WHAT[kind])
     if not is_user_code(caller.f_code):
-        if not internal_too:
+        if not internal_too or _in_random_draw(caller):
             return
         frame = caller  # name the graphgrad function that did it, above the plumbing
         while frame.f_back is not None and _PLUMBING in frame.f_code.co_filename \
@@ -92,6 +99,16 @@ def dataflow(kind: str, *, internal_too: bool = False) -> None:
                     f"{code.co_qualname.split('.<locals>')[0]} at "
                     f"{os.path.basename(code.co_filename)}:{frame.f_lineno})")
     warn_at(user_frame(caller), message)
+
+
+def _in_random_draw(frame: FrameType | None) -> bool:
+    """Whether graphgrad code below the user's line is drawing random numbers: the sizes it
+    converts are recorded as the random node's run-time dims (``batched_random``)."""
+    while frame is not None and not is_user_code(frame.f_code):
+        if frame.f_code in _DRAWS:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def plain(value):
@@ -208,32 +225,23 @@ class TracedTensor(Tensor):
         else:
             warn_at(user_frame(caller), _DATAFLOW.format(_WHAT["numpy"]))
 
-    # ---- detach: no stop-gradient op in the IR ---------------------------------------------
+    # ---- detach: a Detach node (stop-gradient) ---------------------------------------------
     def detach(self) -> Tensor:
-        return self._detached("detach()")
+        return self._tracer.detach(self)
 
     def detach_(self) -> Tensor:
-        return self._detached("detach_()")
+        self._node, self._nv = self._tracer.detach(self)._node, self._version
+        self._rg = False
+        return self
 
     @property
     def data(self) -> Tensor:
-        return self._detached(".data")
+        return self._tracer.detach(self)
 
     @data.setter
     def data(self, value) -> None:
         Tensor.data.fset(self, value)
         self._node, self._nv = self._tracer.node_of(value), self._version
-
-    def _detached(self, what: str) -> Tensor:
-        """The graph IR has no stop-gradient op, so a detached tensor can only be the same
-        node: values stay right, gradients of the traced function would flow through it.
-        Refused when strict (an error naming the line), a warning otherwise."""
-        frame = user_frame(sys._getframe(2))
-        self._tracer.unrecordable(
-            f"Tensor.{what.strip('.')} on a traced tensor cannot be recorded: the graph has "
-            f"no stop-gradient op, so gradients of the traced function would flow through "
-            f"it", frame)
-        return self
 
     # ---- new tensors sized by traced sizes ---------------------------------------------
     def new_zeros(self, *size, dtype=None, device=None, requires_grad: bool = False):

@@ -17,10 +17,15 @@ What a trace can and cannot keep, as the lecture shows:
   tensor, ``Tensor.numpy()``) is an ``ExternalCallError`` naming the call and the source
   line; ``strict=False`` makes it a warning and freezes the value
   (``trace_external.py``).
-* Random numbers drawn by graphgrad (``gg.rand``, a dropout mask) and ``zeros_like``-style
-  constructors become constants of the example: a TracerWarning says so at trace time
-  (the graph has no random op for traces), and ``check_trace`` fails on the random ones.
-* ``detach()`` / ``.data`` are refused when strict: the IR has no stop-gradient op.
+* Random numbers drawn by graphgrad (``gg.rand/randn/randint``, their ``*_like`` forms,
+  a dropout mask) become ``random`` nodes that draw afresh on every call, as PyTorch's
+  trace records ``aten::rand``/``aten::dropout``; their sizes follow the traced input.
+  They draw from graphgrad's default generator with eager's NumPy call, so after
+  ``gg.manual_seed(s)`` the traced function draws what the Python function draws. A draw
+  from a user's ``Generator`` (and ``randperm``, ``uniform_``...) is frozen, with a
+  TracerWarning. Dropout's ``training`` flag is the module's state at trace time (as in
+  PyTorch): trace after ``.eval()`` for a graph without the mask.
+* ``detach()`` / ``.data`` record a ``Detach`` node: same values, no gradient through it.
 * ``check_trace`` traces again and compares (``trace_check.py``).
 
 The trace itself runs under ``no_grad`` (it needs values, not a backward graph), so a
@@ -171,9 +176,8 @@ def trace(func: Callable, example_inputs=None, check_trace: bool = True,
     if check_trace:
         hint = None
         if module is not None and module.training:
-            hint = ("The module is in training mode: nondeterministic layers (dropout) give "
-                    "different constants on each trace. Did you forget call .eval() on your "
-                    "model?")
+            hint = ("The module is in training mode: its dropout layers draw random "
+                    "numbers. Did you forget call .eval() on your model?")
         _check(traced, func, lambda inputs: run(inputs)[0], check_copies, check_tolerance,
                hint)
     return traced

@@ -14,7 +14,7 @@ __all__ = ["exp", "log", "log1p", "expm1", "log2", "log10", "sin", "cos", "tan",
            "sinh", "cosh", "asin", "acos", "atan", "sigmoid", "relu", "gelu", "softplus",
            "abs", "sign", "sqrt", "rsqrt", "reciprocal", "erf", "clamp", "clip", "floor",
            "ceil", "round", "trunc", "cast", "clone", "square", "silu", "arcsin", "arccos",
-           "arctan", "absolute", "special_erf"]
+           "arctan", "absolute", "special_erf", "detach"]
 
 _SQRT_2 = math.sqrt(2.0)
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
@@ -407,6 +407,33 @@ class Clone(Elementwise):
     @staticmethod
     def jvp(dots, out, a):
         return dots[0]
+
+
+class Detach(Elementwise):
+    """Stop-gradient: the value itself, cut off from differentiation (``torch.detach``).
+    Eager ``Tensor.detach()`` never dispatches (it makes a leaf directly, which is faster);
+    the capture frontends record this op so that a graph can say "no gradient here"."""
+
+    differentiable = False  # results never require grad: that is the whole op
+    promotes = False
+    saves_inputs = ()
+
+    @staticmethod
+    def forward(a):
+        return a.view()  # shares memory with the input, as Tensor.detach() does
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (None,)
+
+    @staticmethod
+    def jvp(dots, out, a):
+        return None
+
+
+def detach(input):
+    """``torch.detach(input)``: the op ``Detach`` (no gradient flows through it)."""
+    return Detach.apply(input)
 
 
 def _unary(op, name):
