@@ -201,3 +201,17 @@ def test_compiled_mlp_training_step_losses_equal_eager_for_50_steps():
             loss.backward()
             opt.step()
         _close(model_a(x), fast(x))
+
+
+def test_global_assignment_runs_for_real_and_is_read_back():
+    ns = {"gg": gg, "COUNT": 0, "LAST": None}
+    exec("def f(x):\n"
+         "    global COUNT, LAST\n"
+         "    COUNT = COUNT + 1\n"
+         "    LAST = x * 2\n"
+         "    return LAST + COUNT\n", ns)
+    cf = gg.compile(ns["f"])
+    for i in range(1, 4):
+        out = cf(gg.ones(2))
+        assert out.tolist() == [2.0 + i] * 2 and ns["COUNT"] == i
+        assert ns["LAST"].tolist() == [2.0, 2.0]

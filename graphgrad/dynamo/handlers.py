@@ -152,6 +152,32 @@ def _load_global(it, f, inst):
     f.stack.append(it.cap.global_value(f.globals, name))
 
 
+@handler("STORE_GLOBAL")
+def _store_global(it, f, inst):
+    value = f.stack.pop()
+    setter = _GlobalSetter(f.globals, inst.argval)
+    if it.cap.concrete:
+        setter(value)
+        return
+    it.brk("unsupported-value-op", f"assignment to the global {inst.argval!r}", setter,
+           (value,), mode="discard")
+
+
+class _GlobalSetter:
+    """``globals[name] = value`` at run time (the dict itself, never a copy of it)."""
+
+    __slots__ = ("g", "name")
+
+    def __init__(self, g: dict, name: str):
+        self.g, self.name = g, name
+
+    def __call__(self, value: Any) -> None:
+        self.g[self.name] = value
+
+    def __repr__(self) -> str:
+        return f"<store global {self.name}>"
+
+
 @handler("LOAD_ATTR")
 def _load_attr(it, f, inst):
     obj = f.stack.pop()
