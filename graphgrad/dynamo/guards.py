@@ -42,26 +42,41 @@ class Guard:
         return self.text
 
 
-def _describe(kind: str, src: str, expected: Any) -> str:
-    if kind == "tensor":
-        tp, shape, dtype, rg = expected
-        dims = ", ".join("*" if d is None else str(d) for d in shape)
-        return f"{src}: {tp.__name__} shape=({dims}) dtype={dtype} requires_grad={rg}"
-    if kind == "equals":
-        return f"{src} == {expected!r}"
-    if kind == "id":
-        return f"{src} is {_short(expected)}"
-    if kind == "len":
-        return f"len({src}) == {expected[1]} ({expected[0].__name__})"
-    if kind == "keys":
-        return f"{src}.keys() == {list(expected[1])!r}"
-    if kind == "type":
-        return f"type({src}) is {expected.__name__}"
-    if kind == "alias":
-        return f"{src} is {expected}"
-    if kind == "distinct":
-        return f"{src} is not {expected}"
-    return f"{kind}({src})"
+def _tensor_text(src: str, x: tuple) -> str:
+    tp, shape, dtype, rg = x
+    dims = ", ".join("*" if d is None else str(d) for d in shape)
+    return f"{src}: {tp.__name__} shape=({dims}) dtype={dtype} requires_grad={rg}"
+
+
+def _tensor_code(e: str, x: tuple, p: Pool) -> str:
+    tp, shape, dtype, rg = x
+    parts = [f"type({e}) is {p(tp)}"]
+    if all(d is not None for d in shape):
+        parts.append(f"{e}._array.shape == {tuple(shape)!r}")
+    else:   # dynamic dims: the rank and the static dims only
+        parts.append(f"len({e}._array.shape) == {len(shape)}")
+        parts += [f"{e}._array.shape[{i}] == {d}" for i, d in enumerate(shape) if d is not None]
+    parts += [f"{e}._array.dtype == {p(dtype)}", f"{e}.requires_grad == {rg!r}"]
+    return " and ".join(parts)
+
+
+# kind -> (what it says, for messages; its code, over the source's expression ``e``)
+_KINDS = {
+    "tensor": (_tensor_text, _tensor_code),
+    "equals": (lambda src, x: f"{src} == {x!r}",
+               lambda e, x, p: f"type({e}) is {p(type(x))} and {e} == {p(x)}"),
+    "id": (lambda src, x: f"{src} is {_short(x)}", lambda e, x, p: f"{e} is {p(x)}"),
+    "len": (lambda src, x: f"len({src}) == {x[1]} ({x[0].__name__})",
+            lambda e, x, p: f"type({e}) is {p(x[0])} and len({e}) == {x[1]}"),
+    "keys": (lambda src, x: f"{src}.keys() == {list(x[1])!r}",
+             lambda e, x, p: f"type({e}) is {p(x[0])} and tuple({e}) == {p(x[1])}"),
+    "type": (lambda src, x: f"type({src}) is {x.__name__}",
+             lambda e, x, p: f"type({e}) is {p(x)}"),
+    # two sources that must (not) be one object; ``x`` is the other Source
+    "alias": (lambda src, x: f"{src} is {x}", lambda e, x, p: f"{e} is {x.expr(p)}"),
+    "distinct": (lambda src, x: f"{src} is not {x}",
+                 lambda e, x, p: f"{e} is not {x.expr(p)}"),
+}
 
 
 def _short(obj: Any) -> str:
@@ -84,40 +99,14 @@ class GuardSet:
         if key in self._seen:
             return
         self._seen.add(key)
-        self.guards.append(Guard(kind, source, expected, _describe(kind, str(source), expected),
-                                 where))
+        text = _KINDS[kind][0](str(source), expected)
+        self.guards.append(Guard(kind, source, expected, text, where))
 
     def __len__(self) -> int:
         return len(self.guards)
 
     def code_part(self, g: Guard) -> str:
-        e = g.source.expr(self.pool)
-        p = self.pool
-        if g.kind == "tensor":
-            tp, shape, dtype, rg = g.expected
-            parts = [f"type({e}) is {p(tp)}", f"len({e}._array.shape) == {len(shape)}"]
-            if all(d is not None for d in shape):
-                parts = [parts[0], f"{e}._array.shape == {tuple(shape)!r}"]
-            else:
-                parts += [f"{e}._array.shape[{i}] == {d}" for i, d in enumerate(shape)
-                          if d is not None]
-            parts += [f"{e}._array.dtype == {p(dtype)}", f"{e}.requires_grad == {rg!r}"]
-            return " and ".join(parts)
-        if g.kind == "equals":
-            return f"type({e}) is {p(type(g.expected))} and {e} == {p(g.expected)}"
-        if g.kind == "id":
-            return f"{e} is {p(g.expected)}"
-        if g.kind == "len":
-            return f"type({e}) is {p(g.expected[0])} and len({e}) == {g.expected[1]}"
-        if g.kind == "keys":
-            return f"type({e}) is {p(g.expected[0])} and tuple({e}) == {p(g.expected[1])}"
-        if g.kind == "type":
-            return f"type({e}) is {p(g.expected)}"
-        if g.kind == "alias":
-            return f"{e} is {g.expected.expr(p)}"
-        if g.kind == "distinct":
-            return f"{e} is not {g.expected.expr(p)}"
-        raise ValueError(f"unknown guard kind {g.kind!r}")
+        return _KINDS[g.kind][1](g.source.expr(self.pool), g.expected, self.pool)
 
     def compile(self):
         """The guard function ``(a, k, s) -> bool`` (any error while checking: False)."""
