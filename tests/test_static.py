@@ -416,6 +416,7 @@ def test_stop_gradients_count_as_constants():
 # ---- random ops: drawn per run -------------------------------------------------------------
 
 def test_random_ops_draw_afresh_each_run_and_once_per_run():
+    gg.manual_seed(0)  # unseeded ops draw from graphgrad's generator: fix the statistics
     r = tf.random_normal((1000,), mean=1.0, stddev=2.0)
     twice = r - r  # one node, one draw per run
     with tf.Session() as sess:
@@ -454,6 +455,7 @@ def test_random_ops_with_seeds_replay_per_session():
 
 
 def test_random_shape_known_at_run_time_and_integers():
+    gg.manual_seed(0)
     x = tf.placeholder(tf.float32, (None, 2), name="x")
     noisy = x + tf.random_normal(tf.shape(x), stddev=0.1)
     k = tf.random_uniform((50,), minval=3, maxval=6, dtype=tf.int32)
