@@ -18,6 +18,8 @@ from graphgrad.ops import REGISTRY
 
 from capture_corpus import CORPUS
 from lecture_cases import branch, external, shape_dependent
+from random_cases import (DropoutBlock, check_random_capture, check_stop_gradient,
+                          dropout_layer, inputs_of, noisy, stop_gradient)
 
 CONTROL_FLOW = "symbolically traced variables cannot be used as inputs to control flow"
 
@@ -272,17 +274,42 @@ def test_tensors_made_at_trace_time_are_frozen_constants():
     np.testing.assert_array_equal(_np(gm(x)), _np(gm._tensor_constant0))
 
 
-@pytest.mark.parametrize("fn, name", [
-    (lambda x: gg.nn.functional.dropout(x, 0.5), "dropout"),
-    (lambda x: gg.randn_like(x) + x, "randn_like"),
+@pytest.mark.parametrize("fn, dist", [
+    (lambda x: gg.nn.functional.dropout(x, 0.5), "uniform"),
+    (lambda x: gg.randn_like(x) + x, "normal"),
 ])
-def test_random_draws_for_traced_values_are_refused_not_frozen(fn, name):
-    # torch.fx records these calls and draws anew per run; freezing one draw would be
-    # silently wrong, so graphgrad.fx refuses (a draw with no traced input is frozen, as
-    # in torch.fx: test_tensors_made_at_trace_time_are_frozen_constants)
-    with pytest.raises(fx.TraceError, match=f"{name}\\(\\) draws random numbers") as info:
-        fx.symbolic_trace(fn, example_inputs=(_t(2, 3),))
+def test_random_draws_for_traced_values_are_random_nodes(fn, dist):
+    # torch.fx records these calls and draws anew per run; so does graphgrad.fx, as a
+    # random node of the IR (a draw with no traced input is frozen, as in torch.fx:
+    # test_tensors_made_at_trace_time_are_frozen_constants)
+    gm = fx.symbolic_trace(fn, example_inputs=(_t(2, 3),))
+    [node] = [n for n in gm.graph.nodes if n.kind == "random"]
+    assert node.params["dist"] == dist and node.spec.shape == (2, 3)
+    assert f"random_{dist}" in gm.graph.tabular() and "_random(" in gm.code
+    x = _t(2, 3)
+    assert not np.array_equal(_np(gm(x)), _np(gm(x)))
+
+
+@pytest.mark.parametrize("fn", [dropout_layer, noisy, DropoutBlock],
+                         ids=lambda f: f.__name__)
+def test_random_capture_corpus(fn):
+    fn = fn() if isinstance(fn, type) else fn
+    inputs = inputs_of(fn)
+    check_random_capture(fx.symbolic_trace(fn, example_inputs=inputs), fn, inputs)
+
+
+def test_a_draw_no_random_node_reproduces_is_refused():
+    with pytest.raises(fx.TraceError, match="rand_like\\(\\) draws random numbers for a "
+                                            "traced value in a way") as info:
+        fx.symbolic_trace(lambda x: x + gg.rand_like(x, requires_grad=True),
+                          example_inputs=(_t(2, 3),))
     assert "test_fx.py" in str(info.value)
+
+
+def test_detach_is_a_stop_gradient_node():
+    gm = fx.symbolic_trace(stop_gradient, example_inputs=inputs_of(stop_gradient))
+    assert [n.op.__name__ for n in gm.graph.nodes if n.kind == "call"].count("Detach") == 1
+    check_stop_gradient(gm)
 
 
 def test_a_dropout_module_is_a_leaf_that_draws_per_call():

@@ -17,6 +17,8 @@ from graphgrad.graph import Interpreter, python_code
 from graphgrad.jit import ScriptError, ScriptFunction, script
 from capture_corpus import CORPUS
 from lecture_cases import branch, external, shape_dependent
+from random_cases import (DropoutBlock, check_random_capture, check_stop_gradient,
+                          dropout_layer, inputs_of, noisy, stop_gradient)
 
 
 def _line_of(fn, text: str) -> int:
@@ -471,8 +473,8 @@ def _item_of_tensor(x):
     return x * x.item()
 
 
-def _random_tensor(x):
-    return x + gg.randn(3)
+def _random_permutation(x):
+    return x + gg.randperm(3)
 
 
 def _calls_bad_helper(x):
@@ -492,7 +494,7 @@ ERRORS = [
      "~~~~~~"),
     (_stdlib_function, "math.prod", "currently not supported in graphgrad.jit.script", None),
     (_item_of_tensor, "x.item()", "converts a tensor to a Python value", None),
-    (_random_tensor, "gg.randn(3)", "draws random numbers", None),
+    (_random_permutation, "gg.randperm(3)", "draws random numbers", None),
 ]
 
 
@@ -573,7 +575,7 @@ def test_branches_may_hold_constants_numbers_and_math():
                              [_t(v, 0.5 * v, 2 * v)])
 
 
-def test_dropout_in_training_mode_is_refused():
+def test_dropout_in_training_mode_is_a_random_node_and_eval_is_a_guard():
     class Drop(gg.nn.Module):
         def __init__(self):
             super().__init__()
@@ -583,13 +585,46 @@ def test_dropout_in_training_mode_is_refused():
             return self.drop(x) * 2
 
     m = Drop()
-    state = gg.default_generator.rng.bit_generator.state
-    with pytest.raises(ScriptError, match="draws random numbers"):
-        # dropout needs the input's shape: it is compiled at the first call, and refused
-        script(m)(_t(1.0, 2.0))
-    assert gg.default_generator.rng.bit_generator.state == state
-    m.eval()
-    np.testing.assert_allclose(script(m)(_t(1.0, 2.0)).numpy(), [2.0, 4.0])
+    s = script(m)
+    x = gg.ones(50, dtype=gg.float64)
+    # dropout needs the input's shape: the graph is compiled at the first call
+    assert [n.kind for n in s.graph_for(x).nodes].count("random") == 1
+    assert not np.array_equal(s(x).numpy(), s(x).numpy())    # a fresh mask per call
+    gg.manual_seed(5)
+    got = s(x).numpy()
+    gg.manual_seed(5)
+    np.testing.assert_array_equal(got, m(x).numpy())          # eager's mask for the seed
+    m.eval()   # the training flags are a guard: the eval graph has no mask
+    assert "random" not in [n.kind for n in s.graph_for(x).nodes]
+    np.testing.assert_allclose(s(_t(1.0, 2.0)).numpy(), [2.0, 4.0])
+    m.train()
+    assert [n.kind for n in s.graph_for(x).nodes].count("random") == 1
+
+
+@pytest.mark.parametrize("fn", [dropout_layer, noisy, DropoutBlock],
+                         ids=lambda f: f.__name__)
+def test_random_capture_corpus(fn):
+    fn = fn() if isinstance(fn, type) else fn
+    inputs = inputs_of(fn)
+    s = script(fn)
+    assert [n.kind for n in s.graph_for(*inputs).nodes].count("random") == 1
+    check_random_capture(s, fn, inputs)
+
+
+def test_detach_is_a_stop_gradient_node():
+    s = script(stop_gradient)
+    assert "Detach(" in s.code
+    check_stop_gradient(s)
+
+
+def test_a_draw_from_a_users_generator_is_refused():
+    g = gg.Generator().manual_seed(0)
+
+    def noise(x):
+        return x + gg.randn(3, generator=g)
+
+    error = _script_error(noise, "gg.randn(3, generator=g)")
+    assert "a user's Generator" in error
 
 
 @pytest.mark.parametrize("fn,nargs", [(nested, 2), (halve_until_small, 1), (early_returns, 1),

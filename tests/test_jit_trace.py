@@ -22,6 +22,8 @@ from graphgrad.jit.tracing import ExternalCallError, TracingCheckError
 
 from capture_corpus import CORPUS
 from lecture_cases import branch, external, shape_dependent
+from random_cases import (DropoutBlock, check_random_capture, check_stop_gradient,
+                          dropout_layer, inputs_of, noisy, stop_gradient)
 
 TracerWarning = jit.TracerWarning
 BOOL_WARNING = ("Converting a tensor to a Python boolean might cause the trace to be incorrect. "
@@ -180,36 +182,78 @@ def test_module_parameters_stay_live_so_training_works():
     assert _close(model(x), twin(x))
 
 
-def test_dropout_in_training_mode_fails_the_check_and_eval_mode_traces():
+def test_dropout_in_training_mode_is_a_random_node_and_eval_mode_has_none():
     model = nn.Sequential(nn.Linear(3, 3, dtype=gg.float64), nn.Dropout(0.5))
-    with pytest.raises(TracingCheckError, match=r"Tensor-valued Constant nodes differed"
-                                                r"(.|\n)*") as info, \
-            pytest.warns(TracerWarning, match="draws random numbers"):
-        jit.trace(model, (gg.randn(4, 3, dtype=gg.float64),))
-    assert "eval()" in str(info.value)
-    model.eval()
-    traced, _ = _trace(model, (gg.randn(4, 3, dtype=gg.float64),))
-    x = gg.randn(2, 3, dtype=gg.float64)
+    traced, caught = _trace(model, (gg.randn(4, 3, dtype=gg.float64),))
+    [w] = [w for w in caught if issubclass(w.category, TracerWarning)]
+    assert str(w.message).startswith("Trace had nondeterministic nodes. Did you forget call "
+                                      ".eval() on your model? Nodes:\n\trandom_uniform")
+    assert [n.kind for n in traced.graph.nodes].count("random") == 1
+    x = gg.randn(50, 3, dtype=gg.float64)
+    assert not np.array_equal(traced(x).detach().numpy(), traced(x).detach().numpy())
+    model.eval()   # the training flag is the module's state at trace time, as in PyTorch
+    traced, caught = _trace(model, (gg.randn(4, 3, dtype=gg.float64),))
+    assert "random" not in [n.kind for n in traced.graph.nodes] and not caught
     assert _close(traced(x), model(x))
 
 
-# ---- check_trace ---------------------------------------------------------------------------
+@pytest.mark.parametrize("fn", [dropout_layer, noisy, DropoutBlock],
+                         ids=lambda f: f.__name__)
+def test_random_capture_corpus(fn):
+    fn = fn() if isinstance(fn, type) else fn
+    inputs = inputs_of(fn)
+    traced, caught = _trace(fn, inputs)
+    assert [str(w.message).split(".")[0] for w in caught] == [
+        "Trace had nondeterministic nodes"]   # no other warning, and the check passes
+    check_random_capture(traced, fn, inputs)
+    bigger = inputs_of(fn, rows=9)   # the draws follow the traced sizes
+    gg.manual_seed(2)
+    got = traced(*bigger)
+    gg.manual_seed(2)
+    np.testing.assert_array_equal(got.detach().numpy(), fn(*bigger).detach().numpy())
 
-def test_check_trace_catches_a_nondeterministic_function():
-    def noisy(x):
-        return x + gg.rand(3, dtype=gg.float64)
-    with pytest.raises(TracingCheckError) as info, pytest.warns(TracerWarning):
-        jit.trace(noisy, (gg.zeros(3, dtype=gg.float64),))
-    assert str(info.value).startswith("Tracing failed sanity checks!\nERROR: Tensor-valued "
-                                      "Constant nodes differed in value across invocations.")
-    traced, caught = _trace(noisy, (gg.zeros(3, dtype=gg.float64),), check_trace=False)
-    [w] = caught   # said at trace time too, naming the line
-    assert str(w.message).startswith("`gg.rand(3, dtype=gg.float64)` draws random numbers, "
-                                     "which the trace freezes into the graph as a constant")
-    assert w.lineno == _line_of(noisy, "gg.rand")
+
+def test_random_sizes_follow_traced_sizes():
+    def f(x):
+        return x + gg.rand(x.shape[0], 1, dtype=gg.float64)
+    traced, caught = _trace(f, (gg.zeros(3, 2, dtype=gg.float64),))
+    [node] = [n for n in traced.graph.nodes if n.kind == "random"]
+    assert node.spec.shape == (None, 1) and len(caught) == 1   # the nondeterminism note
+    gg.manual_seed(4)
+    got = traced(gg.zeros(5, 2, dtype=gg.float64))
+    gg.manual_seed(4)
+    np.testing.assert_array_equal(got.numpy(), f(gg.zeros(5, 2, dtype=gg.float64)).numpy())
+
+
+def test_a_draw_from_a_users_generator_is_frozen_with_a_warning():
+    g = gg.Generator().manual_seed(0)
+
+    def noisy_g(x):
+        return x + gg.rand(3, dtype=gg.float64, generator=g)
+    with pytest.raises(TracingCheckError, match="Tensor-valued Constant nodes differed"), \
+            pytest.warns(TracerWarning, match="draws random numbers"):
+        jit.trace(noisy_g, (gg.zeros(3, dtype=gg.float64),))
+    traced, caught = _trace(noisy_g, (gg.zeros(3, dtype=gg.float64),), check_trace=False)
+    [w] = caught   # said at trace time, naming the line
+    assert str(w.message).startswith("`gg.rand(3, dtype=gg.float64, generator=g)` draws "
+                                     "random numbers, which the trace freezes into the graph")
+    assert w.lineno == _line_of(noisy_g, "gg.rand")
     z = gg.zeros(3, dtype=gg.float64)
     assert _close(traced(z), traced(z))
 
+
+def test_check_trace_leaves_the_generator_as_it_found_it():
+    gg.manual_seed(9)
+    jit.trace(noisy, inputs_of(noisy), check_trace=False)
+    unchecked = gg.rand(3).numpy()
+    gg.manual_seed(9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        jit.trace(noisy, inputs_of(noisy))
+    np.testing.assert_array_equal(gg.rand(3).numpy(), unchecked)
+
+
+# ---- check_trace ---------------------------------------------------------------------------
 
 def test_check_inputs_on_the_other_branch_show_the_graphs_differ():
     with pytest.raises(TracingCheckError, match="Graphs differed across invocations") as info, \
@@ -422,16 +466,18 @@ def test_printing_and_drawing():
     assert repr(traced).startswith("<TracedFunction shape_dependent(x: f64[2, 3])")
 
 
-def test_detach_cannot_be_recorded_faithfully():
+def test_detach_and_data_are_stop_gradient_nodes():
+    traced, caught = _trace(stop_gradient, inputs_of(stop_gradient))
+    assert _calls(traced.graph).count("Detach") == 1 and not caught
+    check_stop_gradient(traced)
+
     def f(x):
-        return x * (x * 2).detach()
-    with pytest.raises(RuntimeError, match=r"Tensor.detach\(\) on a traced tensor cannot be "
-                                           r"recorded") as info:
-        jit.trace(f, (gg.ones(2),))
-    assert f'line {_line_of(f, "detach")}' in str(info.value)
-    traced, caught = _trace(f, (gg.ones(2),), strict=False)
-    assert any("no stop-gradient op" in str(w.message) for w in caught)
-    assert _close(traced(gg.full((2,), 3.0)), gg.full((2,), 18.0))   # values stay right
+        return x * (x * 2).data
+    traced, _ = _trace(f, (gg.ones(2),))
+    assert _calls(traced.graph) == ["Mul", "Detach", "Mul"]
+    x = gg.full((2,), 3.0, requires_grad=True)
+    traced(x).sum().backward()
+    assert _close(x.grad, gg.full((2,), 6.0))
 
 
 def test_traced_function_composes_with_transforms():

@@ -254,18 +254,22 @@ class Tracer(GraphBuilder):
         ``random`` node that draws anew on every run, as torch.fx records the call; it
         draws from graphgrad's default generator as eager code does (``manual_seed``
         reproduces eager's draws). Dropout's ``training`` flag is read at trace time."""
+        top = current_interpreter()
+        # a leaf module's output Spec is found on a scratch builder above this tracer
+        builder = top if isinstance(top, GraphBuilder) else self
         culprit = _drawing_for_a_proxy()
-        if culprit is None:
+        if builder is self and culprit is None:
             return sample(shape)
         draw = describe_draw(draw_frame(sys._getframe(1)))
         if draw is None:
             raise trace_error(
-                f"{culprit}() draws random numbers for a traced value from a generator a "
-                f"random node cannot reproduce (a user's Generator); graphgrad.fx would "
-                f"freeze one draw into the graph, so it refuses. Draw from the default "
-                f"generator (graphgrad.manual_seed seeds it) or pass the noise in")
-        return self.proxy(add_random(self, draw.dist, list(draw.shape), draw.dtype,
-                                     draw.params, name=f"random_{draw.dist}"))
+                f"{culprit}() draws random numbers for a traced value in a way a random "
+                f"node cannot reproduce (from a user's Generator, or a leaf that requires "
+                f"grad); graphgrad.fx would freeze one draw into the graph, so it refuses. "
+                f"Draw from the default generator (graphgrad.manual_seed seeds it) or pass "
+                f"the tensor in")
+        node = add_random(builder, draw.dist, list(draw.shape), draw.dtype, draw.params)
+        return self.proxy(node) if builder is self else symbol(node)
 
     # ---- where the traced code needs a concrete value (overridable, as in torch.fx) ----
 

@@ -24,6 +24,8 @@ from typing import Any, NamedTuple
 from graphgrad.tensor import Value
 from graphgrad.tensor.creation import random_tensor
 
+from .symbol import Symbol
+
 __all__ = ["Draw", "describe_draw", "draw_frame"]
 
 _RANDOM_TENSOR = random_tensor.__code__
@@ -34,7 +36,7 @@ class Draw(NamedTuple):
 
     dist: str            # "uniform", "normal" or "integers"
     params: dict         # the distribution's parameters
-    shape: tuple         # ints, the example's
+    shape: tuple         # ints (None: a Symbol's unknown dim)
     dtype: Any           # NumPy dtype of the samples
     like: Value | None   # the tensor whose shape the draw follows (rand_like, dropout)
     sizes: tuple | None  # the sizes as the caller gave them (possibly traced ints)
@@ -70,6 +72,20 @@ def _distribution(fn) -> tuple[str, dict] | None:
     return None
 
 
+def _shape_of(t: Value) -> tuple:
+    """A graph value's static shape (None: unknown dim), else the array's."""
+    spec = getattr(getattr(t, "_node", None), "spec", None)
+    if isinstance(t, Symbol) and spec is not None and spec.shape is not None:
+        return tuple(spec.shape)
+    return tuple(t._array.shape)
+
+
+def _follows(known: tuple, shape: tuple) -> bool:
+    """Whether ``shape`` (a Symbol's stand-in reads 1 for an unknown dim) is ``known``."""
+    return len(known) == len(shape) and all(
+        k is None or k == d for k, d in zip(known, shape, strict=True))
+
+
 def describe_draw(frame: FrameType | None) -> Draw | None:
     """The random node for the draw ``frame`` (a frame of ``random_tensor``) is making, or
     None where a node cannot reproduce it."""
@@ -81,11 +97,11 @@ def describe_draw(frame: FrameType | None) -> Draw | None:
     found = _distribution(local.get("draw"))
     if found is None:
         return None
-    shape = tuple(int(d) for d in local["shape"])
+    shape = tuple(None if d is None else int(d) for d in local["shape"])
     caller = frame.f_back
     outer = caller.f_locals if caller is not None else {}
     like = outer.get("input")
-    if not isinstance(like, Value) or tuple(like._array.shape) != shape:
+    if not isinstance(like, Value) or not _follows(_shape_of(like), shape):
         like = None
     sizes = outer.get("size")
     if isinstance(sizes, tuple) and len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):

@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["Calls", "as_eager", "as_bool_tensor", "unknown_rank"]
 
 _F64 = xp.dtype(xp.float64)
-# random creation functions would be frozen at compile time: the IR has no random op
-_RANDOM = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
-           "normal", "bernoulli", "multinomial", "poisson"}
+# random functions that would be frozen at compile time: rand, randn, randint and their
+# *_like forms become random nodes (ScriptBuilder.batched_random); these have none
+_RANDOM = {"randperm", "normal", "bernoulli", "multinomial", "poisson"}
 # builtins that are pure functions of their arguments: run at compile time (on Symbols
 # they call Tensor methods, which build nodes)
 _PURE = {abs, min, max, sum, len, range, enumerate, zip, reversed, sorted, tuple, list,
@@ -92,8 +92,9 @@ class Calls:
             name = getattr(fn, "__name__", "")
             if name in _RANDOM:
                 raise fr.error("random functions aren't supported", func_node,
-                               f"{describe(fn)} draws random numbers: graphgrad's IR has no "
-                               f"random op, so a scripted graph would freeze one draw")
+                               f"{describe(fn)} draws random numbers, and graphgrad's IR has "
+                               f"no random node for it (rand, randn, randint and their *_like "
+                               f"forms have one), so a scripted graph would freeze one draw")
             if name in ("reshape", "view") and _symbolic_sizes(args[1:]):
                 return self.dyn_reshape(args[0], args[1:], e, fr)
             if name in _FULL_REDUCE and len(args) == 1 and not kwargs and \
@@ -212,9 +213,9 @@ class Calls:
         if default_generator.rng is not rng or rng.bit_generator.state != state:
             rng.bit_generator.state = state  # the draw is not the program's: undo it
             raise fr.error("random functions aren't supported", e,
-                           f"{_text(e)} draws random numbers (e.g. dropout in training "
-                           f"mode): graphgrad's IR has no random op, so a scripted graph "
-                           f"would freeze one draw")
+                           f"{_text(e)} draws random numbers that no random node of "
+                           f"graphgrad's IR reproduces (a user's Generator, an "
+                           f"initializer), so a scripted graph would freeze one draw")
         return value
 
     def needs_shapes(self, args, e, err: Exception) -> Symbol:

@@ -18,9 +18,15 @@ import sysconfig
 import types
 from collections.abc import Callable
 
+from graphgrad.backend import xp
 from graphgrad.graph import Graph, GraphBuilder, Spec, Symbol, symbol
 from graphgrad.graph.node import Node
+from graphgrad.graph.random_calls import describe_draw, draw_frame
+from graphgrad.graph.random_node import add_random
+from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
+
+_I64 = xp.dtype(xp.int64)
 
 __all__ = ["ScriptBuilder", "Lifts", "ShapeValue", "classify", "describe", "MATH",
            "is_library_module", "is_module"]
@@ -74,6 +80,36 @@ class ScriptBuilder(GraphBuilder):
             if self.lifts.wants(a):  # an op on a parameter alone is a graph op too
                 return symbol(self.call(op, args, params))
         return super().process(op, args, params)
+
+    # random_tensor (graphgrad's one source of random tensors) hands each draw made while
+    # a level with randomness="different" is on the dispatch stack to its batched_random
+    randomness = "different"
+
+    def batched_random(self, sample: Callable, shape: tuple):
+        """A draw of ``rand``/``randn``/``randint``, their ``*_like`` forms or dropout in
+        training mode: a ``random`` node drawing afresh at every call (TorchScript's
+        ``aten::rand``), sized by the input's run-time shape where it follows one. A draw
+        no node reproduces (a user's Generator) would be frozen: refused."""
+        draw = describe_draw(draw_frame(sys._getframe(1)))
+        if draw is None:
+            raise RuntimeError("it draws random numbers from a generator that no random node "
+                               "reproduces (a user's Generator, or requires_grad=True), so a "
+                               "scripted graph would freeze one draw")
+        if isinstance(draw.like, Symbol):
+            known = draw.like._node.spec.shape
+            if known is None:
+                raise ValueError(f"{draw.caller}: the rank of its input is unknown")
+            dims = list(known)
+            if None in dims:
+                vec = symbol(self.graph.add("shape", "shape", inputs=(self.node_of(draw.like),),
+                                            spec=Spec((len(dims),), _I64), deps=self.deps()))
+                dims = [REGISTRY["Getitem"].apply(vec, spec=(k,)) if d is None else d
+                        for k, d in enumerate(dims)]
+        elif None in draw.shape:
+            raise ValueError(f"{draw.caller}: the size of the sample is unknown")
+        else:
+            dims = list(draw.shape)
+        return symbol(add_random(self, draw.dist, dims, draw.dtype, draw.params))
 
     def lifted(self, value: Value, name: str, getter: Callable[[], Value]) -> Symbol:
         """The Symbol of this graph standing for an outside tensor."""

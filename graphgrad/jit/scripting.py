@@ -15,6 +15,13 @@ input shapes (cached per shape, as TorchScript's profiling executor specializes 
 graphs); ``graph_for(*inputs)`` shows it. Either way the graph runs on the IR's
 ``Interpreter`` on tensors, so autograd records the ops of the branch and the loop
 iterations taken and ``backward()`` gives eager's gradients.
+
+Random numbers: ``rand``/``randn``/``randint``, their ``*_like`` forms and dropout in
+training mode compile to ``random`` nodes that draw afresh at every call, from
+graphgrad's default generator as eager code does (``manual_seed`` reproduces eager's
+draws). A module's training flags are a guard: ``.eval()`` after scripting makes the
+next call compile (once) the graph without the dropout mask. ``x.detach()`` is a
+``Detach`` node.
 """
 
 from __future__ import annotations
@@ -72,6 +79,8 @@ class ScriptFunction:
         self.__wrapped__ = fn
         self.__wrapped_script__ = (fn, self_obj)  # what a scripted caller inlines
         self._generic = self._compile(None)
+        self._modes_now = self._modes()
+        self._generics = {self._modes_now: self._generic}
         self._special: dict[tuple, _Compiled] = {}
         self._last: _Compiled | None = None
 
@@ -186,10 +195,23 @@ class ScriptFunction:
             values.append(v)
         return values
 
+    def _modes(self) -> tuple:
+        """The training flags of the scripted module and its submodules. Library modules
+        run at compile time (dropout in training mode becomes a random node, in eval mode
+        nothing), so the flags are a guard: each set of them has its own graphs (where
+        TorchScript reads ``self.training`` when the graph runs)."""
+        if not is_module(self._self):
+            return ()
+        return tuple(m.training for m in self._self.modules())
+
     def _for(self, values: list) -> _Compiled:
+        modes = self._modes()
+        if modes != self._modes_now:  # .train() / .eval() since the last call
+            self._generic = self._generics.get(modes) or self._compile(None)
+            self._generics[modes], self._modes_now = self._generic, modes
         if self._generic.rank_bound is None:
             return self._generic
-        key = tuple((tuple(v._array.shape), v._array.dtype.str) for v in values)
+        key = (modes, *((tuple(v._array.shape), v._array.dtype.str) for v in values))
         compiled = self._special.get(key)
         if compiled is None:
             specs = [Spec(tuple(v._array.shape), v._array.dtype) for v, (_, kind, _) in
