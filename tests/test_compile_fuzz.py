@@ -83,6 +83,8 @@ _EXTENDED = {
     "fstring": ["tag = f'{{n}}-{{flag!r}}'", "{v} = {a} * len(tag)"],
     "global_state": ["LOG.append(n)", "STATE['k'] = STATE.get('k', 0) + 1",
                      "{v} = {a} + LOG[-1] * 0.5"],
+    "no_grad": ["with gg.no_grad():", "    {v} = {a} * 2 + {b}",
+                "    if {v}.sum() > 0:", "        {v} = {v} - 1"],
     # values that change on every call, used through objects made at run time
     "runtime_values": ["u = RNG.random()", "arr = np.full(2, u) * RNG.randint(1, 3)",
                        "{v} = {a} * float(arr.sum()) + u",
@@ -125,7 +127,7 @@ class _Gen:
                                   "intmath"] * (depth < 2)
         if self.extended:
             kinds += ["external", "inplace", "item", "star", "inner", "comprehension",
-                      "fstring", "global_state", "runtime_values"]
+                      "fstring", "global_state", "runtime_values", "no_grad"]
         kind = self.r.choice(kinds)
         if kind in _EXTENDED:
             v = self.new()

@@ -215,3 +215,45 @@ def test_global_assignment_runs_for_real_and_is_read_back():
         out = cf(gg.ones(2))
         assert out.tolist() == [2.0 + i] * 2 and ns["COUNT"] == i
         assert ns["LAST"].tolist() == [2.0, 2.0]
+
+
+def test_no_grad_block_is_captured_and_left_on_errors():
+    def f(x, w):
+        h = x @ w
+        with gg.no_grad():           # entering and leaving run for real (graph breaks)
+            s = h.sum() * 2
+        return h * s, s.requires_grad
+
+    cf = gg.compile(f)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = gg.tensor(rng.standard_normal((2, 3)))
+        w1 = gg.tensor(rng.standard_normal((3, 2)), requires_grad=True)
+        w2 = gg.tensor(w1.detach().numpy(), requires_grad=True)
+        (a, rg_a), (b, rg_b) = f(x, w1), cf(x, w2)
+        assert rg_a is rg_b is False and gg.is_grad_enabled()
+        a.sum().backward()
+        b.sum().backward()
+        _close(w1.grad, w2.grad)
+    assert counters["graphs"] >= 2 and counters["eager_fallbacks"] == 0
+
+    def g(x):
+        with gg.no_grad():
+            if x.sum() > 0:
+                raise ValueError("positive")
+            return x * 2
+
+    cg = gg.compile(g)
+    assert cg(-gg.ones(2)).tolist() == [-2.0, -2.0]
+    with pytest.raises(ValueError, match="positive"):
+        cg(gg.ones(2))
+    assert gg.is_grad_enabled()      # the with block was left on the way out
+
+    def h(x):
+        try:                          # try/except is not a with block: runs eagerly
+            return x + 1
+        finally:
+            pass
+
+    ch = gg.compile(h)
+    assert ch(gg.ones(1)).item() == 2.0 and ch.eager_reason is not None

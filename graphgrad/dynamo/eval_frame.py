@@ -30,7 +30,8 @@ from .guards import Pool
 from .interpreter import EagerStep, Interpreter, Return, _bind, _ExtCell
 from .stats import counters
 from .structure import rebuild, template_key
-from .values import Arg, Kw, Obj, SlotRef, Source, SrcRef
+from .handlers import ACTIVE_EXITS, unwind_withs
+from .values import Arg, Item, Kw, Obj, Slot, SlotRef, Source, SrcRef
 
 __all__ = ["CompiledFunction", "Segment", "BreakRecord", "all_compiled"]
 
@@ -198,6 +199,14 @@ class CompiledFunction:
 
     def _execute(self, node, a, k, s, pending=None):
         """Run segments from ``node`` (or capture from ``pending`` first) to the end."""
+        mark = len(ACTIVE_EXITS)
+        try:
+            return self._segments(node, a, k, s, pending)
+        except BaseException as e:
+            unwind_withs(mark, e)   # with blocks the call entered are left, as in Python
+            raise
+
+    def _segments(self, node, a, k, s, pending):
         captures = 0
         while True:
             if node is None:
@@ -419,6 +428,9 @@ class CompiledFunction:
                 top.forced = SlotRef(base)
             elif end.mode == "replace":
                 top.stack[-1] = SlotRef(base)
+            elif end.mode == "with":   # the exit to call at the end, the entered value
+                top.stack.append(SrcRef(Item(Slot(base), 0)))
+                top.stack.append(SrcRef(Item(Slot(base), 1)))
             muts = "".join(f"{name}, " for _, name in cg.containers)
             body = f"s + ({fn_e}(*{args_e}, **{kw_e}), {muts})"
             f = frames[-1]

@@ -39,8 +39,9 @@ _COMMON = {
     "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP",
     "GET_ITER", "FOR_ITER", "END_FOR", "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS",
     "LOAD_ASSERTION_ERROR",
-    # reached only when an exception propagates (3.12 comprehension cleanup), never run
-    "RERAISE",
+    # reached only when an exception propagates (3.12 comprehension cleanup, the cleanup
+    # of a with block), never run
+    "RERAISE", "BEFORE_WITH", "PUSH_EXC_INFO", "WITH_EXCEPT_START", "POP_EXCEPT",
 }
 SUPPORTED = frozenset(_COMMON)
 
@@ -68,8 +69,11 @@ def code_info(code: types.CodeType) -> CodeInfo:
         elif code.co_flags & _CO_GENERATOR_LIKE:
             bad = "generator or coroutine"
         else:
-            for inst in insts:
-                if inst.opname not in SUPPORTED:
+            for i, inst in enumerate(insts):
+                if inst.opname not in SUPPORTED or (
+                        # a handler that is not a with block's cleanup: try/finally
+                        inst.opname == "PUSH_EXC_INFO" and (
+                            i + 1 == len(insts) or insts[i + 1].opname != "WITH_EXCEPT_START")):
                     bad = f"opcode {inst.opname} at offset {inst.offset}"
                     break
         info = _INFO[code] = CodeInfo(insts, index, bad)

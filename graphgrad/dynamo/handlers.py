@@ -696,6 +696,55 @@ def _raise_now(exc, cause=None):
     raise exc
 
 
-@handler("RERAISE")
+@handler("RERAISE", "PUSH_EXC_INFO", "WITH_EXCEPT_START", "POP_EXCEPT")
 def _reraise(it, f, inst):
-    raise Unsupported("RERAISE reached")
+    raise Unsupported(f"exception handler reached ({inst.opname})")
+
+
+# ---- with blocks (graphgrad's grad-mode context managers) -----------------------------------
+
+@handler("BEFORE_WITH")
+def _before_with(it, f, inst):
+    cm = f.stack.pop()
+    if it.cap.concrete:
+        f.stack.extend(enter_with(cm))
+        return
+    from graphgrad.autograd.grad_mode import _GradMode
+    obj = cm.obj if isinstance(cm, Ext) else cm
+    if not isinstance(obj, _GradMode):
+        raise Unsupported(f"a with block on {type(obj).__name__} (only graphgrad's grad-mode "
+                          f"context managers)")
+    # entering runs for real: the segments of the block then run in that grad mode
+    it.brk("unsupported-call", f"entering {type(obj).__name__}", enter_with, (cm,),
+           mode="with")
+
+
+ACTIVE_EXITS: list = []   # with blocks entered and not yet left, innermost last
+
+
+def enter_with(cm) -> tuple:
+    """``cm.__enter__()`` at run time; returns (the exit to call, the entered value). The
+    exit is remembered so that an exception leaving a compiled call can run it."""
+    value = type(cm).__enter__(cm)
+    ex = _WithExit(cm)
+    ACTIVE_EXITS.append(ex)
+    return ex, value
+
+
+class _WithExit:
+    __slots__ = ("cm",)
+
+    def __init__(self, cm):
+        self.cm = cm
+
+    def __call__(self, *exc):
+        if self in ACTIVE_EXITS:
+            ACTIVE_EXITS.remove(self)
+        return type(self.cm).__exit__(self.cm, *exc)
+
+
+def unwind_withs(mark: int, e: BaseException) -> None:
+    """An exception leaves a compiled call: leave its open with blocks, innermost first."""
+    while len(ACTIVE_EXITS) > mark:
+        ex = ACTIVE_EXITS.pop()
+        type(ex.cm).__exit__(ex.cm, type(e), e, e.__traceback__)
