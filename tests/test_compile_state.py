@@ -257,3 +257,29 @@ def test_no_grad_block_is_captured_and_left_on_errors():
 
     ch = gg.compile(h)
     assert ch(gg.ones(1)).item() == 2.0 and ch.eager_reason is not None
+
+
+def test_compiled_step_with_manual_sgd_update_under_no_grad():
+    rng = np.random.default_rng(0)
+    x = gg.tensor(rng.standard_normal((32, 8)))
+    y = gg.tensor(rng.integers(0, 3, 32))
+
+    def run(compiled: bool) -> list[float]:
+        model = _mlp(2)
+        params = list(model.parameters())
+
+        def step(xb, yb, lr=0.1):
+            loss = F.cross_entropy(model(xb), yb)
+            loss.backward()
+            with gg.no_grad():
+                for p in params:
+                    p -= lr * p.grad      # in-place on a parameter: runs for real
+                    p.grad = None
+            return loss
+
+        step = gg.compile(step) if compiled else step
+        return [step(x, y).item() for _ in range(50)]
+
+    eager, compiled = run(False), run(True)
+    np.testing.assert_allclose(compiled, eager, rtol=1e-12, atol=1e-14)
+    assert counters["cache_hits"] == 49 and counters["recompiles"] == 0
