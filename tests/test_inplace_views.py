@@ -156,3 +156,90 @@ def test_writing_a_saved_output_through_a_view_is_detected():
                                                "computation has been modified by an inplace "
                                                "operation"):
             b.sum().backward()
+
+
+# ---- views whose base changes after they were made ----------------------------------
+
+def _grad_views_of_constant(lib, a, w):
+    """Views of a tensor that needs no grad, made before an in-place op makes the base
+    require grad, must require grad then (their history a replay of the view op)."""
+    x = lib.zeros(3, 2, dtype=lib.float64)
+    row, col, flat, tt = x[:2], x.t()[1], x.view(6), x.t()
+    x.add_(w * a.t())
+    assert all(v.requires_grad and v.grad_fn is not None for v in (row, col, flat, tt))
+    assert not row.is_leaf
+    loss = (row ** 3).sum() + (col * w[:, 0]).sum() + (flat.exp()).sum() + (tt * a).sum()
+    return loss
+
+
+def _grad_views_of_constant_written_through_a_view(lib, a, w):
+    x = lib.zeros(3, 2, dtype=lib.float64)
+    v, u = x.t(), x[1:]
+    u.mul_(2).add_(w[1:])  # the write reaches x through u: v must see it
+    return (v.sin() * a).sum() + (u ** 2).sum()
+
+
+def _stale_view_backward(lib, a, w):
+    """A view made before its base changed, differentiated directly."""
+    b = a * 1
+    v, flat = b.t(), b.view(6)
+    b.mul_(w.t())
+    return v, flat
+
+
+@pytest.mark.parametrize("create_graph", [False, True], ids=["grad", "grad_of_grad"])
+@pytest.mark.parametrize("case", [_grad_views_of_constant,
+                                  _grad_views_of_constant_written_through_a_view])
+def test_views_of_a_base_that_starts_requiring_grad(case, create_graph):
+    results = []
+    for lib in (gg, torch):
+        a, w = lib.tensor(A, requires_grad=True), lib.tensor(W, requires_grad=True)
+        grads = lib.autograd.grad(case(lib, a, w), (a, w), create_graph=create_graph)
+        if create_graph:
+            grads = lib.autograd.grad(sum((g * g).sum() for g in grads), (a, w))
+        results.append([g.detach().numpy() for g in grads])
+    for g, t in zip(*results, strict=True):
+        np.testing.assert_allclose(g, t, rtol=1e-10, atol=1e-12)
+
+
+def test_view_of_a_constant_stays_without_grad_when_the_write_is_not_recorded():
+    for lib in (gg, torch):
+        x = lib.zeros(3, dtype=lib.float64)
+        v = x[:2]
+        with lib.no_grad():
+            x.add_(lib.ones(3, dtype=lib.float64, requires_grad=True))
+        assert not v.requires_grad and v.grad_fn is None, lib.__name__
+
+
+@pytest.mark.parametrize("how", ["backward", "grad", "grad_create_graph"])
+def test_stale_view_sees_the_change_when_differentiated_directly(how):
+    results = []
+    for lib in (gg, torch):
+        a, w = lib.tensor(A, requires_grad=True), lib.tensor(W, requires_grad=True)
+        v, flat = _stale_view_backward(lib, a, w)
+        assert v.grad_fn.next_functions[0][0].name() == "MulBackward0", lib.__name__
+        seed_v = lib.tensor(W * 3 - 1, dtype=lib.float64)
+        seed_f = lib.tensor(np.arange(6.0) - 2, dtype=lib.float64)
+        if how == "backward":
+            lib.autograd.backward((v, flat), (seed_v, seed_f))
+            grads = (a.grad, w.grad)
+        else:
+            grads = lib.autograd.grad((v, flat), (a, w), (seed_v, seed_f),
+                                      create_graph=how == "grad_create_graph")
+            if how == "grad_create_graph":
+                grads = lib.autograd.grad((grads[0] * grads[1].t()).sum(), (a, w))
+        results.append([g.detach().numpy() for g in grads])
+    for g, t in zip(*results, strict=True):
+        np.testing.assert_allclose(g, t, rtol=1e-12)
+
+
+def test_stale_view_as_an_input_to_grad_was_not_used():
+    """The loss used the view before the change; the view's history now is another."""
+    for lib in (gg, torch):
+        a = lib.tensor(A, requires_grad=True)
+        b = a * 1
+        v = b[0]
+        loss = (v * v).sum()
+        b.mul_(2)
+        with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
+            lib.autograd.grad(loss, v)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from graphgrad.backend import from_numpy_dtype, xp
 from graphgrad.tensor import Ext, Tensor, Value, set_grad_mode
 from graphgrad.tensor.creation import _leaf
+from graphgrad.tensor.value import refresh_if_stale
 
 __all__ = ["backward", "grad"]
 
@@ -286,6 +287,16 @@ def _as_tuple(x) -> tuple:
     return tuple(x)
 
 
+def _fresh(tensors: tuple) -> tuple:
+    """The tensors, each view among them rebased on its base first if the base changed
+    in place since the view's history was made (PyTorch regenerates a view's grad_fn
+    when it is read): its gradient then goes through that change."""
+    for t in tensors:
+        if isinstance(t, Value) and t._ext is not None:
+            refresh_if_stale(t)
+    return tensors
+
+
 def _is_wrapper(t) -> bool:
     """vmap's BatchedTensor: a graph node at its vmap level (its logical graph), holding
     the physical tensor that the batching rules recorded on."""
@@ -351,7 +362,7 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
         warnings.warn("`grad_variables` is deprecated. Use `grad_tensors` instead.",
                       FutureWarning, stacklevel=2)
         grad_tensors = grad_variables
-    outputs = _as_tuple(tensors)
+    outputs = _fresh(_as_tuple(tensors))
     if create_graph:
         import warnings
         warnings.warn("Using backward() with create_graph=True will create a reference cycle "
@@ -361,7 +372,7 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
                       "your parameters to None after use to break the cycle and avoid the leak.",
                       UserWarning, stacklevel=3)
     if inputs is not None:
-        inputs = _as_tuple(inputs)
+        inputs = _fresh(_as_tuple(inputs))
         if not inputs:
             raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     if retain_graph is None:
@@ -412,8 +423,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     elif materialize_grads and not allow_unused:
         raise ValueError("Expected allow_unused to be True or not passed when "
                          "materialize_grads=True, but got: allow_unused=False.")
-    outs = _as_tuple(outputs)
-    ins = _as_tuple(inputs)
+    outs = _fresh(_as_tuple(outputs))
+    ins = _fresh(_as_tuple(inputs))
     for t in ins:
         if not isinstance(t, Value):
             raise TypeError(f"grad(): inputs must be Tensors, got {type(t).__name__}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor, Value, is_grad_enabled
 from graphgrad.tensor.value import old_identity as _old_identity
+from graphgrad.tensor.value import views_follow_grad
 from graphgrad.tensor.creation import _leaf
 
 from .arithmetic import needs_grad
@@ -239,6 +240,8 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
     ext.prev = old
     ext.born = version
     _carry_tangents(t, result)
+    if not old._rg and ext.views:
+        views_follow_grad(t)
     return t
 
 

@@ -12,13 +12,15 @@ the ``autograd`` layer lazily. Those are the two documented upward edges.
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any
 from collections.abc import Callable
 
 from graphgrad.backend import dtype as _dtype
 from graphgrad.backend import from_numpy_dtype, xp
 
-__all__ = ["Value", "Tensor", "Ext", "record", "Size", "mark_view"]
+__all__ = ["Value", "Tensor", "Ext", "record", "Size", "mark_view", "refresh_if_stale",
+           "views_follow_grad"]
 
 
 class Size(tuple):
@@ -40,7 +42,8 @@ class Ext:
     """Rarely-needed per-node state, kept out of the hot slots: hooks, ``retain_grad``,
     the identity a tensor had before an in-place op rebased it, forward-AD tangents."""
 
-    __slots__ = ("hooks", "retains_grad", "prev", "born", "base", "view", "post_hooks", "fw")
+    __slots__ = ("hooks", "retains_grad", "prev", "born", "base", "view", "post_hooks", "fw",
+                 "views", "fwv")
 
     def __init__(self):
         self.hooks: list | None = None
@@ -51,6 +54,10 @@ class Ext:
         self.base: Value | None = None   # for views: the tensor they look into
         self.view: tuple | None = None   # ... and how: (op, args, params) of the view op
         self.fw: dict | None = None      # forward-AD tangents, keyed by their level
+        self.fwv = -1                    # for views: version their tangents were made at
+        # weak references to the views of this tensor that do not require grad: an
+        # in-place op that makes it require grad makes them require grad too
+        self.views: list | None = None
 
 
 class Value:
@@ -102,9 +109,7 @@ def _versions(args: tuple) -> tuple:
     that change (PyTorch regenerates the view's grad_fn the same way)."""
     for a in args:
         if isinstance(a, Value) and a._ext is not None:
-            ext = a._ext
-            if ext.base is not None and ext.born != a._vc[0] and a._rg:
-                refresh_view(a)
+            refresh_if_stale(a)
     return tuple(a._vc[0] if isinstance(a, Value) and a._vc is not None else 0 for a in args)
 
 
@@ -122,6 +127,49 @@ def mark_view(t: Value, op, args: tuple, params: dict) -> None:
         ext.base = base
         ext.view = (op, args, params)
         ext.born = base._vc[0]
+        if not t._rg:
+            _register_view(base, t)
+
+
+def _register_view(base: Value, view: Value) -> None:
+    """Remember ``view`` (weakly) on ``base``; dead entries are dropped each time the
+    list reaches a power of two, so a loop of temporary views costs O(1) each."""
+    e = base._ensure_ext()
+    views = e.views
+    if views is None:
+        views = e.views = []
+    views.append(weakref.ref(view))
+    n = len(views)
+    if n >= 32 and not n & (n - 1):
+        views[:] = [r for r in views if r() is not None]
+
+
+def views_follow_grad(base: Value) -> None:
+    """``base`` was just made to require grad by an in-place op: its views made before,
+    which did not require grad, now do, with a fresh history (the view op applied to
+    the base as it is now), as in PyTorch, where their grad_fn becomes a view replay of
+    the base. Views of those views follow too."""
+    stack = [base]
+    while stack:
+        e = stack.pop()._ext
+        if e is None or not e.views:
+            continue
+        views, e.views = e.views, None
+        for ref in views:
+            v = ref()
+            if v is not None and not v._rg and v._ext.base is not None:
+                refresh_view(v)
+                stack.append(v)
+
+
+def refresh_if_stale(t: Value) -> None:
+    """Give view ``t`` a fresh history when its base changed in place since its history
+    was made, as PyTorch regenerates a view's grad_fn when it is read: ``grad_fn``,
+    ``backward`` and ``autograd.grad`` then see the change."""
+    e = t._ext
+    if e is not None and e.base is not None and t._rg and t._vc is not None \
+            and e.born != t._vc[0]:
+        refresh_view(t)
 
 
 def old_identity(t: Tensor) -> Tensor:
@@ -318,6 +366,7 @@ class Tensor(Value):
     # ---- autograd state -------------------------------------------------------
     @property
     def requires_grad(self) -> bool:
+        refresh_if_stale(self)
         return self._rg
 
     @requires_grad.setter
@@ -385,6 +434,7 @@ class Tensor(Value):
 
     @property
     def grad_fn(self):
+        refresh_if_stale(self)
         if self.op is None:
             return None
         return BackwardNode(self)
