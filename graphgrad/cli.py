@@ -90,7 +90,7 @@ def train(args: argparse.Namespace) -> int:
         from graphgrad.train import train_digits
         train_digits(model=args.model, epochs=args.epochs, batch_size=args.batch_size,
                      lr=args.lr, optimizer=args.optimizer, seed=args.seed, quiet=args.quiet,
-                     out_dir=args.out, plot=not args.no_plot)
+                     out_dir=args.out, plot=not args.no_plot, compile=args.compile)
     except ImportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -179,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--optimizer", choices=["sgd", "adam", "adamw"],
                    default=DEFAULTS["optimizer"])
     t.add_argument("--seed", type=int, default=DEFAULTS["seed"])
+    t.add_argument("--compile", action="store_true",
+                   help="run the model through graphgrad.compile (bytecode capture)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--no-plot", action="store_true", help="no loss-curve PNG")
     t.add_argument("--out", default=DEFAULTS["out_dir"],

@@ -105,10 +105,26 @@ def test_cli_train_one_epoch_end_to_end(tmp_path):
     assert (out_dir / "digits_mlp_loss.png").is_file() == ("loss curve:" in proc.stdout)
     ckpt = load(checkpoint)
     assert ckpt["config"] == {"model": "mlp", "epochs": 1, "batch_size": 64, "lr": 1e-3,
-                              "optimizer": "adam", "seed": 0}
+                              "optimizer": "adam", "seed": 0, "compile": False}
     model = make_model("mlp")
     model.load_state_dict(ckpt["model"])
     _, _, xte, yte = load_digits_split(0)
     with gg.no_grad():
         acc = float((model(gg.tensor(xte)).argmax(dim=1) == gg.tensor(yte)).float().mean())
     assert round(acc, 4) == accuracy
+
+
+def test_compiled_training_matches_eager(tmp_path, capsys):
+    # graphgrad.compile captures the model's forward; the losses, the accuracy and the
+    # trained weights equal eager's (the last, smaller batch recompiles for its shape)
+    kw = dict(epochs=1, quiet=True, plot=False)
+    eager = train_digits(out_dir=tmp_path / "eager", **kw)
+    compiled = train_digits(out_dir=tmp_path / "compiled", compile=True, **kw)
+    assert "compiled" in capsys.readouterr().out
+    np.testing.assert_allclose(compiled["history"]["step_loss"], eager["history"]["step_loss"],
+                               rtol=1e-5, atol=1e-6)
+    assert compiled["test_accuracy"] == eager["test_accuracy"]
+    a = load(tmp_path / "eager" / "digits_mlp.npz")["model"]
+    b = load(tmp_path / "compiled" / "digits_mlp.npz")["model"]
+    for k in a:
+        np.testing.assert_allclose(b[k].numpy(), a[k].numpy(), rtol=1e-5, atol=1e-6)
