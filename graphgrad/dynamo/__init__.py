@@ -9,6 +9,15 @@ goes on from there. The result is a tree of guarded segments per function, cache
 a later call costs a guard check plus the compiled graphs. See ``eval_frame`` for the
 runtime, ``interpreter``/``handlers`` for the bytecode, ``capture`` for guards and
 templates.
+
+What runs eagerly instead of being captured (never a wrong result): a function using
+``try``/``except``/``finally``, generators or ``async`` (as a whole when it is the
+compiled function, as one eager call when it is a callee); a ``with`` block on anything
+but graphgrad's grad-mode context managers; Python code of the standard library and
+NumPy; everything on Python versions other than 3.11 and 3.12 (with one warning).
+Python ints and bools are specialized (guarded by value), a float made by an eager call
+is a graph input; shapes are static until a recompile shows a size changing (or
+``dynamic=True``).
 """
 
 from __future__ import annotations
