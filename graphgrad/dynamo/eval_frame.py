@@ -262,7 +262,8 @@ class CompiledFunction:
             return self.fn(*a, **k)
         if self.roots:
             failed = self.roots[0].guards.first_failure(a, k, ())
-            reason = f"guard failed: {failed.text}" if failed is not None else "guards failed"
+            reason = f"guard failed: {failed.text}{_now(failed, a, k)}" if failed is not None \
+                else "guards failed"
             if len(self.roots) >= config.recompile_limit:
                 if not self._limit_warned:
                     self._limit_warned = True
@@ -497,6 +498,20 @@ class CompiledFunction:
 
 
 _EAGER = object()
+
+
+def _now(guard, a, k) -> str:
+    """What the guarded value is now (for the recompile message)."""
+    from .capture import eval_source
+    try:
+        v = eval_source(guard.source, a, k, ())
+    except Exception:  # noqa: BLE001 - gone altogether: say so
+        return " (now missing)"
+    if hasattr(v, "_array"):
+        return f" (now {type(v).__name__} shape={tuple(v._array.shape)} " \
+               f"dtype={v._array.dtype} requires_grad={bool(v.requires_grad)})"
+    text = repr(v)
+    return f" (now {text[:60]})"
 
 
 def _rename(v, name: str):
