@@ -219,10 +219,14 @@ def test_random_sizes_follow_traced_sizes():
     traced, caught = _trace(f, (gg.zeros(3, 2, dtype=gg.float64),))
     [node] = [n for n in traced.graph.nodes if n.kind == "random"]
     assert node.spec.shape == (None, 1) and len(caught) == 1   # the nondeterminism note
+    z = gg.zeros(5, 2, dtype=gg.float64)
     gg.manual_seed(4)
-    got = traced(gg.zeros(5, 2, dtype=gg.float64))
+    got = traced(z)
     gg.manual_seed(4)
-    np.testing.assert_array_equal(got.numpy(), f(gg.zeros(5, 2, dtype=gg.float64)).numpy())
+    np.testing.assert_array_equal(got.numpy(), f(z).numpy())
+    gg.manual_seed(4)   # the printed code draws the same way
+    (printed,) = python_code(traced.graph).fn(z)
+    np.testing.assert_array_equal(printed.numpy(), got.numpy())
 
 
 def test_a_draw_from_a_users_generator_is_frozen_with_a_warning():

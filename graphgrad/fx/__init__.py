@@ -9,8 +9,12 @@ differentiable, printable as code (``.code``, ``print_readable()``) and as a tab
 ``Interpreter`` and rewritable by ``Transformer``.
 
 As in torch.fx, Python control flow on a traced value raises ``TraceError``, and code
-that does not touch a Proxy (``np.random.rand()``) runs once at trace time, its result
-frozen into the graph.
+that does not touch a Proxy (``np.random.rand()``, ``gg.randn(3)``) runs once at trace
+time, its result frozen into the graph. graphgrad's random functions applied to a traced
+value (``F.dropout(x)``, ``gg.randn_like(x)``) are recorded, as torch.fx records the call:
+a ``random`` node that draws anew on every call from graphgrad's default generator, as
+eager code does (``manual_seed`` reproduces eager's draws); dropout's ``training`` flag
+is the value at trace time. ``x.detach()`` is a ``Detach`` node (stop-gradient).
 """
 
 from .api import symbolic_trace

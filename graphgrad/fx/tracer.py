@@ -5,7 +5,8 @@ once on Proxies (placeholders), and every op call that touches one becomes a ``c
 node of the one IR. What is not a Proxy runs at trace time and is frozen: a Python
 number is a literal, a tensor is stored on the root as ``_tensor_constant<k>``, so
 ``x + np.random.rand()`` bakes the number it drew (torch.fx's documented behaviour,
-reproduced on purpose).
+reproduced on purpose). A draw graphgrad makes for a traced value (dropout,
+``randn_like``) is a ``random`` node instead (``batched_random``).
 
 ``nn.Module`` calls go through ``call_module``: graphgrad.nn's built-in layers are
 leaves (``is_leaf_module``) and become ``call_module`` nodes that call the live module

@@ -8,6 +8,10 @@ buffer of the traced module, anything that requires grad) runs on the level belo
 becomes a ``call`` node; a call on constants only just runs, and its result is a
 constant if the graph ever needs it (constant folding for free).
 
+A random draw of graphgrad's (``rand``, ``randn_like``, a dropout mask) runs eagerly and
+becomes a ``random`` node sized by the traced sizes (``batched_random``), so the traced
+function draws afresh on each call; ``detach()`` becomes a ``Detach`` node.
+
 Tensors the function did not compute become graph values when first used: a module's
 parameters and buffers and tensors that require grad become extra placeholders bound to
 the live tensor at every call (so training updates reach the traced function and
@@ -281,8 +285,7 @@ class Tracer(Interpreter):
             dims = [self.node_of(d) if self.mine(d) else int(d) for d in draw.sizes]
         else:
             dims = list(draw.shape)
-        node = add_random(_NodeSink(self.graph), draw.dist, dims, draw.dtype, draw.params,
-                          name=f"random_{draw.dist}")
+        node = add_random(_NodeSink(self.graph), draw.dist, dims, draw.dtype, draw.params)
         return self.wrap(out, node)
 
     def random(self, callee) -> None:
