@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from capture_corpus import CORPUS
 from lecture_cases import branch, external, shape_dependent
 
 import graphgrad as gg
@@ -198,3 +199,16 @@ def test_lecture_example_file_matches_the_tests():
     assert mod.branch(x).item() == branch(x).item()
     y = gg.randn(2, 3)
     np.testing.assert_allclose(mod.shape_dependent(y).numpy(), shape_dependent(y).numpy())
+
+
+# ---- the corpus: no method is silently wrong on ordinary code -------------------------------
+
+@pytest.mark.parametrize("case", CORPUS, ids=repr)
+def test_corpus_is_never_silently_wrong(case):
+    rep = report(case.fn, *case.make_inputs(np.random.default_rng(7)))
+    for method, r in rep.results.items():
+        assert r.outcome != "silently wrong", (method, r)
+    # the two methods that keep Python's semantics for every input capture every case
+    for method in ("jit.script", "compile"):
+        r = rep[method]
+        assert r.outcome == "captured" and r.second_matches, (method, r.message)

@@ -32,7 +32,10 @@ def _reduce(loss: Tensor, reduction: str, name: str) -> Tensor:
 
 
 def _warn_size(input, target, name: str) -> None:
-    if tuple(input.shape) != tuple(target.shape):
+    a, b = tuple(input.shape), tuple(target.shape)
+    if None in a or None in b:
+        return  # a graph's symbolic size (graphgrad.compile, dynamic): nothing to compare
+    if a != b:
         warnings.warn(f"Using a target size ({target.shape!r}) that is different to the input "
                       f"size ({input.shape!r}). This will likely lead to incorrect results due "
                       f"to broadcasting. Please ensure they have the same size.", UserWarning,
