@@ -506,3 +506,16 @@ def test_loop_over_range_of_a_size_unrolls_and_check_inputs_catch_it():
     assert _calls(traced.graph).count("Mul") == 3           # unrolled for the example
     with pytest.raises(TracingCheckError, match="Graphs differed across invocations"):
         jit.trace(loop_in_traced_fn, (gg.rand(3, 4, 5),), check_inputs=[(gg.rand(4, 5, 6),)])
+
+
+def test_an_unused_draw_stays_so_seeded_calls_match_the_function():
+    def f(x):
+        gg.rand_like(x)          # drawn and dropped: later draws depend on it
+        return x + gg.rand(3, dtype=gg.float64)
+    traced, _ = _trace(f, (gg.zeros(3, dtype=gg.float64),))
+    assert [n.kind for n in traced.graph.nodes].count("random") == 2
+    z = gg.zeros(3, dtype=gg.float64)
+    gg.manual_seed(6)
+    got = traced(z)
+    gg.manual_seed(6)
+    np.testing.assert_array_equal(got.numpy(), f(z).numpy())

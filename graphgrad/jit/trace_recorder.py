@@ -373,8 +373,8 @@ def _has_traced(v) -> bool:
 def record(fn: Callable, examples: tuple, names: list[str], *, strict: bool,
            state_names: dict[int, str], name: str) -> tuple[Graph, list[Capture], TreeSpec]:
     """Run ``fn`` on ``examples`` under a Tracer; returns (graph, captures, output tree
-    spec). The graph keeps only what the outputs need (a dead ``x < 0`` whose Python
-    bool decided a branch is dropped, as PyTorch's trace drops it)."""
+    spec). The graph keeps only what the outputs and the random draws need (a dead
+    ``x < 0`` whose Python bool decided a branch is dropped, as PyTorch's trace drops it)."""
     graph = Graph(name)
     tracer = Tracer(graph, strict=strict, state_names=state_names)
     args = [tracer.input(graph.placeholder(Spec(x._array.shape, x._array.dtype), n), x)
@@ -398,7 +398,10 @@ def record(fn: Callable, examples: tuple, names: list[str], *, strict: bool,
     finally:
         set_grad_mode(prev)
     graph.set_outputs(outs)
-    need = set(needed_nodes(graph, [graph.output_node]))
+    # random nodes stay even when unused: each call then draws what the function draws,
+    # so a seeded call of the trace reproduces the function's later draws too
+    need = set(needed_nodes(graph, [graph.output_node,
+                                    *(n for n in graph.nodes if n.kind == "random")]))
     graph.nodes[:] = [n for n in graph.nodes if n in need or n in user_inputs]
     graph.inputs[:] = [p for p in graph.inputs if p in user_inputs or p in need]
     captures = [c for c in tracer.captures if c.node in need]
