@@ -243,3 +243,109 @@ def test_stale_view_as_an_input_to_grad_was_not_used():
         b.mul_(2)
         with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
             lib.autograd.grad(loss, v)
+
+
+# ---- forward AD: tangents of views after in-place ops ----------------------------------
+
+def _fw_views_of_a_dual_base_written(lib, fw, p, t, w):
+    x = fw.make_dual(p, t)
+    v, col, vv = x[:2], x.view(3, 2).t()[1], x[2:].view(2, 2)[0]
+    x.mul_(w)
+    return x, v, col, vv
+
+
+def _fw_plain_base_gets_a_tangent(lib, fw, p, t, w):
+    x = p * 1
+    v, vt = x[:3], x.view(3, 2).t()
+    x.add_(fw.make_dual(w, t))  # x has no tangent before: its views derive theirs now
+    return x, v, vt
+
+
+def _fw_write_through_another_view(lib, fw, p, t, w):
+    x = fw.make_dual(p, t)
+    v, u = x.view(2, 3), x[2:5]
+    u.mul_(w[:3]).add_(1.0)
+    return x, v, u
+
+
+def _fw_written_with_constants(lib, fw, p, t, w):
+    """copy_ of a value without tangent leaves a zero tangent there (PyTorch's copy_)."""
+    x = fw.make_dual(p, t) * 1
+    v = x[:4]
+    x[1:3] = w[:2]
+    x.view(2, 3)[1].copy_(w[3:])
+    return x, v
+
+
+def _fw_make_dual_view_owns_its_tangent(lib, fw, p, t, w):
+    """make_dual's tangent is its own: writing into the primal it views leaves it, and
+    writing into it does not give the primal a tangent."""
+    x = fw.make_dual(p, t)
+    primal = w * 1
+    y = fw.make_dual(primal, t * 1)  # (a tangent of its own: torch writes it in place)
+    p.add_(1.0)
+    y.mul_(2.0)
+    return x, y, primal
+
+
+def _fw_recorded_base_written(lib, fw, p, t, w):
+    """The base is in a recorded graph too (its history requires grad)."""
+    a = p.clone().requires_grad_()
+    x = fw.make_dual(a, t) * 1
+    v, vt = x[1:], x.view(3, 2).t()
+    x.mul_(fw.make_dual(w, t.flip(0)))
+    return x, v, vt
+
+
+FW_CASES = [_fw_views_of_a_dual_base_written, _fw_plain_base_gets_a_tangent,
+            _fw_write_through_another_view, _fw_written_with_constants,
+            _fw_make_dual_view_owns_its_tangent, _fw_recorded_base_written]
+
+
+@pytest.mark.parametrize("case", FW_CASES, ids=[f.__name__[4:] for f in FW_CASES])
+def test_forward_ad_tangents_of_views_after_inplace(case):
+    results = []
+    for lib in (gg, torch):
+        fw = lib.autograd.forward_ad
+        p = lib.tensor(np.arange(1.0, 7.0) / 4)
+        t = lib.tensor(np.arange(6.0) - 2.5)
+        w = lib.tensor(np.arange(6.0, 0.0, -1.0) / 3)
+        with fw.dual_level():
+            outs = case(lib, fw, p.to(lib.float64), t.to(lib.float64), w.to(lib.float64))
+            results.append([(o.detach().numpy().copy(),
+                             None if fw.unpack_dual(o).tangent is None else
+                             fw.unpack_dual(o).tangent.detach().numpy().copy()) for o in outs])
+    for (gv, gt), (tv, tt) in zip(*results, strict=True):
+        np.testing.assert_allclose(gv, tv, rtol=1e-12)
+        if tt is None:
+            assert gt is None
+        else:
+            np.testing.assert_allclose(gt, tt, rtol=1e-12, atol=1e-15)
+
+
+def _views_after_inplace_on_base(lib, a):
+    b = a * 1
+    v, vt = b[1:], b.view(2, 2).t()
+    b.mul_(a.flip(0))
+    b[0] = a[3] ** 2
+    return (v ** 3).sum() + (vt[0] * a[:2]).sum() + (b.sin() * vt.reshape(4)).sum()
+
+
+@pytest.mark.parametrize("transform", ["jacfwd_of_grad", "jvp_of_grad", "jvp"])
+def test_views_after_inplace_on_base_under_forward_transforms(transform):
+    """Forward over reverse through views made before an in-place op on their base
+    (the Hessian, a Hessian-vector product) and the jvp, against torch.func (whose
+    forward over forward refuses in-place ops on its zero tangents)."""
+    results = []
+    for lib in (gg, torch):
+        func = lib.func
+        a = lib.tensor(np.array([0.5, -1.0, 2.0, 1.5]))
+        f = lambda x, lib=lib: _views_after_inplace_on_base(lib, x)  # noqa: E731
+        if transform == "jacfwd_of_grad":
+            out = func.jacfwd(func.grad(f))(a)
+        elif transform == "jvp_of_grad":
+            out = func.jvp(func.grad(f), (a,), (lib.tensor(np.array([1.0, 2.0, -1.0, 0.5])),))[1]
+        else:
+            out = func.jvp(f, (a,), (lib.tensor(np.array([1.0, 2.0, -1.0, 0.5])),))[1]
+        results.append(out.detach().numpy())
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-10, atol=1e-12)

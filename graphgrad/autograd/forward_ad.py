@@ -19,6 +19,7 @@ from typing import NamedTuple
 from graphgrad.tensor import Interpreter, Tensor, Value, dispatch, pop_interpreter
 from graphgrad.tensor import push_interpreter
 from graphgrad.tensor.dispatch import _stack
+from graphgrad.ops.inplace import fresh_tangents
 
 __all__ = ["dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual",
            "UnpackedDualTensor", "JVPLevel", "tangent_of", "active_levels"]
@@ -46,7 +47,11 @@ class JVPLevel(Interpreter):
         if not isinstance(t, Value):
             return None
         e = t._ext
-        if e is None or e.fw is None:
+        if e is None:
+            return None
+        if e.base is not None:  # a view: its base may have changed in place since
+            fresh_tangents(t)
+        if e.fw is None:
             return None
         return e.fw.get(self)
 
@@ -80,6 +85,8 @@ class JVPLevel(Interpreter):
             e = t._ext
             if e is not None and e.fw is not None:
                 e.fw.pop(self, None)
+            if e is not None and e.fw_own is not None:
+                e.fw_own.discard(self)
         self.carriers.clear()
         self.active = False
 
@@ -157,6 +164,10 @@ def make_dual(tensor: Tensor, tangent: Tensor, *, level: JVPLevel | None = None)
     # the alias is made below the level, so it carries no tangent of the level yet
     out = _below(lvl, lambda: tensor.view_as(tensor))
     lvl.attach(out, tangent)
+    ext = out._ensure_ext()
+    if ext.fw_own is None:
+        ext.fw_own = set()
+    ext.fw_own.add(lvl)  # its tangent is its own, not the primal's seen through the view
     return out
 
 

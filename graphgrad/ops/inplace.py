@@ -14,11 +14,12 @@ from graphgrad.tensor import Tensor, Value, is_grad_enabled
 from graphgrad.tensor.value import old_identity as _old_identity
 from graphgrad.tensor.value import views_follow_grad
 from graphgrad.tensor.creation import _leaf
+from graphgrad.tensor.dispatch import _stack
 
 from .arithmetic import needs_grad
 from .base import saved_inputs
 
-__all__ = ["apply_inplace", "fill_inplace"]
+__all__ = ["apply_inplace", "fill_inplace", "fresh_tangents"]
 
 
 def _check_allowed(t: Tensor) -> None:
@@ -90,29 +91,87 @@ def _carry_tangents(t: Tensor, result: Tensor) -> None:
             del ext.fw[level]  # the new value does not depend on that level's input
     for level, tangent in (fw or {}).items():
         level.attach(t, tangent)
+    _derived_now(t)
+
+
+def _derived_now(t: Value) -> None:
+    """``t``'s tangents were just set for its current value: a view needs no new
+    derivation from its base until the storage changes again."""
+    ext = t._ext
+    if ext.base is not None and t._vc is not None:
+        ext.fwv = t._vc[0]
 
 
 def _copy_tangents(t: Tensor, old: Tensor) -> None:
     """The old identity keeps ``t``'s forward-AD tangents: the new value's jvp (and, in
     forward-over-reverse, the backward rules reading the saved old value) need them."""
+    fresh_tangents(t)
     fw = t._ext.fw if t._ext is not None else None
     for level, tangent in (fw or {}).items():
         level.attach(old, tangent)
 
 
+def _owns(ext, level) -> bool:
+    """Whether a tensor's tangent at ``level`` is its own rather than its base's seen
+    through the view: tensors that are not views, and make_dual's views."""
+    return ext is None or ext.base is None or ext.view is None or (
+        ext.fw_own is not None and level in ext.fw_own)
+
+
 def _tangents_to_base(t: Tensor) -> None:
     """A write through a view changes its base: so does the view's new tangent (the
-    recorded path gets this from the write-back op's jvp; this is the unrecorded one)."""
-    ext = t._ext
-    while ext is not None and ext.base is not None and ext.fw:
-        base = ext.base
-        write_back = _write_back(ext.view, "forward AD: an in-place op", "a tensor")
-        for level, tangent in list(ext.fw.items()):
-            before = level.tangent(base)
-            level.attach(base, write_back(before if before is not None else
-                                          _leaf(xp.zeros(base._array.shape,
-                                                         base._array.dtype)), tangent))
-        t, ext = base, base._ext
+    recorded path gets this from the write-back op's jvp; this is the unrecorded one),
+    up to the tensor that owns the tangent (PyTorch: the view's tangent is a view of
+    that tensor's tangent, written in place)."""
+    for level, tangent in list((t._ext.fw or {}).items() if t._ext is not None else ()):
+        v = t
+        while not _owns(v._ext, level):
+            ext = v._ext
+            base = ext.base
+            write_back = _write_back(ext.view, "forward AD: an in-place op", "a tensor")
+            before = level.tangent(base)  # (derived again first, when base is a view)
+            if before is None:
+                before = _leaf(xp.zeros(base._array.shape, base._array.dtype))
+            tangent = write_back(before, tangent)
+            level.attach(base, tangent)
+            _derived_now(base)
+            v = base
+
+
+def fresh_tangents(t: Value) -> None:
+    """A view's forward-AD tangents are its base's seen through the view (in PyTorch the
+    view's tangent is a view of the base's, so in-place changes of either show in
+    both). When the storage changed in place since they were derived (an unrecorded
+    write into the base or another view of it), derive them again: at each level, the
+    view op applied to the base's tangent, except where the view has its own
+    (``make_dual``). Iterative over chains of views, innermost base first."""
+    chain = []
+    v = t
+    while True:
+        ext = v._ext
+        if ext is None or ext.base is None or ext.view is None or v._vc is None or \
+                ext.fwv == v._vc[0]:
+            break
+        chain.append(v)
+        v = ext.base
+    for v in reversed(chain):
+        ext = v._ext
+        ext.fwv = v._vc[0]
+        base_fw = ext.base._ext.fw if ext.base._ext is not None else None
+        view_op, view_args, params = ext.view
+        for level in set(base_fw or ()) | set(ext.fw or ()):
+            if _owns(ext, level):
+                continue
+            base_tangent = base_fw.get(level) if base_fw else None
+            if base_tangent is None:
+                del ext.fw[level]
+                continue
+            if level in _stack:  # tangents are computed below their own level
+                with level.lowered():
+                    tangent = view_op.apply(base_tangent, *view_args[1:], **params)
+            else:
+                tangent = view_op.apply(base_tangent, *view_args[1:], **params)
+            level.attach(v, tangent)
 
 
 def _vmap_levels(t) -> set:
@@ -280,12 +339,21 @@ def _inplace_on_view(t: Tensor, fn, args, kw, name: str) -> Tensor:
     return t
 
 
+def _has_tangents(x) -> bool:
+    """Whether ``x`` carries a forward-AD tangent (then a write into it changes it)."""
+    if not isinstance(x, Value) or x._ext is None:
+        return False
+    fresh_tangents(x)
+    return bool(x._ext.fw)
+
+
 def fill_inplace(t: Tensor, value, name: str = "fill_") -> Tensor:
     """``t[...] = value`` (a number or a tensor broadcast to t's shape)."""
     from .compare import where
     if _is_wrapper(value) and not _is_wrapper(t):
         raise _vmap_inplace_error(name)
-    if not _is_wrapper(t) and not (is_grad_enabled() and (t._rg or needs_grad(value))):
+    if not _is_wrapper(t) and not (is_grad_enabled() and (t._rg or needs_grad(value))) and \
+            not _has_tangents(t) and not _has_tangents(value):
         src = value._array if isinstance(value, Value) else value
         if isinstance(value, Value) and xp.broadcast_shapes(src.shape, t._array.shape) \
                 != t._array.shape:

@@ -43,7 +43,7 @@ class Ext:
     the identity a tensor had before an in-place op rebased it, forward-AD tangents."""
 
     __slots__ = ("hooks", "retains_grad", "prev", "born", "base", "view", "post_hooks", "fw",
-                 "views", "fwv")
+                 "views", "fwv", "fw_own")
 
     def __init__(self):
         self.hooks: list | None = None
@@ -54,7 +54,11 @@ class Ext:
         self.base: Value | None = None   # for views: the tensor they look into
         self.view: tuple | None = None   # ... and how: (op, args, params) of the view op
         self.fw: dict | None = None      # forward-AD tangents, keyed by their level
-        self.fwv = -1                    # for views: version their tangents were made at
+        # for views: the version their tangents were derived from the base's at, and the
+        # levels where the tangent is the view's own (make_dual), not the base's seen
+        # through the view
+        self.fwv = -1
+        self.fw_own: set | None = None
         # weak references to the views of this tensor that do not require grad: an
         # in-place op that makes it require grad makes them require grad too
         self.views: list | None = None
@@ -126,7 +130,7 @@ def mark_view(t: Value, op, args: tuple, params: dict) -> None:
         ext = t._ensure_ext()
         ext.base = base
         ext.view = (op, args, params)
-        ext.born = base._vc[0]
+        ext.born = ext.fwv = base._vc[0]
         if not t._rg:
             _register_view(base, t)
 
