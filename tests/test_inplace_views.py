@@ -349,3 +349,57 @@ def test_views_after_inplace_on_base_under_forward_transforms(transform):
             out = func.jvp(f, (a,), (lib.tensor(np.array([1.0, 2.0, -1.0, 0.5])),))[1]
         results.append(out.detach().numpy())
     np.testing.assert_allclose(results[0], results[1], rtol=1e-10, atol=1e-12)
+
+
+# ---- vmap: writing a batched value into a tensor that is not batched --------------------
+
+def _vmap_error(lib, fn, *args) -> str:
+    with pytest.raises(RuntimeError) as info:
+        lib.func.vmap(fn, in_dims=(None, 0))(*args)
+    return str(info.value).split(" is not possible")[0]
+
+
+SETITEM_CASES = {
+    "int": lambda x, v: x.__setitem__(0, v),  # a select written by copy_
+    "same_shape_slice": lambda x, v: x[:1].__setitem__(Ellipsis, v.reshape(1)),
+    "broadcast_slice": lambda x, v: x.__setitem__(slice(1, None), v.reshape(1)),
+    "zero_d_into_more": lambda x, v: x.__setitem__(Ellipsis, v),  # fill_
+    "none_and_slice": lambda x, v: x.__setitem__((None, slice(1, None)), v),
+    "python_bool": lambda x, v: x.__setitem__(True, v),
+    "zero_d_int_tensor": lambda x, v: x.__setitem__(_lib_of(x).tensor(0), v),
+    "index_tensor": lambda x, v: x.__setitem__(_lib_of(x).tensor([0, 2]), v),
+    "bool_mask": lambda x, v: x.__setitem__(_lib_of(x).tensor([True, False, True]), v),
+    "list": lambda x, v: x.__setitem__([1], v),
+    "fill_": lambda x, v: x.fill_(v),
+    "copy_": lambda x, v: x.copy_(v),
+}
+
+
+def _lib_of(x):
+    return torch if isinstance(x, torch.Tensor) else gg
+
+
+@pytest.mark.parametrize("name", list(SETITEM_CASES))
+def test_vmap_setitem_of_a_batched_value_names_the_op_as_torch(name):
+    fn = SETITEM_CASES[name]
+    expected = _vmap_error(torch, fn, torch.zeros(3), torch.ones(2))
+    assert _vmap_error(gg, fn, gg.zeros(3), gg.ones(2)) == expected
+
+
+@pytest.mark.parametrize("index", ["k", "k_and_slice", "k_of_a_view", "k_add"])
+def test_vmap_setitem_with_a_batched_index_names_index_put(index):
+    def body(lib):
+        def fn(x, k):
+            if index == "k":
+                x[k] = 1.0
+            elif index == "k_and_slice":
+                x.view(3, 1)[k, :] = lib.ones(())
+            elif index == "k_of_a_view":
+                x[:2][k] = 2.0
+            else:
+                x[k] += 1.0
+            return x
+        return fn
+    expected = _vmap_error(torch, body(torch), torch.zeros(3), torch.tensor([0, 1]))
+    assert expected.startswith("vmap: index_put_(self")
+    assert _vmap_error(gg, body(gg), gg.zeros(3), gg.tensor([0, 1])) == expected

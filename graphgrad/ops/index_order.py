@@ -24,7 +24,7 @@ from graphgrad.tensor import Value
 from graphgrad.tensor.creation import _leaf
 
 from .index import _FULL, Getitem, IndexPut, _getitem, build_index, parse_index
-from .inplace import apply_inplace
+from .inplace import apply_inplace, setitem_name
 
 __all__ = ["torch_order", "getitem", "setitem"]
 
@@ -189,6 +189,8 @@ def setitem(self, index, value) -> None:
         value = _leaf(xp.asarray(value, self._array.dtype))  # lists and arrays
     if isinstance(value, Value) and value._array.dtype != self._array.dtype:
         value = value.to(self.dtype)
+    name = setitem_name(index, value,
+                        lambda: _result_shape(self, spec, [t._array for t in tensors]))
     perm = None
     if any(t.ndim or t._array.dtype == xp.bool_ for t in tensors):  # advanced indexing
         arrays = [t._array for t in tensors]
@@ -207,4 +209,4 @@ def setitem(self, index, value) -> None:
 
     def put(old, v):
         return IndexPut.apply(old, v, *tensors, spec=spec, accumulate=False)
-    apply_inplace(self, put, value, name="index_put_")
+    apply_inplace(self, put, value, name=name)

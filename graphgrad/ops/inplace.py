@@ -9,6 +9,8 @@ edges created before the change still lead to.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor, Value, is_grad_enabled
 from graphgrad.tensor.value import old_identity as _old_identity
@@ -19,7 +21,7 @@ from graphgrad.tensor.dispatch import _stack
 from .arithmetic import needs_grad
 from .base import saved_inputs
 
-__all__ = ["apply_inplace", "fill_inplace", "fresh_tangents"]
+__all__ = ["apply_inplace", "fill_inplace", "fresh_tangents", "setitem_name"]
 
 
 def _check_allowed(t: Tensor) -> None:
@@ -250,9 +252,26 @@ def _inplace_on_batched_view(t: Tensor, fn, args, kw, name: str) -> Tensor:
     return t
 
 
-# the in-place ops whose vmap error PyTorch words as "inplace arithmetic"
-_ARITHMETIC = {"add_", "sub_", "mul_", "div_", "pow_", "neg_", "true_divide_", "fill_", "copy_",
+# the in-place ops whose vmap error PyTorch words as "inplace arithmetic" (fill_ is not
+# one: PyTorch names it)
+_ARITHMETIC = {"add_", "sub_", "mul_", "div_", "pow_", "neg_", "true_divide_", "copy_",
                "zero_", "inplace"}
+
+
+def setitem_name(index, value, result_shape: Callable[[], tuple]) -> str:
+    """The in-place op PyTorch runs for ``x[index] = value``, as its errors (vmap's
+    among them) name it: ``index_put_`` when the index holds tensors or lists (batched
+    tensors too; unbatched 0-d integer tensors select like ints, Python bools add a dim);
+    otherwise the indexing result is a view that ``copy_`` writes, or ``fill_`` when a
+    0-d value meets a result of another shape (PyTorch's ``copy_to``).
+    ``result_shape()`` is the indexing result's shape."""
+    for i in index if isinstance(index, tuple) else (index,):
+        if isinstance(i, (list, xp.ndarray)) or isinstance(i, Value) and (
+                _is_wrapper(i) or i.ndim or i._array.dtype == xp.bool_):
+            return "index_put_"
+    if isinstance(value, Value) and value.ndim == 0 and tuple(result_shape()) != ():
+        return "fill_"
+    return "copy_"
 
 
 def _vmap_inplace_error(name: str) -> RuntimeError:
