@@ -179,6 +179,16 @@ def _grad_views_of_constant_written_through_a_view(lib, a, w):
     return (v.sin() * a).sum() + (u ** 2).sum()
 
 
+def _grad_views_of_constant_by_setitem(lib, a, w):
+    """x[i] = ... makes the base require grad; views of views follow."""
+    x = lib.zeros(4, dtype=lib.float64)
+    m = x.view(2, 2)
+    mt, row = m.t(), m[0]
+    mt[1] = w[1] * a[0, :2]
+    m[1:] *= a[1, 1:]
+    return (row ** 3).sum() + (mt.exp() * w[:2]).sum()
+
+
 def _stale_view_backward(lib, a, w):
     """A view made before its base changed, differentiated directly."""
     b = a * 1
@@ -189,7 +199,8 @@ def _stale_view_backward(lib, a, w):
 
 @pytest.mark.parametrize("create_graph", [False, True], ids=["grad", "grad_of_grad"])
 @pytest.mark.parametrize("case", [_grad_views_of_constant,
-                                  _grad_views_of_constant_written_through_a_view])
+                                  _grad_views_of_constant_written_through_a_view,
+                                  _grad_views_of_constant_by_setitem])
 def test_views_of_a_base_that_starts_requiring_grad(case, create_graph):
     results = []
     for lib in (gg, torch):
