@@ -5,6 +5,13 @@ buffer, bumping the version counter that saved-tensor checks compare against. Wh
 the graph is being recorded, the tensor is *rebased*: it becomes the node of the new
 op, while its previous identity lives on as a separate node (``ext.prev``) that the
 edges created before the change still lead to.
+
+Views share their base's version counter. A view whose base changed since its history
+was made gets a fresh one when it is next read (``tensor.value.refresh_if_stale``), and
+views of a tensor that starts requiring grad through an in-place op follow it into the
+graph (``views_follow_grad``). Forward-AD tangents of views are derived from the base's
+again in the same way (``fresh_tangents``), PyTorch's aliasing of a view's tangent with
+its base's.
 """
 
 from __future__ import annotations
