@@ -122,6 +122,7 @@ _UNARY = {
     "Cosh": (lambda m, x: m.cosh(x), normal),
     "Erf": (lambda m, x: m.erf(x), normal),
     "Exp": (lambda m, x: m.exp(x), normal),
+    "Detach": (lambda m, x: m.detach(x) * x, normal),  # the tangent flows through x only
     "Expm1": (lambda m, x: m.expm1(x), normal),
     "Floor": (lambda m, x: m.floor(x), normal),
     "Log": (lambda m, x: m.log(x), positive),
