@@ -14,6 +14,7 @@ time" error.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from graphgrad.backend import from_numpy_dtype, xp
@@ -75,6 +76,9 @@ def toposort(roots: Sequence[Value]) -> list[Value]:
                         p = _resolve(p, sv[i - 1] if sv is not None else 0)
                     if id(p) not in seen:
                         seen.add(id(p))
+                        if p.op is None:  # a leaf is done at once: no push and pop
+                            order.append(p)
+                            continue
                         stack[-1] = (node, i)
                         stack.append((p, 0))
                         break
@@ -108,26 +112,45 @@ def _modified_error(t: Value, current: int, expected: int) -> RuntimeError:
 
 
 def _check_saved(node: Value) -> None:
+    """Raise PyTorch's errors if ``node``'s saved values were freed by an earlier pass or
+    changed in place since the node was made. Runs for every node of every pass, so
+    the common case (no input changed since) costs one loop comparing versions; only
+    a version that moved makes it ask the op which inputs it saved (for some ops, a
+    function of the inputs)."""
+    sv = node._sv
+    if sv is not None and type(sv) is Freed:
+        raise RuntimeError(_TWICE)
     op = node.op
-    saves = op.saves_inputs
+    if op.saves_inputs:
+        for i, p in enumerate(node.inputs):
+            if isinstance(p, Value):
+                vc = p._vc
+                if (vc[0] if vc is not None else 0) != (sv[i] if sv is not None else 0):
+                    _check_saved_inputs(node, sv)
+                    break
+    if op.saves_output:
+        vc = node._vc
+        ext = node._ext
+        if vc is not None or ext is not None:
+            current = vc[0] if vc is not None else 0
+            expected = ext.born if ext is not None else 0
+            if current != expected:
+                raise _modified_error(node, current, expected)
+
+
+def _check_saved_inputs(node: Value, sv: tuple | None) -> None:
+    """The inputs the op saved (``saves_inputs``) must be at the versions in ``sv``."""
+    saves = node.op.saves_inputs
     if callable(saves):
         saves = saves(*node.inputs, **node.params)
-    ext = node._ext
-    if type(node._sv) is Freed:
-        raise RuntimeError(_TWICE)
-    if saves:
-        sv = node._sv
-        for i, p in enumerate(node.inputs):
-            if isinstance(p, Value) and (saves is True or i in saves):
-                current = p._vc[0] if p._vc is not None else 0
-                expected = sv[i] if sv is not None else 0
-                if current != expected:
-                    raise _modified_error(p, current, expected)
-    if op.saves_output:
-        current = node._vc[0] if node._vc is not None else 0
-        expected = ext.born if ext is not None else 0
-        if current != expected:
-            raise _modified_error(node, current, expected)
+    if not saves:
+        return
+    for i, p in enumerate(node.inputs):
+        if isinstance(p, Value) and (saves is True or i in saves):
+            current = p._vc[0] if p._vc is not None else 0
+            expected = sv[i] if sv is not None else 0
+            if current != expected:
+                raise _modified_error(p, current, expected)
 
 
 def _fit(ct: Tensor, p: Value, node: Value) -> Tensor:
@@ -253,9 +276,18 @@ def _stub(p: Value, inputs: tuple) -> Tensor:
     return s
 
 
+_ALL_ZERO: dict[int, Freed] = {}
+
+
 def _freed_versions(node: Value) -> Freed:
     sv = node._sv
-    return sv if type(sv) is Freed else Freed(sv if sv is not None else (0,) * len(node.inputs))
+    if sv is None:  # every input at version 0: one shared (immutable) marker per arity
+        n = len(node.inputs)
+        sv = _ALL_ZERO.get(n)
+        if sv is None:
+            sv = _ALL_ZERO[n] = Freed((0,) * n)
+        return sv
+    return sv if type(sv) is Freed else Freed(sv)
 
 
 def free_graph(order: list[Value]) -> None:
@@ -266,13 +298,12 @@ def free_graph(order: list[Value]) -> None:
             continue
         new_inputs = []
         for p in node.inputs:
-            if isinstance(p, Value) and not (p.op is None and p._rg):
+            if isinstance(p, Value) and (p.op is not None or not p._rg):  # not a leaf param
                 s = stubs.get(id(p))
                 if s is None:
                     s = stubs[id(p)] = _stub(p, p.inputs)
-                new_inputs.append(s)
-            else:
-                new_inputs.append(p)
+                p = s
+            new_inputs.append(p)
         node.inputs = tuple(new_inputs)
         node._sv = _freed_versions(node)
 
@@ -384,17 +415,45 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
     seeds = _make_seeds(outputs, _normalize_grads(outputs, grad_tensors))
     results = run_backward(outputs, seeds, retain_graph=retain_graph,
                            create_graph=create_graph, targets=inputs)
-    for t, g in results.values():
+    for pair in results.values():
+        t = pair[0]
         if inputs is None and t.op is not None and not t.retains_grad:
             continue
-        _accumulate(t, g, create_graph)
+        # decided before the gradient is bound to a name: that would count as a holder
+        steal = not create_graph and t._grad is None and _stealable(pair)
+        _accumulate(t, pair[1], create_graph, steal)
 
 
-def _accumulate(t: Value, g: Tensor, create_graph: bool) -> None:
-    """``t.grad += g``: in place when no graph is being built, as PyTorch does."""
+def _holders(pair: tuple) -> tuple[int, int]:
+    """References to the gradient ``pair[1]`` and to its array. Both are read through a
+    container (an item, an attribute), which makes exactly one new reference on every
+    Python version, so the counts compare with ``_SOLE``, measured the same way."""
+    return sys.getrefcount(pair[1]), sys.getrefcount(pair[1]._array)
+
+
+_SOLE = _holders((None, _leaf(xp.zeros(1))))  # a gradient that nothing else holds
+
+
+def _stealable(pair: tuple) -> bool:
+    """Whether the gradient ``pair[1]`` (a ``(leaf, grad)`` item of the engine's results)
+    may become ``.grad`` without a copy, as PyTorch's AccumulateGrad steals its incoming
+    gradient: the results hold the only reference to the tensor, the tensor the only one
+    to its array (no view of it, no other tensor on it: a user's ``grad_tensors``, a
+    tensor a hook kept or returned, the one cotangent ``a + b`` gives both inputs are all
+    held elsewhere), and the array owns writeable C-contiguous memory, as a copy would."""
+    n_tensor, n_array = _holders(pair)
+    if n_tensor > _SOLE[0] or n_array > _SOLE[1]:
+        return False
+    a = pair[1]._array
+    return a.base is None and a.flags.c_contiguous and a.flags.writeable
+
+
+def _accumulate(t: Value, g: Tensor, create_graph: bool, steal: bool = False) -> None:
+    """``t.grad += g``: in place when no graph is being built, as PyTorch does. With
+    ``steal`` (see ``_stealable``) a first gradient's array becomes ``.grad`` uncopied."""
     old = t._grad
     if old is None:
-        t._grad = g if create_graph else _leaf(g._array.copy())
+        t._grad = g if create_graph else _leaf(g._array if steal else g._array.copy())
     elif create_graph or old._rg:
         t._grad = old + g
     elif old._array.flags.writeable and old._array.dtype == g._array.dtype:
