@@ -53,38 +53,46 @@ def _edges(node: Value):
             yield i, (_resolve(p, sv[i] if sv is not None else 0) if p._ext is not None else p)
 
 
+def _as_recorded(node: Value, p: Value) -> Value:
+    """Input ``p`` of ``node`` as the node recorded it (see ``_resolve``). Every position
+    holding ``p`` was recorded at the same version, so the first one tells."""
+    sv = node._sv
+    if sv is None:
+        return _resolve(p, 0)
+    for i, q in enumerate(node.inputs):
+        if q is p:
+            return _resolve(p, sv[i])
+    return p
+
+
 def toposort(roots: Sequence[Value]) -> list[Value]:
     """Nodes reachable from ``roots`` (through inputs that require grad), each after all
-    of its inputs. Iterative DFS: no recursion limit on deep graphs."""
+    of its inputs. Iterative DFS: no recursion limit on deep graphs. Each node on the
+    stack keeps an iterator over its inputs, resumed when its child is done."""
     order: list[Value] = []
     seen: set[int] = set()
     for root in roots:
         if id(root) in seen:
             continue
         seen.add(id(root))
-        stack = [(root, 0)]
-        while stack:
-            node, i = stack[-1]
-            inputs = node.inputs
-            n = len(inputs)
-            while i < n:
-                p = inputs[i]
-                i += 1
+        nodes = [root]
+        inputs = [iter(root.inputs)]
+        while inputs:
+            for p in inputs[-1]:
                 if isinstance(p, Value) and p._rg:
                     if p._ext is not None:
-                        sv = node._sv
-                        p = _resolve(p, sv[i - 1] if sv is not None else 0)
+                        p = _as_recorded(nodes[-1], p)
                     if id(p) not in seen:
                         seen.add(id(p))
                         if p.op is None:  # a leaf is done at once: no push and pop
                             order.append(p)
                             continue
-                        stack[-1] = (node, i)
-                        stack.append((p, 0))
+                        nodes.append(p)
+                        inputs.append(iter(p.inputs))
                         break
             else:
-                stack.pop()
-                order.append(node)
+                inputs.pop()
+                order.append(nodes.pop())
     return order
 
 

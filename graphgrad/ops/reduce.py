@@ -12,9 +12,11 @@ from typing import NamedTuple
 
 from graphgrad.backend import result_float_dtype, xp
 
+from .arithmetic import Mul, Sub
 from .base import Op, Spec, normalize_dim, normalize_dims
 from .batching import to_front
 from .compare import where
+from .unary import Exp
 
 __all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var",
            "std", "var_mean", "std_mean", "norm", "vector_norm", "logsumexp", "softmax",
@@ -311,7 +313,11 @@ class LogSoftmax(_SoftmaxBase):
 
     @staticmethod
     def vjp(g, out, a, *, dim):
-        return (g - out.exp() * g.sum(dim=dim, keepdim=True),)
+        # g - softmax(a) * sum(g), the ops applied directly (not through g.sum, g - ...):
+        # this rule runs in every classifier's training step, where the methods'
+        # argument handling shows
+        total = Sum.apply(g, dim=(dim,), keepdim=True)
+        return (Sub.apply(g, Mul.apply(Exp.apply(out), total)),)
 
     @staticmethod
     def jvp(dots, out, a, *, dim):
