@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from graphgrad.backend import xp
-from graphgrad.graph import Dyn, Graph, Interpreter, Node, python_code
+from graphgrad.graph import (Graph, Interpreter, Node, dynamic_tuple_text, is_dynamic,
+                             python_code)
 from graphgrad.tensor import Value, dispatch, is_grad_enabled
 from graphgrad.tensor.dispatch import current_interpreter
 from graphgrad.tensor.value import _leaf
@@ -95,10 +96,8 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callabl
             ns[f"_f{k}"] = op.forward
             args = ins[:n.nargs]
             for key, v in n.params.items():
-                if isinstance(v, tuple) and any(isinstance(e, Dyn) for e in v):
-                    inner = ", ".join(f"int({ins[e.index]})" if isinstance(e, Dyn) else repr(e)
-                                      for e in v)
-                    args.append(f"{key}=({inner},)")
+                if is_dynamic(v):
+                    args.append(f"{key}={dynamic_tuple_text(v, ins)}")
                 else:
                     ns[f"_p{k}_{key}"] = v
                     args.append(f"{key}=_p{k}_{key}")
@@ -135,8 +134,7 @@ def _mixed(ns, body, out, n, ins, k):
     """An op on inputs of different dtypes: through ``dispatch`` (its promotion rule)."""
     ns[f"_op{k}"] = n.op
     ns.setdefault("_dispatch", dispatch)
-    if any(isinstance(v, tuple) and any(isinstance(e, Dyn) for e in v)
-           for v in n.params.values()):
+    if any(is_dynamic(v) for v in n.params.values()):
         return None
     ns[f"_pp{k}"] = n.params
     args = ", ".join(f"_T({a})" if a.startswith(("a", "t")) else a for a in ins[:n.nargs])

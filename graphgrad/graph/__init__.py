@@ -15,7 +15,7 @@ from .grad import grad
 from .graph import Graph
 from .interpreter import Interpreter, needed_nodes
 from .node import IMPURE_KINDS, KINDS, Dyn, Node, is_impure
-from .printer import PythonCode, python_code, tabular
+from .printer import PythonCode, dynamic_tuple_text, is_dynamic, python_code, tabular
 from .scheduler import LogEntry, Scheduler, overlaps
 from .spec import Spec, merge_specs, short, tf_dtype_name, tf_shape
 from .symbol import Symbol, symbol
@@ -26,6 +26,7 @@ __all__ = ["Graph", "Node", "Dyn", "KINDS", "IMPURE_KINDS", "is_impure", "Spec",
            "symbol", "GraphBuilder",
            "building", "builder_of", "grad", "Interpreter", "Scheduler", "LogEntry", "overlaps",
            "verify", "toposort", "propagate_specs", "tabular", "python_code", "PythonCode",
+           "is_dynamic", "dynamic_tuple_text",
            "to_dot", "render", "have_dot", "trace", "needed_nodes", "short", "tf_shape",
            "tf_dtype_name", "merge_specs", "GraphError",
            "OpError", "InvalidArgumentError", "FailedPreconditionError"]

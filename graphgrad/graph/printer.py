@@ -26,6 +26,19 @@ def _arg_text(a, names: dict) -> str:
     return names[a] if isinstance(a, Node) else repr(a)
 
 
+def is_dynamic(param) -> bool:
+    """Whether a param tuple holds run-time entries (``Dyn``: an index into the inputs)."""
+    return isinstance(param, tuple) and any(isinstance(e, Dyn) for e in param)
+
+
+def dynamic_tuple_text(param: tuple, args: list) -> str:
+    """Python source for a param tuple with run-time entries: ``(int(t3), 4)``, each
+    ``Dyn`` read from the argument text it points at."""
+    inner = ", ".join(f"int({args[e.index]})" if isinstance(e, Dyn) else repr(e)
+                      for e in param)
+    return f"({inner}{',' if len(param) == 1 else ''})"
+
+
 def tabular(graph: Graph) -> str:
     """One row per node: kind, name, target, args, kwargs, control inputs, spec."""
     rows = [("opcode", "name", "target", "args", "kwargs", "deps", "spec")]
@@ -144,10 +157,8 @@ class _Emitter:
             self.glb[op] = REGISTRY[op].apply
             parts = args[:n.nargs]
             for key, v in n.params.items():
-                if isinstance(v, tuple) and any(isinstance(e, Dyn) for e in v):
-                    inner = ", ".join(f"int({args[e.index]})" if isinstance(e, Dyn) else repr(e)
-                                      for e in v)
-                    parts.append(f"{key}=({inner}{',' if len(v) == 1 else ''})")
+                if is_dynamic(v):
+                    parts.append(f"{key}={dynamic_tuple_text(v, args)}")
                 else:
                     parts.append(f"{key}={self.pooled(v, 'p')}")
             return f"{op}({', '.join(parts)})"
