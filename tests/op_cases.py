@@ -1111,6 +1111,24 @@ def _classes_example(draw, probabilities=False, weights=True):
     return Example(tuple(arrays), static, frozenset(nograd))
 
 
+@st.composite
+def _training_classes_example(draw, grad_output=False):
+    """The training case: logits (N, C) and N class indices, nothing ignored or weighted
+    (and, for the gradient op, an incoming gradient: a 0-d float)."""
+    n, c = draw(st.integers(1, 5)), draw(st.integers(1, 4))
+    rng = np.random.default_rng(draw(SEEDS))
+    arrays = [rng.standard_normal((n, c)), np.asarray(rng.integers(0, c, n))]
+    if grad_output:
+        arrays.append(np.asarray(rng.standard_normal()))
+    return Example(tuple(arrays), {}, frozenset({0}) if grad_output else frozenset())
+
+
+def _nll_gradient(m, x, t, s):
+    """The gradient of the mean NLL for an incoming gradient ``s``: NllLossBackward as a
+    function of ``s`` (linear; ``x`` only gives it a shape)."""
+    return m.func.vjp(lambda y: m.nn.functional.nll_loss(y, t), x)[1](s)[0]
+
+
 def _cross_entropy(m, x, t, w=None, **kw):
     return m.nn.functional.cross_entropy(x, t, weight=w, **kw)
 
@@ -1166,10 +1184,17 @@ add(
          lambda m, x, t, reduction: m.nn.functional.smooth_l1_loss(x, t, reduction=reduction,
                                                                    beta=0.5),
          _regression_example()),
-    case("cross_entropy", ("LogSoftmax", "Gather"), _cross_entropy, _classes_example()),
+    # the general path (a gather, except for the training case among the drawn examples)
+    case("cross_entropy", "LogSoftmax", _cross_entropy, _classes_example()),
     case("cross_entropy_probabilities", "LogSoftmax", _cross_entropy,
          _classes_example(probabilities=True)),
-    case("nll_loss", "Gather", _nll, _classes_example()),
+    case("nll_loss", "LogSoftmax", _nll, _classes_example()),
+    case("cross_entropy_training", ("LogSoftmax", "NllLoss"),
+         lambda m, x, t: m.nn.functional.cross_entropy(x, t), _training_classes_example()),
+    case("nll_loss_training", "NllLoss",
+         lambda m, x, t: m.nn.functional.nll_loss(x, t), _training_classes_example()),
+    case("nll_loss_gradient", "NllLossBackward", _nll_gradient,
+         _training_classes_example(grad_output=True)),
     case("binary_cross_entropy", ("Log", "Clamp"), _bce, _bce_example(logits=False)),
     case("binary_cross_entropy_with_logits", "Softplus", _bce_logits,
          _bce_example(logits=True)),

@@ -14,6 +14,7 @@ import graphgrad as gg
 from graphgrad import nn
 from graphgrad.nn import functional as F
 from graphgrad.nn import init
+from graphgrad.ops.nll import NllLoss
 
 RTOL, ATOL = 1e-10, 1e-12
 
@@ -120,9 +121,9 @@ def test_linear_errors_match_torch(shapes):
     assert str(t_err.value) in str(g_err.value)
 
 
-def _general_path(fn):
+def _under_interpreter(fn):
     """Run ``fn`` with a pass-through interpreter on the dispatch stack, as under a
-    tracer: cross_entropy then takes its op path (one_hot of the targets)."""
+    tracer."""
     from graphgrad.tensor import Interpreter, dispatch, pop_interpreter, push_interpreter
 
     class PassThrough(Interpreter):
@@ -138,30 +139,54 @@ def _general_path(fn):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_cross_entropy_eager_fast_path_equals_the_op_path(dtype):
-    """Plain eager mode builds the one-hot mask as a constant; the op path (under any
-    interpreter) dispatches one_hot: same loss, gradient and Hessian-vector product."""
+def test_cross_entropy_training_case_is_one_nll_loss_op(dtype):
+    """Class indices, mean, nothing weighted or ignored: log_softmax then one NllLoss op
+    (PyTorch's NllLossBackward0), eagerly and under an interpreter, with the loss,
+    gradient and Hessian-vector product of the general gather path and of PyTorch."""
     rng = np.random.default_rng(3)
     x0 = rng.standard_normal((6, 4)).astype(dtype)
     t = gg.tensor(rng.integers(0, 4, 6))
-    v = gg.tensor(rng.standard_normal((6, 4)).astype(dtype))
+    v0 = rng.standard_normal((6, 4)).astype(dtype)
+    v = gg.tensor(v0)
 
-    def run():
+    def run(loss_fn):
         x = gg.tensor(x0, requires_grad=True)
-        loss = F.cross_entropy(x, t)
+        loss = loss_fn(x)
         (g,) = gg.autograd.grad(loss, x, create_graph=True)
         (hv,) = gg.autograd.grad((g * v).sum(), x)
         return loss, g, hv
-    fast, general = run(), _general_path(run)
-    assert repr(fast[0].grad_fn).startswith("<MatmulBackward0")
-    assert not repr(general[0].grad_fn).startswith("<MatmulBackward0")
+    plain = run(lambda x: F.cross_entropy(x, t))
+    traced = _under_interpreter(lambda: run(lambda x: F.cross_entropy(x, t)))
+    general = run(lambda x: F.cross_entropy(x, t, reduction="sum") / 6)  # a gather
+    assert repr(plain[0].grad_fn).startswith("<NllLossBackward0")
+    assert repr(traced[0].grad_fn).startswith("<NllLossBackward0")
+    assert not repr(general[0].grad_fn).startswith("<NllLossBackward0")
     tol = 1e-6 if dtype == "float32" else 1e-14
-    for a, b in zip(fast, general, strict=True):
-        assert a.dtype == b.dtype == getattr(gg, dtype)
-        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=tol, atol=tol)
+    for other in (traced, general):
+        for a, b in zip(plain, other, strict=True):
+            assert a.dtype == b.dtype == getattr(gg, dtype)
+            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=tol,
+                                       atol=tol)
     tx = torch.tensor(x0, requires_grad=True)
-    torch.nn.functional.cross_entropy(tx, torch.tensor(t.numpy())).backward()
-    np.testing.assert_allclose(fast[1].detach().numpy(), tx.grad.numpy(), rtol=tol, atol=tol)
+    loss = torch.nn.functional.cross_entropy(tx, torch.tensor(t.numpy()))
+    (tg,) = torch.autograd.grad(loss, tx, create_graph=True)
+    (thv,) = torch.autograd.grad((tg * torch.tensor(v0)).sum(), tx)
+    for a, b in zip(plain, (loss, tg, thv), strict=True):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=tol, atol=tol)
+
+
+def test_nll_loss_training_case_errors():
+    """The one-op path checks what the general path checks, with the same words."""
+    logp = gg.tensor(np.log(np.full((3, 4), 0.25)), requires_grad=True)
+    with pytest.raises(IndexError, match="Target 4 is out of bounds"):
+        F.nll_loss(logp, gg.tensor([0, 4, 1]))
+    with pytest.raises(IndexError, match="Target -2 is out of bounds"):
+        F.nll_loss(logp, gg.tensor([0, -2, 1]))
+    with pytest.raises(RuntimeError, match="integer dtype"):
+        NllLoss.apply(logp, gg.tensor([0.0, 1.0, 1.0]))
+    with pytest.raises(ValueError, match=r"target of shape \(3,\)"):
+        NllLoss.apply(logp, gg.tensor([0, 1]))
+    assert np.isnan(F.nll_loss(gg.zeros(0, 4), gg.zeros(0, dtype=gg.int64)).item())
 
 
 def test_embedding_matches_torch():

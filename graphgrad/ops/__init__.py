@@ -1,7 +1,7 @@
 """Layer ``ops``: every operator, each defined once (forward on arrays, vjp in graphgrad
 ops, shape/dtype rule), and the functions and Tensor methods that call them."""
 
-from . import arithmetic, compare, index, join, linalg, reduce, shape, unary
+from . import arithmetic, compare, index, join, linalg, nll, reduce, shape, unary  # noqa: F401
 from .arithmetic import *  # noqa: F401,F403
 from .base import REGISTRY, NO_PARAMS, Op, Spec, spec_of  # noqa: F401
 from .compare import *  # noqa: F401,F403
