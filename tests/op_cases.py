@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import graphgrad as gg
+from graphgrad.ops.nll import NllLoss, NllLossBackward
 
 __all__ = ["Case", "CASES", "Example"]
 
@@ -1195,6 +1196,14 @@ add(
          lambda m, x, t: m.nn.functional.nll_loss(x, t), _training_classes_example()),
     case("nll_loss_gradient", "NllLossBackward", _nll_gradient,
          _training_classes_example(grad_output=True)),
+    # the ops themselves, as a graph records them (the losses above check their targets'
+    # values first, which a symbolic graph cannot)
+    case("nll_loss_op", "NllLoss", lambda m, x, t: NllLoss.apply(x, t),
+         _training_classes_example(),
+         torch_fn=lambda m, x, t: m.nn.functional.nll_loss(x, t)),
+    case("nll_loss_backward_op", "NllLossBackward",
+         lambda m, x, t, s: NllLossBackward.apply(s, t, classes=x.shape[1]),
+         _training_classes_example(grad_output=True), torch_fn=_nll_gradient),
     case("binary_cross_entropy", ("Log", "Clamp"), _bce, _bce_example(logits=False)),
     case("binary_cross_entropy_with_logits", "Softplus", _bce_logits,
          _bce_example(logits=True)),
