@@ -399,6 +399,17 @@ def test_gradients_of_unconnected_is_none_or_zero():
         tf.gradients(x, [x], unconnected_gradients="some")
 
 
+def test_stop_gradient_is_a_constant_for_gradients_to_any_order():
+    x = tf.placeholder(tf.float64, (), name="x")
+    y = x * x * tf.stop_gradient(x * x)  # x^4 by value, x^2 * c for gradients
+    (g,) = tf.gradients(y, x)
+    (h,) = tf.gradients(g, x)
+    with tf.Session() as sess:
+        assert sess.run([y, g, h], {x: 3.0}) == [81.0, 54.0, 18.0]
+    w = tf.Variable([1.0, 2.0])
+    assert tf.gradients(tf.reduce_sum(tf.stop_gradient(w * 2.0)), [w]) == [None]
+
+
 def test_stop_gradients_count_as_constants():
     x = tf.placeholder(tf.float64, (), name="x")
     a = x * x

@@ -24,7 +24,8 @@ __all__ = ["add", "subtract", "multiply", "divide", "truediv", "matmul", "reduce
            "negative", "abs", "softmax", "where", "logical_and", "logical_or", "logical_not",
            "zeros", "ones", "zeros_like", "ones_like", "random_normal", "random_uniform",
            "truncated_normal", "set_random_seed", "random",
-           "sin", "cos", "size", "squeeze", "expand_dims", "concat", "stack", "argmax", "nn"]
+           "sin", "cos", "stop_gradient", "size", "squeeze", "expand_dims", "concat", "stack",
+           "argmax", "nn"]
 
 
 def _tensorize(a):
@@ -145,6 +146,12 @@ abs = _unary("abs")  # noqa: A001 - TF's name
 sin = _unary("sin")
 cos = _unary("cos")
 logical_not = _unary("logical_not")
+
+
+@_op
+def stop_gradient(input, name=None):
+    """The value of ``input``; ``gradients`` treat it as a constant (a ``Detach`` node)."""
+    return ops.detach(input)
 
 
 @_op
