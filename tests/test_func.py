@@ -1024,16 +1024,13 @@ def _float_outputs(case) -> bool:
     return all(leaf.is_floating_point() for _, leaf in _flatten(out)[0])
 
 
-JAC_XFAIL: dict = {}  # (mode, case name) -> reason, for known bugs
 JAC_CASES = [c for c in CASES if c.jvp and _float_outputs(c)]
 
 
 @pytest.mark.parametrize("case", JAC_CASES, ids=lambda c: c.name)
 @pytest.mark.parametrize("mode", ["jacfwd", "jacrev"])
-def test_op_jacobians_match_torch(case, mode, request):
+def test_op_jacobians_match_torch(case, mode):
     """jacfwd runs each jvp rule under vmap, jacrev each vjp rule under vmap."""
-    if (mode, case.name) in JAC_XFAIL:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=JAC_XFAIL[mode, case.name]))
     arrays = _case_inputs(case)
     diff = _diff_indices(case, arrays)
 
@@ -1112,39 +1109,6 @@ def _shared_floats(example):
             if np.asarray(a).dtype.kind == "f" and i not in example.nograd]
 
 
-# Known graphgrad bugs the shared table runs into. That table belongs to another file and
-# still changes, so a failure is classified by its signature instead of by case name: a
-# known bug turns the test into an xfail (each has a strict-xfail repro of its own in this
-# file or in test_forward_ad.py), and anything else fails.
-_INT_DIV = ("BUG: int tensor / 0-d int tensor is an integer (floor) division with an int64 "
-            "result; torch gives float [1.0, 1.3333] for tensor([3, 4]) / tensor(3)")
-_ZERO_D_DIM = ("BUG: under vmap, softmax/log_softmax/cumsum of a 0-d example with dim=0 raise "
-               "AxisError (the logical dim is not shifted past the batch dim)")
-
-
-def _known_bug(kind: str, case, err: BaseException) -> str | None:
-    if isinstance(err, BaseExceptionGroup):
-        reasons = {_known_bug(kind, case, e) for e in err.exceptions}
-        return reasons.pop() if len(reasons) == 1 else None
-    msg = str(err)
-    if kind == "vmap" and "out of bounds for array of dimension" in msg:
-        return _ZERO_D_DIM
-    if isinstance(err, AssertionError):
-        if "div" in case.name and "int64" in msg and "float" in msg:
-            return _INT_DIV
-    return None
-
-
-def _run_shared(kind, case, body, *args):
-    try:
-        body(case, *args)
-    except Exception as err:  # noqa: BLE001 - classified, then re-raised unless known
-        reason = _known_bug(kind, case, err)
-        if reason is None:
-            raise
-        pytest.xfail(reason)
-
-
 def _torch_runs(case, ex) -> bool:
     """The forward oracle's business comes first: skip examples torch itself rejects."""
     try:
@@ -1157,7 +1121,7 @@ def _torch_runs(case, ex) -> bool:
 @pytest.mark.skipif(not SHARED_CASES, reason="tests/op_cases.py is not available")
 @pytest.mark.parametrize("case", [c for c in SHARED_CASES if c.grad], ids=lambda c: c.name)
 def test_shared_case_jvp_matches_torch(case):
-    _run_shared("jvp", case, _shared_jvp)
+    _shared_jvp(case)
 
 
 @SHARED_SETTINGS
@@ -1210,7 +1174,7 @@ def _shared_dims(example, variant):
 @pytest.mark.parametrize("case", SHARED_CASES, ids=lambda c: c.name)
 @pytest.mark.parametrize("variant", ["all0", "floats_last"])
 def test_shared_case_vmap_matches_torch(case, variant):
-    _run_shared("vmap", case, _shared_vmap, variant)
+    _shared_vmap(case, variant)
 
 
 @SHARED_SETTINGS
