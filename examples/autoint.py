@@ -32,12 +32,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import time
 
 import numpy as np
 
 import graphgrad
+from graphgrad.utils.progress import progress_bar
 from graphgrad import nn
 
 DTYPE = graphgrad.float64
@@ -105,17 +105,6 @@ def grad_network(phi, x, create_graph: bool = True):
     return d
 
 
-def _progress(total: int, desc: str, quiet: bool):
-    """A tqdm bar on a terminal; None when quiet, not a TTY, or tqdm is missing."""
-    if quiet or not sys.stderr.isatty():
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=desc, leave=False)
-
-
 def fit(phi, args) -> list[float]:
     """Train the grad network dPhi/dx to fit f; returns the loss per step."""
     from graphgrad.optim import Adam
@@ -125,7 +114,7 @@ def fit(phi, args) -> list[float]:
     sched = CosineAnnealingLR(opt, T_max=args.iters)
     rng = np.random.default_rng(args.seed)
     losses = []
-    bar = _progress(args.iters, "AutoInt fit", args.quiet)
+    bar = progress_bar(args.iters, "AutoInt fit", disable=args.quiet, leave=False)
     for it in range(args.iters):
         xn = rng.uniform(*DOMAIN, (args.batch, 1))
         x, y = graphgrad.tensor(xn, dtype=DTYPE), graphgrad.tensor(target(xn), dtype=DTYPE)
@@ -135,12 +124,10 @@ def fit(phi, args) -> list[float]:
         opt.step()
         sched.step()
         losses.append(float(loss))
-        if bar is not None:
-            bar.update(1)
-            if it % 50 == 0:
-                bar.set_postfix(loss=f"{loss.item():.2e}")
-    if bar is not None:
-        bar.close()
+        bar.update(1)
+        if it % 50 == 0:
+            bar.set_postfix(loss=f"{loss.item():.2e}")
+    bar.close()
     return losses
 
 

@@ -41,12 +41,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import time
 
 import numpy as np
 
 import graphgrad
+from graphgrad.utils.progress import progress_bar
 
 DTYPE = np.float32
 LAYERS = ((1, 40), (40, 40), (40, 1))  # (in, out) of each linear layer
@@ -128,17 +128,6 @@ def adapt(params, xs, ys, inner_lr: float, steps: int, create_graph: bool) -> li
 
 # ---- training ------------------------------------------------------------------------
 
-def _progress(total: int, desc: str, quiet: bool):
-    """A tqdm bar on a terminal; None when quiet, not a TTY, or tqdm is missing."""
-    if quiet or not sys.stderr.isatty():
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=desc, leave=False)
-
-
 def train(method: str, args) -> tuple[list, list, float]:
     """Train with "maml" (second order), "fomaml" (first order) or "pretrained" (joint
     regression on all tasks). Every method sees the same task stream (same seed).
@@ -149,7 +138,7 @@ def train(method: str, args) -> tuple[list, list, float]:
     params = init_params(rng, args.init)
     opt = Adam(params, lr=args.meta_lr)
     losses = []
-    bar = _progress(args.iters, method, args.quiet)
+    bar = progress_bar(args.iters, method, disable=args.quiet, leave=False)
     start = time.process_time()
     for it in range(args.iters):
         xs, ys, xq, yq, _, _ = sample_tasks(rng, args.meta_batch, args.k, args.k)
@@ -163,12 +152,10 @@ def train(method: str, args) -> tuple[list, list, float]:
         loss.backward()
         opt.step()
         losses.append(float(loss))
-        if bar is not None:
-            bar.update(1)
-            if it % 50 == 0:
-                bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
-    if bar is not None:
-        bar.close()
+        bar.update(1)
+        if it % 50 == 0:
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
+    bar.close()
     return params, losses, (time.process_time() - start) / max(1, args.iters)
 
 

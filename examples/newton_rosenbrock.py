@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 import numpy as np
 
 import graphgrad
+from graphgrad.utils.progress import progress_bar
 from graphgrad import func
 
 START = (-1.2, 1.0)
@@ -99,7 +99,7 @@ def gradient_descent(f, x0, tol: float, max_iters: int, quiet: bool):
     reverse mode (graphgrad.autograd.grad). Stops at ||grad|| < tol or max_iters."""
     x = graphgrad.tensor(x0, dtype=graphgrad.float64)
     path = [x.numpy().copy()]
-    bar = _progress(total=max_iters, desc="gradient descent", quiet=quiet)
+    bar = progress_bar(max_iters, "gradient descent", disable=quiet, leave=False)
     converged, it, gnorm = False, 0, float("inf")
     for it in range(max_iters + 1):
         xr = x.detach().requires_grad_(True)
@@ -113,25 +113,12 @@ def gradient_descent(f, x0, tol: float, max_iters: int, quiet: bool):
             break
         _, x = backtracking_step(f, x, float(fx), g, -g)
         path.append(x.numpy().copy())
-        if bar is not None:
-            bar.update(1)
-            if it % 500 == 0:
-                bar.set_postfix(grad_norm=f"{gnorm:.2e}")
-    if bar is not None:
-        bar.close()
+        bar.update(1)
+        if it % 500 == 0:
+            bar.set_postfix(grad_norm=f"{gnorm:.2e}")
+    bar.close()
     return {"iters": it, "x": x.numpy(), "grad_norm": gnorm, "converged": converged,
             "path": np.array(path)}
-
-
-def _progress(total: int, desc: str, quiet: bool):
-    """A tqdm bar on a terminal; None when quiet, not a TTY, or tqdm is missing."""
-    if quiet or not sys.stderr.isatty():
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=desc, leave=False)
 
 
 def plot(results: dict, out: str) -> list[str]:

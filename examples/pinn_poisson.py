@@ -32,12 +32,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import time
 
 import numpy as np
 
 import graphgrad
+from graphgrad.utils.progress import progress_bar
 from graphgrad import func, nn
 
 DTYPE = graphgrad.float64
@@ -100,17 +100,6 @@ def check_against_transforms(net, x_col) -> float:
     return float(np.abs(by_transforms.detach().numpy() - by_grad.numpy().ravel()).max())
 
 
-def _progress(total: int, desc: str, quiet: bool):
-    """A tqdm bar on a terminal; None when quiet, not a TTY, or tqdm is missing."""
-    if quiet or not sys.stderr.isatty():
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=desc, leave=False)
-
-
 def _closure(net, x_col, x_bnd, opt, history: list):
     f_col = forcing(x_col)
 
@@ -132,20 +121,18 @@ def train_lbfgs(net, x_col, x_bnd, iters: int, history: list, quiet: bool) -> No
     opt = LBFGS(params, lr=1.0, max_iter=25, history_size=50, tolerance_grad=1e-12,
                 tolerance_change=1e-16, line_search_fn="strong_wolfe")
     closure = _closure(net, x_col, x_bnd, opt, history)
-    bar = _progress(iters, "PINN (L-BFGS)", quiet)
+    bar = progress_bar(iters, "PINN (L-BFGS)", disable=quiet, leave=False)
     done = 0
     while done < iters:
         opt.param_groups[0]["max_iter"] = min(25, iters - done)
         opt.step(closure)
         n_iter = opt.state[params[0]]["n_iter"]
-        if bar is not None:
-            bar.update(n_iter - done)
-            bar.set_postfix(loss=f"{history[-1]:.2e}")
+        bar.update(n_iter - done)
+        bar.set_postfix(loss=f"{history[-1]:.2e}")
         if n_iter == done:  # converged: L-BFGS took no step
             break
         done = n_iter
-    if bar is not None:
-        bar.close()
+    bar.close()
 
 
 def train_adam(net, x_col, x_bnd, iters: int, history: list, args) -> None:
@@ -157,17 +144,15 @@ def train_adam(net, x_col, x_bnd, iters: int, history: list, args) -> None:
     schedule = CosineAnnealingLR(opt, T_max=iters, eta_min=args.lr_min) \
         if args.schedule == "cosine" else None
     closure = _closure(net, x_col, x_bnd, opt, history)
-    bar = _progress(iters, "PINN (Adam)", args.quiet)
+    bar = progress_bar(iters, "PINN (Adam)", disable=args.quiet, leave=False)
     for it in range(iters):
         opt.step(closure)
         if schedule is not None:
             schedule.step()
-        if bar is not None:
-            bar.update(1)
-            if it % 100 == 0:
-                bar.set_postfix(loss=f"{history[-1]:.2e}")
-    if bar is not None:
-        bar.close()
+        bar.update(1)
+        if it % 100 == 0:
+            bar.set_postfix(loss=f"{history[-1]:.2e}")
+    bar.close()
 
 
 def plot(net, history, args, out: str) -> list[str]:

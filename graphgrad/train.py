@@ -7,7 +7,6 @@ Optional extras: scikit-learn (the data), tqdm (progress bar), matplotlib (loss 
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from graphgrad.autograd import no_grad
 from graphgrad.serialization import save
 from graphgrad.tensor import Generator, manual_seed, tensor
 from graphgrad.utils.data import DataLoader, TensorDataset
+from graphgrad.utils.progress import progress_bar
 
 __all__ = ["train_digits", "load_digits_split", "make_model", "DEFAULTS"]
 
@@ -70,31 +70,6 @@ def _make_optimizer(name: str, params, lr: float) -> optim.Optimizer:
     if name == "adamw":
         return optim.AdamW(params, lr=lr)
     raise ValueError(f"unknown optimizer {name!r}: choose 'sgd', 'adam' or 'adamw'")
-
-
-def _progress(total: int, disable: bool):
-    """A tqdm bar, or a stand-in with the same methods when tqdm is missing or disabled."""
-    if not disable:
-        try:
-            from tqdm import tqdm
-            return tqdm(total=total, unit="step", dynamic_ncols=True, leave=True)
-        except ImportError:
-            pass
-    return _NoBar()
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def set_postfix(self, **kw) -> None:
-        pass
-
-    def set_description(self, desc: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _accuracy(model: nn.Module, x, y, batch: int = 512) -> float:
@@ -167,8 +142,7 @@ def _train(model: str, epochs: int, batch_size: int, lr: float, optimizer: str, 
     loader = DataLoader(TensorDataset(x_train, y_train), batch_size=batch_size, shuffle=True,
                         generator=Generator().manual_seed(seed))
 
-    disable = quiet or not sys.stderr.isatty()
-    bar = _progress(epochs * len(loader), disable)
+    bar = progress_bar(epochs * len(loader), disable=quiet, unit="step", leave=True)
     history: dict[str, list] = {"step_loss": [], "epoch_loss": [], "test_accuracy": []}
     step_times: list[float] = []
     start = time.perf_counter()

@@ -128,3 +128,35 @@ def test_compiled_training_matches_eager(tmp_path, capsys):
     b = load(tmp_path / "compiled" / "digits_mlp.npz")["model"]
     for k in a:
         np.testing.assert_allclose(b[k].numpy(), a[k].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_progress_bar_is_tqdm_on_a_terminal_only(monkeypatch):
+    """Loops update the bar unconditionally: off a terminal, when quiet or without tqdm it
+    is a stand-in with tqdm's methods; on a terminal it is tqdm."""
+    import io
+
+    from graphgrad.utils.progress import progress_bar
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    def use(bar) -> None:
+        bar.set_description("d")
+        bar.update(2)
+        bar.set_postfix(loss="1.0")
+        bar.close()
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    quiet_off_terminal = progress_bar(3, "x")
+    use(quiet_off_terminal)
+    assert type(quiet_off_terminal).__name__ == "_NoBar"
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert type(progress_bar(3, "x", disable=True)).__name__ == "_NoBar"
+    tqdm = pytest.importorskip("tqdm")
+    bar = progress_bar(3, "x", file=sys.stderr)
+    assert isinstance(bar, tqdm.tqdm)
+    use(bar)
+    assert "x" in sys.stderr.getvalue()
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # not installed
+    assert type(progress_bar(3, "x")).__name__ == "_NoBar"
