@@ -20,12 +20,14 @@ import operator
 from dataclasses import dataclass
 
 from graphgrad import ops
+from graphgrad.ops import REGISTRY
 from graphgrad.backend import xp
 from graphgrad.graph import Symbol, symbol
 from graphgrad.tensor import Value
 
 from .script_calls import as_eager
-from .script_control import Undefined, assigned_names, build_cond, build_while, has_return
+from .script_control import (Undefined, assigned_names, build_cond, build_while,
+                             exit_transform, has_return, loop_exits, unless)
 from .script_errors import ScriptError, Source, source_of
 from .script_expressions import BINOPS, Expressions
 from .script_values import ShapeValue
@@ -44,8 +46,6 @@ _UNSUPPORTED = {ast.Try: "try blocks aren't supported", ast.With: "with statemen
                 ast.FunctionDef: "function definitions aren't supported",
                 ast.ClassDef: "class definitions aren't supported",
                 ast.Raise: "raise statements aren't supported",
-                ast.Break: "break statements aren't supported",
-                ast.Continue: "continue statements aren't supported",
                 ast.AsyncFunctionDef: "async function definitions aren't supported",
                 ast.AsyncFor: "async for loops aren't supported",
                 ast.AsyncWith: "async with statements aren't supported",
@@ -181,6 +181,14 @@ class Compiler(Expressions):
             raise fr.error("AssertionError", s, f"AssertionError at compile time{msg}")
         return None
 
+    def s_Break(self, s, fr, rest):
+        """Reached only outside a loop: a loop's own exits are rewritten into flags
+        (``script_control.exit_transform``) before its body is compiled."""
+        raise fr.error("SyntaxError: 'break' outside loop", s)
+
+    def s_Continue(self, s, fr, rest):
+        raise fr.error("SyntaxError: 'continue' outside loop", s)
+
     def s_Return(self, s, fr, rest):
         if fr.graph_loops:
             raise fr.error("return statements inside loops aren't supported", s,
@@ -306,11 +314,24 @@ class Compiler(Expressions):
                 return [r.value if r is not None else None]
             (value,) = build_cond(self, pred, run, ["<return value>"], fail)
             return Ret(value)
-        names = list(dict.fromkeys(assigned_names(s.body) + assigned_names(s.orelse)))
+        return self._branches(s, fr, pred, fail)
+
+    def _branches(self, s, fr: Frame, pred: Symbol, fail, cleared: tuple = ()) -> None:
+        """An ``if`` on a tensor as a cond node; the flags in ``cleared`` are False in the
+        true branch (see ``Guard``)."""
+        dead = getattr(s, "dead", ())
+        names = [n for n in dict.fromkeys(assigned_names(s.body) + assigned_names(s.orelse))
+                 if n not in dead]
 
         def run_branch(which: bool) -> list:
             sub = fr.child(dict(fr.env))
+            if which:
+                sub.env.update(dict.fromkeys(cleared, False))
             self.block(s.body if which else s.orelse, sub, [])
+            if which:
+                for f in cleared:
+                    if sub.env[f] is False:  # no exit on this path: the flag is unchanged
+                        sub.env[f] = fr.env[f]
             side = "true" if which else "false"
             return [sub.env.get(n, Undefined(f"{n!r} is not defined in the {side} branch"))
                     for n in names]
@@ -318,20 +339,71 @@ class Compiler(Expressions):
         values = build_cond(self, pred, run_branch, names, fail)
         for n, v in zip(names, values, strict=True):
             fr.env[n] = v
+        for n in dead:
+            fr.env[n] = Undefined(f"{n!r} is not read after the loop body")
         return None
+
+    def s_Guard(self, s, fr, rest):
+        """``if not flag: ...`` of the exit transform (``script_control.Guard``)."""
+        test = self.expr(s.test, fr)
+        if not isinstance(test, Symbol) or has_return(s.body):
+            return self.s_If(s, fr, rest)
+
+        def fail(msg):
+            return fr.error("type mismatch between branches", s, msg)
+        return self._branches(s, fr, self.predicate(test), fail, cleared=s.flags)
 
     def s_While(self, s, fr, rest):
         if s.orelse:
             raise fr.error("while ... else isn't supported", s)
-        names = [n for n in assigned_names(s.body) if n in fr.env
+        body, exits = self._exit_body(s, fr)
+        names = [n for n in assigned_names(body) if n in fr.env
                  and not isinstance(fr.env[n], Undefined)]
-        return self._loop(s, fr, names, [fr.env[n] for n in names],
-                          lambda env, sub: self.expr(s.test, sub))
 
-    def _loop(self, s, fr: Frame, names: list, init: list, test, step=None, extra: int = 0,
-              prologue=None):
+        def test(env, sub):
+            if exits.brk is None:
+                return self.expr(s.test, sub)
+            # as in Python, the condition is not evaluated once the body broke out
+            return self._unless_broken(env[exits.brk], lambda: self.expr(s.test, sub), s, fr)
+
+        self._loop(s, fr, body, exits, names, [fr.env[n] for n in names], test)
+        return None
+
+    def _exit_body(self, s, fr: Frame) -> tuple:
+        """The body of loop ``s`` after the exit transform, and its flags (a ``break``
+        flag starts False before the loop: the loop carries it)."""
+        exits = loop_exits(s.body, fr.loops + 1)
+        if not exits.any():
+            return s.body, exits
+        if exits.brk is not None:
+            fr.env[exits.brk] = False
+        return exit_transform(s.body, exits), exits
+
+    def _unless_broken(self, flag, test, s, fr: Frame):
+        """A while loop's condition with a ``break`` flag: ``False if flag else test()``
+        (a cond node, so that the test, which may index past the end once the body broke,
+        runs only on iterations Python would test)."""
+        flag = self.predicate(flag)
+        if isinstance(s.test, ast.Constant) and s.test.value:  # while True: ... break
+            return self.apply(REGISTRY["LogicalNot"].apply, (flag,), s.test, fr)
+
+        def run(broke: bool) -> list:
+            if broke:
+                return [False]
+            t = test()
+            if isinstance(t, Symbol):
+                return [self.predicate(t)]
+            return [self.truth(t, s.test, fr)]
+
+        def fail(msg):
+            return fr.error("loop condition", s.test, msg)
+        (value,) = build_cond(self, flag, run, ["<loop condition>"], fail)
+        return value
+
+    def _loop(self, s, fr: Frame, body: list, exits, names: list, init: list, test,
+              step=None, extra: int = 0, prologue=None):
         """A while_loop node over ``names``; ``test(env, frame)`` gives the condition,
-        ``prologue``/``step`` run before/after the body (for-range's counter)."""
+        ``prologue``/``step`` run before/after ``body`` (for-range's counter)."""
         def fail(msg):
             return fr.error("loop-carried value", s, msg)
 
@@ -354,7 +426,7 @@ class Compiler(Expressions):
             env, sub = sub_frame(values)
             if prologue is not None:
                 prologue(env)
-            self.block(s.body, sub, [])
+            self.block(body, sub, [])
             if step is not None:
                 step(env, sub)
             return [env[n] for n in names]
@@ -362,10 +434,16 @@ class Compiler(Expressions):
         after = build_while(self, names, init, run_cond, run_body, fail)
         for n, v in zip(names[extra:], after[extra:], strict=True):
             fr.env[n] = v
-        for n in assigned_names(s.body):
+        for n in assigned_names(body):
             if n not in names:
                 fr.env[n] = Undefined(f"{n!r} is defined inside the loop body only")
+        self._drop_flags(fr, exits)
         return None
+
+    @staticmethod
+    def _drop_flags(fr: Frame, exits) -> None:
+        for flag in (exits.brk, exits.cont):
+            fr.env.pop(flag, None)
 
     def s_For(self, s, fr, rest):
         if s.orelse:
@@ -386,15 +464,22 @@ class Compiler(Expressions):
         except TypeError:
             raise fr.error("not iterable", it, f"a value of type {type(iterable).__name__} "
                                                f"is not iterable") from None
+        body, exits = self._exit_body(s, fr)
         fr.loops += 1
         try:
             for item in items:  # a compile-time sequence: the loop unrolls
+                broke = fr.env.get(exits.brk, False)
+                if not isinstance(broke, Symbol) and broke:
+                    break  # a break on Python values: the items left are not compiled
                 self.assign(s.target, item, fr, s)
-                r = self.block(s.body, fr, [])
+                # after a break on a tensor, each iteration left runs under "if not broke"
+                r = self.block(body if broke is False else [unless([exits.brk], body, s)],
+                               fr, [])
                 if r is not None:
                     return r
         finally:
             fr.loops -= 1
+            self._drop_flags(fr, exits)
         return None
 
     def _for_range(self, s, fr: Frame):
@@ -410,12 +495,18 @@ class Compiler(Expressions):
             raise fr.error("for-range target", s.target, "the target of for ... in range() "
                                                          "must be a variable")
         counter = "$" + s.target.id
-        names = [counter] + [n for n in assigned_names(s.body) if n in fr.env and n != s.target.id
+        body, exits = self._exit_body(s, fr)
+        names = [counter] + [n for n in assigned_names(body) if n in fr.env and n != s.target.id
                              and not isinstance(fr.env[n], Undefined)]
         compare = operator.lt if stp > 0 else operator.gt
 
         def test(env, sub):
-            return self.apply(compare, (env[counter], stop), call, sub)
+            more = self.apply(compare, (env[counter], stop), call, sub)
+            if exits.brk is None:
+                return more
+            return self.apply(REGISTRY["LogicalAnd"].apply, (more, self.apply(
+                REGISTRY["LogicalNot"].apply, (self.predicate(env[exits.brk]),), call, sub)),
+                call, sub)
 
         def advance(env, sub):
             env[counter] = self.apply(operator.add, (env[counter], stp), call, sub)
@@ -424,7 +515,7 @@ class Compiler(Expressions):
             env[s.target.id] = env[counter]
 
         init = [self._as_int_tensor(start)] + [fr.env[n] for n in names[1:]]
-        self._loop(s, fr, names, init, test, advance, extra=1, prologue=bind)
+        self._loop(s, fr, body, exits, names, init, test, advance, extra=1, prologue=bind)
         fr.env[s.target.id] = Undefined(f"{s.target.id!r} (a loop variable) is not defined "
                                         f"after the loop")
         return None

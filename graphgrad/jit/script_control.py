@@ -9,6 +9,14 @@ same captured inputs). What flows out of a branch are the variables it assigns (
 for an ``if`` containing a ``return``, the function's result: the statements after the
 ``if`` are compiled into both branches, the single-exit form); what a loop carries are
 the variables its body assigns that exist before it.
+
+``break`` and ``continue`` go through TorchScript's *exit transform* (``exit_transform``)
+before a loop body is compiled: each becomes an assignment of a flag (``$did_break``,
+``$did_continue``), the statements after a statement that may exit run under
+``if not flag``, and the loop's condition is and-ed with ``not $did_break`` (a loop-
+carried variable). On a Python condition the flag is a Python bool and the guards pick
+their branch at compile time; on a tensor condition the flag is a bool tensor from a
+``cond`` and the guards are ``cond`` nodes.
 """
 
 from __future__ import annotations
@@ -16,18 +24,21 @@ from __future__ import annotations
 import ast
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from graphgrad.backend import xp
 from graphgrad.func.pytree import tree_flatten, tree_unflatten
-from graphgrad.graph import Graph, Spec, Symbol, symbol
+from graphgrad.graph import Graph, Spec, Symbol, is_impure, symbol
 from graphgrad.graph.interpreter import as_tensor
+from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
 from graphgrad.static.control_flow import _unify
 
 from .script_values import ScriptBuilder, ShapeValue
 
 __all__ = ["assigned_names", "has_return", "Undefined", "SubGraph", "merge_spec",
-           "build_cond", "build_while", "to_node_value"]
+           "build_cond", "build_while", "to_node_value", "Exits", "loop_exits",
+           "exit_transform", "unless", "Guard"]
 
 
 class Undefined:
@@ -53,6 +64,124 @@ def assigned_names(stmts: list[ast.stmt]) -> list[str]:
 
 def has_return(stmts: list[ast.stmt]) -> bool:
     return any(isinstance(n, ast.Return) for s in stmts for n in ast.walk(s))
+
+
+@dataclass(frozen=True)
+class Exits:
+    """The flags of one loop's exit transform: variable names (``$`` keeps them apart from
+    the user's, and the printer shows ``_did_break``), None where the body has no such
+    exit. Nested loops number theirs by depth, so that an inner ``break`` leaves the
+    outer loop's flag alone."""
+
+    brk: str | None
+    cont: str | None
+
+    def any(self) -> bool:
+        return self.brk is not None or self.cont is not None
+
+
+def is_flag(name: str) -> bool:
+    """A flag of the exit transform (a bool that only guards statements and loops)."""
+    return name.startswith("$did_")
+
+
+@dataclass(frozen=True)
+class _Folded:
+    """A flag set on one side of a cond only: its merged value is the condition itself
+    (``then``: True where the condition holds), not an output of the cond node."""
+
+    then: bool
+
+
+def _own_exits(stmts: list[ast.stmt]) -> tuple[bool, bool]:
+    """Whether ``stmts`` hold a ``break`` / a ``continue`` of the loop around them (not of
+    a nested loop: those exit the nested one)."""
+    brk = cont = False
+    todo: list[ast.AST] = list(stmts)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.Break):
+            brk = True
+        elif isinstance(n, ast.Continue):
+            cont = True
+        elif isinstance(n, (ast.For, ast.While, ast.AsyncFor)):
+            todo += n.orelse  # a loop's else clause is outside that loop
+        elif isinstance(n, ast.stmt) and not isinstance(n, (ast.FunctionDef, ast.ClassDef,
+                                                            ast.AsyncFunctionDef)):
+            todo += [c for c in ast.iter_child_nodes(n) if isinstance(
+                c, (ast.stmt, ast.excepthandler, ast.match_case))]
+        elif isinstance(n, (ast.excepthandler, ast.match_case)):
+            todo += n.body
+    return brk, cont
+
+
+def loop_exits(body: list[ast.stmt], depth: int) -> Exits:
+    """The flags a loop body at nesting ``depth`` (1: outermost) needs."""
+    brk, cont = _own_exits(body)
+    suffix = "" if depth == 1 else str(depth)
+    return Exits(f"$did_break{suffix}" if brk else None,
+                 f"$did_continue{suffix}" if cont else None)
+
+
+def _located(node: ast.AST, where: ast.AST) -> ast.AST:
+    """A synthesized node placed at ``where`` (errors point at the user's source)."""
+    return ast.fix_missing_locations(ast.copy_location(node, where))
+
+
+def _set(name: str, value: bool, where: ast.stmt) -> ast.stmt:
+    return _located(ast.Assign([ast.Name(name, ast.Store())], ast.Constant(value)), where)
+
+
+class Guard(ast.If):
+    """``if not flag: body``, made by the exit transform: ``flags`` are the flags it tests.
+    Its body runs only while they are all False, so the compiler clears them there (a
+    nested exit then sets a flag to its own condition) and a flag the body leaves clear
+    keeps the value it had before (not a cond output)."""
+
+    flags: tuple = ()
+    dead: tuple = ()  # flags nothing reads after it (``continue`` at the end of the body)
+
+
+def unless(flags: list[str], body: list[ast.stmt], where: ast.stmt,
+           dead: tuple = ()) -> Guard:
+    """``if not flag: body`` (``if not (a or b)`` for two flags)."""
+    names = [ast.Name(f, ast.Load()) for f in flags]
+    test = names[0] if len(names) == 1 else ast.BoolOp(ast.Or(), names)
+    guard = Guard(ast.UnaryOp(ast.Not(), test), body, [])
+    guard.flags, guard.dead = tuple(flags), dead
+    return _located(guard, where)
+
+
+def exit_transform(body: list[ast.stmt], exits: Exits) -> list[ast.stmt]:
+    """A loop body with its ``break``/``continue`` replaced by flag assignments: the
+    flags start False, and what follows a statement that may exit runs under ``if not
+    flag`` (TorchScript's exit transform). ``body`` is left unchanged."""
+    start = [_set(f, False, body[0]) for f in (exits.brk, exits.cont) if f is not None]
+    return start + _guarded(body, exits, True)
+
+
+def _guarded(stmts: list[ast.stmt], exits: Exits, tail: bool) -> list[ast.stmt]:
+    """``stmts`` transformed; ``tail``: nothing follows them in the loop body (the
+    ``continue`` flag is dead after them)."""
+    out: list[ast.stmt] = []
+    for k, s in enumerate(stmts):
+        if isinstance(s, (ast.Break, ast.Continue)):
+            out.append(_set(exits.brk if isinstance(s, ast.Break) else exits.cont, True, s))
+            return out  # what follows in this block is unreachable
+        brk, cont = _own_exits([s]) if isinstance(s, ast.If) else (False, False)
+        if not (brk or cont):
+            out.append(s)
+            continue
+        last = k == len(stmts) - 1
+        out.append(ast.copy_location(ast.If(s.test, _guarded(s.body, exits, tail and last),
+                                            _guarded(s.orelse, exits, tail and last)), s))
+        rest = _guarded(stmts[k + 1:], exits, tail)
+        if rest:
+            flags = [f for f, used in ((exits.brk, brk), (exits.cont, cont)) if used]
+            dead = (exits.cont,) if tail and exits.cont is not None else ()
+            out.append(unless(flags, rest, s, dead))
+        return out
+    return out
 
 
 def merge_spec(a: Spec, b: Spec) -> Spec:
@@ -169,6 +298,9 @@ def build_cond(comp, pred: Symbol, run_branch: Callable[[bool], list],
         subs.append(sub)
     plans, leaves_t, leaves_f = [], [], []
     for name, a, b in zip(names, values[0], values[1], strict=True):
+        if is_flag(name) and type(a) is bool and type(b) is bool and a != b:
+            plans.append((_Folded(a), None, None, None))  # the flag is the condition
+            continue
         if isinstance(a, Undefined) or isinstance(b, Undefined):
             plans.append((a if isinstance(a, Undefined) else b, None, None, None))
             continue
@@ -182,13 +314,18 @@ def build_cond(comp, pred: Symbol, run_branch: Callable[[bool], list],
     specs = tuple(merge_spec(x.spec, y.spec) for x, y in zip(subs[0].nodes, subs[1].nodes,
                                                              strict=True))
     outer = _unify([subs[0].part(), subs[1].part()], 0)
-    outs = comp.b.multi("cond", [pred, *[symbol(o) for o in outer]],
-                        {"then": subs[0].graph, "else": subs[1].graph}, specs)
+    outs: tuple = ()
+    if specs or any(is_impure(n) for sub in subs for n in sub.graph.nodes):
+        outs = comp.b.multi("cond", [pred, *[symbol(o) for o in outer]],
+                            {"then": subs[0].graph, "else": subs[1].graph}, specs)
     for k, (x, y) in enumerate(zip(leaves_t, leaves_f, strict=True)):
         if _scalar(comp, x) and _scalar(comp, y):
             comp.mark_scalar(outs[k])
     result = []
     for struct, la, differ, start in plans:
+        if isinstance(struct, _Folded):
+            result.append(pred if struct.then else REGISTRY["LogicalNot"].apply(pred))
+            continue
         if isinstance(struct, Undefined):
             result.append(struct)
             continue
