@@ -684,14 +684,29 @@ def test_tensors_from_globals_and_closures_are_inputs_read_at_call_time():
     np.testing.assert_allclose(w.grad.numpy(), [3.0, 4.0])
 
 
+_PAIR = (1.0, 2.0)
+
+
 def test_unsupported_control_flow_is_refused():
     def returns_in_loop(x):
-        for i in range(3):
-            if x.sum() > i:
-                return x
+        for s in _PAIR:
+            for i in range(3):
+                if x.sum() > i:
+                    return x * s
         return -x
 
-    assert "isn't supported" in _script_error(returns_in_loop, "if x.sum() > i")
+    assert "return inside a loop on a tensor, itself inside a loop over a Python sequence, " \
+        "isn't supported" in _script_error(returns_in_loop, "for i in range(3)")
+
+    def returns_in_unrolled_loop(x):
+        for _ in range(3):
+            for s in _PAIR:
+                if s > 1.5:
+                    return x * s
+        return -x
+
+    assert "return inside a loop over a Python sequence, itself inside a loop on a " \
+        "tensor, isn't supported" in _script_error(returns_in_unrolled_loop, "return x * s")
 
     def iterates_tensor(x):
         total = x * 0
@@ -938,8 +953,64 @@ def exits_in_inlined_helper(x, n: int):
     return out
 
 
+def returns_from_range(x):
+    for i in range(3):
+        if x.sum() > i:
+            return x * i
+    return -x
+
+
+def returns_from_nested_loops(x, n: int):
+    total = x * 0
+    for _ in range(n):
+        for j in range(n):
+            if (total + x * j).sum() > 6:
+                return total * 10 + j
+            total = total + x
+    return total
+
+
+def returns_from_while_true(x):
+    while True:
+        x = x * 2
+        if x.abs().sum() > 9:
+            return x
+
+
+def returns_breaks_and_continues(x, n: int):
+    acc = x
+    for i in range(n):
+        if i == 1:
+            continue
+        if acc.sum() < -2:
+            break
+        acc = acc * 1.5
+        if acc.sum() > 5:
+            return acc * 100
+    return acc
+
+
+def _grow_or_return(y, m: int):
+    for i in range(m):
+        if y.sum() > 3:
+            return y + i
+        y = y * 2
+    return y - 1
+
+
+def returns_from_inlined_helper(x, n: int):
+    out = x
+    for _ in range(n):
+        out = _grow_or_return(out, 3) * 0.5
+        if out.max() > 1:
+            return out
+    return out * 0
+
+
 EXIT_PROGRAMS = [break_on_tensor, while_true_break, continue_on_counter_and_tensor,
-                 exits_in_elif, nested_exits, exits_in_inlined_helper]
+                 exits_in_elif, nested_exits, exits_in_inlined_helper, returns_from_range,
+                 returns_from_nested_loops, returns_from_while_true,
+                 returns_breaks_and_continues, returns_from_inlined_helper]
 
 
 def _exit_inputs():
@@ -957,9 +1028,11 @@ def _call(fn, x, program=None):
 
 
 def _exit_lines_run(fn, x) -> set:
-    """The lines of ``fn`` holding a break or continue that an eager call runs."""
+    """The lines of ``fn`` holding a break, a continue or a return in a loop (a return
+    nested deeper than the function's body) that an eager call runs."""
     lines, first = inspect.getsourcelines(fn)
-    exits = {first + k for k, ln in enumerate(lines) if ln.strip() in ("break", "continue")}
+    exits = {first + k for k, ln in enumerate(lines) if ln.strip() in ("break", "continue")
+             or (ln.startswith(" " * 8) and ln.strip().startswith("return"))}
     ran = set()
 
     def tracer(frame, event, arg):
@@ -988,7 +1061,7 @@ def test_break_and_continue_match_eager(fn):
         _check_against_eager(lambda t: _call(fn, t), lambda t: _call(s, t, fn),
                              [gg.tensor(x)])
     assert all(any(line in t for t in taken) for line in exits)  # each exit is taken
-    if fn is not while_true_break:  # and the inputs take different ones
+    if fn not in (while_true_break, returns_from_while_true):  # the inputs take different ones
         assert len({frozenset(t) for t in taken}) > 1
 
 
@@ -1150,3 +1223,38 @@ def test_while_true_needs_a_break():
 
     assert "the condition of a while loop must be a tensor" in _script_error(spins,
                                                                              "while True")
+
+
+def test_return_in_a_loop_is_carried_out_of_it():
+    s = script(returns_from_range)
+    code = s.code
+    assert "_did_return" in code and "_return_value" in code
+    (loop,) = [n for n in s.graph.nodes if n.kind == "while_loop"]
+    names = [p.name for p in loop.subgraphs["body"].inputs]
+    assert "_did_return" in names and "_return_value" in names and "_did_break" in names
+    # after the loop: if $did_return: return $return_value, else the rest (single exit)
+    after = s.graph.nodes[s.graph.nodes.index(loop) + 1:]
+    assert [n.kind for n in after].count("cond") == 1
+    assert "Neg" in {n.op.__name__ for n in _all_nodes(s.graph) if n.kind == "call"}
+
+
+def counts_to_threshold(x, n: int):
+    acc = x
+    k = 0
+    while k < n:
+        acc = acc * 1.5
+        if acc.sum() > 10:
+            return acc, k
+        k = k + 1
+    return acc - 1, k * 2
+
+
+def test_return_in_a_loop_of_a_tuple_with_a_counter():
+    s = script(counts_to_threshold)
+    for scale in (-1.0, 0.5, 1.0, 4.0):
+        for n in (0, 2, 6):
+            x = _t(1.0, 0.5, 0.25) * scale
+            out, k = s(x, n)
+            ref, ref_k = counts_to_threshold(x, n)
+            np.testing.assert_allclose(out.numpy(), ref.numpy())
+            assert int(k.item()) == ref_k

@@ -6,7 +6,10 @@ built by calling graphgrad ops and tensor methods under a ``ScriptBuilder``, so 
 op is the one of ``graphgrad.ops``), Python constants (folded now: an ``if`` on one
 picks its branch at compile time, a ``for`` over a tuple or a ModuleList unrolls) and
 shapes of unknown length. Control flow that depends on a tensor becomes ``cond`` and
-``while_loop`` nodes (``script_control``). Calls of other user functions and of user
+``while_loop`` nodes (``script_control``); ``break``, ``continue`` and a ``return`` in a
+loop on a tensor become flags first (TorchScript's exit transform: a ``return`` sets
+``$did_return``/``$return_value``, carried out of every loop around it, and the function
+returns after the outermost one). Calls of other user functions and of user
 ``nn.Module``s are compiled from their source and inlined; graphgrad functions and
 graphgrad's own modules are called on the Symbols. Anything else is a ``ScriptError``
 pointing at the user's source line.
@@ -22,12 +25,13 @@ from dataclasses import dataclass
 from graphgrad import ops
 from graphgrad.ops import REGISTRY
 from graphgrad.backend import xp
+from graphgrad.func.pytree import tree_flatten, tree_unflatten
 from graphgrad.graph import Symbol, symbol
 from graphgrad.tensor import Value
 
 from .script_calls import as_eager
-from .script_control import (Undefined, assigned_names, build_cond, build_while,
-                             exit_transform, has_return, loop_exits, unless)
+from .script_control import (DID_RETURN, RETURN_VALUE, Undefined, assigned_names, build_cond,
+                             build_while, exit_transform, has_return, loop_exits, unless)
 from .script_errors import ScriptError, Source, source_of
 from .script_expressions import BINOPS, Expressions
 from .script_values import ShapeValue
@@ -52,6 +56,17 @@ _UNSUPPORTED = {ast.Try: "try blocks aren't supported", ast.With: "with statemen
                 ast.Match: "match statements aren't supported"}
 if hasattr(ast, "TryStar"):
     _UNSUPPORTED[ast.TryStar] = "try blocks aren't supported"
+
+
+class _ReturnTypeUnknownError(Exception):
+    """A loop's first compile met a ``return``: the loop compiles again, carrying a
+    ``$return_value`` of the returned value's type."""
+
+    def __init__(self, value):
+        super().__init__("return in a loop")
+        self.value = value
+
+
 class Ret:
     """The value a ``return`` produced (propagates out of the blocks)."""
 
@@ -190,9 +205,10 @@ class Compiler(Expressions):
         raise fr.error("SyntaxError: 'continue' outside loop", s)
 
     def s_Return(self, s, fr, rest):
-        if fr.graph_loops:
-            raise fr.error("return statements inside loops aren't supported", s,
-                           "return statements inside a loop on a tensor aren't supported")
+        if fr.graph_loops:  # one in a loop on a tensor is rewritten (exit_transform)
+            raise fr.error("return inside a loop isn't supported", s,
+                           "a return inside a loop over a Python sequence, itself inside a "
+                           "loop on a tensor, isn't supported")
         return Ret(None if s.value is None else self.expr(s.value, fr))
 
     def s_Assign(self, s, fr, rest):
@@ -356,9 +372,7 @@ class Compiler(Expressions):
     def s_While(self, s, fr, rest):
         if s.orelse:
             raise fr.error("while ... else isn't supported", s)
-        body, exits = self._exit_body(s, fr)
-        names = [n for n in assigned_names(body) if n in fr.env
-                 and not isinstance(fr.env[n], Undefined)]
+        body, exits, owner = self._exit_body(s, fr, graph=True)
 
         def test(env, sub):
             if exits.brk is None:
@@ -366,18 +380,67 @@ class Compiler(Expressions):
             # as in Python, the condition is not evaluated once the body broke out
             return self._unless_broken(env[exits.brk], lambda: self.expr(s.test, sub), s, fr)
 
-        self._loop(s, fr, body, exits, names, [fr.env[n] for n in names], test)
-        return None
+        return self._loop(s, fr, rest, body, exits, owner, test)
 
-    def _exit_body(self, s, fr: Frame) -> tuple:
-        """The body of loop ``s`` after the exit transform, and its flags (a ``break``
-        flag starts False before the loop: the loop carries it)."""
-        exits = loop_exits(s.body, fr.loops + 1)
+    def _exit_body(self, s, fr: Frame, graph: bool) -> tuple:
+        """The body of loop ``s`` after the exit transform, its flags, and whether it is
+        the outermost loop holding a ``return`` (a ``break`` flag, ``$did_return`` start
+        False before the loop: the loop carries them)."""
+        exits = loop_exits(s.body, fr.loops + 1, graph)
+        owner = exits.ret and DID_RETURN not in fr.env
+        if owner:
+            if fr.loops:
+                raise fr.error("return inside a loop isn't supported", s,
+                               "a return inside a loop on a tensor, itself inside a loop "
+                               "over a Python sequence, isn't supported")
+            fr.env[DID_RETURN] = False
         if not exits.any():
-            return s.body, exits
+            return s.body, exits, owner
         if exits.brk is not None:
             fr.env[exits.brk] = False
-        return exit_transform(s.body, exits), exits
+        return exit_transform(s.body, exits), exits, owner
+
+    def s_ReturnValue(self, s, fr, rest):
+        """``return value`` in a loop body (``script_control.exit_transform``)."""
+        value = self.expr(s.value, fr)
+        if RETURN_VALUE not in fr.env:  # the first compile: the loop learns the type
+            raise _ReturnTypeUnknownError(value)
+        fr.env[RETURN_VALUE] = value
+        return None
+
+    def _return_slot(self, value, s, fr: Frame):
+        """A value of the type a loop returns (the returned one's Spec, filled with
+        zeros), the initial ``$return_value`` the loop carries until it returns."""
+        leaves, struct = tree_flatten(value, none_is_leaf=True)
+        out = []
+        for v in leaves:
+            if isinstance(v, Symbol):
+                spec = v._node.spec
+                known = spec.shape is not None and None not in spec.shape
+                zero = xp.zeros((), spec.dtype)  # a broadcast view: no memory per element
+                out.append(as_eager(xp.broadcast_to(zero, spec.shape) if known else zero))
+            elif isinstance(v, (bool, int, float)):
+                out.append(type(v)(0))
+            else:
+                raise fr.error("return inside a loop", s,
+                               f"a return inside a loop on a tensor returns a value of type "
+                               f"{type(v).__name__}: only tensors and numbers (or tuples of "
+                               f"them) can be returned from a loop")
+        return tree_unflatten(out, struct)
+
+    def _return_after(self, s, fr: Frame, rest: list):
+        """After the outermost loop holding a return: ``if $did_return: return
+        $return_value``, the statements after the loop in its other branch."""
+        forever = isinstance(s, ast.While) and isinstance(s.test, ast.Constant) and \
+            bool(s.test.value) and loop_exits(s.body, 1, graph=False).brk is None
+        if forever:  # while True without a break ends by returning
+            return Ret(fr.env[RETURN_VALUE])
+        check = ast.If(ast.Name(DID_RETURN, ast.Load()),
+                       [ast.Return(ast.Name(RETURN_VALUE, ast.Load()))], [])
+        r = self.s_If(ast.fix_missing_locations(ast.copy_location(check, s)), fr, rest)
+        fr.env.pop(DID_RETURN, None)
+        fr.env.pop(RETURN_VALUE, None)
+        return r
 
     def _unless_broken(self, flag, test, s, fr: Frame):
         """A while loop's condition with a ``break`` flag: ``False if flag else test()``
@@ -400,45 +463,64 @@ class Compiler(Expressions):
         (value,) = build_cond(self, flag, run, ["<loop condition>"], fail)
         return value
 
-    def _loop(self, s, fr: Frame, body: list, exits, names: list, init: list, test,
-              step=None, extra: int = 0, prologue=None):
-        """A while_loop node over ``names``; ``test(env, frame)`` gives the condition,
-        ``prologue``/``step`` run before/after ``body`` (for-range's counter)."""
+    def _loop(self, s, fr: Frame, rest: list, body: list, exits, owner: bool, test,
+              counter: tuple = (), step=None, prologue=None, skip: str | None = None):
+        """A while_loop node carrying the variables ``body`` assigns that exist before it
+        (after ``counter``: (name, initial value) of for-range's counter; ``skip``: its
+        target); ``test(env, frame)`` gives the condition, ``prologue``/``step`` run
+        before/after ``body``. A Ret when the loop returns from the function."""
         def fail(msg):
             return fr.error("loop-carried value", s, msg)
 
-        def sub_frame(values):
-            env = dict(fr.env)
-            env.update(zip(names, values, strict=True))
-            return env, fr.child(env, loops=1, graph_loops=1)
+        # a return in a nested loop sets $did_return and $return_value there
+        assigned = assigned_names(body) + ([DID_RETURN, RETURN_VALUE] if exits.ret else [])
+        while True:
+            names = [*counter[:1], *(n for n in dict.fromkeys(assigned) if n in fr.env
+                                     and n != skip and not isinstance(fr.env[n], Undefined))]
+            init = [*counter[1:], *(fr.env[n] for n in names[len(counter[:1]):])]
 
-        def run_cond(values):
-            env, sub = sub_frame(values)
-            t = test(env, sub)
-            if not isinstance(t, Symbol):
-                raise fr.error("while loop on a Python value", s,
-                               "the condition of a while loop must be a tensor (a loop on "
-                               "Python values only would run at compile time forever or not "
-                               "at all)")
-            return self.predicate(t)
+            def sub_frame(values, names=names):
+                env = dict(fr.env)
+                env.update(zip(names, values, strict=True))
+                return env, fr.child(env, loops=1, graph_loops=1)
 
-        def run_body(values):
-            env, sub = sub_frame(values)
-            if prologue is not None:
-                prologue(env)
-            self.block(body, sub, [])
-            if step is not None:
-                step(env, sub)
-            return [env[n] for n in names]
+            def run_cond(values, sub_frame=sub_frame):
+                env, sub = sub_frame(values)
+                t = test(env, sub)
+                if not isinstance(t, Symbol):
+                    raise fr.error("while loop on a Python value", s,
+                                   "the condition of a while loop must be a tensor (a loop on "
+                                   "Python values only would run at compile time forever or "
+                                   "not at all)")
+                return self.predicate(t)
 
-        after = build_while(self, names, init, run_cond, run_body, fail)
+            def run_body(values, names=names, sub_frame=sub_frame):
+                env, sub = sub_frame(values)
+                if prologue is not None:
+                    prologue(env)
+                self.block(body, sub, [])
+                if step is not None:
+                    step(env, sub)
+                return [env[n] for n in names]
+
+            try:
+                after = build_while(self, names, init, run_cond, run_body, fail)
+                break
+            except _ReturnTypeUnknownError as first:  # compile again, carrying $return_value
+                if not owner:
+                    raise
+                fr.env[RETURN_VALUE] = self._return_slot(first.value, s, fr)
+        extra = len(counter[:1])
         for n, v in zip(names[extra:], after[extra:], strict=True):
             fr.env[n] = v
-        for n in assigned_names(body):
+        for n in assigned:
             if n not in names:
                 fr.env[n] = Undefined(f"{n!r} is defined inside the loop body only")
         self._drop_flags(fr, exits)
-        return None
+        if skip is not None:
+            fr.env[skip] = Undefined(f"{skip!r} (a loop variable) is not defined after the "
+                                     f"loop")
+        return self._return_after(s, fr, rest) if owner else None
 
     @staticmethod
     def _drop_flags(fr: Frame, exits) -> None:
@@ -451,7 +533,7 @@ class Compiler(Expressions):
         it = s.iter
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
                 self.name(it.func, fr) is range:
-            return self._for_range(s, fr)
+            return self._for_range(s, fr, rest)
         iterable = self.expr(it, fr)
         if isinstance(iterable, ShapeValue):
             raise fr.error("shape of unknown rank", it, iterable.rank_error())
@@ -464,7 +546,7 @@ class Compiler(Expressions):
         except TypeError:
             raise fr.error("not iterable", it, f"a value of type {type(iterable).__name__} "
                                                f"is not iterable") from None
-        body, exits = self._exit_body(s, fr)
+        body, exits, _ = self._exit_body(s, fr, graph=False)
         fr.loops += 1
         try:
             for item in items:  # a compile-time sequence: the loop unrolls
@@ -482,7 +564,7 @@ class Compiler(Expressions):
             self._drop_flags(fr, exits)
         return None
 
-    def _for_range(self, s, fr: Frame):
+    def _for_range(self, s, fr: Frame, rest: list):
         call = s.iter
         if call.keywords or not 1 <= len(call.args) <= 3:
             raise fr.error("range takes 1 to 3 positional arguments", call)
@@ -495,9 +577,7 @@ class Compiler(Expressions):
             raise fr.error("for-range target", s.target, "the target of for ... in range() "
                                                          "must be a variable")
         counter = "$" + s.target.id
-        body, exits = self._exit_body(s, fr)
-        names = [counter] + [n for n in assigned_names(body) if n in fr.env and n != s.target.id
-                             and not isinstance(fr.env[n], Undefined)]
+        body, exits, owner = self._exit_body(s, fr, graph=True)
         compare = operator.lt if stp > 0 else operator.gt
 
         def test(env, sub):
@@ -514,11 +594,8 @@ class Compiler(Expressions):
         def bind(env):
             env[s.target.id] = env[counter]
 
-        init = [self._as_int_tensor(start)] + [fr.env[n] for n in names[1:]]
-        self._loop(s, fr, body, exits, names, init, test, advance, extra=1, prologue=bind)
-        fr.env[s.target.id] = Undefined(f"{s.target.id!r} (a loop variable) is not defined "
-                                        f"after the loop")
-        return None
+        return self._loop(s, fr, rest, body, exits, owner, test,
+                          (counter, self._as_int_tensor(start)), advance, bind, s.target.id)
 
     def _as_int_tensor(self, v):
         if isinstance(v, Symbol):

@@ -38,7 +38,8 @@ from .script_values import ScriptBuilder, ShapeValue
 
 __all__ = ["assigned_names", "has_return", "Undefined", "SubGraph", "merge_spec",
            "build_cond", "build_while", "to_node_value", "Exits", "loop_exits",
-           "exit_transform", "unless", "Guard"]
+           "exit_transform", "unless", "Guard", "ReturnValue", "DID_RETURN",
+           "RETURN_VALUE"]
 
 
 class Undefined:
@@ -75,6 +76,7 @@ class Exits:
 
     brk: str | None
     cont: str | None
+    ret: bool = False  # the body returns from the function (a loop on a tensor only)
 
     def any(self) -> bool:
         return self.brk is not None or self.cont is not None
@@ -115,12 +117,23 @@ def _own_exits(stmts: list[ast.stmt]) -> tuple[bool, bool]:
     return brk, cont
 
 
-def loop_exits(body: list[ast.stmt], depth: int) -> Exits:
-    """The flags a loop body at nesting ``depth`` (1: outermost) needs."""
+# a return inside a loop on a tensor: it sets both (carried by every loop around it) and
+# leaves each loop by its break flag; after the outermost one the function returns
+DID_RETURN, RETURN_VALUE = "$did_return", "$return_value"
+
+
+class ReturnValue(ast.Assign):
+    """``$return_value = value``, what ``return value`` in a loop body becomes."""
+
+
+def loop_exits(body: list[ast.stmt], depth: int, graph: bool) -> Exits:
+    """The flags a loop body at nesting ``depth`` (1: outermost) needs; ``graph``: the
+    loop is a ``while_loop`` node (a ``return`` in an unrolled loop stays one)."""
     brk, cont = _own_exits(body)
+    ret = graph and has_return(body)
     suffix = "" if depth == 1 else str(depth)
-    return Exits(f"$did_break{suffix}" if brk else None,
-                 f"$did_continue{suffix}" if cont else None)
+    return Exits(f"$did_break{suffix}" if brk or ret else None,
+                 f"$did_continue{suffix}" if cont else None, ret)
 
 
 def _located(node: ast.AST, where: ast.AST) -> ast.AST:
@@ -168,13 +181,27 @@ def _guarded(stmts: list[ast.stmt], exits: Exits, tail: bool) -> list[ast.stmt]:
         if isinstance(s, (ast.Break, ast.Continue)):
             out.append(_set(exits.brk if isinstance(s, ast.Break) else exits.cont, True, s))
             return out  # what follows in this block is unreachable
-        brk, cont = _own_exits([s]) if isinstance(s, ast.If) else (False, False)
-        if not (brk or cont):
-            out.append(s)
-            continue
-        last = k == len(stmts) - 1
-        out.append(ast.copy_location(ast.If(s.test, _guarded(s.body, exits, tail and last),
-                                            _guarded(s.orelse, exits, tail and last)), s))
+        if isinstance(s, ast.Return) and exits.ret:
+            value = s.value if s.value is not None else ast.Constant(None)
+            out += [_located(ReturnValue([ast.Name(RETURN_VALUE, ast.Store())], value), s),
+                    _set(DID_RETURN, True, s), _set(exits.brk, True, s)]
+            return out
+        returns = exits.ret and has_return([s])
+        if isinstance(s, (ast.For, ast.While)) and returns:
+            # a nested loop that returned has left itself: this loop leaves too
+            out += [s, _located(ast.Assign([ast.Name(exits.brk, ast.Store())],
+                                           ast.Name(DID_RETURN, ast.Load())), s)]
+            brk, cont = True, False
+        else:
+            brk, cont = _own_exits([s]) if isinstance(s, ast.If) else (False, False)
+            brk = brk or (returns and isinstance(s, ast.If))
+            if not (brk or cont):
+                out.append(s)
+                continue
+            last = k == len(stmts) - 1
+            out.append(ast.copy_location(ast.If(
+                s.test, _guarded(s.body, exits, tail and last),
+                _guarded(s.orelse, exits, tail and last)), s))
         rest = _guarded(stmts[k + 1:], exits, tail)
         if rest:
             flags = [f for f, used in ((exits.brk, brk), (exits.cont, cont)) if used]
@@ -195,6 +222,14 @@ def merge_spec(a: Spec, b: Spec) -> Spec:
 
 def _is_number(v) -> bool:
     return isinstance(v, (bool, int, float)) and not isinstance(v, Symbol)
+
+
+def _spec_of(v) -> Spec:
+    """The Spec of a loop variable's initial value (a Symbol, a tensor or a number)."""
+    if isinstance(v, Symbol):
+        return v._node.spec
+    arr = v._array if isinstance(v, Value) else xp.asarray(v)
+    return Spec(arr.shape, arr.dtype)
 
 
 def to_node_value(sb: ScriptBuilder, v, like: Spec | None = None):
@@ -350,10 +385,9 @@ def build_while(comp, names: list[str], init: list, run_cond: Callable[[list], S
                            f"{_type_name(x)}: only tensors and numbers can be loop-carried")
         structs.append((struct, len(flat), len(leaves)))
         flat += leaves
-    init_nodes = [to_node_value(comp.b, x) for x in flat]
     scalar = [_scalar(comp, x) for x in flat]
     labels = [n for n, (_, _, k) in zip(names, structs, strict=True) for _ in range(k)]
-    specs = [n.spec for n in init_nodes]
+    specs = [_spec_of(x) for x in flat]  # the nodes come last: a compile may be abandoned
 
     def regroup(vals: list) -> list:
         return [tree_unflatten(vals[s:s + k], st) for st, s, k in structs]
@@ -383,6 +417,7 @@ def build_while(comp, names: list[str], init: list, run_cond: Callable[[list], S
             break
         specs = new
     outer = _unify([cs.part(), bs.part()], len(flat))
+    init_nodes = [to_node_value(comp.b, x) for x in flat]
     outs = comp.b.multi("while_loop", [*[symbol(n) for n in init_nodes],
                                        *[symbol(o) for o in outer]],
                         {"cond": cs.graph, "body": bs.graph}, tuple(specs),

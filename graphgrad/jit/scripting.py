@@ -3,7 +3,8 @@
 ``script(fn)`` reads the function's source (``inspect`` + ``ast``; no inputs) and
 compiles it into a ``graphgrad.graph.Graph``: ``if`` on a tensor becomes a ``cond``
 node holding both branches, ``while`` on a tensor and ``for i in range(n)`` a
-``while_loop``, calls of other user functions are inlined, and anything it cannot
+``while_loop`` (``break``, ``continue`` and ``return`` inside it as loop-carried flags,
+as TorchScript does), calls of other user functions are inlined, and anything it cannot
 translate is a ``ScriptError`` at compile time with the user's line and a ``~~~~``
 pointer (``script_compiler``). Parameters are Tensors of unknown shape unless
 annotated ``int``/``float``/``bool``.
