@@ -1258,3 +1258,31 @@ def test_return_in_a_loop_of_a_tuple_with_a_counter():
             ref, ref_k = counts_to_threshold(x, n)
             np.testing.assert_allclose(out.numpy(), ref.numpy())
             assert int(k.item()) == ref_k
+
+
+class _Halting(gg.nn.Module):
+    """A module whose forward skips, stops and returns early in a loop on tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = gg.nn.Linear(3, 3, dtype=gg.float64)
+
+    def forward(self, x, n: int):
+        for _ in range(n):
+            y = gg.tanh(self.lin(x))
+            if y.sum() < 0:
+                continue
+            if y.abs().max() > 0.9:
+                return y * 2
+            x = x + y
+        return x
+
+
+def test_exits_in_a_module_forward_give_eager_parameter_gradients():
+    gg.manual_seed(0)
+    m = _Halting()
+    s = script(m)
+    rng = np.random.default_rng(2)
+    for k in range(8):  # continues on k = 2, 4, 7, returns on k = 6, falls through on others
+        x = gg.tensor(rng.standard_normal((2, 3)) * (0.3 * k + 0.1), dtype=gg.float64)
+        _check_against_eager(lambda t: m(t, 3), lambda t: s(t, 3), [x], list(m.parameters()))

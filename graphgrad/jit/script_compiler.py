@@ -23,10 +23,10 @@ import operator
 from dataclasses import dataclass
 
 from graphgrad import ops
-from graphgrad.ops import REGISTRY
 from graphgrad.backend import xp
 from graphgrad.func.pytree import tree_flatten, tree_unflatten
 from graphgrad.graph import Symbol, symbol
+from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
 
 from .script_calls import as_eager
@@ -469,49 +469,21 @@ class Compiler(Expressions):
         (after ``counter``: (name, initial value) of for-range's counter; ``skip``: its
         target); ``test(env, frame)`` gives the condition, ``prologue``/``step`` run
         before/after ``body``. A Ret when the loop returns from the function."""
-        def fail(msg):
-            return fr.error("loop-carried value", s, msg)
-
         # a return in a nested loop sets $did_return and $return_value there
         assigned = assigned_names(body) + ([DID_RETURN, RETURN_VALUE] if exits.ret else [])
+        k = 1 if counter else 0  # the counter comes first
         while True:
-            names = [*counter[:1], *(n for n in dict.fromkeys(assigned) if n in fr.env
+            names = [*counter[:k], *(n for n in dict.fromkeys(assigned) if n in fr.env
                                      and n != skip and not isinstance(fr.env[n], Undefined))]
-            init = [*counter[1:], *(fr.env[n] for n in names[len(counter[:1]):])]
-
-            def sub_frame(values, names=names):
-                env = dict(fr.env)
-                env.update(zip(names, values, strict=True))
-                return env, fr.child(env, loops=1, graph_loops=1)
-
-            def run_cond(values, sub_frame=sub_frame):
-                env, sub = sub_frame(values)
-                t = test(env, sub)
-                if not isinstance(t, Symbol):
-                    raise fr.error("while loop on a Python value", s,
-                                   "the condition of a while loop must be a tensor (a loop on "
-                                   "Python values only would run at compile time forever or "
-                                   "not at all)")
-                return self.predicate(t)
-
-            def run_body(values, names=names, sub_frame=sub_frame):
-                env, sub = sub_frame(values)
-                if prologue is not None:
-                    prologue(env)
-                self.block(body, sub, [])
-                if step is not None:
-                    step(env, sub)
-                return [env[n] for n in names]
-
+            init = [*counter[k:], *(fr.env[n] for n in names[k:])]
             try:
-                after = build_while(self, names, init, run_cond, run_body, fail)
+                after = self._while_node(s, fr, body, names, init, test, step, prologue)
                 break
             except _ReturnTypeUnknownError as first:  # compile again, carrying $return_value
                 if not owner:
                     raise
                 fr.env[RETURN_VALUE] = self._return_slot(first.value, s, fr)
-        extra = len(counter[:1])
-        for n, v in zip(names[extra:], after[extra:], strict=True):
+        for n, v in zip(names[k:], after[k:], strict=True):
             fr.env[n] = v
         for n in assigned:
             if n not in names:
@@ -521,6 +493,38 @@ class Compiler(Expressions):
             fr.env[skip] = Undefined(f"{skip!r} (a loop variable) is not defined after the "
                                      f"loop")
         return self._return_after(s, fr, rest) if owner else None
+
+    def _while_node(self, s, fr: Frame, body: list, names: list, init: list, test, step,
+                    prologue) -> list:
+        """The while_loop node carrying ``names``: their values after the loop."""
+        def fail(msg):
+            return fr.error("loop-carried value", s, msg)
+
+        def sub_frame(values):
+            env = dict(fr.env)
+            env.update(zip(names, values, strict=True))
+            return env, fr.child(env, loops=1, graph_loops=1)
+
+        def run_cond(values):
+            env, sub = sub_frame(values)
+            t = test(env, sub)
+            if not isinstance(t, Symbol):
+                raise fr.error("while loop on a Python value", s,
+                               "the condition of a while loop must be a tensor (a loop on "
+                               "Python values only would run at compile time forever or not "
+                               "at all)")
+            return self.predicate(t)
+
+        def run_body(values):
+            env, sub = sub_frame(values)
+            if prologue is not None:
+                prologue(env)
+            self.block(body, sub, [])
+            if step is not None:
+                step(env, sub)
+            return [env[n] for n in names]
+
+        return build_while(self, names, init, run_cond, run_body, fail)
 
     @staticmethod
     def _drop_flags(fr: Frame, exits) -> None:

@@ -15,8 +15,10 @@ before a loop body is compiled: each becomes an assignment of a flag (``$did_bre
 ``$did_continue``), the statements after a statement that may exit run under
 ``if not flag``, and the loop's condition is and-ed with ``not $did_break`` (a loop-
 carried variable). On a Python condition the flag is a Python bool and the guards pick
-their branch at compile time; on a tensor condition the flag is a bool tensor from a
-``cond`` and the guards are ``cond`` nodes.
+their branch at compile time; on a tensor condition the flag is a bool tensor (the
+condition itself) and the guards are ``cond`` nodes. A ``return`` in a loop on a tensor
+sets ``$did_return`` and ``$return_value`` (carried by every loop around it) and leaves
+the loop by its break flag; the compiler returns after the outermost loop.
 """
 
 from __future__ import annotations
@@ -96,24 +98,17 @@ class _Folded:
 
 
 def _own_exits(stmts: list[ast.stmt]) -> tuple[bool, bool]:
-    """Whether ``stmts`` hold a ``break`` / a ``continue`` of the loop around them (not of
-    a nested loop: those exit the nested one)."""
+    """Whether ``stmts`` hold a ``break`` / a ``continue`` of the loop around them: in
+    them or in their ``if`` blocks (one in a nested loop exits that loop; other blocks,
+    ``with``, ``try``, ``match``, are refused when compiled)."""
     brk = cont = False
-    todo: list[ast.AST] = list(stmts)
+    todo = list(stmts)
     while todo:
-        n = todo.pop()
-        if isinstance(n, ast.Break):
-            brk = True
-        elif isinstance(n, ast.Continue):
-            cont = True
-        elif isinstance(n, (ast.For, ast.While, ast.AsyncFor)):
-            todo += n.orelse  # a loop's else clause is outside that loop
-        elif isinstance(n, ast.stmt) and not isinstance(n, (ast.FunctionDef, ast.ClassDef,
-                                                            ast.AsyncFunctionDef)):
-            todo += [c for c in ast.iter_child_nodes(n) if isinstance(
-                c, (ast.stmt, ast.excepthandler, ast.match_case))]
-        elif isinstance(n, (ast.excepthandler, ast.match_case)):
-            todo += n.body
+        s = todo.pop()
+        brk = brk or isinstance(s, ast.Break)
+        cont = cont or isinstance(s, ast.Continue)
+        if isinstance(s, ast.If):
+            todo += s.body + s.orelse
     return brk, cont
 
 
