@@ -1286,3 +1286,17 @@ def test_exits_in_a_module_forward_give_eager_parameter_gradients():
     for k in range(8):  # continues on k = 2, 4, 7, returns on k = 6, falls through on others
         x = gg.tensor(rng.standard_normal((2, 3)) * (0.3 * k + 0.1), dtype=gg.float64)
         _check_against_eager(lambda t: m(t, 3), lambda t: s(t, 3), [x], list(m.parameters()))
+
+
+@pytest.mark.parametrize("fn", EXIT_PROGRAMS, ids=lambda f: f.__name__)
+def test_exits_give_eager_first_and_second_derivatives(fn):
+    s = script(fn)
+    for x in _exit_inputs():
+        xe, xs = gg.tensor(x).requires_grad_(), gg.tensor(x).requires_grad_()
+        e, g = _call(fn, xe), _call(s, xs, fn)
+        (ge,) = gg.autograd.grad((e * e * e).sum(), [xe], create_graph=True)
+        (gs,) = gg.autograd.grad((g * g * g).sum(), [xs], create_graph=True)
+        np.testing.assert_allclose(gs.detach().numpy(), ge.detach().numpy(), rtol=1e-12)
+        (he,) = gg.autograd.grad(ge.sum(), [xe])
+        (hs,) = gg.autograd.grad(gs.sum(), [xs])
+        np.testing.assert_allclose(hs.numpy(), he.numpy(), rtol=1e-12)
