@@ -414,3 +414,44 @@ def test_vmap_setitem_with_a_batched_index_names_index_put(index):
     expected = _vmap_error(torch, body(torch), torch.zeros(3), torch.tensor([0, 1]))
     assert expected.startswith("vmap: index_put_(self")
     assert _vmap_error(gg, body(gg), gg.zeros(3), gg.tensor([0, 1])) == expected
+
+
+def test_contiguous_copies_only_a_non_contiguous_tensor():
+    """Writes into ``t().contiguous()`` or a strided slice's ``contiguous()`` must not reach
+    the original (its values nor its gradient); a contiguous tensor is returned as is."""
+    outs = []
+    for lib in (torch, gg):
+        x = lib.arange(6.0).reshape(2, 3)
+        assert x.contiguous() is x and x.is_contiguous() and not x.t().is_contiguous()
+        y = x.t().contiguous()
+        y[0, 0] = 7.0
+        z = x[:, ::2].contiguous()
+        z.add_(100)
+        a = lib.ones(2, 3, requires_grad=True)
+        b = a * 1
+        b.t().contiguous().mul_(3)
+        b.sum().backward()
+        outs.append((x.tolist(), y.tolist(), a.grad.tolist(), b.tolist()))
+    assert outs[0] == outs[1]
+
+
+def test_augmented_assignments_are_in_place():
+    """``**=``, ``//=``, ``%=``, ``&=``, ``|=``, ``^=`` write through a view into its base,
+    as ``+=`` does."""
+    outs = []
+    for lib in (torch, gg):
+        x = lib.arange(1.0, 7.0).reshape(2, 3)
+        row = x[0]
+        row **= 2
+        other = x[1]
+        other //= 2
+        other %= 2
+        flags = lib.tensor([[True, False]])
+        view = flags[0]
+        view |= lib.tensor([False, True])
+        ints = lib.tensor([6, 5])
+        part = ints[:]
+        part &= 3
+        part ^= 1
+        outs.append((x.tolist(), flags.tolist(), ints.tolist()))
+    assert outs[0] == outs[1]

@@ -456,3 +456,36 @@ def test_deepcopy_gives_independent_parameters():
     assert np.array_equal(m2[0].weight.detach().numpy(), m[0].weight.detach().numpy())
     m2[0].weight.data.mul_(0)
     assert float(m[0].weight.abs().sum()) > 0
+
+
+def test_replacing_a_submodule_or_parameter_keeps_its_place():
+    """``seq[0] = layer``, ``model.fc = Linear(...)``, ``m.weight = Parameter(...)`` keep
+    the name's position (forward order, parameters(), state_dict keys), and deleting from
+    Sequential/ModuleList renumbers the rest, as in PyTorch."""
+    results = []
+    for lib in (torch, gg):
+        seq = lib.nn.Sequential(lib.nn.Identity(), lib.nn.ReLU(), lib.nn.Tanh())
+        neg = lib.nn.Linear(2, 2, bias=False)
+        with lib.no_grad():
+            neg.weight.copy_(-lib.eye(2))
+        seq[0] = neg
+        out = seq(lib.tensor([-1.0, 2.0])).detach().numpy()
+        del seq[1]
+        mods = lib.nn.ModuleList([lib.nn.ReLU(), lib.nn.Tanh(), lib.nn.Sigmoid()])
+        mods[0] = lib.nn.Identity()
+        del mods[1]
+
+        class Net(lib.nn.Module):
+            def __init__(self, nn):
+                super().__init__()
+                self.body = nn.Linear(2, 2)
+                self.fc = nn.Linear(2, 2)
+                self.norm = nn.LayerNorm(2)
+        net = Net(lib.nn)
+        net.fc = lib.nn.Linear(2, 3)
+        net.body.weight = lib.nn.Parameter(lib.ones(2, 2))
+        results.append((out.tolist(), [type(m).__name__ for m in seq], list(dict(
+            seq.named_children())), [type(m).__name__ for m in mods],
+            list(dict(mods.named_children())), list(net.state_dict()),
+            [tuple(p.shape) for p in net.parameters()]))
+    assert results[0] == results[1]

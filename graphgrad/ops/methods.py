@@ -57,6 +57,16 @@ def _logical_or_bitwise(logical, bitwise):
     return method
 
 
+def _is_contiguous(self, memory_format=None) -> bool:
+    return bool(self._array.flags.c_contiguous)
+
+
+def _contiguous(self, memory_format=None):
+    """``self`` when its elements are laid out in row-major order; otherwise a copy (as in
+    PyTorch: writes into the result must not reach the tensor it came from)."""
+    return self if self._array.flags.c_contiguous else U.clone(self)
+
+
 def _invert(self):
     op = C.LogicalNot if self._array.dtype == xp.bool_ else C.BitwiseNot
     return dispatch(op, (self,), NO_PARAMS)
@@ -210,6 +220,11 @@ _METHODS = {
     "__getitem__": O.getitem, "__setitem__": O.setitem,
     "__iadd__": _inplace(A.add, "add_"), "__isub__": _inplace(A.sub, "sub_"),
     "__imul__": _inplace(A.mul, "mul_"), "__itruediv__": _inplace(A.div, "div_"),
+    "__ipow__": _inplace(A.pow, "pow_"), "__ifloordiv__": _inplace(A.floor_divide, "floor_divide_"),
+    "__imod__": _inplace(A.remainder, "remainder_"),
+    "__iand__": _inplace(_logical_or_bitwise(C.LogicalAnd, C.BitwiseAnd), "bitwise_and_"),
+    "__ior__": _inplace(_logical_or_bitwise(C.LogicalOr, C.BitwiseOr), "bitwise_or_"),
+    "__ixor__": _inplace(_logical_or_bitwise(C.LogicalXor, C.BitwiseXor), "bitwise_xor_"),
     # arithmetic
     "add": A.add, "sub": A.sub, "subtract": A.sub, "mul": A.mul, "multiply": A.mul,
     "div": A.div, "divide": A.div, "true_divide": A.div, "floor_divide": A.floor_divide,
@@ -240,7 +255,7 @@ _METHODS = {
         "flip", "movedim", "ravel")},
     "view": _view, "view_as": lambda self, other: S.reshape(self, *other.shape),
     "reshape_as": lambda self, other: S.reshape(self, *other.shape),
-    "contiguous": lambda self, memory_format=None: self,
+    "contiguous": _contiguous, "is_contiguous": _is_contiguous,
     # indexing and joining
     "gather": I.gather, "scatter_add": I.scatter_add, "index_select": I.index_select,
     "masked_fill": I.masked_fill, "masked_select": I.masked_select, "nonzero": I.nonzero,

@@ -16,6 +16,16 @@ def _index(i: int, n: int) -> int:
     return i % n
 
 
+def _delete_and_renumber(container: Module, idx) -> None:
+    """``del container[idx]``; the remaining modules are then named 0, 1, ... again, as
+    PyTorch's Sequential and ModuleList do (so ``container[i]`` and the names agree)."""
+    keys = list(container._modules)
+    for k in (keys[idx] if isinstance(idx, slice) else [keys[_index(idx, len(keys))]]):
+        del container._modules[k]
+    container.__dict__["_modules"] = OrderedDict(
+        (str(i), m) for i, m in enumerate(container._modules.values()))
+
+
 class Sequential(Module):
     """Modules applied in order: ``Sequential(a, b)`` or ``Sequential(OrderedDict(...))``."""
 
@@ -39,9 +49,7 @@ class Sequential(Module):
         self.add_module(key, module)
 
     def __delitem__(self, idx) -> None:
-        keys = list(self._modules)
-        for k in (keys[idx] if isinstance(idx, slice) else [keys[_index(idx, len(keys))]]):
-            del self._modules[k]
+        _delete_and_renumber(self, idx)
 
     def __len__(self) -> int:
         return len(self._modules)
@@ -75,6 +83,9 @@ class ModuleList(Module):
 
     def __setitem__(self, idx: int, module: Module) -> None:
         self.add_module(str(_index(idx, len(self))), module)
+
+    def __delitem__(self, idx) -> None:
+        _delete_and_renumber(self, idx)
 
     def __len__(self) -> int:
         return len(self._modules)

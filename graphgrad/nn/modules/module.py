@@ -64,7 +64,7 @@ class Module:
                                  "Module.__init__() call")
         params, modules, buffers = d.get("_parameters"), d.get("_modules"), d.get("_buffers")
         if isinstance(value, Parameter):
-            self._forget(name)
+            self._forget(name, keep="_parameters")
             params[name] = value
         elif params is not None and name in params:
             if value is not None and not isinstance(value, Parameter):
@@ -72,7 +72,7 @@ class Module:
                                 f"'{name}' (graphgrad.nn.Parameter or None expected)")
             params[name] = value
         elif isinstance(value, Module):
-            self._forget(name)
+            self._forget(name, keep="_modules")
             modules[name] = value
         elif modules is not None and name in modules:
             if value is not None:
@@ -80,7 +80,7 @@ class Module:
                                 f"'{name}' (graphgrad.nn.Module or None expected)")
             modules[name] = value
         elif isinstance(value, Buffer):
-            self._forget(name)
+            self._forget(name, keep="_buffers")
             buffers[name] = value
         elif buffers is not None and name in buffers:
             if value is not None and not isinstance(value, Tensor):
@@ -90,11 +90,15 @@ class Module:
         else:
             object.__setattr__(self, name, value)
 
-    def _forget(self, name: str) -> None:
+    def _forget(self, name: str, keep: str) -> None:
+        """Remove ``name`` from every place but the ``keep`` store, where the new value
+        then takes the old one's position (as in PyTorch: ``seq[0] = layer`` must not
+        move the layer to the end, nor ``model.fc = Linear(...)`` reorder state_dict)."""
         d = self.__dict__
         d.pop(name, None)
         for key in ("_parameters", "_modules", "_buffers"):
-            d[key].pop(name, None)
+            if key != keep:
+                d[key].pop(name, None)
         d["_non_persistent"].discard(name)
 
     def __getattr__(self, name: str) -> Any:
@@ -117,14 +121,14 @@ class Module:
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter "
                             f"'{name}' (graphgrad.nn.Parameter or None required)")
-        self._forget(name)
+        self._forget(name, keep="_parameters")
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer "
                             f"'{name}' (graphgrad.Tensor or None required)")
-        self._forget(name)
+        self._forget(name, keep="_buffers")
         self._buffers[name] = tensor
         if not persistent:
             self._non_persistent.add(name)
@@ -132,7 +136,7 @@ class Module:
     def add_module(self, name: str, module: Module | None) -> None:
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"{type(module).__name__} is not a Module subclass")
-        self._forget(name)
+        self._forget(name, keep="_modules")
         self._modules[name] = module
 
     register_module = add_module
