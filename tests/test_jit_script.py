@@ -1,8 +1,9 @@
 """Tests for ``graphgrad.jit.script`` (source -> graph IR): the lecture's three functions,
 the capture corpus (outputs and gradients against eager on fresh inputs), control flow
 (nested if/else, elif chains, while on tensors, for-range, early returns, inlined
-helpers), printing/drawing, and compile-time errors with the user's line and a ``~~~~``
-pointer. Eager graphgrad is the oracle (itself tested against PyTorch elsewhere)."""
+helpers; break, continue and return in loops), printing/drawing, and compile-time errors
+with the user's line and a ``~~~~`` pointer. Eager graphgrad is the oracle (itself tested
+against PyTorch elsewhere); loop exits are also checked against ``torch.jit.script``."""
 
 from __future__ import annotations
 
@@ -873,7 +874,7 @@ def test_assert_on_python_values_is_checked_at_compile_time():
     assert "assert on a tensor isn't supported" in _script_error(on_tensor, "assert x.sum()")
 
 
-# ---- break and continue (TorchScript's exit transform) -------------------------------------
+# ---- break, continue and return in loops (TorchScript's exit transform) ---------------------
 
 def break_on_tensor(x, n: int):
     acc = x
@@ -1052,7 +1053,7 @@ def _exit_lines_run(fn, x) -> set:
 
 
 @pytest.mark.parametrize("fn", EXIT_PROGRAMS, ids=lambda f: f.__name__)
-def test_break_and_continue_match_eager(fn):
+def test_loop_exits_match_eager(fn):
     s = script(fn)
     taken = []
     for x in _exit_inputs():
@@ -1066,7 +1067,7 @@ def test_break_and_continue_match_eager(fn):
 
 
 @pytest.mark.parametrize("fn", EXIT_PROGRAMS, ids=lambda f: f.__name__)
-def test_break_and_continue_match_torch_jit_script(fn):
+def test_loop_exits_match_torch_jit_script(fn):
     torch = pytest.importorskip("torch")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit.script is deprecated, still the oracle
