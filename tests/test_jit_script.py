@@ -689,16 +689,6 @@ _PAIR = (1.0, 2.0)
 
 
 def test_unsupported_control_flow_is_refused():
-    def returns_in_loop(x):
-        for s in _PAIR:
-            for i in range(3):
-                if x.sum() > i:
-                    return x * s
-        return -x
-
-    assert "return inside a loop on a tensor, itself inside a loop over a Python sequence, " \
-        "isn't supported" in _script_error(returns_in_loop, "for i in range(3)")
-
     def returns_in_unrolled_loop(x):
         for _ in range(3):
             for s in _PAIR:
@@ -1301,3 +1291,82 @@ def test_exits_give_eager_first_and_second_derivatives(fn):
         (he,) = gg.autograd.grad(ge.sum(), [xe])
         (hs,) = gg.autograd.grad(gs.sum(), [xs])
         np.testing.assert_allclose(hs.numpy(), he.numpy(), rtol=1e-12)
+
+
+def returns_from_range_in_tuple_loop(x):
+    for s in (1.0, 2.0):
+        for i in range(3):
+            if x.sum() > i * s:
+                return x * s + i
+        x = x - 1
+    return -x
+
+
+def returns_from_tuple_loop(x):
+    for s in (1.0, -2.0, 3.0, 0.5):
+        if (x * s).sum() > 6:
+            return x * s
+        x = x + 1
+    return x * 0
+
+
+def returns_from_while_in_tuple_loop(x):
+    y = x
+    for s in (1.0, -2.0, 3.0, 0.5):
+        k = 0
+        while k < 2:
+            y = y * s
+            if y.sum() > 5:
+                return y
+            k = k + 1
+    return y - 1
+
+
+@pytest.mark.parametrize("fn", [returns_from_range_in_tuple_loop, returns_from_tuple_loop,
+                                returns_from_while_in_tuple_loop], ids=lambda f: f.__name__)
+def test_returns_in_unrolled_loops_match_eager_and_torch(fn):
+    # an unrolled loop compiles as its iterations: an if on a tensor with a return compiles
+    # the iterations left and the statements after the loop into both branches
+    torch = pytest.importorskip("torch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ts = torch.jit.script(fn)
+    s = script(fn)
+    taken = []
+    for scale in (-3.0, -0.5, 0.3, 1.0, 2.0, 5.0):
+        x = np.array([1.0, 0.5, 0.25]) * scale
+        taken.append(_exit_lines_run(fn, x)[0])
+        _check_against_eager(fn, s, [gg.tensor(x)])
+        xt = torch.tensor(x, requires_grad=True)
+        ref = ts(xt)
+        (ref * ref).sum().backward()
+        xg = gg.tensor(x).requires_grad_()
+        got = s(xg)
+        (got * got).sum().backward()
+        np.testing.assert_allclose(got.detach().numpy(), ref.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(xg.grad.numpy(), xt.grad.numpy(), rtol=1e-12)
+    assert any(taken) and not all(taken)  # some inputs return in the loop, others after it
+
+
+def exits_in_tuple_loop(x):
+    for s in (1.0, -2.0, 3.0, 0.5):
+        if s < 0:
+            continue
+        if (x * s).sum() > 2:
+            return x * s
+        if x.sum() < -3:
+            break
+        x = x + 1
+    return x * 7
+
+
+def test_break_continue_and_return_in_an_unrolled_loop():
+    # (TorchScript refuses break and continue in loops it unrolls)
+    s = script(exits_in_tuple_loop)
+    taken = set()
+    for scale in (-3.0, -2.0, -0.5, 0.3, 1.0, 2.0, 5.0):
+        x = np.array([1.0, 0.5, 0.25]) * scale
+        ran, exits = _exit_lines_run(exits_in_tuple_loop, x)
+        taken |= ran
+        _check_against_eager(exits_in_tuple_loop, s, [gg.tensor(x)])
+    assert taken == exits

@@ -9,7 +9,9 @@ shapes of unknown length. Control flow that depends on a tensor becomes ``cond``
 ``while_loop`` nodes (``script_control``); ``break``, ``continue`` and a ``return`` in a
 loop on a tensor become flags first (TorchScript's exit transform: a ``return`` sets
 ``$did_return``/``$return_value``, carried out of every loop around it, and the function
-returns after the outermost one). Calls of other user functions and of user
+returns after the outermost one; an unrolled loop is the list of its iterations, so an
+``if`` on a tensor with a ``return`` compiles the iterations left into both branches).
+Calls of other user functions and of user
 ``nn.Module``s are compiled from their source and inlined; graphgrad functions and
 graphgrad's own modules are called on the Symbols. Anything else is a ``ScriptError``
 pointing at the user's source line.
@@ -30,8 +32,9 @@ from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
 
 from .script_calls import as_eager
-from .script_control import (DID_RETURN, RETURN_VALUE, Undefined, assigned_names, build_cond,
-                             build_while, exit_transform, has_return, loop_exits, unless)
+from .script_control import (DID_RETURN, RETURN_VALUE, Iteration, Undefined, assigned_names,
+                             build_cond, build_while, exit_transform, has_return, loop_exits,
+                             unless)
 from .script_errors import ScriptError, Source, source_of
 from .script_expressions import BINOPS, Expressions
 from .script_values import ShapeValue
@@ -310,27 +313,37 @@ class Compiler(Expressions):
             branch = s.body if self.truth(test, s.test, fr) else s.orelse
             return self.block(branch, fr, rest)
         pred = self.predicate(test)
-        returns = has_return(s.body) or has_return(s.orelse)
-        if returns and fr.loops:
-            raise fr.error("return inside a loop isn't supported", s,
-                           "an if on a tensor with a return inside, in a loop body, "
-                           "isn't supported")
 
         def fail(msg):
             return fr.error("type mismatch between branches", s, msg)
 
-        if returns:  # single exit: the rest of the function goes into both branches
-            def run(which: bool) -> list:
-                sub = fr.child(dict(fr.env))
-                r = self.block(s.body if which else s.orelse, sub, rest)
-                for blk_index, blk in enumerate(rest):
-                    if r is not None:
-                        break
-                    r = self.block(blk, sub, rest[blk_index + 1:])
-                return [r.value if r is not None else None]
-            (value,) = build_cond(self, pred, run, ["<return value>"], fail)
-            return Ret(value)
+        if has_return(s.body) or has_return(s.orelse):
+            if fr.graph_loops:  # one in a loop on a tensor is rewritten (exit_transform)
+                raise fr.error("return inside a loop isn't supported", s,
+                               "an if on a tensor with a return inside, in a loop over a "
+                               "Python sequence inside a loop on a tensor, isn't supported")
+            return self._single_exit(s, fr, pred, rest, fail)
         return self._branches(s, fr, pred, fail)
+
+    def _single_exit(self, s, fr: Frame, pred: Symbol, rest: list, fail, branch=None,
+                     known: tuple = ({}, {})):
+        """An ``if`` on a tensor with a ``return`` inside: the rest of the function (the
+        blocks of ``rest``: in an unrolled loop, its iterations left too) compiles into
+        both branches, and the function's result is the cond's. ``branch(which, frame)``
+        compiles a branch (default: ``s``'s); ``known``: variables set in the true and
+        the false branch first (a ``Guard``'s flags)."""
+        def run(which: bool) -> list:
+            sub = fr.child(dict(fr.env))
+            sub.env.update(known[0 if which else 1])
+            r = branch(which, sub) if branch is not None else \
+                self.block(s.body if which else s.orelse, sub, rest)
+            for k, blk in enumerate(rest):
+                if r is not None:
+                    break
+                r = self.block(blk, sub, rest[k + 1:])
+            return [r.value if r is not None else None]
+        (value,) = build_cond(self, pred, run, ["<return value>"], fail)
+        return Ret(value)
 
     def _branches(self, s, fr: Frame, pred: Symbol, fail, cleared: tuple = ()) -> None:
         """An ``if`` on a tensor as a cond node; the flags in ``cleared`` are False in the
@@ -362,11 +375,16 @@ class Compiler(Expressions):
     def s_Guard(self, s, fr, rest):
         """``if not flag: ...`` of the exit transform (``script_control.Guard``)."""
         test = self.expr(s.test, fr)
-        if not isinstance(test, Symbol) or has_return(s.body):
+        if not isinstance(test, Symbol):
             return self.s_If(s, fr, rest)
 
         def fail(msg):
             return fr.error("type mismatch between branches", s, msg)
+        if has_return(s.body):  # in a loop over a Python sequence
+            # past the guard, a single flag is known to be set: the iterations left skip
+            broke = {s.flags[0]: True} if len(s.flags) == 1 else {}
+            return self._single_exit(s, fr, self.predicate(test), rest, fail,
+                                     known=(dict.fromkeys(s.flags, False), broke))
         return self._branches(s, fr, self.predicate(test), fail, cleared=s.flags)
 
     def s_While(self, s, fr, rest):
@@ -389,10 +407,6 @@ class Compiler(Expressions):
         exits = loop_exits(s.body, fr.loops + 1, graph)
         owner = exits.ret and DID_RETURN not in fr.env
         if owner:
-            if fr.loops:
-                raise fr.error("return inside a loop isn't supported", s,
-                               "a return inside a loop on a tensor, itself inside a loop "
-                               "over a Python sequence, isn't supported")
             fr.env[DID_RETURN] = False
         if not exits.any():
             return s.body, exits, owner
@@ -431,16 +445,18 @@ class Compiler(Expressions):
     def _return_after(self, s, fr: Frame, rest: list):
         """After the outermost loop holding a return: ``if $did_return: return
         $return_value``, the statements after the loop in its other branch."""
+        did, value = fr.env.pop(DID_RETURN), fr.env.pop(RETURN_VALUE, None)
         forever = isinstance(s, ast.While) and isinstance(s.test, ast.Constant) and \
             bool(s.test.value) and loop_exits(s.body, 1, graph=False).brk is None
         if forever:  # while True without a break ends by returning
-            return Ret(fr.env[RETURN_VALUE])
-        check = ast.If(ast.Name(DID_RETURN, ast.Load()),
-                       [ast.Return(ast.Name(RETURN_VALUE, ast.Load()))], [])
-        r = self.s_If(ast.fix_missing_locations(ast.copy_location(check, s)), fr, rest)
-        fr.env.pop(DID_RETURN, None)
-        fr.env.pop(RETURN_VALUE, None)
-        return r
+            return Ret(value)
+        if not isinstance(did, Symbol):
+            return Ret(value) if did else None
+
+        def fail(msg):
+            return fr.error("type mismatch between branches", s, msg)
+        return self._single_exit(s, fr, self.predicate(did), rest, fail,
+                                 lambda returned, sub: Ret(value) if returned else None)
 
     def _unless_broken(self, flag, test, s, fr: Frame):
         """A while loop's condition with a ``break`` flag: ``False if flag else test()``
@@ -551,22 +567,25 @@ class Compiler(Expressions):
             raise fr.error("not iterable", it, f"a value of type {type(iterable).__name__} "
                                                f"is not iterable") from None
         body, exits, _ = self._exit_body(s, fr, graph=False)
+        steps = [ast.copy_location(Iteration(s.target, item, body, exits.brk), s)
+                 for item in items]  # a compile-time sequence: the loop unrolls
+        r = self.block(steps, fr, rest)
+        self._drop_flags(fr, exits)
+        return r
+
+    def s_Iteration(self, s, fr, rest):
+        """One iteration of an unrolled loop; ``rest`` holds the iterations after it."""
+        broke = fr.env[s.brk] if s.brk is not None else False
+        if not isinstance(broke, Symbol) and broke:
+            return None  # a break on Python values: the items left are not compiled
+        self.assign(s.target, s.item, fr, s)
+        # after a break on a tensor, each iteration left runs under "if not broke"
+        body = s.body if broke is False else [unless([s.brk], s.body, s)]
         fr.loops += 1
         try:
-            for item in items:  # a compile-time sequence: the loop unrolls
-                broke = fr.env.get(exits.brk, False)
-                if not isinstance(broke, Symbol) and broke:
-                    break  # a break on Python values: the items left are not compiled
-                self.assign(s.target, item, fr, s)
-                # after a break on a tensor, each iteration left runs under "if not broke"
-                r = self.block(body if broke is False else [unless([exits.brk], body, s)],
-                               fr, [])
-                if r is not None:
-                    return r
+            return self.block(body, fr, rest)
         finally:
             fr.loops -= 1
-            self._drop_flags(fr, exits)
-        return None
 
     def _for_range(self, s, fr: Frame, rest: list):
         call = s.iter

@@ -41,7 +41,7 @@ from .script_values import ScriptBuilder, ShapeValue
 __all__ = ["assigned_names", "has_return", "Undefined", "SubGraph", "merge_spec",
            "build_cond", "build_while", "to_node_value", "Exits", "loop_exits",
            "exit_transform", "unless", "Guard", "ReturnValue", "DID_RETURN",
-           "RETURN_VALUE"]
+           "RETURN_VALUE", "Iteration"]
 
 
 class Undefined:
@@ -148,6 +148,19 @@ class Guard(ast.If):
 
     flags: tuple = ()
     dead: tuple = ()  # flags nothing reads after it (``continue`` at the end of the body)
+
+
+class Iteration(ast.stmt):
+    """One iteration of a loop over a Python sequence: ``target = item``, then ``body``
+    (``brk``: the loop's break flag). The loop compiles as the list of its iterations, so
+    that the statements after one are the iterations left and the statements after the
+    loop: an ``if`` on a tensor with a ``return`` compiles them into both branches."""
+
+    _fields = ("target", "body")
+
+    def __init__(self, target: ast.expr, item, body: list[ast.stmt], brk: str | None):
+        super().__init__(target=target, body=body)
+        self.item, self.brk = item, brk
 
 
 def unless(flags: list[str], body: list[ast.stmt], where: ast.stmt,
