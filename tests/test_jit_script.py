@@ -1346,6 +1346,10 @@ def test_returns_in_unrolled_loops_match_eager_and_torch(fn):
         np.testing.assert_allclose(got.detach().numpy(), ref.detach().numpy(), rtol=1e-12)
         np.testing.assert_allclose(xg.grad.numpy(), xt.grad.numpy(), rtol=1e-12)
     assert any(taken) and not all(taken)  # some inputs return in the loop, others after it
+    x = gg.tensor([0.5, -1.0, 2.0])
+    graph = s.graph_for(x)
+    graph.verify()
+    np.testing.assert_allclose(python_code(graph).fn(x)[0].numpy(), fn(x).numpy())
 
 
 def exits_in_tuple_loop(x):
