@@ -88,6 +88,9 @@ def _check_pass(fn, graph: Graph, args, state=None) -> Graph:
     if new is not graph:
         assert any(fn.__name__ in h for h in new.header)  # the pass stamps its name
         assert fn.__name__ in new.code
+    if state is None:  # the printed program computes what the interpreter does
+        gg.manual_seed(0)
+        _assert_same([_numpy(v) for v in G.python_code(new).fn(*args)], want)
     return new
 
 
@@ -462,6 +465,21 @@ def test_optimize_a_jit_trace_with_a_dropout_mask_draws_the_same():
                       args, seed=7))
 
 
+def test_a_traced_function_runs_its_optimized_graph_with_eager_autograd():
+    def fn(x, w):
+        h = (x @ w).tanh()
+        return (h * 1).sum() + (x @ w).tanh().sum() + (gg.ones(2) * 3.0).sum()
+    x, w = gg.randn(4, 3), gg.randn(3, 2, requires_grad=True)
+    traced = gg.jit.trace(fn, (x, w))
+    want = traced(x, w)
+    (gw,) = gg.autograd.grad(want, [w])
+    traced.graph, report = P.optimize(traced.graph)
+    assert _count(traced.graph, "call", "Matmul") == 1 and report.after < report.before
+    got = traced(x, w)
+    assert np.array_equal(got.detach().numpy(), want.detach().numpy())
+    np.testing.assert_allclose(gg.autograd.grad(got, [w])[0].numpy(), gw.numpy(), rtol=1e-6)
+
+
 def test_optimize_carries_variables_and_seeded_generators():
     g = tf.Graph()
     with g.as_default():
@@ -583,3 +601,38 @@ def test_optimized_random_programs_compute_the_same_values_and_gradients(plan, s
     want = _run(_with_gradients(G.trace(fn, x, y)), args)
     _assert_close(_run(_with_gradients(new), args), want)
     _assert_same(_run(P.optimize(_with_gradients(G.trace(fn, x, y)))[0], args), want)
+
+
+@settings(max_examples=30, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(then_plan=st.lists(_STEP, min_size=1, max_size=8),
+       else_plan=st.lists(_STEP, min_size=1, max_size=8), seed=st.integers(0, 2 ** 16))
+def test_optimized_control_flow_programs_compute_the_same(then_plan, else_plan, seed):
+    """Random programs as the two branches of a cond and a loop body with repeats: the
+    passes rewrite the sub-graphs too; the gradients (cond_grad and while_grad nodes)
+    come out the same."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.placeholder(tf.float64, (3, 4), name="x")
+        y = tf.placeholder(tf.float64, (4,), name="y")
+        r = tf.cond(tf.reduce_sum(x) > 0, lambda: _program(then_plan)(x, y),
+                    lambda: _program(else_plan)(x, y))
+        v = tf.while_loop(lambda v: tf.reduce_sum(v * v) < 40.0,
+                          lambda v: (v * 1.5).reshape(-1).reshape(3, 4) + (v * y).sin()
+                          * 0.1 + (v * y).sin() * 0.1, [x])
+        loss = r + tf.reduce_sum(v)
+        grads = tf.gradients(loss, [x, y])
+    ir = g.ir
+    ir.set_outputs([loss._node, *[t._node for t in grads if t is not None]])
+    ir.verify()
+    new, report = P.optimize(ir)
+    assert report.after < report.before
+
+    def body(graph: Graph) -> Graph:
+        return next(n for n in graph.nodes if n.kind == "while_loop").subgraphs["body"]
+    assert len(body(new)) == len(body(ir)) - 4   # (v * y).sin() * 0.1 again, a Reshape
+    rng = np.random.default_rng(seed)
+    for sign in (1.0, -1.0):
+        args = [gg.tensor(sign * np.abs(rng.standard_normal((3, 4)))),
+                gg.tensor(rng.standard_normal(4))]
+        _assert_same(_run(new, args), _run(ir, args))

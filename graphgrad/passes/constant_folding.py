@@ -39,7 +39,7 @@ from graphgrad.graph import Graph, Interpreter, Node
 from graphgrad.graph.interpreter import as_tensor
 from graphgrad.tensor.dispatch import current_interpreter
 
-from .purity import has_side_effects
+from .purity import handed_out, has_side_effects
 from .rebuild import GraphPass, Rebuild
 
 __all__ = ["constant_folding", "FOLD_MAX_ELEMENTS", "CONSTANT_FOLDING", "fold_value"]
@@ -55,15 +55,6 @@ def eager() -> Iterator[None]:
         while (top := current_interpreter()) is not None:
             stack.enter_context(top.lowered())
         yield
-
-
-def _held_out(graph: Graph) -> set[Node]:
-    """The nodes whose values leave the graph as they are: outputs and assigned values."""
-    out: set[Node] = set()
-    for n in graph.nodes:
-        if n.kind in ("output", "assign"):
-            out.update(n.input_nodes())
-    return out
 
 
 def fold_value(node: Node, args: list, interp: Interpreter, max_elements: int):
@@ -88,7 +79,7 @@ def _rewriter(max_elements: int):
     def rewrite(graph: Graph, subs: dict) -> Rebuild:
         rb = Rebuild(graph, subs)
         interp = Interpreter(graph)
-        held = _held_out(graph)
+        held = handed_out(graph)
         for n in graph.nodes:
             if n.kind != "call" or n in held or has_side_effects(n):
                 rb.keep(n)

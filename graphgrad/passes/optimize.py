@@ -3,10 +3,10 @@ and ``OptimizeReport``, what each pass did (printable).
 
 The default pipeline is ``simplify``, ``constant_folding``,
 ``common_subexpression_elimination``, ``dead_code_elimination``, in rounds: one pass
-makes work for another (folding leaves dead constants, CSE makes two identical users
-of one node, which CSE merges in the next round). Every pass returns its argument when
-it changes nothing, so a round in which every pass did so is the fixed point; rounds
-stop there or after ``max_rounds``. Each pass verifies what it made (``graph.verify``:
+makes work for another (simplify and folding leave dead nodes behind and can make two
+nodes identical for CSE). Every pass returns its argument when it changes nothing, so
+a round in which every pass did so is the fixed point; rounds stop there or after
+``max_rounds``. Each pass verifies what it made (``graph.verify``:
 edges, order, sub-graph signatures, every shape rule re-run).
 """
 

@@ -12,9 +12,9 @@ know which ones are, so it keeps them all.
 
 from __future__ import annotations
 
-from graphgrad.graph import Node, is_impure
+from graphgrad.graph import Graph, Node, is_impure
 
-__all__ = ["has_side_effects"]
+__all__ = ["has_side_effects", "handed_out"]
 
 
 def has_side_effects(node: Node) -> bool:
@@ -32,3 +32,14 @@ def has_side_effects(node: Node) -> bool:
             todo.extend(g.nodes)
     return False
 
+
+
+def handed_out(graph: Graph) -> set[Node]:
+    """The nodes whose values leave ``graph`` as the very tensors they are: the output
+    node's inputs and the values ``assign`` nodes store. A pass must not make one of them
+    a tensor the graph does not own afresh on each run (a constant's array, an input)."""
+    out: set[Node] = set()
+    for n in graph.nodes:
+        if n.kind in ("output", "assign"):
+            out.update(n.input_nodes())
+    return out

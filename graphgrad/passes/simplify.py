@@ -31,7 +31,7 @@ from __future__ import annotations
 from graphgrad.graph import Graph, GraphBuilder, Node, Spec
 from graphgrad.ops import REGISTRY
 
-from .purity import has_side_effects
+from .purity import handed_out, has_side_effects
 from .rebuild import GraphPass, Rebuild
 
 __all__ = ["simplify", "SIMPLIFY"]
@@ -106,8 +106,7 @@ def _infer(n: Node, inputs: tuple, params: dict) -> Spec | None:
 
 def _rewrite(graph: Graph, subs: dict) -> Rebuild:
     rb = Rebuild(graph, subs)
-    handed_out = {i for n in graph.nodes if n.kind in ("output", "assign")
-                  for i in n.input_nodes()}
+    held = handed_out(graph)
     for n in graph.nodes:
         if n.kind != "call" or n.deps or has_side_effects(n):
             rb.keep(n)
@@ -126,7 +125,7 @@ def _rewrite(graph: Graph, subs: dict) -> Rebuild:
                         rb.keep(n, inputs=inputs, params=params)
                         continue
         if x is not None and isinstance(x.spec, Spec) and _same_spec(x.spec, n.spec) \
-                and not (n in handed_out and x.kind in _HANDED_OUT_AS_IS):
+                and not (n in held and x.kind in _HANDED_OUT_AS_IS):
             rb.replace(n, x)
         else:
             rb.keep(n)
