@@ -128,3 +128,28 @@ def test_save_refuses_code():
         save({"f": lambda: 0}, io.BytesIO())
     with pytest.raises(TypeError, match="dict keys"):
         save({(1, 2): 0}, io.BytesIO())
+
+
+def test_default_collate_matches_torch():
+    """Python floats collate to float64, bools to bool; a batch of tuples is a list (so
+    ``batch[0] = ...`` works), a namedtuple stays one, TensorDataset's batches are lists."""
+    import collections
+
+    torch = pytest.importorskip("torch")
+    Pair = collections.namedtuple("Pair", "a b")
+    samples = {"floats": [(1.5, 2), (2.5, 3)], "named": [Pair(1.0, True), Pair(2.0, False)],
+               "dict": [{"x": [1, 2]}, {"x": [3, 4]}]}
+
+    def describe(batch):
+        if isinstance(batch, dict):
+            return {k: describe(v) for k, v in batch.items()}
+        if isinstance(batch, (list, tuple)):
+            return (type(batch).__name__, [describe(b) for b in batch])
+        return (batch.tolist(), str(batch.dtype).split(".")[-1])
+
+    for name, data in samples.items():
+        got = next(iter(DataLoader(data, batch_size=2)))
+        want = next(iter(torch.utils.data.DataLoader(data, batch_size=2)))
+        assert describe(got) == describe(want), name
+    got = next(iter(DataLoader(TensorDataset(gg.ones(4, 2), gg.zeros(4)), batch_size=2)))
+    assert type(got) is list and len(got) == 2

@@ -489,3 +489,48 @@ def test_replacing_a_submodule_or_parameter_keeps_its_place():
             list(dict(mods.named_children())), list(net.state_dict()),
             [tuple(p.shape) for p in net.parameters()]))
     assert results[0] == results[1]
+
+
+def _loss_and_grad(lib, fn, x0, rest):
+    x = lib.tensor(x0, requires_grad=True)
+    loss = fn(lib.nn.functional, x, *rest(lib))
+    loss.backward()
+    return loss.item(), x.grad.tolist()
+
+
+@pytest.mark.parametrize("name", ["all_ignored", "all_ignored_smoothing", "zero_weights",
+                                  "smooth_l1_beta0", "embedding_padding"])
+def test_loss_edge_cases_match_torch(name):
+    """All targets ignored: nan loss, zero gradient (zero class weights: nan gradient, as in
+    PyTorch); smooth_l1 with beta 0 is L1; an embedding's padding row keeps its values
+    and gets no gradient."""
+    x0 = np.array([[1.0, 2.0], [3.0, 4.0], [0.5, -1.0]])
+    cases = {
+        "all_ignored": (lambda fn_, x, t: fn_.cross_entropy(x, t),
+                        lambda m: (m.tensor([-100, -100, -100]),)),
+        "all_ignored_smoothing": (lambda fn_, x, t: fn_.cross_entropy(x, t, label_smoothing=0.1),
+                                  lambda m: (m.tensor([-100, -100, -100]),)),
+        "zero_weights": (lambda fn_, x, t, w: fn_.cross_entropy(x, t, weight=w),
+                         lambda m: (m.tensor([0, 1, 1]),
+                                    m.tensor([0.0, 0.0], dtype=m.float64))),
+        "smooth_l1_beta0": (lambda fn_, x, t: fn_.smooth_l1_loss(x, t, beta=0.0),
+                            lambda m: (m.tensor(np.zeros((3, 2))),)),
+        "embedding_padding": (lambda fn_, w, i: (fn_.embedding(i, w, padding_idx=0)
+                                               * (w.detach() + 1)[i]).sum(),
+                              lambda m: (m.tensor([0, 1, 0, 2]),)),
+    }
+    fn, rest = cases[name]
+    with np.errstate(all="ignore"):
+        got = _loss_and_grad(gg, fn, x0, rest)
+    want = _loss_and_grad(torch, fn, x0, rest)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12, equal_nan=True)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, equal_nan=True)
+
+
+def test_loss_parameter_errors_use_torch_wording():
+    for lib in (torch, gg):
+        F = lib.nn.functional
+        with pytest.raises(RuntimeError, match="does not support negative values for beta"):
+            F.smooth_l1_loss(lib.ones(2), lib.zeros(2), beta=-1.0)
+        with pytest.raises(RuntimeError, match="non-positive values for delta"):
+            F.huber_loss(lib.ones(2), lib.zeros(2), delta=0.0)

@@ -514,3 +514,37 @@ def test_repr_of_autograd_results():
                                    "grad_fn=<MulBackward0>)"
     with gg.no_grad():
         assert repr(x * 2) == "tensor([2., 4.])"
+
+
+@pytest.mark.parametrize("bounds", [(0, 2.5), (-0.5, 4), (4.5, None), (None, 2.5), (0, 2),
+                                    (2, 2.5)])
+@pytest.mark.parametrize("dtype", ["int64", "int32", "float32", "float64"])
+def test_clamp_promotes_as_torch(bounds, dtype):
+    """An int tensor clamped to a float bound is float32 with the float values (it was
+    truncated back to int), a float32 one stays float32."""
+    lo, hi = bounds
+    a = np.array([5, 3, -1]).astype(dtype)
+    got = gg.tensor(a).clamp(lo, hi)
+    want = torch.tensor(a).clamp(lo, hi)
+    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_masked_fill_keeps_the_input_dtype_and_checks_its_arguments():
+    outs = []
+    for lib in (torch, gg):
+        a = lib.tensor([5, 3])
+        r = a.masked_fill(a > 3, 0.5)
+        b = lib.zeros(3).masked_fill(lib.ones(2, 3, dtype=lib.bool), 1.0)
+        x = lib.zeros(3, requires_grad=True)
+        v = lib.tensor(2.0, requires_grad=True)
+        x.masked_fill(lib.tensor([True, False, True]), v).sum().backward()
+        outs.append((r.tolist(), str(r.dtype).split(".")[-1], tuple(b.shape), x.grad.tolist(),
+                     v.grad.item()))
+        with pytest.raises(RuntimeError, match="only supports boolean masks, but got mask "
+                                               "with dtype long int"):
+            lib.zeros(3).masked_fill(lib.ones(3, dtype=lib.int64), 1.0)
+        with pytest.raises(RuntimeError, match="0-dimensional value tensor, but got tensor "
+                                               r"with 1 dimension\(s\)"):
+            lib.zeros(3).masked_fill(lib.ones(3, dtype=lib.bool), lib.ones(3))
+    assert outs[0] == outs[1]

@@ -95,6 +95,8 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mea
 
 
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0):
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
     d = (input - target).abs()
     loss = ops.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
     return _reduce(loss, reduction, "huber_loss")
@@ -102,6 +104,10 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0):
 
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean",
                    beta: float = 1.0):
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    if beta == 0:  # L1 (the quadratic branch, 0/0 in its gradient, is never taken)
+        return l1_loss(input, target, reduction=reduction)
     d = (input - target).abs()
     loss = ops.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
     return _reduce(loss, reduction, "smooth_l1_loss")
@@ -145,10 +151,18 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
         w = w * weight[safe]
     loss = picked * w
     if reduction == "mean":
-        return loss.sum() / w.sum()
+        return _weighted_mean(loss.sum(), w.sum(), valid)
     if reduction == "none":
         return loss.reshape(tuple(target.shape))
     return _reduce(loss, reduction, "nll_loss")
+
+
+def _weighted_mean(total, weight, valid):
+    """``total / weight``. When every target is ignored (``valid`` all false) PyTorch's
+    loss is nan and its gradient zero, not the nan that ``0 * d(1/0)`` would give (kept
+    targets whose class weights sum to 0 do give nan gradients, in PyTorch too)."""
+    empty = valid.sum() == 0
+    return ops.where(empty, float("nan"), total / ops.where(empty, 1.0, weight))
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100,
@@ -181,7 +195,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     if reduction == "mean":
         denom = (valid * weight[ops.where(tgt != ignore_index, tgt, 0)]).sum() \
             if weight is not None else valid.sum()
-        smooth = smooth.sum() / denom
+        smooth = _weighted_mean(smooth.sum(), denom, valid)
     elif reduction == "sum":
         smooth = smooth.sum()
     else:
@@ -272,5 +286,6 @@ def embedding(input, weight, padding_idx: int | None = None, max_norm=None,
     if padding_idx is not None:
         if padding_idx < 0:
             padding_idx += weight.shape[0]
-        out = out * (input != padding_idx).unsqueeze(-1).to(weight.dtype)
+        # the padding row's values as they are, without a gradient path to them
+        out = ops.where((input == padding_idx).unsqueeze(-1), out.detach(), out)
     return out

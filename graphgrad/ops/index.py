@@ -516,8 +516,29 @@ def index_select(input, dim: int, index):
     return getitem(input, (slice(None),) * d + (index,))
 
 
+# the C type names PyTorch's masked_fill message prints
+_C_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32": "int",
+            "int16": "short int", "int8": "signed char", "uint8": "unsigned char"}
+
+
 def masked_fill(input, mask, value):
+    """``input`` with ``value`` where ``mask`` is True, in ``input``'s dtype (a float
+    value in an int tensor is truncated, as in PyTorch); both broadcast."""
     from .compare import where
+    mask_dtype = mask._array.dtype if isinstance(mask, Value) else None
+    if mask_dtype != xp.bool_:
+        name = _C_NAMES.get(mask_dtype.name, mask_dtype.name) if mask_dtype else "float"
+        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with "
+                           f"dtype {name}")
+    dtype = input._array.dtype
+    if isinstance(value, Value):
+        if value.ndim != 0:
+            raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but "
+                               f"got tensor with {value.ndim} dimension(s).")
+        if value._array.dtype != dtype:
+            value = value.to(dtype)
+    else:
+        value = _leaf(xp.asarray(value).astype(dtype))
     return where(mask, value, input)
 
 

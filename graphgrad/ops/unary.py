@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from graphgrad.backend import to_dtype, xp
+from graphgrad.backend import result_type, to_dtype, xp
 
 from .base import Spec
 from .arithmetic import Mul
@@ -350,8 +350,10 @@ class Clamp(_Unary):
     def forward(a, *, min=None, max=None):
         if min is None and max is None:
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
-        return xp.clip(a, min, max).astype(xp.result_type(a, min if min is not None else max),
-                                              copy=False)
+        # PyTorch's promotion of the tensor with both bounds (an int tensor clamped to
+        # 2.5 is float32), then the clip in that dtype
+        want = result_type(a, *(b for b in (min, max) if b is not None))
+        return xp.clip(a if a.dtype == want else a.astype(want), min, max)
 
     @staticmethod
     def vjp(g, out, a, *, min=None, max=None):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from graphgrad.backend import xp
+from graphgrad.backend import float64, xp
 from graphgrad.ops import stack
 from graphgrad.tensor import Generator, Tensor, tensor
 
@@ -27,7 +27,9 @@ def default_collate(batch: Sequence):
         return stack(list(batch), 0)
     if isinstance(first, xp.ndarray):
         return tensor(xp.stack(batch))
-    if isinstance(first, (bool, int, float)):
+    if isinstance(first, float):  # Python floats are doubles: PyTorch keeps float64
+        return tensor(list(batch), dtype=float64)
+    if isinstance(first, (bool, int)):
         return tensor(list(batch))
     if isinstance(first, str):
         return list(batch)
@@ -37,7 +39,9 @@ def default_collate(batch: Sequence):
         if any(len(b) != len(first) for b in batch):
             raise RuntimeError("each element in list of batch should be of equal size")
         fields = [default_collate(list(f)) for f in zip(*batch, strict=True)]
-        return tuple(fields) if isinstance(first, tuple) else fields
+        if isinstance(first, tuple) and hasattr(first, "_fields"):  # a namedtuple
+            return type(first)(*fields)
+        return fields  # a list, for tuples too (as PyTorch: batch[0] = ... must work)
     raise TypeError(f"default_collate: batch must contain tensors, numbers, dicts or lists; "
                     f"found {type(first).__name__}")
 
@@ -76,7 +80,7 @@ class DataLoader:
         for idx in self.batch_sampler:
             if self._fast:
                 rows = tensor(idx)
-                yield tuple(t[rows] for t in self.dataset.tensors)
+                yield [t[rows] for t in self.dataset.tensors]  # default_collate's list
             else:
                 yield self.collate_fn([self.dataset[i] for i in idx])
 
