@@ -183,6 +183,21 @@ def test_control_dependencies_keep_what_live_nodes_wait_for():
                                       _numpy(old_state[v._node]))
 
 
+def test_opaque_module_calls_are_kept_and_never_merged():
+    class Net(gg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = gg.nn.Linear(3, 3)
+
+        def forward(self, x):
+            self.lin(x)                        # unused: the module may update buffers
+            return self.lin(x) + self.lin(x)   # two calls of an opaque module
+    gm = symbolic_trace(Net(), example_inputs=(gg.randn(2, 3),))
+    assert _count(gm.graph, "call_module") == 3
+    new, report = P.optimize(gm.graph)
+    assert new is gm.graph and report.fixed_point and report.rounds == 1
+
+
 def _carried(old: Graph, new: Graph, state: dict) -> dict:
     """State keyed by ``old``'s nodes, for ``new`` (same node names: one pass)."""
     by_name = {n.name: n for n in new.nodes}
