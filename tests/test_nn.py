@@ -534,3 +534,32 @@ def test_loss_parameter_errors_use_torch_wording():
             F.smooth_l1_loss(lib.ones(2), lib.zeros(2), beta=-1.0)
         with pytest.raises(RuntimeError, match="non-positive values for delta"):
             F.huber_loss(lib.ones(2), lib.zeros(2), delta=0.0)
+
+
+def test_inplace_activations_and_implicit_softmax_dim_match_torch():
+    """``inplace=True`` overwrites the input (and is refused on a leaf that requires grad);
+    softmax/log_softmax without ``dim`` pick PyTorch's deprecated implicit dim, warning."""
+    import warnings
+    outs = []
+    for lib in (torch, gg):
+        nn_ = lib.nn
+        x = lib.tensor([-1.0, 2.0, -3.0])
+        same = nn_.ReLU(inplace=True)(x) is x
+        others = [lib.tensor([-1.0, 2.0]) for _ in range(4)]
+        nn_.LeakyReLU(0.1, inplace=True)(others[0])
+        nn_.ELU(inplace=True)(others[1])
+        nn_.SiLU(inplace=True)(others[2])
+        nn_.functional.dropout(others[3], 1.0, inplace=True)
+        a = lib.ones(2, 3, requires_grad=True)
+        nn_.ReLU(inplace=True)(a * -2 + 3).sum().backward()
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+            nn_.functional.relu(lib.ones(2, requires_grad=True), inplace=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            implicit = [nn_.Softmax()(lib.arange(6.0).reshape(2, 3)),
+                        nn_.functional.log_softmax(lib.arange(4.0)),
+                        nn_.functional.softmax(lib.arange(8.0).reshape(2, 2, 2))]
+        outs.append((same, x.tolist(), [np.round(o.numpy(), 6).tolist() for o in others],
+                     a.grad.tolist(), [np.round(o.numpy(), 6).tolist() for o in implicit],
+                     sorted({str(w.message) for w in caught})))
+    assert outs[0] == outs[1]

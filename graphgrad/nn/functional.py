@@ -7,8 +7,7 @@ import warnings
 
 from graphgrad import ops
 from graphgrad.backend import xp
-from graphgrad.ops import gelu, log_softmax, one_hot, pad, relu, sigmoid, silu, softmax, softplus
-from graphgrad.ops import tanh
+from graphgrad.ops import gelu, one_hot, pad, sigmoid, softplus, tanh
 from graphgrad.ops.linalg import Linear
 from graphgrad.ops.nll import NllLoss
 from graphgrad.tensor import Tensor, Value
@@ -52,12 +51,47 @@ def linear(input, weight, bias=None):
     return out + bias if bias is not None else out
 
 
+def _result(input, out, inplace: bool):
+    """``out``; with ``inplace=True``, ``input`` overwritten with it and returned (an
+    in-place op: PyTorch's rules on leaves and saved tensors apply)."""
+    return input.copy_(out) if inplace else out
+
+
+def relu(input, inplace: bool = False):
+    return input.relu_() if inplace else ops.relu(input)
+
+
+def silu(input, inplace: bool = False):
+    return _result(input, ops.silu(input), inplace)
+
+
 def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
-    return ops.where(input > 0, input, input * negative_slope)
+    return _result(input, ops.where(input > 0, input, input * negative_slope), inplace)
 
 
 def elu(input, alpha: float = 1.0, inplace: bool = False):
-    return ops.where(input > 0, input, alpha * ops.expm1(ops.clamp(input, max=0.0)))
+    out = ops.where(input > 0, input, alpha * ops.expm1(ops.clamp(input, max=0.0)))
+    return _result(input, out, inplace)
+
+
+def _implicit_dim(name: str, ndim: int, stacklevel: int) -> int:
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call "
+                  f"to include dim=X as an argument.", UserWarning, stacklevel=stacklevel)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input, dim: int | None = None, _stacklevel: int = 3, dtype=None):
+    """``ops.softmax``; without ``dim``, PyTorch's deprecated implicit choice (with its
+    warning): dim 0 for 0-, 1- and 3-d inputs, else 1."""
+    if dim is None:
+        dim = _implicit_dim("softmax", input.ndim, _stacklevel)
+    return ops.softmax(input, dim, dtype=dtype)
+
+
+def log_softmax(input, dim: int | None = None, _stacklevel: int = 3, dtype=None):
+    if dim is None:
+        dim = _implicit_dim("log_softmax", input.ndim, _stacklevel)
+    return ops.log_softmax(input, dim, dtype=dtype)
 
 
 def logsigmoid(input):
@@ -71,11 +105,11 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
     if not training or p == 0.0:
         return input
     if p == 1.0:
-        return input * 0.0
+        return _result(input, input * 0.0, inplace)
     from graphgrad.tensor.creation import random_tensor
     keep = random_tensor(lambda rng, s: rng.random(s), tuple(input.shape),
                          input._array.dtype) >= p
-    return input * ops.where(keep, 1.0 / (1.0 - p), 0.0)
+    return _result(input, input * ops.where(keep, 1.0 / (1.0 - p), 0.0), inplace)
 
 
 def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
@@ -171,8 +205,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     probabilities, a float tensor of the input's shape)."""
     class_dim = 0 if input.ndim == 1 else 1
     if _plain_classification(input, target, weight, ignore_index, reduction, label_smoothing):
-        return NllLoss.apply(log_softmax(input, dim=1), target)
-    logp = log_softmax(input, dim=class_dim)
+        return NllLoss.apply(ops.log_softmax(input, dim=1), target)
+    logp = ops.log_softmax(input, dim=class_dim)
     c = input.shape[class_dim]
     if isinstance(target, Value) and target._array.dtype.kind == "f":  # probabilities
         if tuple(target.shape) != tuple(input.shape):
