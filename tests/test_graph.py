@@ -367,3 +367,20 @@ def test_random_nodes_are_impure_and_draw_each_time_they_run():
     state = {}
     first, second = Interpreter(ir, state).run(x1)[1], Interpreter(ir, state).run(x1)[1]
     assert not np.array_equal(first.numpy(), second.numpy())  # ... that moves on
+
+
+def test_graphs_that_went_through_graph_grad_are_freed():
+    """A graph's builder lives on the graph, not in a module-level table that kept every
+    graph ever differentiated alive."""
+    import gc
+    import weakref
+
+    from graphgrad import graph as G
+    refs = []
+    for _ in range(3):
+        g = G.trace(lambda x: (x * x).sum(), np.ones(3))
+        G.grad(g, [g.outputs[0]], g.inputs)
+        refs.append(weakref.ref(g))
+    del g
+    gc.collect()
+    assert all(r() is None for r in refs)

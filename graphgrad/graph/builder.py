@@ -28,7 +28,6 @@ from .symbol import Symbol, symbol
 
 __all__ = ["GraphBuilder", "building", "builder_of"]
 
-_BUILDERS: dict[int, GraphBuilder] = {}  # id(graph) -> its top-level builder
 
 
 class GraphBuilder(Interpreter):
@@ -208,9 +207,11 @@ class GraphBuilder(Interpreter):
 
 def builder_of(graph: Graph) -> GraphBuilder:
     """The top-level builder of ``graph`` (made on first use)."""
-    b = _BUILDERS.get(id(graph))
-    if b is None or b.graph is not graph:
-        b = _BUILDERS[id(graph)] = GraphBuilder(graph)
+    # kept on the graph itself (not in a module-level table, which would keep every graph
+    # ever built alive): the two are freed together
+    b = graph.__dict__.get("_top_builder")
+    if b is None:
+        b = graph._top_builder = GraphBuilder(graph)
     return b
 
 
