@@ -62,7 +62,7 @@ import importlib as _importlib  # noqa: E402
 
 # The capture frontends sit above everything else and are loaded on first use, which
 # keeps ``import graphgrad`` fast: graphgrad.fx, .jit, .dynamo, .compiler, .capture.
-_LAZY_MODULES = ("fx", "jit", "dynamo", "compiler", "capture")
+_LAZY_MODULES = ("fx", "jit", "dynamo", "compiler", "capture", "passes")
 
 
 def __getattr__(name: str):

@@ -354,3 +354,34 @@ def test_cache_lives_with_the_code_object():
 
     g2, g3 = gg.compile(make(2.0)), gg.compile(make(3.0))   # closures: their own caches
     assert g2(gg.ones(1)).item() == 2.0 and g3(gg.ones(1)).item() == 3.0
+
+
+def test_default_backend_runs_the_graph_optimized_by_the_passes():
+    """The default backend hands its graph to graphgrad.passes.optimize first: a repeated
+    expression is computed once (capture itself leaves out what the result does not
+    need); values and gradients are eager's."""
+    from graphgrad.dynamo.backends import default
+
+    ran = []
+
+    def capture(graph, example_inputs):
+        fn = default(graph, example_inputs)
+        ran.append((graph, fn.graph))
+        return fn
+
+    def f(x):
+        return x.sin() * 2 + x.sin() * 2
+
+    x_eager = gg.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    x_comp = gg.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    want, got = f(x_eager), gg.compile(f, backend=capture)(x_comp)
+    np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+    want.sum().backward()
+    got.sum().backward()
+    np.testing.assert_array_equal(x_comp.grad.numpy(), x_eager.grad.numpy())
+    (before, after), = ran
+
+    def ops(g):
+        return sorted(n.op.__name__ for n in g if n.op is not None)
+    assert ops(before) == ["Add", "Mul", "Mul", "Sin", "Sin"]
+    assert ops(after) == ["Add", "Mul", "Sin"]

@@ -147,6 +147,14 @@ class Symbol(Tensor):
     def data(self) -> Symbol:
         return self.detach()
 
+    # A graph's values have no memory layout (its in-place writes are functional), so
+    # eager's copy of a strided tensor is the value itself here.
+    def contiguous(self, memory_format=None) -> Symbol:
+        return self
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return True
+
     @property
     def dtype_name(self) -> str:
         return tf_dtype_name(self._node.spec.dtype)
