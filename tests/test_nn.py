@@ -563,3 +563,25 @@ def test_inplace_activations_and_implicit_softmax_dim_match_torch():
                      a.grad.tolist(), [np.round(o.numpy(), 6).tolist() for o in implicit],
                      sorted({str(w.message) for w in caught})))
     assert outs[0] == outs[1]
+
+
+def test_register_names_are_checked_as_torch():
+    calls = [lambda m, lib: m.register_buffer("weight", lib.ones(1)),
+             lambda m, lib: m.register_parameter("x.y", None),
+             lambda m, lib: m.register_buffer("a.b", None),
+             lambda m, lib: m.add_module("a.b", None),
+             lambda m, lib: m.register_parameter("", None),
+             lambda m, lib: m.register_buffer("", None),
+             lambda m, lib: m.add_module("", None),
+             lambda m, lib: m.register_parameter(1, None),
+             lambda m, lib: m.add_module("weight", lib.nn.ReLU()),
+             lambda m, lib: m.register_parameter("bias", lib.nn.Parameter(lib.ones(1)))]
+    for call in calls:
+        said = []
+        for lib in (torch, gg):
+            try:
+                call(lib.nn.Linear(2, 2), lib)
+                said.append("ok")
+            except (KeyError, TypeError) as e:
+                said.append(f"{type(e).__name__}: {e}")
+        assert said[0] == said[1]

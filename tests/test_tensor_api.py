@@ -548,3 +548,21 @@ def test_masked_fill_keeps_the_input_dtype_and_checks_its_arguments():
                                                r"with 1 dimension\(s\)"):
             lib.zeros(3).masked_fill(lib.ones(3, dtype=lib.bool), lib.ones(3))
     assert outs[0] == outs[1]
+
+
+def test_format_copy_and_string_comparison_match_torch():
+    """f-strings of a 0-d tensor give its number; other tensors refuse a format spec;
+    ``to(copy=True)`` never aliases; comparing with a string is False / True."""
+    outs = []
+    for lib in (torch, gg):
+        loss = lib.tensor(1.5, requires_grad=True) * 2
+        a = lib.ones(2)
+        copies = [a.to("cpu", copy=True), a.to(lib.float32, copy=True), a.to(copy=True)]
+        for i, c in enumerate(copies):
+            c[0] = 3.0 + i
+        with pytest.raises(TypeError, match="unsupported format string passed to "
+                                            "Tensor.__format__"):
+            f"{lib.ones(2):.2f}"
+        outs.append((f"{loss}", format(lib.tensor(1.5)), f"{lib.tensor(2.5):.3f}",
+                     f"{lib.ones(2)}", a.tolist(), lib.ones(2) == "a", lib.ones(2) != "a"))
+    assert outs[0] == outs[1]

@@ -38,13 +38,13 @@ def _fwd(op):
 
 
 def _eq(self, other):
-    if other is None:
+    if other is None or isinstance(other, str):  # not comparable: PyTorch says False
         return False
     return dispatch(C.Eq, (self, other), NO_PARAMS)
 
 
 def _ne(self, other):
-    if other is None:
+    if other is None or isinstance(other, str):
         return True
     return dispatch(C.Ne, (self, other), NO_PARAMS)
 
@@ -78,7 +78,7 @@ def _to(self, *args, **kwargs):
     dtype = kwargs.pop("dtype", None)
     kwargs.pop("device", None)
     kwargs.pop("non_blocking", None)
-    kwargs.pop("copy", None)
+    copy = kwargs.pop("copy", False)
     for a in args:
         if isinstance(a, Tensor):
             dtype = a.dtype
@@ -88,7 +88,8 @@ def _to(self, *args, **kwargs):
                                    "available")
         else:
             dtype = a
-    return self if dtype is None else U.cast(self, dtype)
+    out = self if dtype is None else U.cast(self, dtype)
+    return U.clone(out) if copy and out is self else out  # copy=True: never an alias
 
 
 def _new(self, arr, requires_grad=False):

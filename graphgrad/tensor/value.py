@@ -363,9 +363,11 @@ class Tensor(Value):
     __str__ = __repr__
 
     def __format__(self, spec: str) -> str:
-        if self._array.ndim == 0 and spec:
+        """As PyTorch: a 0-d tensor formats as its number (``f"{loss}"`` is ``1.5``), any
+        other as ``str`` (and a format spec is an error)."""
+        if self._array.ndim == 0 and type(self) is Tensor:
             return format(self.item(), spec)
-        return repr(self)
+        return object.__format__(self, spec)
 
     # ---- autograd state -------------------------------------------------------
     @property

@@ -117,7 +117,21 @@ class Module:
                 return
         object.__delattr__(self, name)
 
+    def _check_name(self, kind: str, name, store: str) -> None:
+        """PyTorch's checks on a name given to ``register_*``/``add_module``: a string, not
+        empty, no ".", and not an attribute of another kind already."""
+        if not isinstance(name, str):
+            raise TypeError(f"{kind} name should be a string. Got {type(name).__name__}")
+        if not name:
+            raise KeyError(f'{kind} name can\'t be empty string ""')
+        if "." in name:
+            raise KeyError(f'{kind} name can\'t contain "."'
+                           + (f", got: {name}" if kind == "module" else ""))
+        if hasattr(self, name) and name not in self.__dict__[store]:
+            raise KeyError(f"attribute '{name}' already exists")
+
     def register_parameter(self, name: str, param: Parameter | None) -> None:
+        self._check_name("parameter", name, "_parameters")
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter "
                             f"'{name}' (graphgrad.nn.Parameter or None required)")
@@ -125,6 +139,7 @@ class Module:
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        self._check_name("buffer", name, "_buffers")
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer "
                             f"'{name}' (graphgrad.Tensor or None required)")
@@ -134,6 +149,7 @@ class Module:
             self._non_persistent.add(name)
 
     def add_module(self, name: str, module: Module | None) -> None:
+        self._check_name("module", name, "_modules")
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"{type(module).__name__} is not a Module subclass")
         self._forget(name, keep="_modules")
