@@ -585,3 +585,27 @@ def test_register_names_are_checked_as_torch():
             except (KeyError, TypeError) as e:
                 said.append(f"{type(e).__name__}: {e}")
         assert said[0] == said[1]
+
+
+def test_legacy_size_average_and_reduce_flags_set_the_reduction():
+    """PyTorch still honours size_average/reduce (with a deprecation warning): sum or
+    per-element losses, not a silently different mean."""
+    import warnings
+    outs = []
+    for lib in (torch, gg):
+        a, b = lib.tensor([1.0, 2.0, 3.0]), lib.zeros(3)
+        logits, t = lib.tensor([[1.0, 2.0], [0.5, -1.0]]), lib.tensor([0, 1])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            vals = [lib.nn.MSELoss(size_average=False)(a, b),
+                    lib.nn.functional.mse_loss(a, b, size_average=False),
+                    lib.nn.L1Loss(reduce=False)(a, b),
+                    lib.nn.CrossEntropyLoss(size_average=False)(logits, t),
+                    lib.nn.functional.nll_loss(logits.log_softmax(1), t, reduce=False),
+                    lib.nn.BCEWithLogitsLoss(size_average=False)(a, b),
+                    lib.nn.SmoothL1Loss(size_average=False)(a, b)]
+        outs.append(([np.asarray(v.tolist()) for v in vals],
+                     sorted({str(w.message) for w in caught})))
+    for got, want in zip(outs[1][0], outs[0][0], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert outs[0][1] == outs[1][1]

@@ -21,6 +21,19 @@ __all__ = ["relu", "gelu", "softplus", "sigmoid", "tanh", "silu", "softmax", "lo
            "embedding", "unfold", "fold", "conv2d", "max_pool2d", "avg_pool2d"]
 
 
+def _legacy_reduction(size_average, reduce, reduction: str) -> str:
+    """``reduction``, or what the deprecated ``size_average``/``reduce`` flags say when
+    either is given (PyTorch's ``_Reduction.legacy_get_string``, with its warning)."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    out = "mean" if size_average and reduce else "sum" if reduce else "none"
+    warnings.warn(f"size_average and reduce args will be deprecated, please use "
+                  f"reduction='{out}' instead.", UserWarning, stacklevel=3)
+    return out
+
+
 def _reduce(loss: Tensor, reduction: str, name: str) -> Tensor:
     if reduction == "mean":
         return loss.mean()
@@ -118,12 +131,14 @@ def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _warn_size(input, target, "mse_loss")
     d = input - target
     return _reduce(d * d, reduction, "mse_loss")
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _warn_size(input, target, "l1_loss")
     return _reduce((input - target).abs(), reduction, "l1_loss")
 
@@ -138,6 +153,7 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0):
 
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean",
                    beta: float = 1.0):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     if beta < 0:
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     if beta == 0:  # L1 (the quadratic branch, 0/0 in its gradient, is never taken)
@@ -160,6 +176,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
              reduce=None, reduction: str = "mean"):
     """Negative log likelihood of class indices ``target`` under log-probabilities
     ``input`` (N, C) or (N, C, d1, ...)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     if not isinstance(target, Value) or target._array.dtype.kind not in "iu":
         raise RuntimeError(f"nll_loss: expected target of integer dtype (class indices), got "
                            f"{getattr(target, 'dtype', type(target).__name__)}")
@@ -203,6 +220,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
                   reduce=None, reduction: str = "mean", label_smoothing: float = 0.0):
     """Softmax cross entropy of logits ``input`` (N, C) against class indices (or class
     probabilities, a float tensor of the input's shape)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     class_dim = 0 if input.ndim == 1 else 1
     if _plain_classification(input, target, weight, ignore_index, reduction, label_smoothing):
         return NllLoss.apply(ops.log_softmax(input, dim=1), target)
@@ -256,6 +274,7 @@ def _plain_classification(input, target, weight, ignore_index, reduction, smooth
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction: str = "mean"):
     """``-(t log p + (1 - t) log(1 - p))`` with the logs clamped at -100 as in PyTorch."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     if tuple(input.shape) != tuple(target.shape):
         raise ValueError(f"Using a target size ({target.shape!r}) that is different to the "
                          f"input size ({input.shape!r}) is deprecated. Please ensure they have "
@@ -274,6 +293,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
                                      reduce=None, reduction: str = "mean", pos_weight=None):
     """BCE on logits, computed stably: ``(1 - t) x + (1 + (w - 1) t) softplus(-x)``."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     if tuple(input.shape) != tuple(target.shape):
         raise ValueError(f"Target size ({target.shape!r}) must be the same as input size "
                          f"({input.shape!r})")

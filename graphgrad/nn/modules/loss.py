@@ -14,7 +14,7 @@ __all__ = ["MSELoss", "L1Loss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWi
 class _Loss(Module):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean") -> None:
         super().__init__()
-        self.reduction = reduction
+        self.reduction = F._legacy_reduction(size_average, reduce, reduction)
 
 
 class MSELoss(_Loss):
@@ -39,7 +39,7 @@ class HuberLoss(_Loss):
 class SmoothL1Loss(_Loss):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean",
                  beta: float = 1.0) -> None:
-        super().__init__(reduction=reduction)
+        super().__init__(size_average, reduce, reduction)
         self.beta = beta
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
@@ -49,7 +49,7 @@ class SmoothL1Loss(_Loss):
 class _WeightedLoss(_Loss):
     def __init__(self, weight: Tensor | None = None, size_average=None, reduce=None,
                  reduction: str = "mean") -> None:
-        super().__init__(reduction=reduction)
+        super().__init__(size_average, reduce, reduction)
         self.register_buffer("weight", weight)
 
 
@@ -57,7 +57,7 @@ class CrossEntropyLoss(_WeightedLoss):
     def __init__(self, weight: Tensor | None = None, size_average=None,
                  ignore_index: int = -100, reduce=None, reduction: str = "mean",
                  label_smoothing: float = 0.0) -> None:
-        super().__init__(weight, reduction=reduction)
+        super().__init__(weight, size_average, reduce, reduction)
         self.ignore_index = ignore_index
         self.label_smoothing = label_smoothing
 
@@ -69,7 +69,7 @@ class CrossEntropyLoss(_WeightedLoss):
 class NLLLoss(_WeightedLoss):
     def __init__(self, weight: Tensor | None = None, size_average=None,
                  ignore_index: int = -100, reduce=None, reduction: str = "mean") -> None:
-        super().__init__(weight, reduction=reduction)
+        super().__init__(weight, size_average, reduce, reduction)
         self.ignore_index = ignore_index
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
@@ -85,7 +85,7 @@ class BCELoss(_WeightedLoss):
 class BCEWithLogitsLoss(_Loss):
     def __init__(self, weight: Tensor | None = None, size_average=None, reduce=None,
                  reduction: str = "mean", pos_weight: Tensor | None = None) -> None:
-        super().__init__(reduction=reduction)
+        super().__init__(size_average, reduce, reduction)
         self.register_buffer("weight", weight)
         self.register_buffer("pos_weight", pos_weight)
 
