@@ -985,3 +985,40 @@ def test_data_update_invisible_to_autograd():
     tx.data.mul_(10)
     ty.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
+
+
+def _decorated(lib, x):
+    @lib.no_grad()
+    def gen():
+        for i in range(2):
+            yield (x * i).requires_grad
+
+    @lib.enable_grad()
+    def gen_grad():
+        yield (x * 2).requires_grad
+
+    @lib.no_grad
+    def bare():
+        return (x * 2).requires_grad
+
+    @lib.inference_mode
+    def bare_inference():
+        return (x * 2).requires_grad
+    return gen, gen_grad, bare, bare_inference
+
+
+def test_grad_mode_decorators_on_generators_and_bare():
+    """A decorated generator runs its body in the mode at every resumption (the caller's
+    mode in between); ``@no_grad``, ``@enable_grad`` and ``@inference_mode`` work bare."""
+    outs = []
+    for lib in (torch, gg):
+        x = lib.ones(2, requires_grad=True)
+        gen, gen_grad, bare, bare_inference = _decorated(lib, x)
+        g = gen()
+        first = next(g)
+        between = (x * 3).requires_grad
+        rest = list(g)
+        with lib.no_grad():
+            inside = list(gen_grad())
+        outs.append((first, between, rest, inside, bare(), bare_inference()))
+    assert outs[0] == outs[1] == (False, True, [False], [True], False, False)

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 
 from graphgrad.tensor import is_grad_enabled, set_grad_mode
 
@@ -29,6 +31,8 @@ class _GradMode:
 
     def __call__(self, fn):
         mode = self.mode
+        if inspect.isgeneratorfunction(fn):
+            return _generator_in_mode(fn, mode)
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -43,18 +47,68 @@ class _GradMode:
         return type(self)()
 
 
-class no_grad(_GradMode):  # noqa: N801 - PyTorch's name
+@contextlib.contextmanager
+def _in_mode(mode: bool):
+    prev = set_grad_mode(mode)
+    try:
+        yield
+    finally:
+        set_grad_mode(prev)
+
+
+def _generator_in_mode(fn, mode: bool):
+    """A generator function whose body runs in ``mode`` each time it is resumed (and the
+    caller's mode in between), as PyTorch's decorators do for generators."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        gen = fn(*args, **kwargs)
+        try:
+            with _in_mode(mode):
+                item = gen.send(None)
+            while True:
+                try:
+                    sent = yield item
+                except GeneratorExit:
+                    with _in_mode(mode):
+                        gen.close()
+                    raise
+                except BaseException as e:  # thrown in by the caller: into the body
+                    with _in_mode(mode):
+                        item = gen.throw(e)
+                else:
+                    with _in_mode(mode):
+                        item = gen.send(sent)
+        except StopIteration as stop:
+            return stop.value
+    return wrapper
+
+
+class _NoArgsDecorator(_GradMode):
+    """Usable bare as a decorator too (``@no_grad`` as well as ``@no_grad()``)."""
+
+    def __new__(cls, orig_func=None):
+        if orig_func is None:
+            return super().__new__(cls)
+        return cls()(orig_func)
+
+
+class no_grad(_NoArgsDecorator):  # noqa: N801 - PyTorch's name
     """Ops inside record no graph; their results do not require grad."""
 
     mode = False
 
 
-class enable_grad(_GradMode):  # noqa: N801
+class enable_grad(_NoArgsDecorator):  # noqa: N801
     mode = True
 
 
 class inference_mode(_GradMode):  # noqa: N801
     """Like ``no_grad`` here (graphgrad has no separate inference tensors)."""
+
+    def __new__(cls, mode=True):
+        if callable(mode):  # bare ``@inference_mode``
+            return cls()(mode)
+        return super().__new__(cls)
 
     def __init__(self, mode: bool = True):
         super().__init__()
