@@ -566,3 +566,22 @@ def test_format_copy_and_string_comparison_match_torch():
         outs.append((f"{loss}", format(lib.tensor(1.5)), f"{lib.tensor(2.5):.3f}",
                      f"{lib.ones(2)}", a.tolist(), lib.ones(2) == "a", lib.ones(2) != "a"))
     assert outs[0] == outs[1]
+
+
+def test_empty_dim_lists_and_zero_d_scans_match_torch():
+    """An empty dim list reduces every dim (sum, mean, amax, var, norm...), except for
+    all/any, which then do not reduce; cumsum and flip of a 0-d tensor stay 0-d."""
+    outs = []
+    for lib in (torch, gg):
+        x = lib.arange(6.0).reshape(2, 3)
+        shapes = [tuple(getattr(lib, f)(x, dim=[]).shape) for f in (
+            "sum", "mean", "amax", "amin", "nansum", "var", "std", "count_nonzero", "norm")]
+        shapes += [tuple(lib.all(x > 0, dim=[]).shape), tuple(lib.any(x > 0, dim=()).shape)]
+        v = lib.arange(3.0)
+        c = lib.tensor(5.0, requires_grad=True)
+        y = c.cumsum(0)
+        y.backward()
+        outs.append((shapes, x.sum(dim=()).item(), v.pow(2).sum(dim=list(range(1, v.ndim))).item(),
+                     tuple(y.shape), c.grad.item(), tuple(lib.tensor(3).cumsum(-1).shape),
+                     lib.tensor(2.0).flip(0).item()))
+    assert outs[0] == outs[1]

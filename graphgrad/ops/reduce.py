@@ -333,7 +333,10 @@ class Cumsum(Op):
 
     @staticmethod
     def forward(a, *, dim):
-        return xp.cumsum(a, axis=dim, dtype=xp.int64 if a.dtype.kind in "bui" else None)
+        dtype = xp.int64 if a.dtype.kind in "bui" else a.dtype
+        if a.ndim == 0:  # NumPy's cumsum flattens a 0-d array to (1,); PyTorch keeps it 0-d
+            return a.astype(dtype)
+        return xp.cumsum(a, axis=dim, dtype=dtype)
 
     @staticmethod
     def vjp(g, out, a, *, dim):
@@ -361,6 +364,8 @@ def _along_dim_batched(op, a, bdim, dim: int):
 
 
 def _dims(input, dim, name):
+    if isinstance(dim, (list, tuple)) and not dim:
+        dim = None  # PyTorch: an empty dim list reduces over every dim
     return normalize_dims(dim, input.ndim, name)
 
 
@@ -394,12 +399,12 @@ def prod(input, dim=None, keepdim: bool = False, *, dtype=None):
 
 def amax(input, dim=(), keepdim: bool = False):
     """Maximum over ``dim`` (all dims when ``dim`` is () or None); ties share the gradient."""
-    return Amax.apply(input, dim=_dims(input, dim if dim != () else None, "amax"),
+    return Amax.apply(input, dim=_dims(input, dim, "amax"),
                       keepdim=keepdim)
 
 
 def amin(input, dim=(), keepdim: bool = False):
-    return Amin.apply(input, dim=_dims(input, dim if dim != () else None, "amin"),
+    return Amin.apply(input, dim=_dims(input, dim, "amin"),
                       keepdim=keepdim)
 
 
@@ -530,11 +535,15 @@ def cumsum(input, dim: int, *, dtype=None):
 
 
 def all(input, dim=None, keepdim: bool = False):
+    if isinstance(dim, (list, tuple)) and not dim:  # PyTorch: no dim, no reduction here
+        return input != 0
     return (input != 0).sum(dim, keepdim) == (
         input.numel() if dim is None else _count(input, dim))
 
 
 def any(input, dim=None, keepdim: bool = False):
+    if isinstance(dim, (list, tuple)) and not dim:
+        return input != 0
     return (input != 0).sum(dim, keepdim) > 0
 
 

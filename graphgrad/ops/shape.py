@@ -187,7 +187,7 @@ class Flip(_Linear):
 
     @staticmethod
     def forward(a, *, dims):
-        return xp.flip(a, dims).copy()
+        return xp.flip(a, dims).copy() if a.ndim else a.copy()  # a 0-d flip is itself
 
     @staticmethod
     def vjp(g, out, a, *, dims):
