@@ -154,3 +154,16 @@ def test_setitem_shape_mismatch_wording():
                                                r"cannot be broadcast to indexing result of "
                                                r"shape \[3, 2\]"):
             x[0, :, lib.tensor([0, 1])] = lib.ones(2, 3)
+
+
+def test_byte_tensor_index_is_a_mask_and_masked_select_wants_bool():
+    outs = []
+    for lib in (torch, gg):
+        x = lib.tensor([10.0, 20.0, 30.0], requires_grad=True)
+        with pytest.warns(UserWarning, match="indexing with dtype .*uint8 is now deprecated"):
+            y = x[lib.tensor([1, 0, 1], dtype=lib.uint8)]
+        y.sum().backward()
+        with pytest.raises(RuntimeError, match="masked_select: expected BoolTensor for mask"):
+            x.masked_select(lib.tensor([1, 0, 1]))
+        outs.append((y.tolist(), x.grad.tolist()))
+    assert outs[0] == outs[1] == ([10.0, 30.0], [1.0, 0.0, 1.0])

@@ -8,6 +8,8 @@ Index tensors are data inputs of the op; the rest of the index is a hashable ``s
 
 from __future__ import annotations
 
+import warnings
+
 from graphgrad.backend import xp
 from graphgrad.tensor import Value
 from graphgrad.tensor.creation import _leaf
@@ -33,6 +35,10 @@ def parse_index(index) -> tuple[tuple, list]:
             if item._array.dtype.kind not in "biu":
                 raise IndexError("tensors used as indices must be long, int, byte or bool "
                                  "tensors")
+            if item._array.dtype == xp.uint8:  # a byte tensor is a mask, as in PyTorch
+                warnings.warn("indexing with dtype graphgrad.uint8 is now deprecated, please "
+                              "use a dtype graphgrad.bool instead.", UserWarning, stacklevel=3)
+                item = item != 0
             spec.append(_T)
             tensors.append(item)
         elif isinstance(item, bool):
@@ -544,6 +550,8 @@ def masked_fill(input, mask, value):
 
 def masked_select(input, mask):
     from .shape import broadcast_tensors
+    if not isinstance(mask, Value) or mask._array.dtype != xp.bool_:
+        raise RuntimeError("masked_select: expected BoolTensor for mask")
     x, m = broadcast_tensors(input, mask)
     return getitem(x, m)
 
