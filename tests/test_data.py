@@ -153,3 +153,30 @@ def test_default_collate_matches_torch():
         assert describe(got) == describe(want), name
     got = next(iter(DataLoader(TensorDataset(gg.ones(4, 2), gg.zeros(4)), batch_size=2)))
     assert type(got) is list and len(got) == 2
+
+
+def test_loader_respects_getitem_overrides_and_collates_numpy_scalars():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x_np, y_np = rng.random((4, 3)).astype(np.float32), np.arange(4)
+    outs = []
+    for lib in (torch, gg):
+        data = lib.utils.data
+
+        class Augmented(data.TensorDataset):
+            def __getitem__(self, i):
+                x, y = super().__getitem__(i)
+                return x * 100, y
+
+        class Arrays(data.Dataset):
+            def __len__(self):
+                return 4
+
+            def __getitem__(self, i):
+                return x_np[i], y_np[i], np.float32(i) / 2
+
+        aug = [b[0].tolist() for b in data.DataLoader(Augmented(lib.arange(4.0), lib.arange(4)),
+                                                      batch_size=2)]
+        batch = next(iter(data.DataLoader(Arrays(), batch_size=2)))
+        outs.append((aug, [(t.tolist(), str(t.dtype).split(".")[-1]) for t in batch]))
+    assert outs[0] == outs[1]

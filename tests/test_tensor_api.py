@@ -585,3 +585,14 @@ def test_empty_dim_lists_and_zero_d_scans_match_torch():
                      tuple(y.shape), c.grad.item(), tuple(lib.tensor(3).cumsum(-1).shape),
                      lib.tensor(2.0).flip(0).item()))
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("expr", ["a // b", "a % b", "a // 0", "a.fmod(0)",
+                                  "a.div(0, rounding_mode='trunc')", "a.remainder(b)"])
+def test_integer_division_by_zero_raises(expr):
+    """PyTorch raises ZeroDivisionError for integer division by zero (NumPy gives 0)."""
+    for lib in (torch, gg):
+        names = {"a": lib.tensor([5, 7]), "b": lib.tensor([0, 2])}
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            eval(expr, {}, names)  # noqa: S307 - the test's own expressions
+    assert (gg.tensor([5, 7]) // 2).tolist() == [2, 3]

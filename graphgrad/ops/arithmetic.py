@@ -68,6 +68,20 @@ class Mul(Elementwise):
         return _plus(da * b if da is not None else None, a * db if db is not None else None)
 
 
+def _integer_division(fn):
+    """``fn`` (an integer-valued division) that refuses a zero divisor when both operands
+    are integers, as PyTorch does (NumPy returns 0 with a warning)."""
+    def forward(a, b, **params):
+        if _integral(a) and _integral(b) and xp.any(xp.asarray(b) == 0):
+            raise RuntimeError("ZeroDivisionError")
+        return fn(a, b, **params)
+    return staticmethod(forward)
+
+
+def _integral(v) -> bool:
+    return v.dtype.kind in "biu" if hasattr(v, "dtype") else isinstance(v, int)
+
+
 class Div(Elementwise):
     holomorphic = True
     # a / b: a's gradient reads b; b's reads a and b
@@ -77,11 +91,7 @@ class Div(Elementwise):
     def forward(a, b, *, rounding_mode=None):
         if rounding_mode is None:
             return xp.true_divide(a, b)
-        if rounding_mode == "floor":
-            return xp.floor_divide(a, b)
-        q = xp.trunc(xp.true_divide(a, b))
-        dt = xp.result_type(a, b)
-        return q.astype(dt) if dt.kind in "iu" else q
+        return _rounded_division(a, b, rounding_mode=rounding_mode)
 
     @staticmethod
     def vjp(g, out, a, b, *, rounding_mode=None):
@@ -100,16 +110,25 @@ class Div(Elementwise):
                      -db * out / b if db is not None else None)
 
 
+@_integer_division
+def _rounded_division(a, b, *, rounding_mode):
+    if rounding_mode == "floor":
+        return xp.floor_divide(a, b)
+    q = xp.trunc(xp.true_divide(a, b))
+    dt = xp.result_type(a, b)
+    return q.astype(dt) if dt.kind in "iu" else q
+
+
 class FloorDivide(Elementwise):
     differentiable = False  # PyTorch: "the derivative for 'floor_divide' is not implemented"
     saves_inputs = ()
-    forward = staticmethod(xp.floor_divide)
+    forward = _integer_division(xp.floor_divide)
 
 
 class Remainder(Elementwise):
     """Python's ``%``: the result takes the divisor's sign (``torch.remainder``)."""
 
-    forward = staticmethod(xp.remainder)
+    forward = _integer_division(xp.remainder)
 
     @staticmethod
     def vjp(g, out, a, b):
@@ -125,7 +144,7 @@ class Remainder(Elementwise):
 class Fmod(Elementwise):
     """C's fmod: the result takes the dividend's sign."""
 
-    forward = staticmethod(xp.fmod)
+    forward = _integer_division(xp.fmod)
 
     @staticmethod
     def vjp(g, out, a, b):

@@ -25,7 +25,7 @@ def default_collate(batch: Sequence):
     first = batch[0]
     if isinstance(first, Tensor):
         return stack(list(batch), 0)
-    if isinstance(first, xp.ndarray):
+    if isinstance(first, (xp.ndarray, xp.generic)):  # arrays and NumPy scalars
         return tensor(xp.stack(batch))
     if isinstance(first, float):  # Python floats are doubles: PyTorch keeps float64
         return tensor(list(batch), dtype=float64)
@@ -70,7 +70,8 @@ class DataLoader:
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         self.batch_sampler = batch_sampler
         self.collate_fn = collate_fn or default_collate
-        self._fast = collate_fn is None and isinstance(dataset, TensorDataset)
+        # rows of TensorDataset's tensors at once; a subclass may override __getitem__
+        self._fast = collate_fn is None and type(dataset) is TensorDataset
 
     def __iter__(self) -> Iterator:
         if self.batch_sampler is None:  # batch_size=None: samples one by one, uncollated
