@@ -596,3 +596,22 @@ def test_integer_division_by_zero_raises(expr):
         with pytest.raises(RuntimeError, match="ZeroDivisionError"):
             eval(expr, {}, names)  # noqa: S307 - the test's own expressions
     assert (gg.tensor([5, 7]) // 2).tolist() == [2, 3]
+
+
+def test_device_and_cuda_as_in_a_cpu_only_torch():
+    """The usual first lines of a training script run: a device is picked, a model and a
+    tensor moved to it; naming CUDA works, using it raises."""
+    outs = []
+    for lib in (torch, gg):
+        device = lib.device("cuda" if lib.cuda.is_available() else "cpu")
+        model = lib.nn.Linear(2, 2).to(device)
+        x = lib.ones(3, 2, device=device).to(device)
+        lib.cuda.manual_seed_all(0)
+        outs.append((repr(device), str(x.device), x.device.type, x.device.index,
+                     tuple(model(x).shape), str(lib.device("cuda", 1)),
+                     repr(lib.device("cuda:0")), lib.cuda.device_count()))
+        with pytest.raises((AssertionError, RuntimeError)):
+            x.to(lib.device("cuda"))
+        with pytest.raises(RuntimeError, match="device type at start of device string"):
+            lib.device("foo")
+    assert outs[0] == outs[1]

@@ -6,6 +6,7 @@ It knows no particular op: those live in ``graphgrad.ops``.
 
 from .creation import *  # noqa: F401,F403
 from .creation import __all__ as _creation_all
+from .device import cuda, device
 from .dispatch import (Interpreter, current_interpreter, dispatch, is_grad_enabled,
                        pop_interpreter, push_interpreter, set_grad_mode)
 from .value import AccumulateGrad, BackwardNode, Ext, RemovableHandle, Size, Tensor, Value, record
@@ -13,4 +14,5 @@ from .value import AccumulateGrad, BackwardNode, Ext, RemovableHandle, Size, Ten
 __all__ = ["Value", "Tensor", "Size", "Ext", "BackwardNode", "AccumulateGrad",
            "RemovableHandle", "record", "dispatch", "Interpreter", "push_interpreter",
            "pop_interpreter", "current_interpreter", "is_grad_enabled", "set_grad_mode",
+           "device", "cuda",
            *_creation_all]

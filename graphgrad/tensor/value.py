@@ -19,8 +19,13 @@ from collections.abc import Callable
 from graphgrad.backend import dtype as _dtype
 from graphgrad.backend import from_numpy_dtype, xp
 
+from .device import device as _device
+
 __all__ = ["Value", "Tensor", "Ext", "record", "Size", "mark_view", "refresh_if_stale",
            "views_follow_grad"]
+
+
+_CPU = _device("cpu")  # what every tensor's .device is
 
 
 class Size(tuple):
@@ -283,7 +288,7 @@ class Tensor(Value):
 
     @property
     def device(self) -> str:
-        return "cpu"
+        return _CPU
 
     @property
     def is_cuda(self) -> bool:
