@@ -615,3 +615,13 @@ def test_device_and_cuda_as_in_a_cpu_only_torch():
         with pytest.raises(RuntimeError, match="device type at start of device string"):
             lib.device("foo")
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("call", ["x.movedim((0, 1), (2, 0))", "x.movedim([0], [2])",
+                                  "x.movedim((2, 0), (0, 1))", "x.movedim(-1, 0)",
+                                  "x.tile(2)", "x.tile((2,))", "x.tile(2, 1)",
+                                  "m.tile(x, (2, 1))"])
+def test_movedim_sequences_and_tile_forms(call):
+    got = eval(call, {}, {"x": gg.arange(24.0).reshape(2, 3, 4), "m": gg})  # noqa: S307
+    want = eval(call, {}, {"x": torch.arange(24.0).reshape(2, 3, 4), "m": torch})  # noqa: S307
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -278,11 +278,23 @@ def transpose(input, dim0: int, dim1: int):
 swapaxes = swapdims = transpose
 
 
-def movedim(input, source: int, destination: int):
+def movedim(input, source, destination):
+    """Move dim(s) ``source`` to position(s) ``destination`` (ints or sequences of them);
+    the other dims keep their order."""
     nd = input.ndim
-    s, d = normalize_dim(source, nd, "movedim"), normalize_dim(destination, nd, "movedim")
-    order = [i for i in range(nd) if i != s]
-    order.insert(d, s)
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    if len(src) != len(dst):
+        raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims) "
+                           f"should contain the same number of dims as destination ({dst} dims)")
+    src = [normalize_dim(d, nd, "movedim") for d in src]
+    dst = [normalize_dim(d, nd, "movedim") for d in dst]
+    for name, dims, given in (("source", src, source), ("destination", dst, destination)):
+        if len(set(dims)) != len(dims):
+            raise RuntimeError(f"movedim: repeated dim in `{name}` ({list(given)})")
+    rest = iter(i for i in range(nd) if i not in src)
+    placed = dict(zip(dst, src, strict=True))
+    order = [placed[i] if i in placed else next(rest) for i in range(nd)]
     return Permute.apply(input, dims=tuple(order))
 
 
@@ -321,8 +333,8 @@ def repeat(input, *repeats):
     return Repeat.apply(input, repeats=_shape_arg(repeats))
 
 
-def tile(input, dims):
-    dims = tuple(dims)
+def tile(input, *dims):
+    dims = _shape_arg(dims)  # tile(2), tile(2, 1), tile((2, 1))
     if len(dims) < input.ndim:
         dims = (1,) * (input.ndim - len(dims)) + dims
     return repeat(input, *dims)
