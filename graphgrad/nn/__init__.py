@@ -1,9 +1,9 @@
 """Layer ``nn``: neural-network building blocks in PyTorch's shape: ``Module`` and its
 layers, ``Parameter``, ``init`` and ``functional``."""
 
-from . import functional, init
+from . import functional, init, utils
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
 from .parameter import Buffer, Parameter
 
-__all__ = ["functional", "init", "Parameter", "Buffer", *_modules_all]
+__all__ = ["functional", "init", "utils", "Parameter", "Buffer", *_modules_all]

@@ -117,11 +117,16 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return input
+    return _drop(input, p, tuple(input.shape), inplace)
+
+
+def _drop(input, p: float, mask_shape: tuple, inplace: bool):
+    """``input`` times a random mask of ``mask_shape`` (broadcast over the rest) that
+    keeps with probability ``1 - p``, scaled by ``1/(1-p)``."""
     if p == 1.0:
         return _result(input, input * 0.0, inplace)
     from graphgrad.tensor.creation import random_tensor
-    keep = random_tensor(lambda rng, s: rng.random(s), tuple(input.shape),
-                         input._array.dtype) >= p
+    keep = random_tensor(lambda rng, s: rng.random(s), mask_shape, input._array.dtype) >= p
     return _result(input, input * ops.where(keep, 1.0 / (1.0 - p), 0.0), inplace)
 
 
@@ -343,3 +348,169 @@ def embedding(input, weight, padding_idx: int | None = None, max_norm=None,
         # the padding row's values as they are, without a gradient path to them
         out = ops.where((input == padding_idx).unsqueeze(-1), out.detach(), out)
     return out
+
+
+# ---- normalisation, similarity, divergence, adaptive pooling ------------------------------
+__all__ += ["batch_norm", "group_norm", "cosine_similarity", "kl_div", "adaptive_avg_pool2d",
+            "dropout2d"]
+
+
+def _verify_batch_size(size: tuple) -> None:
+    """PyTorch's check that each channel (group) sees more than one value in training."""
+    n = size[0]
+    for s in size[2:]:
+        n *= s
+    if n == 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input "
+                         f"size graphgrad.Size({list(size)})")
+
+
+def _per_channel(t, ndim: int):
+    """A (C,) tensor shaped (1, C, 1, ...) to broadcast over an ``ndim``-d (N, C, ...)."""
+    return t.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None,
+               training: bool = False, momentum: float = 0.1, eps: float = 1e-5):
+    """Normalise each channel (dim 1) over the batch and the other dims, then scale and
+    shift. In training the batch statistics are used and the running ones (if given) move
+    towards them in place, ``r <- (1 - momentum) r + momentum s`` with the unbiased batch
+    variance; otherwise the running statistics are used. Composed of graphgrad ops, so it
+    differentiates to any order."""
+    c = input.shape[1] if input.ndim > 1 else None
+    if training:
+        _verify_batch_size(tuple(input.shape))
+    elif running_mean is None:
+        raise RuntimeError("running_mean must be defined in evaluation mode")
+    for name, t in (("weight", weight), ("bias", bias), ("running_mean", running_mean),
+                    ("running_var", running_var)):
+        if t is not None and t.numel() != c:
+            raise RuntimeError(f"{name} should contain {c} elements not {t.numel()}")
+    dims = (0, *range(2, input.ndim))
+    if training:
+        mean = input.mean(dim=dims, keepdim=True)
+        centered = input - mean
+        var = (centered * centered).mean(dim=dims, keepdim=True)
+        if running_mean is not None or running_var is not None:
+            _update_running_stats(running_mean, running_var, mean, var,
+                                  input.numel() // c, momentum)
+    else:
+        centered = input - _per_channel(running_mean, input.ndim)
+        var = _per_channel(running_var, input.ndim)
+    out = centered * ops.rsqrt(var + eps)
+    if weight is not None:
+        out = out * _per_channel(weight, input.ndim)
+    if bias is not None:
+        out = out + _per_channel(bias, input.ndim)
+    return out
+
+
+def _update_running_stats(running_mean, running_var, mean, var, n: int, momentum: float):
+    """The in-place moving averages of ``batch_norm`` (no graph: buffers are not trained)."""
+    from graphgrad.autograd import no_grad
+    with no_grad():
+        if running_mean is not None:
+            running_mean.copy_(momentum * mean.detach().reshape(-1)
+                               + (1 - momentum) * running_mean)
+        if running_var is not None:
+            unbiased = var.detach().reshape(-1) * (n / (n - 1))
+            running_var.copy_(momentum * unbiased + (1 - momentum) * running_var)
+
+
+def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
+    """Normalise each sample over the channels of each of ``num_groups`` groups (and all
+    other dims), then scale and shift per channel."""
+    if input.ndim < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
+                           f"{input.ndim}")
+    n, c = input.shape[0], input.shape[1]
+    if c % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by "
+                           f"num_groups, but got input of shape {list(input.shape)} and "
+                           f"num_groups={num_groups}")
+    _verify_batch_size((n * c // num_groups, num_groups, *input.shape[2:]))
+    x = input.reshape(n, num_groups, -1)
+    centered = x - x.mean(dim=2, keepdim=True)
+    var = (centered * centered).mean(dim=2, keepdim=True)
+    out = (centered * ops.rsqrt(var + eps)).reshape(tuple(input.shape))
+    if weight is not None:
+        out = out * _per_channel(weight, input.ndim)
+    if bias is not None:
+        out = out + _per_channel(bias, input.ndim)
+    return out
+
+
+def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
+    """``sum(x1/max(|x1|, eps) * x2/max(|x2|, eps), dim)`` after broadcasting, each
+    vector divided by its own norm first (PyTorch's order, kinder to precision)."""
+    x1, x2 = ops.broadcast_tensors(x1, x2)
+    n1 = ops.clamp(ops.vector_norm(x1, 2, dim, keepdim=True), min=eps)
+    n2 = ops.clamp(ops.vector_norm(x2, 2, dim, keepdim=True), min=eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim=dim)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean",
+           log_target: bool = False):
+    """Pointwise ``target * (log target - input)`` for log-probabilities ``input``
+    (0 where target is 0), reduced; ``"batchmean"`` divides the sum by the batch size."""
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce, reduction)
+    elif reduction == "mean":
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the "
+                      "support size.'batchmean' divides only by the batch size, and aligns with "
+                      "the KL div math definition.'mean' will be changed to behave the same as "
+                      "'batchmean' in the next major release.", UserWarning, stacklevel=2)
+    if log_target:
+        loss = ops.exp(target) * (target - input)
+    else:  # xlogy(t, t) - t * input, with 0 log 0 = 0
+        zero = target == 0
+        loss = ops.where(zero, 0.0, target * ops.where(zero, 1.0, target).log()) - target * input
+    if reduction == "batchmean":
+        total = loss.sum()
+        return total / input.shape[0] if input.ndim else total
+    return _reduce(loss, reduction, "kl_div")
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """Average over PyTorch's adaptive windows: output row i covers input rows
+    ``floor(i H / oh)`` to ``ceil((i + 1) H / oh)``. A window is a product of a row and a
+    column range, so rows are averaged first, then columns: ``oh + ow`` slices in all."""
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
+                           f"{list(input.shape)}")
+    size = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    h, w = input.shape[-2], input.shape[-1]
+    oh, ow = (h if size[0] is None else size[0]), (w if size[1] is None else size[1])
+    if h % oh == 0 and w % ow == 0 and input.ndim == 4:
+        return avg_pool2d(input, (h // oh, w // ow))
+    rows = [input[..., (i * h) // oh:-(-(i + 1) * h // oh), :].mean(dim=-2, keepdim=True)
+            for i in range(oh)]
+    x = ops.cat(rows, dim=-2)
+    cols = [x[..., (j * w) // ow:-(-(j + 1) * w // ow)].mean(dim=-1, keepdim=True)
+            for j in range(ow)]
+    return ops.cat(cols, dim=-1)
+
+
+def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero whole channels (each (H, W) plane of an (N, C, H, W) input) with
+    probability ``p``, scaling the rest by ``1/(1-p)``."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if input.ndim not in (3, 4):
+        warnings.warn(f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is "
+                      f"deprecated and will result in an error in a future release. To retain "
+                      f"the behavior and silence this warning, please use dropout instead. Note "
+                      f"that dropout2d exists to provide channel-wise dropout on inputs with 2 "
+                      f"spatial dimensions, a channel dimension, and an optional batch dimension "
+                      f"(i.e. 3D or 4D inputs).", UserWarning, stacklevel=2)
+    if input.ndim == 3:
+        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that "
+                      "channel-wise 1D dropout behavior is desired - input is interpreted as "
+                      "shape (N, C, L), where C is the channel dim. This behavior will change in "
+                      "a future release to interpret the input as one without a batch dimension, "
+                      "i.e. shape (C, H, W). To maintain the 1D channel-wise dropout behavior, "
+                      "please switch to using dropout1d instead.", UserWarning, stacklevel=2)
+    if not training or p == 0.0:
+        return input
+    # one draw per (sample, channel), as PyTorch's feature_dropout (a 3-D input is (N, C, L))
+    return _drop(input, p, tuple(input.shape[:2]) + (1,) * (input.ndim - 2), inplace)

@@ -3,16 +3,17 @@
 from .activation import *  # noqa: F401,F403
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv2d
-from .dropout import Dropout
+from .dropout import Dropout, Dropout2d
 from .flatten import Flatten, Unflatten
 from .linear import Identity, Linear
 from .loss import *  # noqa: F401,F403
 from .module import Module
-from .normalization import LayerNorm
-from .pooling import AvgPool2d, MaxPool2d
+from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
+from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .sparse import Embedding
 from . import activation, loss
 
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Linear", "Conv2d",
-           "Dropout", "Flatten", "Unflatten", "LayerNorm", "MaxPool2d", "AvgPool2d",
+           "Dropout", "Dropout2d", "Flatten", "Unflatten", "LayerNorm", "GroupNorm",
+           "BatchNorm1d", "BatchNorm2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
            "Embedding", *activation.__all__, *loss.__all__]

@@ -1,5 +1,5 @@
 """Layer ``nn``: ``MaxPool2d`` and ``AvgPool2d`` (a reduction over the window dim of the
-patches, see ``nn.patches``)."""
+patches, see ``nn.patches``), and ``AdaptiveAvgPool2d`` (windows fitted to an output size)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from graphgrad.tensor import Tensor
 from .. import functional as F
 from .module import Module
 
-__all__ = ["MaxPool2d", "AvgPool2d"]
+__all__ = ["MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d"]
 
 
 class MaxPool2d(Module):
@@ -48,3 +48,18 @@ class AvgPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool2d(Module):
+    """Average pooling to a fixed ``output_size`` (an int, or a pair where None keeps
+    that input size)."""
+
+    def __init__(self, output_size) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.adaptive_avg_pool2d(input, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"

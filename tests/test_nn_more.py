@@ -1,0 +1,373 @@
+"""graphgrad.nn against PyTorch, part two: nn.utils (gradient clipping, parameter
+vectors), batch and group normalisation (running statistics, train/eval, second
+derivatives), module hooks, parameter containers, and the smaller layers and functions
+(Dropout2d, AdaptiveAvgPool2d, cosine_similarity, kl_div)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import graphgrad as gg
+from graphgrad import nn
+from graphgrad.nn import functional as F
+
+RTOL, ATOL = 1e-10, 1e-12
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def close(a, b, rtol=RTOL, atol=ATOL):
+    a = a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
+    b = b.detach().numpy() if hasattr(b, "detach") else np.asarray(b)
+    np.testing.assert_allclose(a, b, rtol, atol)
+
+
+def copy_weights(gg_mod, t_mod) -> None:
+    state = {k: gg.tensor(v.detach().numpy().copy()) for k, v in t_mod.state_dict().items()}
+    gg_mod.load_state_dict(state)
+
+
+def twin_models(seed=0):
+    """A graphgrad and a torch MLP with equal float64 weights."""
+    torch.manual_seed(seed)
+    t = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(),
+                            torch.nn.Linear(5, 3)).double()
+    g = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3)).double()
+    copy_weights(g, t)
+    return g, t
+
+
+def backward_both(g, t, scale=1.0, seed=0):
+    x = rand(6, 4, seed=seed) * scale
+    (g(gg.tensor(x)) ** 2).sum().backward()
+    (t(torch.tensor(x)) ** 2).sum().backward()
+
+
+# ---- nn.utils -----------------------------------------------------------------------------
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3, float("inf"), "inf"])
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])
+def test_clip_grad_norm_matches_torch(norm_type, max_norm):
+    g, t = twin_models()
+    backward_both(g, t, scale=3.0)
+    tn_g = nn.utils.clip_grad_norm_(g.parameters(), max_norm, norm_type)
+    tn_t = torch.nn.utils.clip_grad_norm_(t.parameters(), max_norm, norm_type)
+    assert isinstance(tn_g, gg.Tensor) and tn_g.ndim == 0
+    close(tn_g, tn_t)
+    for pg, pt in zip(g.parameters(), t.parameters(), strict=True):
+        close(pg.grad, pt.grad)
+    if max_norm == 1e6:  # not clipped: the coefficient is clamped to 1, grads unchanged
+        assert float(tn_g) < max_norm
+
+
+def test_clip_grad_norm_edge_cases_match_torch():
+    # a single tensor, no gradients (norm 0 as a float32 scalar), parameters without grads
+    p = nn.Parameter(gg.tensor([3.0, 4.0]))
+    p.grad = gg.tensor([3.0, 4.0])
+    tp = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
+    tp.grad = torch.tensor([3.0, 4.0])
+    assert float(nn.utils.clip_grad_norm_(p, 1.0)) == 5.0
+    torch.nn.utils.clip_grad_norm_(tp, 1.0)
+    assert p.grad.dtype == gg.float32
+    close(p.grad, tp.grad, 1e-6, 1e-7)
+    empty = nn.utils.clip_grad_norm_([nn.Parameter(gg.ones(2))], 1.0)
+    assert float(empty) == 0.0 and empty.dtype == gg.float32
+    with pytest.warns(UserWarning, match="empty generator"):
+        nn.utils.clip_grad_norm_((q for q in []), 1.0)
+    # a non-finite norm: an error when asked for, else the gradients scale by it (nan)
+    q = nn.Parameter(gg.ones(2))
+    q.grad = gg.tensor([float("inf"), 1.0])
+    tq = torch.nn.Parameter(torch.ones(2))
+    tq.grad = torch.tensor([float("inf"), 1.0])
+    for lib, param in ((nn.utils, q), (torch.nn.utils, tq)):
+        with pytest.raises(RuntimeError, match="is non-finite, so it cannot be clipped"):
+            lib.clip_grad_norm_(param, 1.0, error_if_nonfinite=True)
+    nn.utils.clip_grad_norm_(q, 1.0)
+    torch.nn.utils.clip_grad_norm_(tq, 1.0)
+    close(q.grad, tq.grad)
+    with pytest.warns(FutureWarning, match="clip_grad_norm_"):
+        nn.utils.clip_grad_norm(q, 1.0)
+
+
+def test_total_norm_and_clip_with_norm_split_as_torch():
+    g, t = twin_models()
+    backward_both(g, t, scale=2.0)
+    grads_g = [p.grad for p in g.parameters()]
+    grads_t = [p.grad for p in t.parameters()]
+    n_g = nn.utils.get_total_norm(grads_g, 3.0)
+    n_t = torch.nn.utils.get_total_norm(grads_t, 3.0)
+    close(n_g, n_t)
+    nn.utils.clip_grads_with_norm_(g.parameters(), 0.1, n_g)
+    torch.nn.utils.clip_grads_with_norm_(t.parameters(), 0.1, n_t)
+    for pg, pt in zip(g.parameters(), t.parameters(), strict=True):
+        close(pg.grad, pt.grad)
+
+
+def test_clip_grad_value_matches_torch():
+    g, t = twin_models()
+    backward_both(g, t, scale=3.0)
+    assert nn.utils.clip_grad_value_(g.parameters(), 0.25) is None
+    torch.nn.utils.clip_grad_value_(t.parameters(), 0.25)
+    for pg, pt in zip(g.parameters(), t.parameters(), strict=True):
+        close(pg.grad, pt.grad)
+        assert float(pg.grad.abs().max()) <= 0.25
+
+
+def test_clipped_training_follows_torch():
+    """SGD with clipping for a few steps: the weights stay equal to PyTorch's."""
+    g, t = twin_models(seed=3)
+    opt_g = gg.optim.SGD(g.parameters(), lr=0.1)
+    opt_t = torch.optim.SGD(t.parameters(), lr=0.1)
+    for step in range(5):
+        opt_g.zero_grad()
+        opt_t.zero_grad()
+        backward_both(g, t, scale=4.0, seed=step)
+        nn.utils.clip_grad_norm_(g.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(t.parameters(), 1.0)
+        opt_g.step()
+        opt_t.step()
+    for pg, pt in zip(g.parameters(), t.parameters(), strict=True):
+        close(pg, pt, 1e-9, 1e-11)
+
+
+def test_parameters_to_vector_and_back():
+    g, t = twin_models()
+    vg = nn.utils.parameters_to_vector(g.parameters())
+    vt = torch.nn.utils.parameters_to_vector(t.parameters())
+    close(vg, vt)
+    # differentiable: the gradient of a function of the vector reaches every parameter
+    (vg * vg).sum().backward()
+    for p in g.parameters():
+        close(p.grad, 2 * p.detach().numpy())
+    new = rand(vg.shape[0], seed=5)
+    nn.utils.vector_to_parameters(gg.tensor(new), g.parameters())
+    torch.nn.utils.vector_to_parameters(torch.tensor(new), t.parameters())
+    for pg, pt in zip(g.parameters(), t.parameters(), strict=True):
+        close(pg, pt)
+        assert isinstance(pg, nn.Parameter) and pg.requires_grad
+    with pytest.raises(TypeError, match="expected torch.Tensor, but got: list"):
+        nn.utils.vector_to_parameters([1.0], g.parameters())
+
+
+# ---- batch and group normalisation --------------------------------------------------------
+def random_affine(t_mod, seed=7):
+    """Non-trivial weight and bias, so a wrong broadcast would show."""
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for p in t_mod.parameters():
+            p.copy_(torch.tensor(rng.standard_normal(tuple(p.shape))))
+
+
+def twin_layers(make):
+    """``make(torch.nn)`` and ``make(graphgrad.nn)`` in float64 with equal random affine
+    parameters; they print the same."""
+    t_mod, g_mod = make(torch.nn).double(), make(nn).double()
+    random_affine(t_mod)
+    copy_weights(g_mod, t_mod)
+    assert repr(g_mod) == repr(t_mod)
+    return g_mod, t_mod
+
+
+def step_both(g_mod, t_mod, x, seed=1):
+    """One forward and backward of sum(out * r); compares everything that came out."""
+    gx = gg.tensor(x, requires_grad=True)
+    tx = torch.tensor(x, requires_grad=True)
+    out_g, out_t = g_mod(gx), t_mod(tx)
+    close(out_g, out_t)
+    r = rand(*out_t.shape, seed=seed)
+    (out_g * gg.tensor(r)).sum().backward()
+    (out_t * torch.tensor(r)).sum().backward()
+    close(gx.grad, tx.grad)
+    t_params = dict(t_mod.named_parameters())
+    for name, p in g_mod.named_parameters():
+        close(p.grad, t_params[name].grad)
+    t_buffers = dict(t_mod.named_buffers())
+    assert set(t_buffers) == {k for k, _ in g_mod.named_buffers()}
+    for name, b in g_mod.named_buffers():
+        close(b, t_buffers[name])
+        assert b.dtype.name.replace("graphgrad.", "") == str(t_buffers[name].dtype)[6:]
+
+
+BATCHNORMS = [
+    ("bn1d", lambda m: m.BatchNorm1d(3), (8, 3)),
+    ("bn1d_3d", lambda m: m.BatchNorm1d(3), (4, 3, 5)),
+    ("bn2d", lambda m: m.BatchNorm2d(2), (3, 2, 4, 5)),
+    ("bn2d_momentum", lambda m: m.BatchNorm2d(2, momentum=0.3, eps=1e-3), (2, 2, 3, 3)),
+    ("bn2d_cumulative", lambda m: m.BatchNorm2d(2, momentum=None), (2, 2, 3, 3)),
+    ("bn1d_no_affine", lambda m: m.BatchNorm1d(3, affine=False), (5, 3)),
+    ("bn1d_no_bias", lambda m: m.BatchNorm1d(3, bias=False), (5, 3)),
+    ("bn2d_untracked", lambda m: m.BatchNorm2d(2, track_running_stats=False), (2, 2, 3, 3)),
+]
+
+
+@pytest.mark.parametrize("name,make,shape", BATCHNORMS, ids=[b[0] for b in BATCHNORMS])
+def test_batchnorm_train_then_eval_matches_torch(name, make, shape):
+    g_mod, t_mod = twin_layers(make)
+    for step in range(3):  # the running statistics move the same way, step by step
+        step_both(g_mod, t_mod, rand(*shape, seed=step) * 2 + 1, seed=step)
+        g_mod.zero_grad()
+        t_mod.zero_grad()
+    g_mod.eval()
+    t_mod.eval()
+    step_both(g_mod, t_mod, rand(*shape, seed=10))
+
+
+def test_batchnorm_second_derivatives_match_torch():
+    """d/dx and d/dweight of |d out/dx|^2: batch norm is made of differentiable ops."""
+    g_mod, t_mod = twin_layers(lambda m: m.BatchNorm2d(2))
+    x = rand(3, 2, 2, 3, seed=4)
+    r = rand(3, 2, 2, 3, seed=5)
+    gx, tx = gg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (dg,) = gg.autograd.grad((g_mod(gx) * gg.tensor(r)).sum(), gx, create_graph=True)
+    (dt,) = torch.autograd.grad((t_mod(tx) * torch.tensor(r)).sum(), tx, create_graph=True)
+    close(dg, dt)
+    hg = gg.autograd.grad((dg ** 2).sum(), [gx, g_mod.weight])
+    ht = torch.autograd.grad((dt ** 2).sum(), [tx, t_mod.weight])
+    for a, b in zip(hg, ht, strict=True):
+        close(a, b, 1e-9, 1e-11)
+
+
+def test_functional_batch_norm_matches_torch():
+    x = rand(6, 3, 2)
+    w, b = rand(3, seed=1), rand(3, seed=2)
+    rm_g, rv_g = gg.zeros(3, dtype=gg.float64), gg.ones(3, dtype=gg.float64)
+    rm_t, rv_t = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    out_g = F.batch_norm(gg.tensor(x), rm_g, rv_g, gg.tensor(w), gg.tensor(b), True, 0.2)
+    out_t = torch.nn.functional.batch_norm(torch.tensor(x), rm_t, rv_t, torch.tensor(w),
+                                           torch.tensor(b), True, 0.2)
+    close(out_g, out_t)
+    close(rm_g, rm_t)
+    close(rv_g, rv_t)
+    # eval with the running statistics; training with none (batch statistics only)
+    close(F.batch_norm(gg.tensor(x), rm_g, rv_g),
+          torch.nn.functional.batch_norm(torch.tensor(x), rm_t, rv_t))
+    close(F.batch_norm(gg.tensor(x), None, None, training=True),
+          torch.nn.functional.batch_norm(torch.tensor(x), None, None, training=True))
+
+
+def test_batchnorm_errors_use_torch_wording():
+    with pytest.raises(RuntimeError, match="running_mean must be defined in evaluation mode"):
+        F.batch_norm(gg.randn(4, 3), None, None, training=False)
+    with pytest.raises(ValueError, match=r"Expected more than 1 value per channel when "
+                       r"training, got input size graphgrad.Size\(\[1, 3\]\)"):
+        nn.BatchNorm1d(3)(gg.randn(1, 3))
+    with pytest.raises(RuntimeError, match="running_mean should contain 3 elements not 4"):
+        F.batch_norm(gg.randn(2, 3), gg.zeros(4), gg.ones(4), training=True)
+    with pytest.raises(RuntimeError, match="weight should contain 3 elements not 4"):
+        F.batch_norm(gg.randn(2, 3), gg.zeros(3), gg.ones(3), gg.ones(4), training=True)
+    with pytest.raises(ValueError, match=r"expected 2D or 3D input \(got 4D input\)"):
+        nn.BatchNorm1d(3)(gg.randn(2, 3, 4, 5))
+    with pytest.raises(ValueError, match=r"expected 4D input \(got 3D input\)"):
+        nn.BatchNorm2d(3)(gg.randn(2, 3, 4))
+    nn.BatchNorm1d(3).eval()(gg.randn(1, 3))  # eval: one sample is fine
+
+
+def test_batchnorm_state_dict_and_reset_as_torch():
+    t_mod, g_mod = torch.nn.BatchNorm2d(2), nn.BatchNorm2d(2)
+    assert list(g_mod.state_dict()) == list(t_mod.state_dict())
+    g_mod(gg.randn(3, 2, 2, 2))
+    assert int(g_mod.num_batches_tracked) == 1
+    g_mod.reset_running_stats()
+    close(g_mod.running_mean, np.zeros(2))
+    close(g_mod.running_var, np.ones(2))
+    assert int(g_mod.num_batches_tracked) == 0
+    # a model with batch norm trains in float32 with float32 statistics
+    assert g_mod.running_mean.dtype == gg.float32
+
+
+GROUPNORMS = [
+    ("gn", lambda m: m.GroupNorm(2, 4), (3, 4, 5)),
+    ("gn_2d", lambda m: m.GroupNorm(3, 6, eps=1e-3), (2, 6, 2, 3)),
+    ("gn_instance", lambda m: m.GroupNorm(4, 4), (2, 4, 3, 3)),
+    ("gn_layer", lambda m: m.GroupNorm(1, 4, affine=False), (2, 4, 3)),
+    ("gn_no_bias", lambda m: m.GroupNorm(2, 4, bias=False), (2, 4, 3)),
+]
+
+
+@pytest.mark.parametrize("name,make,shape", GROUPNORMS, ids=[b[0] for b in GROUPNORMS])
+def test_groupnorm_matches_torch(name, make, shape):
+    g_mod, t_mod = twin_layers(make)
+    step_both(g_mod, t_mod, rand(*shape))
+
+
+def test_groupnorm_errors_use_torch_wording():
+    with pytest.raises(ValueError, match=r"num_channels \(4\) must be divisible by "
+                       r"num_groups \(3\)"):
+        nn.GroupNorm(3, 4)
+    with pytest.raises(RuntimeError, match=r"Expected number of channels in input to be "
+                       r"divisible by num_groups, but got input of shape \[2, 5, 4\] and "
+                       r"num_groups=2"):
+        F.group_norm(gg.randn(2, 5, 4), 2)
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel"):
+        F.group_norm(gg.randn(1, 2), 2)
+
+
+# ---- smaller layers and functions ---------------------------------------------------------
+@pytest.mark.parametrize("in_shape,out_size", [((2, 3, 8, 6), (4, 3)), ((2, 3, 7, 5), 3),
+                                                ((1, 2, 5, 9), (None, 4)), ((3, 6, 6), 1),
+                                                ((1, 1, 4, 4), (5, 3))])
+def test_adaptive_avg_pool2d_matches_torch(in_shape, out_size):
+    step_both(nn.AdaptiveAvgPool2d(out_size), torch.nn.AdaptiveAvgPool2d(out_size),
+              rand(*in_shape))
+    assert repr(nn.AdaptiveAvgPool2d(out_size)) == repr(torch.nn.AdaptiveAvgPool2d(out_size))
+
+
+@pytest.mark.parametrize("s1,s2,dim", [((4, 5), (4, 5), 1), ((3, 4, 2), (3, 4, 2), -1),
+                                       ((4, 5), (1, 5), 1), ((5,), (5,), 0)])
+def test_cosine_similarity_matches_torch(s1, s2, dim):
+    a, b = rand(*s1, seed=1), rand(*s2, seed=2)
+    ga, gb = gg.tensor(a, requires_grad=True), gg.tensor(b, requires_grad=True)
+    ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    out_g, out_t = nn.CosineSimilarity(dim)(ga, gb), torch.nn.CosineSimilarity(dim)(ta, tb)
+    close(out_g, out_t)
+    (out_g ** 2).sum().backward()
+    (out_t ** 2).sum().backward()
+    close(ga.grad, ta.grad)
+    close(gb.grad, tb.grad)
+    # a zero vector: the norm is clamped at eps, the similarity 0 (no nan)
+    z = np.zeros(s1)
+    close(F.cosine_similarity(gg.tensor(z), gb, dim),
+          torch.nn.functional.cosine_similarity(torch.tensor(z), tb, dim))
+
+
+@pytest.mark.parametrize("reduction", ["batchmean", "sum", "none", "mean"])
+@pytest.mark.parametrize("log_target", [False, True])
+def test_kl_div_matches_torch(reduction, log_target):
+    logp = np.log(np.random.default_rng(0).dirichlet(np.ones(5), size=4))
+    q = np.random.default_rng(1).dirichlet(np.ones(5), size=4)
+    q[0, 1] = 0.0  # 0 log 0 = 0
+    target = np.log(q + 1e-3) if log_target else q
+    gi, ti = gg.tensor(logp, requires_grad=True), torch.tensor(logp, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out_g = nn.KLDivLoss(reduction=reduction, log_target=log_target)(gi, gg.tensor(target))
+    assert any("'batchmean' divides only by the batch size" in str(w.message)
+               for w in caught) == (reduction == "mean")
+    out_t = torch.nn.KLDivLoss(reduction=reduction, log_target=log_target)(
+        ti, torch.tensor(target))
+    close(out_g, out_t)
+    (out_g * gg.tensor(rand(*out_t.shape))).sum().backward()
+    (out_t * torch.tensor(rand(*out_t.shape))).sum().backward()
+    close(gi.grad, ti.grad)
+
+
+def test_dropout2d_zeroes_whole_channels():
+    gg.manual_seed(0)
+    x = gg.ones(8, 16, 3, 3)
+    out = nn.Dropout2d(0.5)(x).numpy()
+    per_channel = out.reshape(8, 16, 9)
+    assert set(np.unique(out)) <= {0.0, 2.0}
+    assert (per_channel.min(axis=2) == per_channel.max(axis=2)).all()  # whole planes
+    assert 0.25 < (per_channel[:, :, 0] == 0).mean() < 0.75
+    m = nn.Dropout2d(0.5).eval()
+    assert m(x) is x
+    assert repr(m) == repr(torch.nn.Dropout2d(0.5))
+    with pytest.warns(UserWarning, match="Received a 3D input to dropout2d"):
+        F.dropout2d(gg.ones(2, 3, 4))
+    with pytest.raises(ValueError, match="dropout probability has to be between 0 and 1"):
+        F.dropout2d(x, 1.5)
