@@ -455,3 +455,23 @@ def test_augmented_assignments_are_in_place():
         part ^= 1
         outs.append((x.tolist(), flags.tolist(), ints.tolist()))
     assert outs[0] == outs[1]
+
+
+def test_in_place_on_a_view_made_under_no_grad_is_refused_with_grad_on():
+    """PyTorch forbids it as ambiguous; inside no_grad, or on views of tensors that need no
+    gradient, it is allowed."""
+    for lib in (torch, gg):
+        for modify in (lambda v: v.add_(1), lambda v: v.zero_(), lambda v: v.mul_(2)):
+            x = lib.tensor([1.0, 2.0], requires_grad=True)
+            base = x * 2
+            for source in (x, base):
+                with lib.no_grad():
+                    view = source[0:1]
+                with pytest.raises(RuntimeError, match="A view was created in no_grad mode"):
+                    modify(view)
+        b = lib.tensor([1.0, 2.0], requires_grad=True) * 2
+        with lib.no_grad():
+            b[0:1].add_(1)
+        plain = lib.ones(3)
+        plain[:2].add_(1)
+        assert plain.tolist() == [2.0, 2.0, 1.0] and b.tolist() == [3.0, 4.0]

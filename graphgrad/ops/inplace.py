@@ -45,6 +45,24 @@ def _check_allowed(t: Tensor) -> None:
                                "an in-place operation.")
 
 
+def _check_not_a_no_grad_view(t: Tensor) -> None:
+    """An in-place op with grad mode on, on a view that does not require grad of a base that
+    does (the view was made under no_grad): PyTorch forbids it as ambiguous."""
+    ext = t._ext
+    if ext is None or ext.base is None or t._rg or not is_grad_enabled():
+        return
+    base = ext.base
+    while base._ext is not None and base._ext.base is not None:
+        base = base._ext.base
+    if base._rg:
+        raise RuntimeError(
+            "A view was created in no_grad mode and is being modified inplace with grad mode "
+            "enabled. Given that this use case is ambiguous and error-prone, it is forbidden. "
+            "You can clarify your code by moving both the view and the inplace either both "
+            "inside the no_grad block (if you don't want the inplace to be tracked) or both "
+            "outside (if you want the inplace to be tracked).")
+
+
 def _bump(t: Value) -> int:
     if t._vc is None:
         t._vc = [0]
@@ -294,6 +312,7 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
         return _inplace_batched(t, fn, args, kw, name)
     recording = is_grad_enabled() and (t._rg or any(needs_grad(a) for a in args))
     if not recording:
+        _check_not_a_no_grad_view(t)
         result = fn(t, *args, **kw)
         if _is_wrapper(result):
             raise _vmap_inplace_error(name)
@@ -380,6 +399,7 @@ def fill_inplace(t: Tensor, value, name: str = "fill_") -> Tensor:
         raise _vmap_inplace_error(name)
     if not _is_wrapper(t) and not (is_grad_enabled() and (t._rg or needs_grad(value))) and \
             not _has_tangents(t) and not _has_tangents(value):
+        _check_not_a_no_grad_view(t)
         src = value._array if isinstance(value, Value) else value
         if isinstance(value, Value) and xp.broadcast_shapes(src.shape, t._array.shape) \
                 != t._array.shape:
