@@ -1,10 +1,17 @@
-"""Layer ``optim``: optimizers (``SGD``, ``Adam``, ``AdamW``, ``LBFGS``) and learning-rate
-schedules, with PyTorch's update formulas."""
+"""Layer ``optim``: optimizers (``SGD``, ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad``,
+``Adamax``, ``NAdam``, ``RAdam``, ``LBFGS``) and learning-rate schedules, with PyTorch's
+update formulas, state layouts and error messages."""
 
 from . import lr_scheduler
+from .adagrad import Adagrad
 from .adam import Adam, AdamW
+from .adamax import Adamax
 from .lbfgs import LBFGS
+from .nadam import NAdam
 from .optimizer import Optimizer
+from .radam import RAdam
+from .rmsprop import RMSprop
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LBFGS", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adamax", "NAdam",
+           "RAdam", "LBFGS", "lr_scheduler"]

@@ -10,16 +10,34 @@ Loshchilov & Hutter 2019), with PyTorch's update exactly:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-from graphgrad.autograd import no_grad
 from graphgrad.backend import xp
-from graphgrad.tensor import tensor, zeros_like
+from graphgrad.tensor import zeros_like
 
-from .fused import axpy, buffer, grad_array, written
-from .optimizer import Optimizer
+from .fused import axpy, buffer, decay, grad_array, lerp, real_view, written
+from .optimizer import Optimizer, check_nonnegative
 
-__all__ = ["Adam", "AdamW"]
+__all__ = ["Adam", "AdamW", "check_adam_args", "update_moments"]
+
+
+def check_adam_args(lr: float, betas, eps: float, weight_decay: float) -> None:
+    """The hyperparameter checks of the Adam family, with PyTorch's messages."""
+    check_nonnegative(lr=lr, eps=eps)
+    for i, b in enumerate(betas):
+        if not 0.0 <= b < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {b}")
+    check_nonnegative(weight_decay=weight_decay)
+
+
+def update_moments(m, v, g, beta1: float, beta2: float, scratch) -> None:
+    """The Adam family's moment estimates, in place and in PyTorch's order:
+    ``exp_avg.lerp_(grad, 1 - beta1)``;
+    ``exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)``."""
+    lerp(m, g, 1 - beta1, scratch)
+    v *= beta2
+    xp.multiply(g, g, out=scratch)
+    axpy(v, 1 - beta2, scratch, scratch)
 
 
 class Adam(Optimizer):
@@ -29,27 +47,10 @@ class Adam(Optimizer):
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, amsgrad: bool = False, *,
                  maximize: bool = False) -> None:
-        if lr < 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if eps < 0.0:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        for i, b in enumerate(betas):
-            if not 0.0 <= b < 1.0:
-                raise ValueError(f"Invalid beta parameter at index {i}: {b}")
-        if weight_decay < 0.0:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        check_adam_args(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,
                                       maximize=maximize))
-
-    def step(self, closure: Callable | None = None):
-        loss = self._closure_loss(closure)
-        with no_grad():
-            for group in self.param_groups:
-                for p in group["params"]:
-                    if p._grad is not None:
-                        self._update(p, group)
-        return loss
 
     def _update(self, p, group: dict) -> None:
         """One parameter's update on the buffers in place (see ``fused``), in PyTorch's
@@ -58,35 +59,21 @@ class Adam(Optimizer):
         wd, amsgrad = group["weight_decay"], group["amsgrad"]
         param = buffer(p, f"{type(self).__name__}.step")
         g = grad_array(p, group["maximize"])
-        state = self.state[p]
-        if not state:
-            state["step"] = tensor(0.0)  # a float32 0-d tensor, as PyTorch keeps it
-            state["exp_avg"] = zeros_like(p)
-            state["exp_avg_sq"] = zeros_like(p)
-            if amsgrad:
-                state["max_exp_avg_sq"] = zeros_like(p)
-        step_t, m_t, v_t = state["step"], state["exp_avg"], state["exp_avg_sq"]
-        step_t._array += 1
-        step = float(step_t._array)
-        if wd != 0:
-            if self._decoupled:
-                param *= 1 - lr * wd
-            else:
-                g = g + wd * param  # grad.add(param, alpha=weight_decay)
+        init = dict(exp_avg=zeros_like, exp_avg_sq=zeros_like)
+        if amsgrad:
+            init["max_exp_avg_sq"] = zeros_like
+        state, step = self._begin_step(p, **init)
+        m_t, v_t = state["exp_avg"], state["exp_avg_sq"]
+        g = decay(param, g, lr, wd, self._decoupled)
         m, v = buffer(m_t), buffer(v_t)
-        if param.dtype.kind == "c":  # as PyTorch (view_as_real): real and imaginary parts
-            param, m, v = _as_real(param), _as_real(m), _as_real(v)  # are separate entries
-            g = _as_real(xp.ascontiguousarray(g))
-        scratch = xp.subtract(g, m)  # exp_avg.lerp_(grad, 1 - beta1)
-        axpy(m, 1 - beta1, scratch, scratch)
-        v *= beta2  # exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        xp.multiply(g, g, out=scratch)
-        axpy(v, 1 - beta2, scratch, scratch)
-        written(step_t, m_t, v_t)
+        # as PyTorch (view_as_real): real and imaginary parts are separate entries
+        param, m, v, g = (real_view(a) for a in (param, m, v, xp.ascontiguousarray(g)))
+        scratch = xp.empty_like(m)
+        update_moments(m, v, g, beta1, beta2, scratch)
+        written(m_t, v_t)
         if amsgrad:
             vmax_t = state["max_exp_avg_sq"]
-            vmax = buffer(vmax_t)
-            vmax = _as_real(vmax) if vmax.dtype.kind == "c" else vmax
+            vmax = real_view(buffer(vmax_t))
             xp.maximum(vmax, v, out=vmax)
             written(vmax_t)
             v = vmax
@@ -98,13 +85,6 @@ class Adam(Optimizer):
         xp.divide(m, denom, out=scratch)  # param.addcdiv_(m, denom, value=-step_size)
         axpy(param, -lr / bias_correction1, scratch, scratch)
         written(p)
-
-
-def _as_real(a):
-    """A contiguous complex array as a real view with a trailing (real, imag) pair."""
-    if not a.flags.c_contiguous:
-        raise NotImplementedError("Adam: complex parameters must be contiguous tensors")
-    return a.view(a.real.dtype).reshape(*a.shape, 2)
 
 
 class AdamW(Adam):

@@ -15,7 +15,8 @@ from graphgrad.backend import xp
 from graphgrad.tensor import Tensor
 from graphgrad.tensor.creation import _leaf
 
-__all__ = ["buffer", "written", "new_state", "grad_array", "axpy"]
+__all__ = ["buffer", "written", "new_state", "grad_array", "axpy", "lerp", "real_view",
+           "decay"]
 
 
 def buffer(t: Tensor, name: str = "optimizer step"):
@@ -56,3 +57,38 @@ def axpy(y, a: float, x, scratch=None) -> None:
         return
     xp.multiply(x, a, out=scratch)
     y += scratch
+
+
+def lerp(y, end, weight: float, scratch) -> None:
+    """``y.lerp_(end, weight)`` in place, with PyTorch's two formulas (the one that is
+    exact at its end of the interval): ``y + w * (end - y)`` for ``w < 0.5``, else
+    ``end - (end - y) * (1 - w)``."""
+    xp.subtract(end, y, out=scratch)
+    if weight < 0.5:
+        axpy(y, weight, scratch, scratch)
+    else:
+        scratch *= 1 - weight
+        xp.subtract(end, scratch, out=y)
+
+
+def real_view(a):
+    """A complex array as a real view with a trailing (real, imag) pair, as PyTorch's
+    ``view_as_real``: optimizers update complex entries as two real ones. Real arrays
+    are returned as they are."""
+    if a.dtype.kind != "c":
+        return a
+    if not a.flags.c_contiguous:
+        raise NotImplementedError("optimizers: complex parameters must be contiguous tensors")
+    return a.view(a.real.dtype).reshape(*a.shape, 2)
+
+
+def decay(param, g, lr: float, weight_decay: float, decoupled: bool = False):
+    """PyTorch's weight decay; returns the gradient to use. Decoupled (AdamW's):
+    ``param.mul_(1 - lr * weight_decay)`` in place, the gradient unchanged; otherwise
+    ``grad.add(param, alpha=weight_decay)``, a new array."""
+    if weight_decay == 0:
+        return g
+    if decoupled:
+        param *= 1 - lr * weight_decay
+        return g
+    return g + weight_decay * param

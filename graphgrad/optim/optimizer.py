@@ -8,14 +8,18 @@ parameters keep their identity (and modules and other optimizers still see them)
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from graphgrad.autograd import no_grad
-from graphgrad.tensor import Tensor
+from graphgrad.backend import xp
+from graphgrad.tensor import Tensor, tensor
 
-__all__ = ["Optimizer", "required"]
+from .fused import written
+
+__all__ = ["Optimizer", "required", "check_nonnegative"]
 
 
 class _Required:
@@ -24,6 +28,17 @@ class _Required:
 
 
 required = _Required()
+
+
+# PyTorch's wording of "Invalid <what>: <value>" for a negative hyperparameter
+_WHAT = {"lr": "learning rate", "eps": "epsilon value"}
+
+
+def check_nonnegative(**values: float) -> None:
+    """Raise PyTorch's ``ValueError`` for the first negative hyperparameter, in order."""
+    for name, value in values.items():
+        if not 0.0 <= value:
+            raise ValueError(f"Invalid {_WHAT.get(name, name + ' value')}: {value}")
 
 
 class Optimizer:
@@ -46,37 +61,98 @@ class Optimizer:
             self.add_param_group(g)
 
     def add_param_group(self, param_group: dict) -> None:
-        group = dict(param_group)
+        """Add a group (a dict with ``params`` and any hyperparameters; the others take
+        the defaults), with PyTorch's checks. Parameters may be given as ``(name, tensor)``
+        pairs; the names are kept in the group's ``param_names``."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group)}")
+        group = param_group
         params = group["params"]
-        group["params"] = [params] if isinstance(params, Tensor) else list(params)
+        if isinstance(params, set):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, "
+                            "but the ordering of tensors in sets will change between runs. "
+                            "Please use a list instead.")
+        params = [params] if isinstance(params, Tensor) else list(params)
+        names = [p[0] for p in params if isinstance(p, tuple)]
+        group["params"] = [p[1] if isinstance(p, tuple) else p for p in params]
+        if names:
+            if len(names) != len(params):
+                raise ValueError("all optimizer params should be with/without names. Some param "
+                                 "names are missing")
+            group["param_names"] = names
         for p in group["params"]:
             if not isinstance(p, Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is "
                                 + type(p).__name__)
-            if p.op is not None:
+            if p.op is not None and not p.retains_grad:
                 raise ValueError("can't optimize a non-leaf Tensor")
         for name, default in self.defaults.items():
             if default is required and name not in group:
                 raise ValueError(f"parameter group didn't specify a value of required "
                                  f"optimization parameter {name}")
             group.setdefault(name, default)
+        if len({id(p) for p in group["params"]}) != len(group["params"]):
+            warnings.warn("optimizer contains a parameter group with duplicate parameters; in "
+                          "future, this will cause an error; see github.com/pytorch/pytorch/"
+                          "issues/40967 for more information", stacklevel=3)
+        for other in self.param_groups:
+            if ("param_names" in group) != ("param_names" in other):
+                with_names = "with names" if "param_names" in group else "without names"
+                raise ValueError("all optimizer param groups should be with/without names. "
+                                 f"cannot add param group {with_names} to the optimizer")
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in seen for p in group["params"]):
             raise ValueError("some parameters appear in more than one parameter group")
         self.param_groups.append(group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop the gradients (``set_to_none``), or zero them in place: a gradient that
+        is part of a graph (``backward(create_graph=True)``) is detached first, as in
+        PyTorch, so holders of ``p.grad`` see the zeros and no history."""
         for group in self.param_groups:
             for p in group["params"]:
-                if p._grad is None:
+                g = p._grad
+                if g is None:
                     continue
                 if set_to_none:
                     p._grad = None
-                else:
-                    p._grad._array[...] = 0
+                    continue
+                if g.op is not None:
+                    g.detach_()
+                g._rg = False
+                if g._array.flags.writeable:
+                    g._array[...] = 0
+                else:  # an expanded (read-only) gradient: give it memory of its own
+                    g._array = xp.zeros_like(g._array)
+                written(g)
 
     def step(self, closure: Callable[[], Any] | None = None):
-        raise NotImplementedError
+        """One update: the closure's loss (run with grad enabled, before the update), then
+        ``self._update(p, group)`` for every parameter that has a gradient, under
+        ``no_grad``. Optimizers that update each parameter on its own define ``_update``;
+        the others (LBFGS) define ``step``."""
+        if not hasattr(self, "_update"):
+            raise NotImplementedError
+        loss = self._closure_loss(closure)
+        with no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p._grad is not None:
+                        self._update(p, group)
+        return loss
+
+    def _begin_step(self, p: Tensor, **init: Callable[[Tensor], Tensor]) -> tuple[dict, float]:
+        """The state of ``p`` with its step counted: on the first step it is created as
+        PyTorch's, ``step`` (a float32 0-d tensor) then ``name: init[name](p)`` in
+        order. Returns the state and the step number."""
+        state = self.state[p]
+        if not state:
+            state["step"] = tensor(0.0)
+            for name, make in init.items():
+                state[name] = make(p)
+        state["step"]._array += 1
+        written(state["step"])
+        return state, float(state["step"]._array)
 
     def _closure_loss(self, closure: Callable | None):
         """Run the closure (with grad enabled, before the update), as PyTorch's step."""

@@ -9,12 +9,10 @@ momentum and weight decay, PyTorch's update exactly:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-from graphgrad.autograd import no_grad
-
-from .fused import axpy, buffer, grad_array, new_state, written
-from .optimizer import Optimizer
+from .fused import axpy, buffer, decay, grad_array, new_state, written
+from .optimizer import Optimizer, check_nonnegative
 
 __all__ = ["SGD"]
 
@@ -23,36 +21,21 @@ class SGD(Optimizer):
     def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0.0,
                  dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
                  *, maximize: bool = False) -> None:
-        if lr < 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if momentum < 0.0:
-            raise ValueError(f"Invalid momentum value: {momentum}")
-        if weight_decay < 0.0:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        check_nonnegative(lr=lr, momentum=momentum, weight_decay=weight_decay)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
                                       weight_decay=weight_decay, nesterov=nesterov,
                                       maximize=maximize))
 
-    def step(self, closure: Callable | None = None):
-        """One update of every parameter with a gradient, on the buffers in place (see
-        ``fused``): the formulas of the module docstring, in PyTorch's order."""
-        loss = self._closure_loss(closure)
-        with no_grad():
-            for group in self.param_groups:
-                for p in group["params"]:
-                    if p._grad is not None:
-                        self._update(p, group)
-        return loss
-
     def _update(self, p, group: dict) -> None:
+        """One update of ``p`` on the buffers in place (see ``fused``): the formulas of
+        the module docstring, in PyTorch's order."""
         lr, momentum = group["lr"], group["momentum"]
         dampening, wd = group["dampening"], group["weight_decay"]
         param = buffer(p, "SGD.step")
         g = grad_array(p, group["maximize"])
-        if wd != 0:
-            g = g + wd * param  # grad.add(param, alpha=weight_decay): a new array
+        g = decay(param, g, lr, wd)
         if momentum != 0:
             state = self.state[p]
             buf = state.get("momentum_buffer")

@@ -1,0 +1,54 @@
+"""Layer ``optim``: Adagrad (Duchi, Hazan & Singer 2011), with PyTorch's update exactly:
+
+    g = grad + weight_decay * p
+    clr = lr / (1 + (t - 1) * lr_decay)
+    sum = sum + g * g                    (sum starts at initial_accumulator_value)
+    p = p - clr * g / (sqrt(sum) + eps)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from graphgrad.backend import xp
+from graphgrad.tensor import full_like
+
+from .fused import axpy, buffer, decay, grad_array, real_view, written
+from .optimizer import Optimizer, check_nonnegative
+
+__all__ = ["Adagrad"]
+
+
+class Adagrad(Optimizer):
+    def __init__(self, params: Iterable, lr: float = 1e-2, lr_decay: float = 0.0,
+                 weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
+                 eps: float = 1e-10, *, maximize: bool = False) -> None:
+        check_nonnegative(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                          initial_accumulator_value=initial_accumulator_value, eps=eps)
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps,
+                                      weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value,
+                                      maximize=maximize))
+
+    def _update(self, p, group: dict) -> None:
+        """One parameter's update in place; the state is PyTorch's ``step`` and ``sum``.
+        As in PyTorch, the accumulator starts from the *optimizer's* default
+        ``initial_accumulator_value`` (complex parameters: that value in both parts)."""
+        lr, lr_decay, eps, wd = group["lr"], group["lr_decay"], group["eps"], \
+            group["weight_decay"]
+        param = buffer(p, "Adagrad.step")
+        g = grad_array(p, group["maximize"])
+        init = self.defaults["initial_accumulator_value"]
+        state, step = self._begin_step(p, sum=lambda p: full_like(
+            p, complex(init, init) if p.is_complex() else init))
+        g = decay(param, g, lr, wd)
+        clr = lr / (1 + (step - 1) * lr_decay)
+        param, g = real_view(param), real_view(xp.ascontiguousarray(g))
+        total = real_view(buffer(state["sum"]))
+        scratch = xp.multiply(g, g)  # state_sum.addcmul_(grad, grad, value=1)
+        total += scratch
+        std = xp.sqrt(total)
+        std += eps
+        xp.divide(g, std, out=scratch)  # param.addcdiv_(grad, std, value=-clr)
+        axpy(param, -clr, scratch, scratch)
+        written(state["sum"], p)
