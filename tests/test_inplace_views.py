@@ -475,3 +475,11 @@ def test_in_place_on_a_view_made_under_no_grad_is_refused_with_grad_on():
         plain = lib.ones(3)
         plain[:2].add_(1)
         assert plain.tolist() == [2.0, 2.0, 1.0] and b.tolist() == [3.0, 4.0]
+
+
+def test_contiguous_result_is_contiguous():
+    for lib in (torch, gg):
+        x = lib.arange(6.0).reshape(2, 3).t()
+        assert not x.clone().is_contiguous()
+        assert x.contiguous().is_contiguous()
+        assert lib.ones(3, 1).expand(3, 4).contiguous().is_contiguous()

@@ -64,7 +64,7 @@ def _is_contiguous(self, memory_format=None) -> bool:
 def _contiguous(self, memory_format=None):
     """``self`` when its elements are laid out in row-major order; otherwise a copy (as in
     PyTorch: writes into the result must not reach the tensor it came from)."""
-    return self if self._array.flags.c_contiguous else U.clone(self)
+    return self if self._array.flags.c_contiguous else U.Clone.apply(self, contiguous=True)
 
 
 def _invert(self):

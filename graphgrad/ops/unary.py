@@ -400,15 +400,17 @@ class Clone(Elementwise):
     promotes = False
 
     @staticmethod
-    def forward(a):
-        return xp.array(a, copy=True)
+    def forward(a, *, contiguous=False):
+        # clone keeps the input's layout (as PyTorch's preserve_format); contiguous() asks
+        # for row-major
+        return xp.array(a, copy=True, order="C" if contiguous else "K")
 
     @staticmethod
-    def vjp(g, out, a):
+    def vjp(g, out, a, **params):
         return (g,)
 
     @staticmethod
-    def jvp(dots, out, a):
+    def jvp(dots, out, a, **params):
         return dots[0]
 
 
