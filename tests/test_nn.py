@@ -609,3 +609,19 @@ def test_legacy_size_average_and_reduce_flags_set_the_reduction():
     for got, want in zip(outs[1][0], outs[0][0], strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-6)
     assert outs[0][1] == outs[1][1]
+
+
+@pytest.mark.parametrize("make", ["ELU(inplace=True)", "SiLU(inplace=True)",
+                                  "LeakyReLU(0.1, inplace=True)", "ReLU(inplace=True)"])
+def test_inplace_activation_after_an_op_trains(make):
+    """The in-place activation's backward reads the value before the overwrite (to the
+    second derivative), as PyTorch's elu_/silu_ do."""
+    outs = []
+    for lib in (torch, gg):
+        x = lib.tensor([[-1.0, 2.0, 0.5]], dtype=lib.float64, requires_grad=True)
+        y = eval(f"lib.nn.{make}", {"lib": lib})(x * 1.5)  # noqa: S307 - the test's own text
+        (g,) = lib.autograd.grad(y.sum(), x, create_graph=True)
+        (h,) = lib.autograd.grad((g * g * x).sum(), x)  # x: ReLU's g alone is constant
+        outs.append((y.detach().numpy(), g.detach().numpy(), h.numpy()))
+    for got, want in zip(outs[1], outs[0], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)

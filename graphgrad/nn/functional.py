@@ -9,6 +9,7 @@ from graphgrad import ops
 from graphgrad.backend import xp
 from graphgrad.ops import gelu, one_hot, pad, sigmoid, softplus, tanh
 from graphgrad.ops.linalg import Linear
+from graphgrad.ops.inplace import apply_inplace
 from graphgrad.ops.nll import NllLoss
 from graphgrad.tensor import Tensor, Value
 
@@ -66,7 +67,8 @@ def linear(input, weight, bias=None):
 
 def _result(input, out, inplace: bool):
     """``out``; with ``inplace=True``, ``input`` overwritten with it and returned (an
-    in-place op: PyTorch's rules on leaves and saved tensors apply)."""
+    in-place op: PyTorch's rules on leaves and saved tensors apply). Only for an ``out``
+    whose backward does not read ``input`` (dropout's mask product)."""
     return input.copy_(out) if inplace else out
 
 
@@ -74,17 +76,25 @@ def relu(input, inplace: bool = False):
     return input.relu_() if inplace else ops.relu(input)
 
 
+def _activation(input, fn, inplace: bool, name: str):
+    """``fn(input)``; with ``inplace=True`` written over ``input`` as an in-place op whose
+    backward still sees the old value (``_result``'s copy would bump the version of a
+    tensor ``fn``'s backward reads)."""
+    return apply_inplace(input, fn, name=name) if inplace else fn(input)
+
+
 def silu(input, inplace: bool = False):
-    return _result(input, ops.silu(input), inplace)
+    return _activation(input, ops.silu, inplace, "silu_")
 
 
 def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
-    return _result(input, ops.where(input > 0, input, input * negative_slope), inplace)
+    return _activation(input, lambda x: ops.where(x > 0, x, x * negative_slope), inplace,
+                       "leaky_relu_")
 
 
 def elu(input, alpha: float = 1.0, inplace: bool = False):
-    out = ops.where(input > 0, input, alpha * ops.expm1(ops.clamp(input, max=0.0)))
-    return _result(input, out, inplace)
+    return _activation(input, lambda x: ops.where(x > 0, x, alpha * ops.expm1(
+        ops.clamp(x, max=0.0))), inplace, "elu_")
 
 
 def _implicit_dim(name: str, ndim: int, stacklevel: int) -> int:
