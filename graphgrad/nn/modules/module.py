@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from graphgrad.backend import to_dtype
-from graphgrad.tensor import Tensor
+from graphgrad.tensor import RemovableHandle, Tensor
 
 from ..parameter import Buffer, Parameter
+from .hooks import ModuleHooks, add_hook, call_with_hooks
 
 __all__ = ["Module"]
 
@@ -40,6 +41,7 @@ class Module:
     """Base class for all neural network modules; subclasses define ``forward``."""
 
     training: bool
+    _hooks: ModuleHooks | None = None  # set on an instance by its first register_*_hook
 
     def __init__(self) -> None:
         d = self.__dict__
@@ -54,7 +56,43 @@ class Module:
                                   f'"forward" function')
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        if self._hooks is None:  # the training hot path: one attribute check
+            return self.forward(*args, **kwargs)
+        return call_with_hooks(self, args, kwargs)
+
+    # ---- hooks --------------------------------------------------------------------
+    def _hook_lists(self) -> ModuleHooks:
+        hooks = self.__dict__.get("_hooks")
+        if hooks is None:
+            hooks = self.__dict__["_hooks"] = ModuleHooks()
+        return hooks
+
+    def register_forward_pre_hook(self, hook: Callable, *, prepend: bool = False,
+                                  with_kwargs: bool = False) -> RemovableHandle:
+        """``hook(module, args)`` (or ``(module, args, kwargs)``) before ``forward``; it
+        may return new args (or ``(args, kwargs)``)."""
+        return add_hook(self._hook_lists().forward_pre, hook, prepend, with_kwargs)
+
+    def register_forward_hook(self, hook: Callable, *, prepend: bool = False,
+                              with_kwargs: bool = False,
+                              always_call: bool = False) -> RemovableHandle:
+        """``hook(module, args, output)`` (or ``(module, args, kwargs, output)``) after
+        ``forward``; it may return a new output. ``always_call``: also when forward
+        raises."""
+        return add_hook(self._hook_lists().forward, hook, prepend, with_kwargs, always_call)
+
+    def register_full_backward_pre_hook(self, hook: Callable,
+                                        prepend: bool = False) -> RemovableHandle:
+        """``hook(module, grad_output)`` when the gradients w.r.t. the module's outputs
+        are known; it may return new ones."""
+        return add_hook(self._hook_lists().backward_pre, hook, prepend)
+
+    def register_full_backward_hook(self, hook: Callable,
+                                    prepend: bool = False) -> RemovableHandle:
+        """``hook(module, grad_input, grad_output)`` when the gradients w.r.t. the
+        module's tensor inputs are known (None for an input that needs none); it may
+        return new grad_input."""
+        return add_hook(self._hook_lists().backward, hook, prepend)
 
     # ---- registration ---------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
