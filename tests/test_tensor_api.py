@@ -625,3 +625,14 @@ def test_movedim_sequences_and_tile_forms(call):
     got = eval(call, {}, {"x": gg.arange(24.0).reshape(2, 3, 4), "m": gg})  # noqa: S307
     want = eval(call, {}, {"x": torch.arange(24.0).reshape(2, 3, 4), "m": torch})  # noqa: S307
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_legacy_tensor_constructor_is_float():
+    outs = []
+    for lib in (torch, gg):
+        made = [lib.Tensor([1, 2, 3]), lib.Tensor(2, 3), lib.Tensor(), lib.Tensor([[0, 1]]),
+                lib.Tensor(4), lib.Tensor([True])]
+        param = lib.nn.Parameter(lib.Tensor(3, 2))
+        outs.append(([(tuple(t.shape), str(t.dtype).split(".")[-1]) for t in made],
+                     made[0].tolist(), tuple(param.shape), param.requires_grad))
+    assert outs[0] == outs[1]

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from graphgrad.backend import dtype as _dtype
 from graphgrad.backend import from_numpy_dtype, xp
+from graphgrad.backend import get_default_dtype as _default_dtype
 
 from .device import device as _device
 
@@ -236,8 +237,18 @@ class Tensor(Value):
     __slots__ = ()
     __array_priority__ = 1000  # ndarray OP tensor defers to Tensor's reflected method
 
-    def __init__(self, data: Any = None, *, dtype=None, requires_grad: bool = False):
+    def __init__(self, data: Any = None, *size: int, dtype=None, requires_grad: bool = False):
+        """PyTorch's legacy constructor: ``Tensor([1, 2])`` is a float tensor of the default
+        dtype, ``Tensor(2, 3)`` a (2, 3) one (zeros: PyTorch leaves it uninitialised). An
+        array or tensor keeps its dtype (graphgrad wraps arrays with it)."""
         from .creation import as_array  # tensor(...)'s conversion rules, in one place
+        if isinstance(data, int) and not isinstance(data, bool) or size:
+            dims = (data, *size) if data is not None else size
+            if not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+                raise TypeError(f"Tensor(): sizes must be ints, got {dims}")
+            data = xp.zeros(dims, dtype if dtype is not None else _default_dtype().np)
+        elif dtype is None and not isinstance(data, (xp.ndarray, xp.generic, Value)):
+            dtype = _default_dtype()
         self._array = as_array(data if data is not None else [], dtype)
         self.op = None
         self.inputs = ()
