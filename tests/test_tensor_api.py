@@ -636,3 +636,10 @@ def test_legacy_tensor_constructor_is_float():
         outs.append(([(tuple(t.shape), str(t.dtype).split(".")[-1]) for t in made],
                      made[0].tolist(), tuple(param.shape), param.requires_grad))
     assert outs[0] == outs[1]
+
+
+def test_half_cumsum_accumulates_in_float32_and_norm_takes_a_dtype():
+    for lib in (torch, gg):
+        assert lib.ones(5000, dtype=lib.float16).cumsum(0)[-1].item() == 5000.0
+        n = lib.ones(3).norm(dtype=lib.float64)
+        assert str(n.dtype).split(".")[-1] == "float64" and abs(n.item() - 3 ** 0.5) < 1e-15

@@ -336,6 +336,8 @@ class Cumsum(Op):
         dtype = xp.int64 if a.dtype.kind in "bui" else a.dtype
         if a.ndim == 0:  # NumPy's cumsum flattens a 0-d array to (1,); PyTorch keeps it 0-d
             return a.astype(dtype)
+        if dtype == xp.float16:  # PyTorch accumulates half precision in float32
+            return xp.cumsum(a, axis=dim, dtype=xp.float32).astype(xp.float16)
         return xp.cumsum(a, axis=dim, dtype=dtype)
 
     @staticmethod
@@ -499,6 +501,8 @@ def vector_norm(input, ord=2, dim=None, keepdim: bool = False, *, dtype=None):
     if input._array.dtype.kind not in "fc":
         raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as "
                            f"input. Got {input.dtype.name.capitalize()}")
+    if dtype is not None:  # computed in that dtype, as PyTorch
+        input = input.to(dtype)
     return Norm.apply(input, p=float(ord), dim=_dims(input, dim, "norm"), keepdim=keepdim)
 
 
@@ -509,7 +513,7 @@ def norm(input, p="fro", dim=None, keepdim: bool = False, dtype=None):
         p = 2
     if isinstance(p, str):
         raise NotImplementedError(f"norm: p={p!r} (matrix norms) is not supported")
-    return vector_norm(input, p, dim, keepdim)
+    return vector_norm(input, p, dim, keepdim, dtype=dtype)
 
 
 def logsumexp(input, dim, keepdim: bool = False):
