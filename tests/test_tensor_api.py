@@ -643,3 +643,14 @@ def test_half_cumsum_accumulates_in_float32_and_norm_takes_a_dtype():
         assert lib.ones(5000, dtype=lib.float16).cumsum(0)[-1].item() == 5000.0
         n = lib.ones(3).norm(dtype=lib.float64)
         assert str(n.dtype).split(".")[-1] == "float64" and abs(n.item() - 3 ** 0.5) < 1e-15
+
+
+def test_factories_refuse_devices_graphgrad_does_not_have():
+    for lib in (torch, gg):
+        with pytest.raises(AssertionError, match="not compiled with CUDA"):
+            lib.ones(2, device="cuda:0")
+        with pytest.raises(AssertionError, match="not compiled with CUDA"):
+            lib.randn(2, device=lib.device("cuda"))
+        assert lib.zeros(2, device=lib.device("cpu")).tolist() == [0.0, 0.0]
+    with pytest.raises(NotImplementedError, match="meta"):
+        gg.tensor([1.0], device="meta")

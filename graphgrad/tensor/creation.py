@@ -3,10 +3,13 @@ global random generator behind ``manual_seed``."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 from graphgrad.backend import get_default_dtype, to_dtype, xp
 
+from .device import check_device
 from .value import Tensor, Value, _leaf
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange",
@@ -297,3 +300,19 @@ def randint_like(input: Tensor, low, high=None, dtype=None, device=None) -> Tens
         low, high = 0, low
     shape, dt = _like(input, dtype)
     return random_tensor(lambda rng, s: rng.integers(low, high, size=s), shape, dt)
+
+
+def _on_cpu(fn):
+    """``fn`` with its ``device`` argument checked (``check_device``)."""
+    @functools.wraps(fn)
+    def make(*args, **kwargs):
+        check_device(kwargs.get("device"))
+        return fn(*args, **kwargs)
+    return make
+
+
+# every factory that takes a device refuses the ones graphgrad does not have
+for _name in __all__:
+    _fn = globals()[_name]
+    if inspect.isfunction(_fn) and "device" in inspect.signature(_fn).parameters:
+        globals()[_name] = _on_cpu(_fn)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-__all__ = ["device", "cuda"]
+__all__ = ["device", "cuda", "check_device"]
 
 _TYPES = ("cpu", "cuda", "mps", "meta", "xpu")
 
@@ -45,6 +45,21 @@ class device(str):  # noqa: N801 - PyTorch's name
     def __repr__(self) -> str:
         index = self.index
         return f"device(type='{self.type}'" + (f", index={index})" if index is not None else ")")
+
+
+def check_device(d) -> None:
+    """Accept the CPU (``None``, ``"cpu"``, ``device("cpu")``); refuse other devices as a
+    CPU-only PyTorch does, so nothing is silently made somewhere else than asked."""
+    if d is None:
+        return
+    kind = device(d).type if isinstance(d, str) else None
+    if kind == "cpu":
+        return
+    if kind == "cuda":
+        _not_compiled()
+    if kind == "meta":
+        raise NotImplementedError("graphgrad has no meta (shape-only) tensors")
+    raise RuntimeError(f"graphgrad runs on the CPU only; device {str(d)!r} is not available")
 
 
 def _not_compiled(*args, **kwargs):
