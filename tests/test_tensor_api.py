@@ -654,3 +654,24 @@ def test_factories_refuse_devices_graphgrad_does_not_have():
         assert lib.zeros(2, device=lib.device("cpu")).tolist() == [0.0, 0.0]
     with pytest.raises(NotImplementedError, match="meta"):
         gg.tensor([1.0], device="meta")
+
+
+def test_size_slices_grad_fn_leaves_ragged_lists_and_batch_sampler_as_torch():
+    outs = []
+    for lib in (torch, gg):
+        s = lib.ones(2, 3, 4).shape
+        x = lib.ones(2, requires_grad=True)
+        leaf_node = (x * 2).sum().grad_fn.next_functions[0][0].next_functions[0][0]
+        errors = []
+        for bad in ([[1, 2], [3]], [[[1, 2], [3, 4]], [[1, 2], [3]]], [[1, 2], 3]):
+            try:
+                lib.tensor(bad)
+            except (TypeError, ValueError) as e:
+                errors.append(f"{type(e).__name__}: {e}")
+        with pytest.raises(ValueError, match="batch_sampler option is mutually exclusive"):
+            lib.utils.data.DataLoader([1, 2, 3], batch_sampler=[[0, 1]], batch_size=2)
+        batches = [b.tolist() for b in lib.utils.data.DataLoader([10, 20, 30],
+                                                                 batch_sampler=[[0, 1], [2]])]
+        outs.append((type(s[1:]).__name__, type(s + (5,)).__name__, type((1,) + s).__name__,
+                     list(s[1:]), leaf_node.next_functions, errors, batches))
+    assert outs[0] == outs[1]

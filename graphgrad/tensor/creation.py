@@ -71,7 +71,11 @@ def as_array(data: Any, dtype=None):
     elif dtype is not None:
         return xp.array(data, dtype=to_dtype(dtype).np)
     else:
-        arr = xp.array(data)
+        try:
+            arr = xp.array(data)
+        except ValueError as e:  # ragged nesting: say where, as PyTorch does
+            msg = _ragged(data, 0) or str(e)
+            raise (TypeError if msg == "not a sequence" else ValueError)(msg) from None
         if arr.dtype == xp.float64 and not _holds_float64(data):
             arr = arr.astype(get_default_dtype().np)
         elif arr.dtype.kind in "iu" and arr.dtype != xp.int64 and not _holds_numpy(data):
@@ -84,6 +88,24 @@ def as_array(data: Any, dtype=None):
     if dtype is not None:
         arr = arr.astype(to_dtype(dtype).np)
     return arr
+
+
+def _ragged(data, dim: int) -> str | None:
+    """PyTorch's message for the first sequence whose length differs from its siblings'."""
+    if not isinstance(data, (list, tuple)) or not data:
+        return None
+    lengths = [len(d) if isinstance(d, (list, tuple)) else None for d in data]
+    first = lengths[0]
+    for n in lengths[1:]:
+        if n != first:
+            if first is None or n is None:
+                return "not a sequence"
+            return f"expected sequence of length {first} at dim {dim + 1} (got {n})"
+    for d in data:
+        msg = _ragged(d, dim + 1)
+        if msg:
+            return msg
+    return None
 
 
 def _holds_float64(data) -> bool:

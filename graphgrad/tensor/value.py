@@ -43,6 +43,22 @@ class Size(tuple):
             n *= s
         return n
 
+    # slices and concatenations stay Sizes, as torch.Size's
+    def __getitem__(self, i):
+        out = tuple.__getitem__(self, i)
+        return Size(out) if isinstance(i, slice) else out
+
+    def __add__(self, other) -> Size:
+        return Size(tuple.__add__(self, tuple(other)))
+
+    def __radd__(self, other) -> Size:
+        return Size(tuple(other) + tuple(self))
+
+    def __mul__(self, n) -> Size:
+        return Size(tuple.__mul__(self, n))
+
+    __rmul__ = __mul__
+
 
 class Ext:
     """Rarely-needed per-node state, kept out of the hot slots: hooks, ``retain_grad``,
@@ -598,6 +614,10 @@ class AccumulateGrad:
 
     def name(self) -> str:
         return "torch::autograd::AccumulateGrad"
+
+    @property
+    def next_functions(self) -> tuple:
+        return ()  # a leaf's node leads nowhere (graph walkers iterate it)
 
     def __repr__(self) -> str:
         return f"<AccumulateGrad object at {hex(id(self.variable))}>"

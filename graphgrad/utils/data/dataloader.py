@@ -56,6 +56,12 @@ class DataLoader:
                  collate_fn: Callable | None = None, pin_memory: bool = False,
                  drop_last: bool = False, generator: Generator | None = None,
                  **unused) -> None:
+        if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None
+                                          or drop_last):
+            raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
+                             "shuffle, sampler, and drop_last")
+        if batch_sampler is not None:
+            batch_size = None
         self.dataset = dataset
         self.batch_size = batch_size
         self.drop_last = drop_last
