@@ -26,6 +26,28 @@ def _delete_and_renumber(container: Module, idx) -> None:
         (str(i), m) for i, m in enumerate(container._modules.values()))
 
 
+def _insert(container: Module, index: int, module: Module) -> None:
+    """Put ``module`` at position ``index`` (0 <= index <= len) and renumber."""
+    mods = list(container._modules.values())
+    mods.insert(index, module)
+    container._modules.clear()
+    for i, m in enumerate(mods):
+        container.add_module(str(i), m)
+
+
+def _check_sequential(other) -> None:
+    if not isinstance(other, Sequential):
+        raise ValueError(f"add operator supports only objects of Sequential class, but "
+                         f"{type(other)} is given.")
+
+
+def _check_factor(seq: Module, other) -> None:
+    if not isinstance(other, int):
+        raise TypeError(f"unsupported operand type(s) for *: {type(seq)} and {type(other)}")
+    if other <= 0:
+        raise ValueError(f"Non-positive multiplication factor {other} for {type(seq)}")
+
+
 class Sequential(Module):
     """Modules applied in order: ``Sequential(a, b)`` or ``Sequential(OrderedDict(...))``."""
 
@@ -60,6 +82,43 @@ class Sequential(Module):
     def append(self, module: Module) -> Sequential:
         self.add_module(str(len(self)), module)
         return self
+
+    def insert(self, index: int, module: Module) -> Sequential:
+        if not isinstance(module, Module):
+            raise AssertionError(f"module should be of type: {Module}")
+        n = len(self._modules)
+        if not -n <= index <= n:
+            raise IndexError(f"Index out of range: {index}")
+        _insert(self, index + n if index < 0 else index, module)
+        return self
+
+    def extend(self, sequential) -> Sequential:
+        for layer in sequential:
+            self.append(layer)
+        return self
+
+    def pop(self, key) -> Module:
+        v = self[key]
+        del self[key]
+        return v
+
+    def __add__(self, other) -> Sequential:
+        _check_sequential(other)
+        return Sequential().extend(self).extend(other)
+
+    def __iadd__(self, other) -> Sequential:
+        _check_sequential(other)
+        return self.extend(list(other))
+
+    def __mul__(self, other: int) -> Sequential:
+        _check_factor(self, other)
+        return Sequential(*(list(self) * other))
+
+    __rmul__ = __mul__
+
+    def __imul__(self, other: int) -> Sequential:
+        _check_factor(self, other)
+        return self.extend(list(self) * (other - 1))
 
     def forward(self, input):
         for m in self._modules.values():
@@ -98,16 +157,26 @@ class ModuleList(Module):
         return self
 
     def extend(self, modules: Iterable[Module]) -> ModuleList:
+        if not isinstance(modules, Iterable):
+            raise TypeError(f"ModuleList.extend should be called with an iterable, but got "
+                            f"{type(modules).__name__}")
         for m in modules:
             self.append(m)
         return self
 
     def insert(self, index: int, module: Module) -> None:
-        mods = list(self._modules.values())
-        mods.insert(index, module)
-        self._modules.clear()
-        for i, m in enumerate(mods):
-            self.add_module(str(i), m)
+        _insert(self, index, module)
+
+    def pop(self, key) -> Module:
+        v = self[key]
+        del self[key]
+        return v
+
+    def __iadd__(self, modules: Iterable[Module]) -> ModuleList:
+        return self.extend(modules)
+
+    def __add__(self, other: Iterable[Module]) -> ModuleList:
+        return ModuleList([*self, *other])
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError("ModuleList has no forward: iterate over it")

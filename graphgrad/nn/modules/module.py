@@ -196,10 +196,37 @@ class Module:
     register_module = add_module
 
     def get_submodule(self, target: str) -> Module:
+        """The submodule at the dotted path ``target`` ("" is this module)."""
         mod = self
         for item in target.split(".") if target else []:
+            if not hasattr(mod, item):
+                raise AttributeError(f"{type(mod).__name__} has no attribute `{item}`")
             mod = getattr(mod, item)
+            if not isinstance(mod, Module):
+                raise AttributeError(f"`{item}` is not an nn.Module")
         return mod
+
+    def _get_member(self, target: str) -> tuple[Module, str, Any]:
+        """(module, name, value) for the dotted path ``target``."""
+        module_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(module_path)
+        if not hasattr(mod, name):
+            raise AttributeError(f"{type(mod).__name__} has no attribute `{name}`")
+        return mod, name, getattr(mod, name)
+
+    def get_parameter(self, target: str) -> Parameter:
+        """The parameter at the dotted path ``target`` (``"encoder.0.weight"``)."""
+        _, name, value = self._get_member(target)
+        if not isinstance(value, Parameter):
+            raise AttributeError(f"`{name}` is not an nn.Parameter")
+        return value
+
+    def get_buffer(self, target: str) -> Tensor:
+        """The buffer at the dotted path ``target``."""
+        mod, name, value = self._get_member(target)
+        if name not in mod._buffers:
+            raise AttributeError(f"`{name}` is not a buffer")
+        return value
 
     # ---- walking ----------------------------------------------------------------
     def named_modules(self, memo: set | None = None, prefix: str = "",
@@ -364,6 +391,9 @@ class Module:
                 if t._grad is not None:
                     t._grad._array = t._grad._array.astype(np_dtype)
         return self
+
+    def half(self) -> Module:
+        return self.to(dtype="float16")
 
     def float(self) -> Module:
         return self.to(dtype="float32")
