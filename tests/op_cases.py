@@ -1243,3 +1243,232 @@ add(
     case("detach_times_input", ("Detach", "Mul"), lambda m, a: m.detach(a) * a,
          elementwise(normal), fd=False, grad2=False),
 )
+
+# sorting ----------------------------------------------------------------------------------
+# distinct values: no ties, so the order (and the gather that picks the values) is flat
+# around the example and finite differences see a smooth function
+
+
+@st.composite
+def _topk_example(draw, domain=distinct):
+    shape = draw(shapes(min_dims=1))
+    dim = draw(st.integers(-len(shape), len(shape) - 1))
+    static = {"dim": dim, "k": draw(st.integers(0, shape[dim])),
+              "largest": draw(st.booleans())}
+    rng = np.random.default_rng(draw(SEEDS))
+    return Example((domain(rng, shape),), static)
+
+
+_DESCENDING = sts(descending=st.booleans())
+
+add(
+    case("sort", ("Argsort", "Gather"),
+         lambda m, a, dim, descending: m.sort(a, dim=dim, descending=descending),
+         one_dim(distinct, extra=_DESCENDING)),
+    case("sort_method", ("Argsort", "Gather"), lambda m, a, dim: a.sort(dim),
+         one_dim(distinct)),
+    case("sort_0d", "Argsort", lambda m, a: m.sort(a), elementwise(normal, max_dims=0)),
+    # ties keep their order (stable=True: PyTorch guarantees the order then); the values
+    # are not differentiable at ties, so no finite differences
+    case("sort_ties_stable", ("Argsort", "Gather"),
+         lambda m, a, dim, descending: m.sort(a, dim=dim, descending=descending, stable=True),
+         one_dim(integral(), extra=_DESCENDING), fd=False),
+    case("sort_int", "Argsort", lambda m, a, dim, descending: m.sort(a, dim, descending),
+         one_dim(ints(), extra=_DESCENDING), grad=False),
+    case("sort_bool", "Argsort", lambda m, a, dim: m.sort(a, dim=dim, stable=True),
+         one_dim(bools), grad=False),
+    # NaN sorts as the largest value: last ascending, first descending
+    case("sort_nan", "Argsort",
+         lambda m, a, dim, descending: m.sort(a, dim=dim, descending=descending, stable=True),
+         one_dim(special, extra=_DESCENDING), grad=False),
+    case("argsort", "Argsort", lambda m, a, dim, descending: m.argsort(a, dim, descending),
+         one_dim(distinct, extra=_DESCENDING), grad=False),
+    case("argsort_method_stable", "Argsort",
+         lambda m, a, dim: a.argsort(dim=dim, descending=True, stable=True),
+         one_dim(integral()), grad=False),
+    case("msort", ("Argsort", "Gather"), lambda m, a: m.msort(a),
+         elementwise(distinct, min_dims=1)),
+    case("topk", "Argsort", lambda m, a, k, dim, largest: m.topk(a, k, dim, largest),
+         _topk_example()),
+    case("topk_method", ("Argsort", "Gather"), lambda m, a: a.topk(2),
+         fixed((distinct, (3, 4)))),
+    case("topk_0d", "Argsort", lambda m, a: m.topk(a, 1), elementwise(normal, max_dims=0)),
+)
+
+# triangles, diagonals, shifts, cumulative products -------------------------------------
+
+
+@st.composite
+def _matrices(draw, domain=normal, extra=None):
+    """A (batched) matrix: 2 to 4 dims."""
+    shape = draw(shapes(min_dims=2, max_dims=4))
+    rng = np.random.default_rng(draw(SEEDS))
+    return Example((domain(rng, shape),), dict(draw(extra)) if extra is not None else {})
+
+
+@st.composite
+def _diagonal_example(draw):
+    shape = draw(shapes(min_dims=2, max_dims=4))
+    nd = len(shape)
+    d1, d2 = draw(st.lists(st.integers(-nd, nd - 1), min_size=2, max_size=2).filter(
+        lambda ds: ds[0] % nd != ds[1] % nd))
+    rng = np.random.default_rng(draw(SEEDS))
+    return Example((rng.standard_normal(shape),),
+                   {"offset": draw(st.integers(-3, 3)), "dim1": d1, "dim2": d2})
+
+
+@st.composite
+def _roll_example(draw):
+    shape = draw(shapes(min_dims=1))
+    nd = len(shape)
+    dims = draw(st.lists(st.integers(-nd, nd - 1), min_size=1, max_size=nd))
+    shifts = draw(st.lists(st.integers(-5, 5), min_size=len(dims), max_size=len(dims)))
+    rng = np.random.default_rng(draw(SEEDS))
+    return Example((rng.standard_normal(shape),), {"shifts": tuple(shifts),
+                                                   "dims": tuple(dims)})
+
+
+@st.composite
+def _diff_example(draw, domain=normal):
+    shape = draw(shapes(min_dims=1))
+    nd = len(shape)
+    dim = draw(st.integers(-nd, nd - 1))
+    rng = np.random.default_rng(draw(SEEDS))
+    arrays = [domain(rng, shape)]
+    static = {"n": draw(st.integers(0, 3)), "dim": dim, "where": draw(st.sampled_from(
+        ["none", "prepend", "append", "both"]))}
+    for side in ("prepend", "append"):
+        if static["where"] in (side, "both"):
+            other = list(shape)
+            other[dim] = draw(st.integers(1, 2))
+            arrays.append(domain(rng, tuple(other)))
+    return Example(tuple(arrays), static)
+
+
+def _diff(m, a, *ends, n, dim, where):
+    ends = list(ends)
+    prepend = ends.pop(0) if where in ("prepend", "both") else None
+    append = ends.pop(0) if where in ("append", "both") else None
+    return m.diff(a, n=n, dim=dim, prepend=prepend, append=append)
+
+
+_DIAGONAL = sts(diagonal=st.integers(-3, 3))
+
+add(
+    case("tril", "Tril", lambda m, a, diagonal: m.tril(a, diagonal), _matrices(extra=_DIAGONAL)),
+    case("tril_method", "Tril", lambda m, a: a.tril(), _matrices()),
+    case("triu", "Triu", lambda m, a, diagonal: m.triu(a, diagonal), _matrices(extra=_DIAGONAL)),
+    case("triu_method", "Triu", lambda m, a, diagonal: a.triu(diagonal=diagonal),
+         _matrices(extra=_DIAGONAL)),
+    case("triu_int", "Triu", lambda m, a: m.triu(a, 1), _matrices(ints()), grad=False),
+    case("tril_bool", "Tril", lambda m, a: m.tril(a, -1), _matrices(bools), grad=False),
+    case("diagonal", "Getitem", lambda m, a, offset, dim1, dim2: m.diagonal(a, offset, dim1,
+                                                                           dim2),
+         _diagonal_example()),
+    case("diagonal_method", "Getitem", lambda m, a: a.diagonal(), _matrices()),
+    case("trace", ("Getitem", "Sum"), lambda m, a: m.trace(a),
+         elementwise(normal, min_dims=2, max_dims=2)),
+    case("trace_method_int", ("Getitem", "Sum"), lambda m, a: a.trace(),
+         fixed((ints(), (3, 4))), grad=False),
+    # a shift that is a multiple of the size moves nothing: no cat then
+    case("roll", (), lambda m, a, shifts, dims: m.roll(a, shifts, dims), _roll_example()),
+    case("roll_flat", "Cat", lambda m, a: m.roll(a, 2), fixed((normal, (2, 3)))),
+    case("roll_method", "Cat", lambda m, a: a.roll((1, -1), (0, 1)), fixed((normal, (3, 4)))),
+    case("diff", (), _diff, _diff_example()),
+    case("diff_method", "Sub", lambda m, a: a.diff(dim=0), fixed((normal, (4, 3)))),
+    case("diff_bool", "LogicalXor", lambda m, a: m.diff(a), fixed((bools, (3, 5))),
+         grad=False),
+    case("cumprod", "Cumprod", lambda m, a, dim: m.cumprod(a, dim), one_dim(uniform(-1.5, 1.5))),
+    # zeros: out / input would divide by zero; the rule must not (nor its derivative)
+    case("cumprod_zeros", "Cumprod", lambda m, a, dim: a.cumprod(dim), one_dim(with_zeros)),
+    case("cumprod_0d", "Cumprod", lambda m, a: m.cumprod(a, 0), elementwise(normal, max_dims=0)),
+    case("cumprod_int", "Cumprod", lambda m, a, dim: m.cumprod(a, dim), one_dim(ints()),
+         grad=False),
+)
+
+# einsum: the common forms, each a fixed equation and shapes ----------------------------
+
+_EINSUM = [
+    # name, equation, shapes, ops
+    ("matmul", "ij,jk->ik", [(2, 3), (3, 4)], "Matmul"),
+    ("batched", "bij,bjk->bik", [(2, 2, 3), (2, 3, 4)], "Matmul"),
+    ("transposed_operands", "ji,kj->ik", [(3, 2), (4, 3)], ("Matmul", "Permute")),
+    ("transpose", "ij->ji", [(2, 3)], "Permute"),
+    ("trace", "ii", [(3, 3)], ("Getitem", "Sum")),
+    ("diagonal", "ii->i", [(3, 3)], "Getitem"),
+    ("repeated_three", "iji->j", [(3, 2, 3)], ("Getitem", "Sum")),
+    ("outer", "i,j->ij", [(3,), (4,)], "Matmul"),
+    ("dot", "i,i->", [(4,), (4,)], "Matmul"),
+    ("sum_all", "ijk->", [(2, 3, 4)], "Sum"),
+    ("sum_dims", "ijk->j", [(2, 3, 4)], "Sum"),
+    ("implicit", "ij,jk", [(2, 3), (3, 4)], "Matmul"),
+    ("implicit_sorted", "ba", [(2, 3)], "Permute"),
+    ("three_operands", "ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)], "Matmul"),
+    ("bilinear", "bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)], "Matmul"),
+    ("ellipsis", "...ij,...jk->...ik", [(5, 2, 3), (3, 4)], "Matmul"),
+    ("ellipsis_middle", "i...j->j...i", [(2, 3, 4, 5)], "Permute"),
+    ("ellipsis_summed", "...i->i", [(2, 3, 4)], "Sum"),
+    ("broadcast_size_one", "bi,bj->ij", [(1, 2), (3, 4)], ("Matmul", "Expand")),
+    ("hadamard", "ij,ij->ij", [(2, 3), (2, 3)], "Matmul"),
+    ("scalar_operand", ",ij->ij", [(), (2, 3)], "Matmul"),
+    ("upper_case", "Ab,bA", [(3, 2), (2, 3)], "Matmul"),
+]
+
+
+def _einsum_case(name, equation, shape_list, ops):
+    return case(f"einsum_{name}", ops, lambda m, *xs: m.einsum(equation, *xs),
+                fixed(*[(normal, s) for s in shape_list]))
+
+
+add(*[_einsum_case(*row) for row in _EINSUM])
+add(
+    case("einsum_list_operands", "Matmul", lambda m, a, b: m.einsum("ij,jk", [a, b]),
+         fixed((normal, (2, 3)), (normal, (3, 4)))),
+    case("einsum_int", "Matmul", lambda m, a, b: m.einsum("ij,j->i", a, b),
+         fixed((ints(), (2, 3)), (ints(), (3,))), grad=False),
+)
+
+# compound arithmetic ----------------------------------------------------------------------
+
+
+@st.composite
+def _addmm_example(draw):
+    n, k, p = (draw(st.integers(1, 4)) for _ in range(3))
+    bias = draw(st.sampled_from([(n, p), (p,), (1, p), (n, 1), ()]))
+    rng = np.random.default_rng(draw(SEEDS))
+    return Example((rng.standard_normal(bias), rng.standard_normal((n, k)),
+                    rng.standard_normal((k, p))),
+                   {"beta": draw(st.sampled_from([1, 0.5, 0])),
+                    "alpha": draw(st.sampled_from([1, -2.0]))})
+
+
+add(
+    case("addmm", "Matmul", lambda m, c, a, b, beta, alpha: m.addmm(c, a, b, beta=beta,
+                                                                     alpha=alpha),
+         _addmm_example()),
+    case("addmm_method", ("Matmul", "Add"), lambda m, c, a, b: c.addmm(a, b),
+         fixed((normal, (2, 4)), (normal, (2, 3)), (normal, (3, 4)))),
+    case("addcmul", ("Add", "Mul"), lambda m, a, b, c: m.addcmul(a, b, c, value=0.5),
+         elementwise(normal, normal, normal)),
+    case("addcmul_method", ("Add", "Mul"), lambda m, a, b, c: a.addcmul(b, c),
+         elementwise(normal, normal, normal)),
+    case("addcdiv", ("Add", "Div"), lambda m, a, b, c: m.addcdiv(a, b, c, value=-2.0),
+         elementwise(normal, normal, away(0.5))),
+    case("addcdiv_method", ("Add", "Div"), lambda m, a, b, c: a.addcdiv(b, c),
+         elementwise(normal, normal, away(0.5))),
+    case("lerp_scalar", ("Add", "Mul"), lambda m, a, b: m.lerp(a, b, 0.3),
+         elementwise(normal, normal)),
+    case("lerp_scalar_high", ("Sub", "Mul"), lambda m, a, b: a.lerp(b, 0.8),
+         elementwise(normal, normal)),
+    # weights on both sides of 0.5 (where PyTorch switches formula) and outside [0, 1]
+    case("lerp_tensor", "Where", lambda m, a, b, w: m.lerp(a, b, w),
+         elementwise(normal, normal, avoiding([-0.5, 0.5], 0.05, -1.5, 1.5))),
+    case("nan_to_num", "Where", lambda m, a: m.nan_to_num(a), elementwise(special),
+         fd=False),
+    case("nan_to_num_values", "Where",
+         lambda m, a: a.nan_to_num(nan=1.5, posinf=100.0, neginf=-7.0), elementwise(special),
+         fd=False),
+    case("nan_to_num_finite", "Where", lambda m, a: m.nan_to_num(a), elementwise(normal)),
+    case("nan_to_num_int", "Clone", lambda m, a: m.nan_to_num(a), elementwise(ints()),
+         grad=False),
+)

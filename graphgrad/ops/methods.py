@@ -19,6 +19,12 @@ from . import linalg as L
 from . import reduce as R
 from . import shape as S
 from . import unary as U
+from . import compound as CO
+from . import cumulative as CU
+from . import diagonals as D
+from . import shifts as SH
+from . import sorting as SO
+from . import triangular as TR
 from .base import NO_PARAMS
 from .inplace import apply_inplace, fill_inplace
 
@@ -285,6 +291,15 @@ _METHODS = {
     "zero_": _zero_, "fill_": _fill_, "copy_": _copy_, "uniform_": _uniform_,
     "normal_": _normal_,
 }
+
+# sorting, triangles and diagonals, shifts, cumulative and compound arithmetic
+_METHODS.update({
+    "sort": SO.sort, "argsort": SO.argsort, "topk": SO.topk, "msort": SO.msort,
+    "tril": TR.tril, "triu": TR.triu, "diagonal": D.diagonal, "trace": D.trace,
+    "roll": SH.roll, "diff": SH.diff, "cumprod": CU.cumprod,
+    "addmm": CO.addmm, "addcmul": CO.addcmul, "addcdiv": CO.addcdiv, "lerp": CO.lerp,
+    "nan_to_num": CO.nan_to_num,
+})
 
 _PROPERTIES = {"T": _T, "mT": _mT}
 

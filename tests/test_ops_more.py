@@ -1,0 +1,389 @@
+"""What the op tables (``op_cases.py``, ``jvp_vmap_cases.py``) do not cover for sort,
+argsort, topk, tril/triu, diagonal, trace, roll, diff, cumprod, einsum, addmm, addcmul,
+addcdiv, lerp and nan_to_num: the sort order at ties and NaN, topk's ``sorted=False``
+contract, derivatives of cumprod at zeros past second order, the error messages (in
+PyTorch's wording), and einsum forms against ``torch.einsum``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import graphgrad as gg
+
+
+def _both(a):
+    return gg.tensor(a), torch.tensor(a)
+
+
+def _np(t):
+    return t.detach().numpy() if hasattr(t, "detach") else np.asarray(t)
+
+
+# ---- sort order: ties, NaN, infinities ----------------------------------------------------
+
+_NAN = np.nan
+_TIES = np.array([[3.0, _NAN, 1.0, np.inf, _NAN, 1.0, -np.inf, 3.0],
+                  [0.0, -0.0, 2.0, 2.0, 2.0, _NAN, -1.0, 0.0]])
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_sort_ties_and_nan_follow_torch_stable_order(descending, dim):
+    g, t = _both(_TIES)
+    got = gg.sort(g, dim=dim, descending=descending, stable=True)
+    want = torch.sort(t, dim=dim, descending=descending, stable=True)
+    np.testing.assert_array_equal(_np(got.indices), want.indices.numpy())
+    np.testing.assert_array_equal(_np(got.values), want.values.numpy())
+
+
+def test_nan_is_the_largest_value():
+    g = gg.tensor([1.0, _NAN, -np.inf, np.inf])
+    assert np.isnan(_np(gg.sort(g).values)[-1])
+    assert np.isnan(_np(gg.sort(g, descending=True).values)[0])
+    assert _np(gg.argsort(g, descending=True))[1] == 3  # inf just after NaN
+    assert _np(gg.topk(g, 1).indices).tolist() == [1]
+
+
+def test_sort_without_stable_keeps_ties_in_order_too():
+    # stable=False allows any order of ties; graphgrad's is always the stable one
+    g = gg.tensor([2, 1, 2, 1, 2])
+    assert _np(gg.argsort(g)).tolist() == [1, 3, 0, 2, 4]
+    assert _np(gg.argsort(g, descending=True)).tolist() == [0, 2, 4, 1, 3]
+
+
+def test_sort_result_is_a_named_pair_like_max_dim():
+    x = gg.tensor([[3.0, 1.0, 2.0]])
+    result = x.sort()
+    values, indices = result
+    assert type(result) is type(gg.max(x, dim=1))
+    assert values is result.values and indices is result.indices
+    assert indices.dtype == gg.int64 and not indices.requires_grad
+
+
+def test_sort_gradient_goes_back_to_the_sorted_positions():
+    x = gg.tensor([3.0, 1.0, 2.0], requires_grad=True)
+    values = x.sort(descending=True).values
+    (values * gg.tensor([1.0, 10.0, 100.0])).sum().backward()
+    assert _np(x.grad).tolist() == [1.0, 100.0, 10.0]
+
+
+def test_values_grad_fn_is_gather():
+    x = gg.tensor([3.0, 1.0, 2.0], requires_grad=True)
+    assert "Gather" in type(x.sort().values.grad_fn).__name__ or \
+        "Gather" in repr(x.sort().values.grad_fn)
+
+
+def test_msort_sorts_dim_0():
+    a = np.array([[3.0, 1.0], [1.0, 2.0], [2.0, 0.0]])
+    g, t = _both(a)
+    np.testing.assert_array_equal(_np(gg.msort(g)), torch.msort(t).numpy())
+    np.testing.assert_array_equal(_np(g.msort()), torch.msort(t).numpy())
+
+
+def test_complex_step_goes_through_sort():
+    """Argsort orders a complex input by its real part, so the complex step (x + ih)
+    keeps x's order and the sorted values carry the step."""
+    from graphgrad import numdiff as nd
+
+    def f(x):
+        top = gg.topk(x, 2).values
+        return (gg.sort(x * x, descending=True).values * gg.arange(1.0, 5.0,
+                                                                    dtype=gg.float64)).sum() \
+            + top.prod()
+    x = np.array([0.3, -1.2, 0.8, 2.0])
+    cs = nd.gradient(f, x, method="complex_step")
+    ad = gg.func.grad(f)(gg.tensor(x)).numpy()
+    np.testing.assert_allclose(cs, ad, rtol=1e-14, atol=1e-14)
+
+
+# ---- topk ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_unsorted_gives_the_same_elements(largest):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 7))
+    g, t = _both(a)
+    got = gg.topk(g, 3, dim=1, largest=largest, sorted=False)
+    want = torch.topk(t, 3, dim=1, largest=largest, sorted=False)
+    # PyTorch leaves the order unspecified: compare the sets, and check that the
+    # indices point at the values
+    np.testing.assert_array_equal(np.sort(_np(got.values), 1), np.sort(want.values.numpy(), 1))
+    np.testing.assert_array_equal(np.take_along_axis(a, _np(got.indices), 1), _np(got.values))
+
+
+def test_topk_with_ties_picks_values_that_the_indices_point_at():
+    a = np.array([[1.0, 3.0, 3.0, 2.0, 3.0]])
+    g, t = _both(a)
+    got = gg.topk(g, 2)
+    assert _np(got.values).tolist() == torch.topk(t, 2).values.numpy().tolist()
+    np.testing.assert_array_equal(np.take_along_axis(a, _np(got.indices), 1), _np(got.values))
+
+
+def test_topk_k_out_of_range():
+    with pytest.raises(RuntimeError, match="selected index k out of range"):
+        gg.topk(gg.ones(3), 4)
+    with pytest.raises(RuntimeError, match="selected index k out of range"):
+        gg.topk(gg.ones(3), -1)
+
+
+def test_topk_zero_elements():
+    got = gg.topk(gg.tensor([[1.0, 2.0]]), 0)
+    assert tuple(got.values.shape) == (1, 0) and tuple(got.indices.shape) == (1, 0)
+
+
+def test_sort_dim_out_of_range():
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        gg.sort(gg.ones(3), 1)
+
+
+# ---- triangles, diagonals -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", ["tril", "triu"])
+def test_triangle_needs_a_matrix(fn):
+    with pytest.raises(RuntimeError, match=f"{fn}: input tensor must have at least 2 "
+                                           f"dimensions"):
+        getattr(gg, fn)(gg.ones(3))
+
+
+@pytest.mark.parametrize("fn", ["tril", "triu"])
+@pytest.mark.parametrize("k", [-5, -1, 0, 2, 7])
+def test_triangle_offsets_match_torch(fn, k):
+    a = np.arange(2 * 3 * 4, dtype=np.float64).reshape(2, 3, 4)
+    g, t = _both(a)
+    np.testing.assert_array_equal(_np(getattr(g, fn)(k)), getattr(t, fn)(k).numpy())
+
+
+def test_diagonal_errors():
+    with pytest.raises(RuntimeError, match="diagonal dimensions cannot be identical 0, -2"):
+        gg.diagonal(gg.ones(3, 3), 0, 0, -2)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        gg.diagonal(gg.ones(3, 3), 0, 0, 2)
+
+
+@pytest.mark.parametrize("offset", [-4, -3, 3, 5])
+def test_diagonal_past_the_matrix_is_empty(offset):
+    g, t = _both(np.ones((2, 3, 4)))
+    got, want = gg.diagonal(g, offset, 1, 2), torch.diagonal(t, offset, 1, 2)
+    assert tuple(got.shape) == tuple(want.shape)
+
+
+def test_trace_needs_a_matrix():
+    with pytest.raises(RuntimeError, match="trace: expected a matrix, but got tensor with dim 3"):
+        gg.trace(gg.ones(2, 2, 2))
+
+
+# ---- roll, diff ---------------------------------------------------------------------------
+
+
+def test_roll_errors():
+    with pytest.raises(RuntimeError, match="shifts and dimensions must align. shifts: 2, dims:1"):
+        gg.roll(gg.ones(3, 3), (1, 2), (0,))
+    with pytest.raises(RuntimeError, match="shifts and dimensions must align"):
+        gg.roll(gg.ones(3, 3), (1, 2))
+
+
+def test_roll_result_is_a_new_tensor():
+    x = gg.tensor([1.0, 2.0, 3.0])
+    y = x.roll(3)
+    assert y is not x and _np(y).tolist() == [1.0, 2.0, 3.0]
+
+
+def test_roll_same_dim_twice_and_0d():
+    a = np.arange(12.0).reshape(3, 4)
+    g, t = _both(a)
+    np.testing.assert_array_equal(_np(g.roll((1, 2), (1, 1))), t.roll((1, 2), (1, 1)).numpy())
+    np.testing.assert_array_equal(_np(gg.roll(gg.tensor(2.0), 1)), 2.0)
+
+
+def test_diff_errors():
+    with pytest.raises(RuntimeError, match="diff expects input to be at least one-dimensional"):
+        gg.diff(gg.tensor(1.0))
+    with pytest.raises(RuntimeError, match="order must be non-negative but got -1"):
+        gg.diff(gg.ones(3), n=-1)
+    with pytest.raises(RuntimeError, match="diff expects prepend or append to be the same "
+                                           "dimension as input"):
+        gg.diff(gg.ones(3, 2), prepend=gg.ones(2))
+
+
+def test_diff_more_times_than_elements():
+    g, t = _both(np.array([1.0, 4.0, 9.0]))
+    for n in range(5):
+        np.testing.assert_array_equal(_np(gg.diff(g, n)), torch.diff(t, n).numpy())
+
+
+# ---- cumprod at zeros, third order ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("x", [[2.0, 0.0, 3.0, 0.0, 1.5], [0.0, 0.0, 0.0], [1.0, 2.0, 0.0],
+                               [0.5, -1.0, 2.0]])
+def test_cumprod_derivatives_to_third_order_match_torch(x):
+    rng = np.random.default_rng(1)
+    r, s, u = (rng.standard_normal(len(x)) for _ in range(3))
+
+    def third(m):
+        a = m.tensor(np.array(x), requires_grad=True)
+        y = (m.cumprod(a, 0) * m.tensor(r)).sum()
+        (g1,) = m.autograd.grad(y, a, create_graph=True)
+        (g2,) = m.autograd.grad((g1 * m.tensor(s)).sum(), a, create_graph=True)
+        (g3,) = m.autograd.grad((g2 * m.tensor(u)).sum(), a, allow_unused=True)
+        return [_np(v) if v is not None else np.zeros(len(x)) for v in (g1, g2, g3)]
+
+    for got, want in zip(third(gg), third(torch), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_cumprod_int_and_bool_give_int64():
+    assert gg.cumprod(gg.tensor([1, 2, 3]), 0).dtype == gg.int64
+    assert gg.cumprod(gg.tensor([True, False]), 0).dtype == gg.int64
+    assert gg.cumprod(gg.tensor([1, 2]), 0, dtype=gg.float32).dtype == gg.float32
+
+
+# ---- einsum -------------------------------------------------------------------------------
+
+_FORMS = [
+    ("ij,jk->ik", [(2, 3), (3, 4)]),
+    ("bij,bkj->bik", [(2, 2, 3), (2, 4, 3)]),
+    ("ii->", [(3, 3)]),
+    ("iij->j", [(3, 3, 2)]),
+    ("ij->", [(2, 3)]),
+    ("i,j,k->ijk", [(2,), (3,), (2,)]),
+    ("ij,ij->", [(2, 3), (2, 3)]),
+    ("ab,cd->", [(2, 3), (4, 5)]),
+    ("...ij,...jk", [(2, 1, 2, 3), (4, 3, 2)]),
+    ("b...,b...->b", [(2, 3, 4), (2, 3, 4)]),
+    ("...", [(2, 3)]),
+    ("i,i", [(0,), (0,)]),
+    ("ijk,jil->kl", [(2, 3, 4), (3, 2, 5)]),
+    ("ij,jk,kl,lm->mi", [(2, 3), (3, 2), (2, 4), (4, 2)]),
+    ("xi , ix -> x", [(3, 2), (2, 3)]),
+]
+
+
+@pytest.mark.parametrize("equation, shapes", _FORMS, ids=[f[0] for f in _FORMS])
+def test_einsum_forms_match_torch(equation, shapes):
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal(s) for s in shapes]
+    g_in = [gg.tensor(a, requires_grad=True) for a in arrays]
+    t_in = [torch.tensor(a, requires_grad=True) for a in arrays]
+    got, want = gg.einsum(equation, *g_in), torch.einsum(equation, *t_in)
+    assert tuple(got.shape) == tuple(want.shape)
+    np.testing.assert_allclose(_np(got), want.detach().numpy(), rtol=1e-12, atol=1e-12)
+    if got.numel():
+        w = rng.standard_normal(tuple(want.shape))
+        (got * gg.tensor(w)).sum().backward()
+        (want * torch.tensor(w)).sum().backward()
+        for a, b in zip(g_in, t_in, strict=True):
+            np.testing.assert_allclose(_np(a.grad), b.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("equation, operands, message", [
+    ("ij,jk", [(2, 3)], "fewer operands were provided than specified in the equation"),
+    ("i", [(2,), (2,)], "more operands were provided than specified in the equation"),
+    ("ij", [(2,)], r"the number of subscripts in the equation \(2\) does not match the number "
+                   r"of dimensions \(1\) for operand 0 and no ellipsis was given"),
+    ("i1", [(2,)], r"invalid subscript given at index 1 in the equation string, subscripts "
+                   r"must be in \[a-zA-Z\]"),
+    ("ij,k1", [(2, 2), (2, 2)], "invalid subscript given at index 4 in the equation string"),
+    ("ij->i1", [(2, 2)], "invalid subscript given at index 5 in the equation string"),
+    ("..i", [(2,)], "found '.' for operand 0 that is not part of any ellipsis"),
+    ("ij->k", [(2, 3)], "output subscript k does not appear in the equation for any input "
+                        "operand"),
+    ("ij->ii", [(2, 3)], "output subscript i appears more than once in the output"),
+    ("ii->i", [(2, 3)], "subscript i is repeated for operand 0 but the sizes don't match, "
+                        "3 != 2"),
+    ("ij,jk->ik", [(3, 3), (2, 3)], "subscript j has size 2 for operand 1 which does not "
+                                    "broadcast with previously seen size 3"),
+])
+def test_einsum_errors_use_torch_wording(equation, operands, message):
+    tensors = [gg.ones(*s) for s in operands]
+    with pytest.raises(RuntimeError, match=r"einsum\(\): " + message):
+        gg.einsum(equation, *tensors)
+    with pytest.raises(RuntimeError, match=r"einsum\(\): " + message):
+        torch.einsum(equation, *[torch.ones(*s) for s in operands])
+
+
+def test_einsum_third_derivative_of_a_quadratic_form():
+    a = np.array([[1.0, 2.0], [0.5, -1.0]])
+    x = gg.tensor([0.3, -0.7], requires_grad=True)
+    y = gg.einsum("i,ij,j->", x, gg.tensor(a), x) * gg.einsum("i->", x)
+    (g1,) = gg.autograd.grad(y, x, create_graph=True)
+    (h,) = gg.autograd.grad(g1.sum(), x, create_graph=True)
+    (t,) = gg.autograd.grad(h.sum(), x)
+    # y = q * s with q = x^T A x, s = sum(x): with S = A + A^T the third derivative is
+    # T_ijk = S_ij + S_ik + S_jk, and the test sums it over i and j (n = 2)
+    s = a + a.T
+    want = s.sum() + 4 * s.sum(0)
+    np.testing.assert_allclose(_np(t), want)
+
+
+# ---- compound arithmetic ------------------------------------------------------------------
+
+
+def test_addmm_beta_zero_ignores_nan_in_input():
+    c = gg.tensor([[np.nan, np.inf], [1.0, -np.inf]])
+    a, b = gg.eye(2, dtype=gg.float32), gg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert _np(gg.addmm(c, a, b, beta=0)).tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+
+def test_addmm_errors():
+    with pytest.raises(RuntimeError, match="mat1 must be a matrix, got 1-D tensor"):
+        gg.addmm(gg.ones(3), gg.ones(3), gg.ones(3, 3))
+    with pytest.raises(RuntimeError, match="mat2 must be a matrix, got 3-D tensor"):
+        gg.addmm(gg.ones(3), gg.ones(3, 3), gg.ones(1, 3, 3))
+    with pytest.raises(RuntimeError, match=r"mat1 and mat2 shapes cannot be multiplied "
+                                           r"\(2x3 and 2x3\)"):
+        gg.addmm(gg.ones(3), gg.ones(2, 3), gg.ones(2, 3))
+    with pytest.raises(RuntimeError):  # the input must broadcast to the product
+        gg.addmm(gg.ones(3, 1), gg.ones(2, 3), gg.ones(3, 3))
+
+
+def test_addcdiv_refuses_integer_division():
+    i = gg.tensor([1, 2])
+    with pytest.raises(RuntimeError, match="Integer division with addcdiv is no longer "
+                                           "supported"):
+        gg.addcdiv(i, i, i)
+
+
+def test_lerp_dtype_errors_and_exact_end():
+    with pytest.raises(RuntimeError, match="expected dtype float for `end` but got dtype "
+                                           "double"):
+        gg.lerp(gg.ones(2), gg.ones(2, dtype=gg.float64), 0.5)
+    with pytest.raises(RuntimeError, match="expected dtype float for `weight` but got dtype "
+                                           "double"):
+        gg.lerp(gg.ones(2), gg.ones(2), gg.ones(2, dtype=gg.float64))
+    a, b = np.array([0.1, 1e8]), np.array([0.7, 3.0])
+    assert _np(gg.lerp(gg.tensor(a), gg.tensor(b), 1.0)).tolist() == b.tolist()
+    np.testing.assert_array_equal(_np(gg.lerp(gg.tensor(a), gg.tensor(b), 0.7)),
+                                  torch.lerp(torch.tensor(a), torch.tensor(b), 0.7).numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nan_to_num_defaults_are_the_dtype_bounds(dtype):
+    a = np.array([np.nan, np.inf, -np.inf, 1.5], dtype=dtype)
+    g, t = _both(a)
+    got = gg.nan_to_num(g)
+    assert got.dtype == g.dtype
+    np.testing.assert_array_equal(_np(got), torch.nan_to_num(t).numpy())
+    assert np.isfinite(_np(got)).all()
+
+
+def test_nan_to_num_gradient_is_zero_where_replaced():
+    x = gg.tensor([np.nan, np.inf, -np.inf, 1.5], requires_grad=True)
+    gg.nan_to_num(x).sum().backward()
+    assert _np(x.grad).tolist() == [0.0, 0.0, 0.0, 1.0]
+
+
+# ---- methods -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["sort", "argsort", "topk", "msort", "tril", "triu",
+                                  "diagonal", "trace", "roll", "diff", "cumprod", "addmm",
+                                  "addcmul", "addcdiv", "lerp", "nan_to_num"])
+def test_tensor_methods_exist_like_torch(name):
+    assert hasattr(torch.Tensor, name)
+    assert callable(getattr(gg.Tensor, name))
