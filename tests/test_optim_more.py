@@ -467,3 +467,131 @@ def test_onecycle_trains_a_model_like_torch():
         ts.step()
         _assert_same(g_model, t_model, 1e-12)
     _train([(g_model, g_opt, gg), (t_model, t_opt, torch)], 7, "float64", check=check)
+
+
+class _Warmup:
+    """A callable object: its attributes are what a scheduler's state_dict saves."""
+
+    def __init__(self, epochs: int) -> None:
+        self.epochs = epochs
+
+    def __call__(self, epoch: float) -> float:
+        return min(1.0, (epoch + 1) / self.epochs)
+
+
+def test_callable_objects_are_saved_by_their_dict_as_torch():
+    """LambdaLR/MultiplicativeLR save a callable object's __dict__ (functions: None),
+    CyclicLR its custom scale_fn's; loading restores them into the new objects."""
+    g_opt, t_opt = _optimizers("sgd")
+    makers = [lambda s, o, w: s.LambdaLR(o, [w, lambda e: 1.0]),
+              lambda s, o, w: s.CyclicLR(o, 0.01, 0.1, step_size_up=2, scale_fn=w)]
+    for make in makers:
+        gs = make(lr_scheduler, g_opt, _Warmup(4))
+        ts = make(torch.optim.lr_scheduler, t_opt, _Warmup(4))
+        g_state, t_state = gs.state_dict(), ts.state_dict()
+        assert _comparable(g_state) == _comparable(t_state)
+        assert {"epochs": 4} in (g_state.get("lr_lambdas") or [g_state["_scale_fn_custom"]])
+        g_state = {**g_state}
+        other = make(lr_scheduler, g_opt, _Warmup(9))
+        other.load_state_dict(g_state)
+        fn = other.lr_lambdas[0] if hasattr(other, "lr_lambdas") else other._scale_fn_custom
+        assert fn.epochs == 4
+        assert "lr_lambdas" in g_state or "_scale_fn_custom" in g_state  # left as it was
+
+
+# ---- the Optimizer API ---------------------------------------------------------------
+
+def test_add_param_group_matches_torch():
+    """A group added later gets the defaults, steps like PyTorch's, and the checks
+    raise PyTorch's errors."""
+    g_model, t_model = _models("float64")
+    g_opt = optim.RMSprop(g_model[0].parameters(), lr=0.01, momentum=0.5)
+    t_opt = torch.optim.RMSprop(t_model[0].parameters(), lr=0.01, momentum=0.5, foreach=False)
+    _train([(g_model, g_opt, gg), (t_model, t_opt, torch)], 2, "float64")
+    g_opt.add_param_group({"params": g_model[2].parameters(), "alpha": 0.9})
+    t_opt.add_param_group({"params": t_model[2].parameters(), "alpha": 0.9})
+    assert [sorted(g) for g in g_opt.param_groups] == \
+        [sorted(k for k in g if k not in ("foreach", "capturable", "differentiable"))
+         for g in t_opt.param_groups]
+    _train([(g_model, g_opt, gg), (t_model, t_opt, torch)], 4, "float64", seed=5,
+           check=lambda step: _assert_same(g_model, t_model, 1e-12))
+    assert g_opt.state_dict()["param_groups"][1]["params"] == [2, 3]
+    w = gg.zeros(2, requires_grad=True)
+    cases = [
+        (["not a dict"], TypeError, "param_group must be a dict, but got <class 'list'>"),
+        ({"params": {w}}, TypeError, "optimizer parameters need to be organized in ordered "
+                                     "collections"),
+        ({"params": [w, 1.0]}, TypeError, "optimizer can only optimize Tensors, but one of "
+                                          "the params is float"),
+        ({"params": [w * 2]}, ValueError, "can't optimize a non-leaf Tensor"),
+        ({"params": [g_model[0].weight]}, ValueError, "some parameters appear in more than "
+                                                      "one parameter group"),
+        ({"params": [("w", w)]}, ValueError, "all optimizer param groups should be "
+                                             "with/without names"),
+    ]
+    for group, error, message in cases:
+        with pytest.raises(error) as info:
+            g_opt.add_param_group(group)
+        assert str(info.value).startswith(message)
+    with pytest.warns(UserWarning, match="duplicate parameters"):
+        g_opt.add_param_group({"params": [w, w]})
+    with pytest.raises(ValueError, match="parameter group didn't specify a value of required "
+                                         "optimization parameter lr"):
+        optim.Optimizer([w], {"lr": optim.optimizer.required})
+
+
+def test_named_parameters_are_kept_as_param_names():
+    model = nn.Linear(2, 3)
+    opt = optim.NAdam(model.named_parameters(), lr=0.01)
+    assert opt.param_groups[0]["param_names"] == ["weight", "bias"]
+    assert opt.param_groups[0]["params"] == list(model.parameters())
+    assert opt.state_dict()["param_groups"][0]["param_names"] == ["weight", "bias"]
+    with pytest.raises(ValueError, match="Some param names are missing"):
+        optim.SGD([("w", gg.zeros(1, requires_grad=True)), gg.zeros(1, requires_grad=True)])
+
+
+def test_zero_grad_without_set_to_none_zeroes_in_place_and_detaches():
+    """As PyTorch: the gradient tensor stays the same object (holders see the zeros),
+    loses its graph (it was made with create_graph=True) and its version is bumped."""
+    for mod, m in ((optim, gg), (torch.optim, torch)):
+        p = m.tensor([1.0, 2.0], requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # create_graph's reference-cycle warning
+            (p * p * p).sum().backward(create_graph=True)
+        grad = p.grad
+        assert grad.requires_grad
+        version = grad._version
+        opt = mod.Adagrad([p])
+        opt.zero_grad(set_to_none=False)
+        assert p.grad is grad and grad.tolist() == [0.0, 0.0]
+        assert not grad.requires_grad and grad.grad_fn is None
+        assert grad._version > version
+        opt.zero_grad()
+        assert p.grad is None
+
+
+def test_state_of_parameters_without_gradients_is_not_created():
+    a, b = gg.ones(2, requires_grad=True), gg.ones(2, requires_grad=True)
+    opt = optim.RAdam([a, b], lr=0.1)
+    (a * 3).sum().backward()
+    opt.step()
+    assert a in opt.state and b not in opt.state
+    assert b.tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("cls", ["RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam"])
+def test_closure_is_evaluated_with_grad_and_its_loss_returned(cls):
+    for mod, m in ((optim, gg), (torch.optim, torch)):
+        p = m.tensor([1.0, -2.0], dtype=m.float64, requires_grad=True)
+        opt = getattr(mod, cls)([p], lr=0.1)
+
+        def closure(p=p, opt=opt):
+            opt.zero_grad()
+            loss = (p ** 2).sum()
+            loss.backward()
+            return loss
+        losses = [float(opt.step(closure)) for _ in range(3)]
+        if m is gg:
+            g_losses, g_p = losses, p.tolist()
+    np.testing.assert_allclose(g_losses, losses, rtol=1e-14)
+    np.testing.assert_allclose(g_p, p.tolist(), rtol=1e-14)
