@@ -736,3 +736,27 @@ def test_half_casts_floating_parameters_and_buffers():
     assert m[1].running_mean.dtype == gg.float16
     assert m[1].num_batches_tracked.dtype == gg.int64  # integers stay
     assert m(gg.randn(4, 3).half()).dtype == gg.float16
+
+
+def test_backward_hook_none_grad_input_stops_the_gradient_and_namedtuples_survive():
+    from collections import namedtuple
+    Pair = namedtuple("Pair", "a b")
+
+    def run(lib):
+        class M(lib.nn.Module):
+            def forward(self, x):
+                return Pair(x * 2, x * 3)
+
+        m = M()
+        m.register_full_backward_hook(lambda mod, gi, go: (None,))
+        x = lib.tensor(rand(3), requires_grad=True)
+        out = m(x * 1.0)
+        assert type(out) is Pair
+        (out.a + out.b).sum().backward()
+        return x.grad
+
+    g, t = run(gg), run(torch)
+    # PyTorch drops the gradient (x.grad stays None); a graphgrad tensor hook cannot
+    # drop one, so zeros flow on: the same values, a different "no gradient"
+    assert t is None
+    close(g, np.zeros(3))

@@ -218,17 +218,19 @@ def _through_one_node(items: tuple, on_grads: Callable) -> tuple[tuple, list[int
         new = on_grads(grads)
         if new is None:
             return None
-        new = [n for i, n in zip(index, new, strict=True) if i in own]
+        # a None from the user's hook means no gradient: zeros flow on
+        new = [zeros(*s, dtype=g.dtype) if n is None else n
+               for s, n in zip(shapes, (n for i, n in zip(index, new, strict=True) if i in own),
+                               strict=True)]
         if len(tensors) == 1:
             return new[0]
-        return ops.cat([(zeros(*s, dtype=g.dtype) if n is None else n.to(g.dtype)).reshape(-1)
-                        for n, s in zip(new, shapes, strict=True)])
+        return ops.cat([n.to(g.dtype).reshape(-1) for n in new])
 
     joint.register_hook(hook)
     out = list(items)
     for i, c in zip(needed, copies, strict=True):
         out[i] = c
-    return tuple(out), index
+    return (tuple(out) if type(items) is tuple else type(items)(*out)), index  # namedtuples
 
 
 def _split(flat: Tensor, shapes: list[tuple]) -> list[Tensor]:
