@@ -3,8 +3,6 @@ global random generator behind ``manual_seed``."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 from typing import Any
 
 from graphgrad.backend import get_default_dtype, to_dtype, xp
@@ -169,16 +167,19 @@ def _new(arr, requires_grad: bool) -> Tensor:
 def tensor(data: Any, dtype=None, device=None, requires_grad: bool = False,
            pin_memory: bool = False) -> Tensor:
     """A new leaf tensor holding a copy of ``data``."""
+    check_device(device)
     return _new(as_array(data, dtype), requires_grad)
 
 
 def scalar_tensor(s, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    check_device(device)
     return _new(xp.array(s, dtype=(to_dtype(dtype) if dtype else get_default_dtype()).np),
                 requires_grad)
 
 
 def as_tensor(data: Any, dtype=None, device=None) -> Tensor:
     """Like ``tensor`` but shares memory with a NumPy array or a tensor where it can."""
+    check_device(device)
     if isinstance(data, Tensor) and (dtype is None or to_dtype(dtype) == data.dtype):
         return data
     if isinstance(data, xp.ndarray) and (dtype is None or to_dtype(dtype).np == data.dtype):
@@ -209,18 +210,22 @@ def _dt(dtype, default=None):
 
 
 def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    check_device(device)
     return _new(xp.zeros(_size(size), _dt(dtype)), requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    check_device(device)
     return _new(xp.ones(_size(size), _dt(dtype)), requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    check_device(device)
     return _new(xp.empty(_size(size), _dt(dtype)), requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    check_device(device)
     if dtype is None:
         dtype = (xp.bool_ if isinstance(fill_value, bool) else
                  xp.int64 if isinstance(fill_value, int) else None)
@@ -232,6 +237,7 @@ def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False)
 
 def arange(start, end=None, step=1, dtype=None, device=None,
            requires_grad: bool = False) -> Tensor:
+    check_device(device)
     if end is None:
         start, end = 0, start
     if dtype is None:
@@ -244,17 +250,20 @@ def arange(start, end=None, step=1, dtype=None, device=None,
 
 def linspace(start, end, steps: int, dtype=None, device=None,
              requires_grad: bool = False) -> Tensor:
+    check_device(device)
     return _new(xp.linspace(start, end, steps).astype(_dt(dtype)), requires_grad)
 
 
 def eye(n: int, m: int | None = None, dtype=None, device=None,
         requires_grad: bool = False) -> Tensor:
+    check_device(device)
     return _new(xp.eye(n, m, dtype=_dt(dtype)), requires_grad)
 
 
 def rand(*size, generator: Generator | None = None, dtype=None, device=None,
          requires_grad: bool = False) -> Tensor:
     """Uniform samples on [0, 1)."""
+    check_device(device)
     return random_tensor(lambda rng, s: rng.random(s), _size(size), _dt(dtype), requires_grad,
                          generator)
 
@@ -262,6 +271,7 @@ def rand(*size, generator: Generator | None = None, dtype=None, device=None,
 def randn(*size, generator: Generator | None = None, dtype=None, device=None,
           requires_grad: bool = False) -> Tensor:
     """Standard normal samples."""
+    check_device(device)
     return random_tensor(lambda rng, s: rng.standard_normal(s), _size(size), _dt(dtype),
                          requires_grad, generator)
 
@@ -269,6 +279,7 @@ def randn(*size, generator: Generator | None = None, dtype=None, device=None,
 def randint(low, high=None, size=None, *, generator: Generator | None = None, dtype=None,
             device=None, requires_grad: bool = False) -> Tensor:
     """Integers uniform on [low, high); ``randint(high, size)`` as in PyTorch."""
+    check_device(device)
     if size is None:  # randint(high, size)
         low, high, size = 0, low, high
     if size is None:
@@ -279,6 +290,7 @@ def randint(low, high=None, size=None, *, generator: Generator | None = None, dt
 
 def randperm(n: int, *, generator: Generator | None = None, dtype=None,
              device=None) -> Tensor:
+    check_device(device)
     return _new(_rng(generator).permutation(n).astype(_dt(dtype, xp.int64)), False)
 
 
@@ -287,54 +299,46 @@ def _like(t: Tensor, dtype):
 
 
 def zeros_like(input: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    check_device(device)
     shape, dt = _like(input, dtype)
     return _new(xp.zeros(shape, dt), requires_grad)
 
 
 def ones_like(input: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    check_device(device)
     shape, dt = _like(input, dtype)
     return _new(xp.ones(shape, dt), requires_grad)
 
 
 def empty_like(input: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    check_device(device)
     shape, dt = _like(input, dtype)
     return _new(xp.empty(shape, dt), requires_grad)
 
 
 def full_like(input: Tensor, fill_value, dtype=None, device=None,
               requires_grad: bool = False) -> Tensor:
+    check_device(device)
     shape, dt = _like(input, dtype)
     return _new(xp.full(shape, fill_value, dt), requires_grad)
 
 
 def rand_like(input: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    check_device(device)
     shape, dt = _like(input, dtype)
     return random_tensor(lambda rng, s: rng.random(s), shape, dt, requires_grad)
 
 
 def randn_like(input: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    check_device(device)
     shape, dt = _like(input, dtype)
     return random_tensor(lambda rng, s: rng.standard_normal(s), shape, dt, requires_grad)
 
 
 def randint_like(input: Tensor, low, high=None, dtype=None, device=None) -> Tensor:
+    check_device(device)
     if high is None:
         low, high = 0, low
     shape, dt = _like(input, dtype)
     return random_tensor(lambda rng, s: rng.integers(low, high, size=s), shape, dt)
 
-
-def _on_cpu(fn):
-    """``fn`` with its ``device`` argument checked (``check_device``)."""
-    @functools.wraps(fn)
-    def make(*args, **kwargs):
-        check_device(kwargs.get("device"))
-        return fn(*args, **kwargs)
-    return make
-
-
-# every factory that takes a device refuses the ones graphgrad does not have
-for _name in __all__:
-    _fn = globals()[_name]
-    if inspect.isfunction(_fn) and "device" in inspect.signature(_fn).parameters:
-        globals()[_name] = _on_cpu(_fn)
