@@ -76,6 +76,12 @@ OPTIMIZERS = [
     ("radam_rectified", "RAdam", dict(lr=0.01, betas=(0.8, 0.9), weight_decay=0.1)),
     ("radam_decoupled", "RAdam", dict(lr=0.01, betas=(0.3, 0.6), weight_decay=0.05,
                                       decoupled_weight_decay=True, maximize=True)),
+    ("adadelta", "Adadelta", dict()),
+    ("adadelta_all", "Adadelta", dict(lr=0.5, rho=0.8, eps=1e-4, weight_decay=0.1,
+                                      maximize=True)),
+    ("rprop", "Rprop", dict(lr=0.01)),
+    ("rprop_all", "Rprop", dict(lr=0.05, etas=(0.3, 1.5), step_sizes=(1e-3, 0.06),
+                                maximize=True)),
     ("adam_amsgrad_max", "Adam", dict(lr=0.01, amsgrad=True, maximize=True)),
     ("adam_beta1_small", "Adam", dict(lr=0.01, betas=(0.3, 0.999))),
     ("sgd_max", "SGD", dict(lr=0.1, momentum=0.9, nesterov=True, maximize=True)),
@@ -113,6 +119,8 @@ def test_optimizer_steps_match_torch(name, cls, kw, dtype, tol):
     ("Adamax", dict(weight_decay=0.1)),
     ("NAdam", dict(weight_decay=0.1)),
     ("RAdam", dict(betas=(0.5, 0.8), weight_decay=0.1, decoupled_weight_decay=True)),
+    ("Adadelta", dict(weight_decay=0.1)),
+    ("Rprop", dict(lr=0.1)),
 ])
 def test_complex_parameters_update_like_torch(cls, kw):
     """Complex parameters are updated as PyTorch's view_as_real: real and imaginary
@@ -137,6 +145,8 @@ def test_complex_parameters_update_like_torch(cls, kw):
     ("Adamax", dict(lr=0.01)),
     ("NAdam", dict(lr=0.01)),
     ("RAdam", dict(lr=0.01, betas=(0.8, 0.9))),
+    ("Adadelta", dict(lr=0.5)),
+    ("Rprop", dict(lr=0.02)),
     ("Adam", dict(lr=0.01, amsgrad=True)),
 ])
 def test_state_dict_from_torch_continues_identically(cls, kw):
@@ -181,6 +191,8 @@ def test_state_dict_from_torch_continues_identically(cls, kw):
     ("NAdam", dict(momentum_decay=-1.0), "Invalid momentum_decay value: -1.0"),
     ("NAdam", dict(betas=(0.9, 1.5)), "Invalid beta parameter at index 1: 1.5"),
     ("RAdam", dict(eps=-1e-8), "Invalid epsilon value: -1e-08"),
+    ("Adadelta", dict(rho=1.5), "Invalid rho value: 1.5"),
+    ("Rprop", dict(etas=(0.5, 0.9)), "Invalid eta values: 0.5, 0.9"),
 ])
 def test_invalid_hyperparameters_raise_torch_messages(cls, kw, message):
     for mod, m in ((optim, gg), (torch.optim, torch)):
@@ -189,7 +201,8 @@ def test_invalid_hyperparameters_raise_torch_messages(cls, kw, message):
         assert str(info.value) == message
 
 
-@pytest.mark.parametrize("cls", ["RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam"])
+@pytest.mark.parametrize("cls", ["RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam",
+                                 "RAdam", "Rprop"])
 def test_defaults_match_torch(cls):
     g = getattr(optim, cls)([gg.zeros(1, requires_grad=True)]).defaults
     t = getattr(torch.optim, cls)([torch.zeros(1, requires_grad=True)]).defaults
@@ -579,7 +592,8 @@ def test_state_of_parameters_without_gradients_is_not_created():
     assert b.tolist() == [1.0, 1.0]
 
 
-@pytest.mark.parametrize("cls", ["RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam"])
+@pytest.mark.parametrize("cls", ["RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam",
+                                 "RAdam", "Rprop"])
 def test_closure_is_evaluated_with_grad_and_its_loss_returned(cls):
     for mod, m in ((optim, gg), (torch.optim, torch)):
         p = m.tensor([1.0, -2.0], dtype=m.float64, requires_grad=True)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from graphgrad.backend import xp
 from graphgrad.tensor import full_like
 
-from .fused import axpy, buffer, decay, grad_array, real_view, written
+from .fused import axpy
 from .optimizer import Optimizer, check_nonnegative
 
 __all__ = ["Adagrad"]
@@ -34,21 +34,16 @@ class Adagrad(Optimizer):
         """One parameter's update in place; the state is PyTorch's ``step`` and ``sum``.
         As in PyTorch, the accumulator starts from the *optimizer's* default
         ``initial_accumulator_value`` (complex parameters: that value in both parts)."""
-        lr, lr_decay, eps, wd = group["lr"], group["lr_decay"], group["eps"], \
-            group["weight_decay"]
-        param = buffer(p, "Adagrad.step")
-        g = grad_array(p, group["maximize"])
+        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
         init = self.defaults["initial_accumulator_value"]
-        state, step = self._begin_step(p, sum=lambda p: full_like(
+        step, param, g, arrays = self._begin_update(p, group, sum=lambda p: full_like(
             p, complex(init, init) if p.is_complex() else init))
-        g = decay(param, g, lr, wd)
         clr = lr / (1 + (step - 1) * lr_decay)
-        param, g = real_view(param), real_view(xp.ascontiguousarray(g))
-        total = real_view(buffer(state["sum"]))
+        total = arrays["sum"]
         scratch = xp.multiply(g, g)  # state_sum.addcmul_(grad, grad, value=1)
         total += scratch
         std = xp.sqrt(total)
         std += eps
         xp.divide(g, std, out=scratch)  # param.addcdiv_(grad, std, value=-clr)
         axpy(param, -clr, scratch, scratch)
-        written(state["sum"], p)
+        self._end_update(p)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from graphgrad.backend import xp
 from graphgrad.tensor import zeros_like
 
-from .fused import axpy, buffer, decay, grad_array, lerp, real_view, written
+from .fused import axpy, lerp
 from .optimizer import Optimizer, check_nonnegative
 
 __all__ = ["Adam", "AdamW", "check_adam_args", "update_moments"]
@@ -56,26 +56,16 @@ class Adam(Optimizer):
         """One parameter's update on the buffers in place (see ``fused``), in PyTorch's
         order of operations (its single-tensor path), with one scratch array."""
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        wd, amsgrad = group["weight_decay"], group["amsgrad"]
-        param = buffer(p, f"{type(self).__name__}.step")
-        g = grad_array(p, group["maximize"])
         init = dict(exp_avg=zeros_like, exp_avg_sq=zeros_like)
-        if amsgrad:
+        if group["amsgrad"]:
             init["max_exp_avg_sq"] = zeros_like
-        state, step = self._begin_step(p, **init)
-        m_t, v_t = state["exp_avg"], state["exp_avg_sq"]
-        g = decay(param, g, lr, wd, self._decoupled)
-        m, v = buffer(m_t), buffer(v_t)
-        # as PyTorch (view_as_real): real and imaginary parts are separate entries
-        param, m, v, g = (real_view(a) for a in (param, m, v, xp.ascontiguousarray(g)))
+        step, param, g, arrays = self._begin_update(p, group, self._decoupled, **init)
+        m, v = arrays["exp_avg"], arrays["exp_avg_sq"]
         scratch = xp.empty_like(m)
         update_moments(m, v, g, beta1, beta2, scratch)
-        written(m_t, v_t)
-        if amsgrad:
-            vmax_t = state["max_exp_avg_sq"]
-            vmax = real_view(buffer(vmax_t))
+        if group["amsgrad"]:
+            vmax = arrays["max_exp_avg_sq"]
             xp.maximum(vmax, v, out=vmax)
-            written(vmax_t)
             v = vmax
         bias_correction1 = 1 - beta1 ** step
         bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
@@ -84,7 +74,7 @@ class Adam(Optimizer):
         denom += eps
         xp.divide(m, denom, out=scratch)  # param.addcdiv_(m, denom, value=-step_size)
         axpy(param, -lr / bias_correction1, scratch, scratch)
-        written(p)
+        self._end_update(p)
 
 
 class AdamW(Adam):

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from graphgrad.backend import xp
 from graphgrad.tensor import zeros_like
 
-from .fused import axpy, buffer, decay, grad_array, lerp, real_view, written
+from .fused import axpy, lerp
 from .adam import check_adam_args
 from .optimizer import Optimizer
 
@@ -31,14 +31,10 @@ class Adamax(Optimizer):
     def _update(self, p, group: dict) -> None:
         """One parameter's update in place; the state is PyTorch's ``step``, ``exp_avg``
         and ``exp_inf``."""
-        lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], \
-            group["weight_decay"]
-        param = buffer(p, "Adamax.step")
-        g = grad_array(p, group["maximize"])
-        state, step = self._begin_step(p, exp_avg=zeros_like, exp_inf=zeros_like)
-        g = decay(param, g, lr, wd)
-        param, g = real_view(param), real_view(xp.ascontiguousarray(g))
-        m, u = real_view(buffer(state["exp_avg"])), real_view(buffer(state["exp_inf"]))
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        step, param, g, arrays = self._begin_update(p, group, exp_avg=zeros_like,
+                                                    exp_inf=zeros_like)
+        m, u = arrays["exp_avg"], arrays["exp_inf"]
         scratch = xp.empty_like(m)
         lerp(m, g, 1 - beta1, scratch)
         u *= beta2  # torch.maximum(exp_inf.mul_(beta2), grad.abs().add_(eps), out=exp_inf)
@@ -47,4 +43,4 @@ class Adamax(Optimizer):
         xp.maximum(u, scratch, out=u)
         xp.divide(m, u, out=scratch)  # param.addcdiv_(exp_avg, exp_inf, value=-clr)
         axpy(param, -(lr / (1 - beta1 ** step)), scratch, scratch)
-        written(state["exp_avg"], state["exp_inf"], p)
+        self._end_update(p)

@@ -21,7 +21,7 @@ from graphgrad.backend import xp
 from graphgrad.tensor import tensor, zeros_like
 
 from .adam import check_adam_args, update_moments
-from .fused import axpy, buffer, decay, grad_array, real_view, written
+from .fused import axpy
 from .optimizer import Optimizer, check_nonnegative
 
 __all__ = ["NAdam"]
@@ -43,22 +43,19 @@ class NAdam(Optimizer):
         """One parameter's update in place; the state is PyTorch's ``step``,
         ``mu_product``, ``exp_avg`` and ``exp_avg_sq``."""
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        wd, psi = group["weight_decay"], group["momentum_decay"]
-        param = buffer(p, "NAdam.step")
-        g = grad_array(p, group["maximize"])
-        state, step = self._begin_step(p, mu_product=lambda p: tensor(1.0),
-                                       exp_avg=zeros_like, exp_avg_sq=zeros_like)
-        mu_t = state["mu_product"]
+        psi = group["momentum_decay"]
+        step, param, g, arrays = self._begin_update(
+            p, group, group["decoupled_weight_decay"], mu_product=lambda p: tensor(1.0),
+            exp_avg=zeros_like, exp_avg_sq=zeros_like)
         bias_correction2 = 1 - beta2 ** step
-        g = decay(param, g, lr, wd, group["decoupled_weight_decay"])
         mu = beta1 * (1.0 - 0.5 * (0.96 ** (step * psi)))
         mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * psi)))
         # mu_product *= mu on a float32 0-d tensor: the product rounds to float32
-        mu_t._array[...] = mu_t._array * np.asarray(mu, dtype=mu_t._array.dtype)
-        mu_product = float(mu_t._array)
+        mu_product_t = arrays["mu_product"]
+        mu_product_t[...] = mu_product_t * np.asarray(mu, dtype=mu_product_t.dtype)
+        mu_product = float(mu_product_t)
         mu_product_next = mu_product * mu_next
-        param, g = real_view(param), real_view(xp.ascontiguousarray(g))
-        m, v = real_view(buffer(state["exp_avg"])), real_view(buffer(state["exp_avg_sq"]))
+        m, v = arrays["exp_avg"], arrays["exp_avg_sq"]
         scratch = xp.empty_like(m)
         update_moments(m, v, g, beta1, beta2, scratch)
         denom = xp.divide(v, bias_correction2)  # exp_avg_sq.div(bias_correction2).sqrt()
@@ -68,4 +65,4 @@ class NAdam(Optimizer):
         axpy(param, -lr * (1.0 - mu) / (1.0 - mu_product), scratch, scratch)
         xp.divide(m, denom, out=scratch)
         axpy(param, (-lr * mu_next) / (1.0 - mu_product_next), scratch, scratch)
-        written(mu_t, state["exp_avg"], state["exp_avg_sq"], p)
+        self._end_update(p)

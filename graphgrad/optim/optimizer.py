@@ -17,7 +17,7 @@ from graphgrad.autograd import no_grad
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor, tensor
 
-from .fused import written
+from .fused import buffer, decay, grad_array, real_view, written
 
 __all__ = ["Optimizer", "required", "check_nonnegative"]
 
@@ -141,18 +141,32 @@ class Optimizer:
                         self._update(p, group)
         return loss
 
-    def _begin_step(self, p: Tensor, **init: Callable[[Tensor], Tensor]) -> tuple[dict, float]:
-        """The state of ``p`` with its step counted: on the first step it is created as
-        PyTorch's, ``step`` (a float32 0-d tensor) then ``name: init[name](p)`` in
-        order. Returns the state and the step number."""
+    def _begin_update(self, p: Tensor, group: dict, decoupled: bool = False,
+                      **init: Callable[[Tensor], Tensor]) -> tuple[float, Any, Any, dict]:
+        """Start one parameter's update as PyTorch's single-tensor paths do: the state
+        (created on the first step as PyTorch's: ``step``, a float32 0-d tensor, then
+        ``name: init[name](p)`` in order), the step counted, the gradient negated
+        (``maximize``) and weight-decayed (``decoupled``: AdamW's, on the parameter).
+        Returns the step number, the arrays of the parameter and the gradient, and the
+        state's arrays by name; complex ones as real views (PyTorch's ``view_as_real``:
+        real and imaginary parts are separate entries). Write them in place, then call
+        ``_end_update``."""
+        param = buffer(p, f"{type(self).__name__}.step")
+        g = grad_array(p, group["maximize"])
         state = self.state[p]
         if not state:
             state["step"] = tensor(0.0)
             for name, make in init.items():
                 state[name] = make(p)
         state["step"]._array += 1
-        written(state["step"])
-        return state, float(state["step"]._array)
+        g = decay(param, g, group["lr"], group.get("weight_decay", 0), decoupled)
+        arrays = {name: real_view(buffer(state[name])) for name in init}
+        return (float(state["step"]._array), real_view(param),
+                real_view(xp.ascontiguousarray(g)), arrays)
+
+    def _end_update(self, p: Tensor) -> None:
+        """Bump the versions of ``p`` and its state tensors, written in place."""
+        written(p, *(v for v in self.state[p].values() if isinstance(v, Tensor)))
 
     def _closure_loss(self, closure: Callable | None):
         """Run the closure (with grad enabled, before the update), as PyTorch's step."""

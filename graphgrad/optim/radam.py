@@ -19,7 +19,6 @@ from graphgrad.backend import xp
 from graphgrad.tensor import zeros_like
 
 from .adam import check_adam_args, update_moments
-from .fused import buffer, decay, grad_array, real_view, written
 from .optimizer import Optimizer
 
 __all__ = ["RAdam"]
@@ -39,14 +38,10 @@ class RAdam(Optimizer):
     def _update(self, p, group: dict) -> None:
         """One parameter's update in place; the state is PyTorch's ``step``, ``exp_avg``
         and ``exp_avg_sq``."""
-        lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], \
-            group["weight_decay"]
-        param = buffer(p, "RAdam.step")
-        g = grad_array(p, group["maximize"])
-        state, step = self._begin_step(p, exp_avg=zeros_like, exp_avg_sq=zeros_like)
-        g = decay(param, g, lr, wd, group["decoupled_weight_decay"])
-        param, g = real_view(param), real_view(xp.ascontiguousarray(g))
-        m, v = real_view(buffer(state["exp_avg"])), real_view(buffer(state["exp_avg_sq"]))
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        step, param, g, arrays = self._begin_update(p, group, group["decoupled_weight_decay"],
+                                                    exp_avg=zeros_like, exp_avg_sq=zeros_like)
+        m, v = arrays["exp_avg"], arrays["exp_avg_sq"]
         scratch = xp.empty_like(m)
         update_moments(m, v, g, beta1, beta2, scratch)
         bias_correction1 = 1 - beta1 ** step
@@ -63,4 +58,4 @@ class RAdam(Optimizer):
             update *= ((rho_t - 4) * (rho_t - 2) * rho_inf
                        / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
         param -= update  # param.add_(update, alpha=-1.0)
-        written(state["exp_avg"], state["exp_avg_sq"], p)
+        self._end_update(p)

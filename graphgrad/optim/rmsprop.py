@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from graphgrad.backend import xp
 from graphgrad.tensor import zeros_like
 
-from .fused import axpy, buffer, decay, grad_array, lerp, real_view, written
+from .fused import axpy, lerp
 from .optimizer import Optimizer, check_nonnegative
 
 __all__ = ["RMSprop"]
@@ -37,41 +37,34 @@ class RMSprop(Optimizer):
         single-tensor path); the state is PyTorch's: ``step``, ``square_avg``,
         ``momentum_buffer`` (momentum > 0), ``grad_avg`` (centered)."""
         lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
-        wd, momentum, centered = group["weight_decay"], group["momentum"], group["centered"]
-        param = buffer(p, "RMSprop.step")
-        g = grad_array(p, group["maximize"])
+        momentum, centered = group["momentum"], group["centered"]
         init = dict(square_avg=zeros_like)
         if momentum > 0:
             init["momentum_buffer"] = zeros_like
         if centered:
             init["grad_avg"] = zeros_like
-        state, _ = self._begin_step(p, **init)
-        touched = [state["square_avg"], p]
-        g = decay(param, g, lr, wd)
-        param, g = real_view(param), real_view(xp.ascontiguousarray(g))
-        v = real_view(buffer(state["square_avg"]))
+        _, param, g, arrays = self._begin_update(p, group, **init)
+        v = arrays["square_avg"]
         scratch = xp.empty_like(v)
         v *= alpha  # square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
         xp.multiply(g, g, out=scratch)
         axpy(v, 1 - alpha, scratch, scratch)
         avg = xp.empty_like(v)
         if centered:
-            gbar = real_view(buffer(state["grad_avg"]))
+            gbar = arrays["grad_avg"]
             lerp(gbar, g, 1 - alpha, scratch)
             xp.multiply(gbar, gbar, out=scratch)  # square_avg.addcmul(grad_avg, grad_avg, -1)
             xp.subtract(v, scratch, out=avg)
             xp.sqrt(avg, out=avg)
-            touched.append(state["grad_avg"])
         else:
             xp.sqrt(v, out=avg)
         avg += eps
         xp.divide(g, avg, out=scratch)
         if momentum > 0:
-            buf = real_view(buffer(state["momentum_buffer"]))
+            buf = arrays["momentum_buffer"]
             buf *= momentum  # buf.mul_(momentum).addcdiv_(grad, avg)
             buf += scratch
             axpy(param, -lr, buf, scratch)
-            touched.append(state["momentum_buffer"])
         else:
             axpy(param, -lr, scratch, scratch)  # param.addcdiv_(grad, avg, value=-lr)
-        written(*touched)
+        self._end_update(p)
