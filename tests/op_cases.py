@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import graphgrad as gg
+from graphgrad.ops.cumulative import CumprodBackward
 from graphgrad.ops.nll import NllLoss, NllLossBackward
 
 __all__ = ["Case", "CASES", "Example"]
@@ -1354,6 +1355,23 @@ def _diff(m, a, *ends, n, dim, where):
 
 _DIAGONAL = sts(diagonal=st.integers(-3, 3))
 
+
+@st.composite
+def _cumprod_gradient_example(draw, domain):
+    """An input, an incoming gradient of its shape, and a dim."""
+    shape = draw(shapes(min_dims=1))
+    rng = np.random.default_rng(draw(SEEDS))
+    return Example((domain(rng, shape), rng.standard_normal(shape)),
+                   {"dim": draw(st.integers(-len(shape), len(shape) - 1))})
+
+
+def _cumprod_gradient(m, a, g, dim):
+    return m.func.vjp(lambda x: m.cumprod(x, dim), a)[1](g)[0]
+
+
+def _cumprod_backward_op(m, a, g, dim):
+    return CumprodBackward.apply(g, a, dim=dim % a.ndim)
+
 add(
     case("tril", "Tril", lambda m, a, diagonal: m.tril(a, diagonal), _matrices(extra=_DIAGONAL)),
     case("tril_method", "Tril", lambda m, a: a.tril(), _matrices()),
@@ -1384,6 +1402,13 @@ add(
     case("cumprod_0d", "Cumprod", lambda m, a: m.cumprod(a, 0), elementwise(normal, max_dims=0)),
     case("cumprod_int", "Cumprod", lambda m, a, dim: m.cumprod(a, dim), one_dim(ints()),
          grad=False),
+    # cumprod's gradient as a function of the input and the incoming gradient: its
+    # derivatives are cumprod's second and third. The op itself, as a graph records it
+    # (a graph cannot trace through func.vjp); torch's side is its vjp
+    case("cumprod_gradient", "CumprodBackward", _cumprod_backward_op,
+         _cumprod_gradient_example(uniform(-1.5, 1.5)), torch_fn=_cumprod_gradient),
+    case("cumprod_gradient_zeros", "CumprodBackward", _cumprod_backward_op,
+         _cumprod_gradient_example(with_zeros), torch_fn=_cumprod_gradient),
 )
 
 # einsum: the common forms, each a fixed equation and shapes ----------------------------

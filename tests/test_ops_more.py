@@ -237,6 +237,34 @@ def test_cumprod_derivatives_to_third_order_match_torch(x):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+def test_cumprod_first_order_backward_is_one_linear_op():
+    """Plain backward runs CumprodBackward (O(n) along the dim) and nothing quadratic:
+    the n-copies construction appears only when the gradient is differentiated again."""
+    from graphgrad.tensor import Interpreter, dispatch, pop_interpreter, push_interpreter
+
+    class Recorder(Interpreter):
+        def __init__(self):
+            self.seen = []
+
+        def process(self, op, args, params):
+            self.seen.append(op.__name__)
+            with self.lowered():
+                return dispatch(op, args, params)
+
+    x = gg.tensor(np.array([[2.0, 0.0, 3.0, 0.5], [1.0, -1.0, 0.0, 0.0]]), requires_grad=True)
+    y = gg.cumprod(x, 1)
+    rec = Recorder()
+    push_interpreter(rec)
+    try:
+        (grad,) = gg.autograd.grad(y.sum(), x)
+    finally:
+        pop_interpreter(rec)
+    assert "CumprodBackward" in rec.seen and "Cumprod" not in rec.seen, rec.seen
+    xt = torch.tensor(_np(x), requires_grad=True)
+    (want,) = torch.autograd.grad(torch.cumprod(xt, 1).sum(), xt)
+    np.testing.assert_allclose(_np(grad), want.numpy(), rtol=1e-14)
+
+
 def test_cumprod_int_and_bool_give_int64():
     assert gg.cumprod(gg.tensor([1, 2, 3]), 0).dtype == gg.int64
     assert gg.cumprod(gg.tensor([True, False]), 0).dtype == gg.int64

@@ -1,13 +1,16 @@
 """Layer ``ops``: cumulative products along a dim (``cumprod``; ``cumsum`` is in
-``reduce``).
+``reduce``), and the op that computes cumprod's gradient.
 
 The gradient must hold where the input has zeros, and be differentiable again there:
-``out / input`` (the textbook rule) divides by zero. The rules use the products with
-one factor left out, ``C[k, i] = prod_{j <= i, j != k} x_j`` (the derivative of
-``out[i]`` by ``x[k]`` for ``k <= i``), computed as the cumprod of ``n`` copies of the
-slice with a 1 put in place of ``x[k]`` in copy ``k``: exact everywhere and written in
-graphgrad ops (so the second derivative differentiates it again), at a cost of ``n``
-times the input's size, as PyTorch's own rule when a graph of the gradient is built.
+``reversed_cumsum(g * out) / input`` (the textbook rule) divides by zero. Cumprod's vjp
+is one op, ``CumprodBackward``, whose forward is PyTorch's O(n) algorithm (the textbook
+rule before the first zero of a slice, the product of the others at that zero, 0
+after it). Its own rules, needed from the second derivative on, are written in
+graphgrad ops with the products that leave one factor out,
+``C[k, i] = prod_{j <= i, j != k} x_j`` (the derivative of ``out[i]`` by ``x[k]`` for
+``k <= i``): the cumprod of ``n`` copies of the slice with a 1 in place of ``x[k]`` in
+copy ``k``. They are exact everywhere and cost ``n`` times the input's size, as
+PyTorch's own rule when a graph of the gradient is built.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from __future__ import annotations
 from graphgrad.backend import xp
 from graphgrad.tensor.creation import _leaf
 
+from .arithmetic import needs_grad
 from .base import Op, normalize_dim
+from .batching import all_to_front
 from .compare import where
 from .reduce import _along_dim_batched
 from .triangular import Triu
@@ -27,13 +32,23 @@ def _eye(n: int):
     return _leaf(xp.eye(n, dtype=xp.bool_))
 
 
+def _left_out(x):
+    """For ``x`` (..., n): (..., n, n), copy ``k`` of the slice with 1 in place of
+    ``x[..., k]``."""
+    n = x.shape[-1]
+    return where(_eye(n), 1.0, x.unsqueeze(-2).expand(*x.shape[:-1], n, n))
+
+
 def _omitted_products(x):
     """For ``x`` (..., n): ``C`` (..., n, n) with ``C[..., k, i]`` the product of
     ``x[..., :i + 1]`` without ``x[..., k]`` for ``i >= k``, and 0 for ``i < k``."""
-    n = x.shape[-1]
-    copies = x.unsqueeze(-2).expand(*x.shape[:-1], n, n)
-    left_out = where(_eye(n), 1.0, copies)
-    return Triu.apply(Cumprod.apply(left_out, dim=left_out.ndim - 1), diagonal=0)
+    copies = _left_out(x)
+    return Triu.apply(Cumprod.apply(copies, dim=copies.ndim - 1), diagonal=0)
+
+
+def _reversed_cumsum(w):
+    """Along the last axis: ``out[k] = sum_{i >= k} w[i]``."""
+    return xp.flip(xp.cumsum(xp.flip(w, -1), -1), -1)
 
 
 class Cumprod(Op):
@@ -51,9 +66,7 @@ class Cumprod(Op):
     def vjp(g, out, a, *, dim):
         if a.ndim == 0:
             return (g,)
-        products = _omitted_products(a.movedim(dim, -1))
-        grad = (products * g.movedim(dim, -1).unsqueeze(-2)).sum(dim=-1)
-        return (grad.movedim(-1, dim),)
+        return (CumprodBackward.apply(g, a, dim=dim),)
 
     @staticmethod
     def jvp(dots, out, a, *, dim):
@@ -66,6 +79,65 @@ class Cumprod(Op):
     @classmethod
     def batch(cls, vals, bdims, *, dim):
         return _along_dim_batched(cls, vals[0], bdims[0], dim), 0
+
+
+class CumprodBackward(Op):
+    """Cumprod's gradient for the incoming gradient ``g``:
+    ``out[k] = sum_{i >= k} g[i] * prod_{j <= i, j != k} a[j]`` along ``dim``."""
+
+    holomorphic = True
+    promotes = False
+
+    @staticmethod
+    def forward(g, a, *, dim):
+        g, a = xp.moveaxis(g, dim, -1), xp.moveaxis(a, dim, -1)
+        zeros_so_far = xp.cumsum(a == 0, axis=-1)
+        before = zeros_so_far == 0           # k before the slice's first zero
+        first = (a == 0) & (zeros_so_far == 1)  # k at the first zero
+        with xp.errstate(all="ignore"):
+            grad = _reversed_cumsum(g * xp.cumprod(a, axis=-1)) / xp.where(before, a, 1)
+            # at the first zero: the cumprod with that factor left out (0 from the second
+            # zero on), summed against g from there
+            at_first = _reversed_cumsum(g * xp.cumprod(xp.where(first, 1, a), axis=-1))
+        grad = xp.where(before, grad, xp.where(first, at_first, 0))
+        return xp.moveaxis(grad.astype(xp.result_type(g, a), copy=False), -1, dim)
+
+    @staticmethod
+    def vjp(h, out, g, a, *, dim):
+        # out = sum_i g_i * triu(cumprod(left_out(a)))[k, i]: linear in g with the
+        # matrix C; for a, the cotangent of those cumprods is h_k * g_i (i >= k), and
+        # its gradient reaches a through every copy but the one where a_k is left out
+        hm, gm, am = h.movedim(dim, -1), g.movedim(dim, -1), a.movedim(dim, -1)
+        grad_g = grad_a = None
+        if needs_grad(g):
+            products = _omitted_products(am)
+            grad_g = (products * hm.unsqueeze(-1)).sum(dim=-2).movedim(-1, dim)
+        if needs_grad(a):
+            copies = _left_out(am)
+            weights = Triu.apply(hm.unsqueeze(-1) * gm.unsqueeze(-2), diagonal=0)
+            inner = CumprodBackward.apply(weights, copies, dim=copies.ndim - 1)
+            grad_a = where(_eye(am.shape[-1]), 0.0, inner).sum(dim=-2).movedim(-1, dim)
+        return grad_g, grad_a
+
+    @staticmethod
+    def jvp(dots, out, g, a, *, dim):
+        dg, da = dots
+        tangent = None if dg is None else CumprodBackward.apply(dg, a, dim=dim)
+        if da is not None:
+            am, dam = a.movedim(dim, -1), da.movedim(dim, -1)
+            n = am.shape[-1]
+            copies = _left_out(am)
+            d_copies = where(_eye(n), 0.0, dam.unsqueeze(-2).expand(*dam.shape[:-1], n, n))
+            d_products = Triu.apply(Cumprod.jvp((d_copies,), None, copies,
+                                                dim=copies.ndim - 1), diagonal=0)
+            term = (d_products * g.movedim(dim, -1).unsqueeze(-2)).sum(dim=-1).movedim(-1, dim)
+            tangent = term if tangent is None else tangent + term
+        return tangent
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dim):
+        g, a = all_to_front(vals, bdims)
+        return cls.apply(g, a, dim=dim + 1), 0
 
 
 def cumprod(input, dim: int, *, dtype=None):
