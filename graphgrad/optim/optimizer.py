@@ -2,8 +2,12 @@
 ``param_groups`` (a list of dicts holding ``params`` and hyperparameters), per-parameter
 ``state``, ``zero_grad``, ``step(closure)`` and ``state_dict``/``load_state_dict``.
 
-Subclasses update parameters under ``no_grad`` with in-place tensor ops, so the
-parameters keep their identity (and modules and other optimizers still see them).
+Subclasses update parameters under ``no_grad`` in place, so the parameters keep their
+identity (and modules and other optimizers still see them). Most update each parameter
+on its own: they define ``_update(p, group)``, which ``step`` calls for every parameter
+with a gradient, and start it with ``_begin_update`` (state, step count, ``maximize``,
+weight decay, complex entries as real pairs), the preamble PyTorch's single-tensor
+paths share.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from typing import Any
 
 from .optimizer import Optimizer
 
-__all__ = ["LRScheduler", "format_param", "group_values", "EPOCH_DEPRECATION_WARNING"]
+__all__ = ["LRScheduler", "_LRScheduler", "format_param", "group_values", "check_optimizer",
+           "EPOCH_DEPRECATION_WARNING"]
 
 EPOCH_DEPRECATION_WARNING = (
     "The epoch parameter in `scheduler.step()` was not necessary and is being "
@@ -184,6 +185,10 @@ def _unpack(target, saved) -> None:
         target.load_state_dict(saved)
     elif saved is not None:
         target.__dict__.update(saved)
+
+
+class _LRScheduler(LRScheduler):
+    """The base's old name, kept (as in PyTorch) for code that subclasses it."""
 
 
 def _track_optimizer_steps(optimizer: Optimizer) -> None:
