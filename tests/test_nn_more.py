@@ -173,7 +173,7 @@ def twin_layers(make):
     return g_mod, t_mod
 
 
-def step_both(g_mod, t_mod, x, seed=1):
+def step_both(g_mod, t_mod, x, seed=1, grad_rtol=RTOL):
     """One forward and backward of sum(out * r); compares everything that came out."""
     gx = gg.tensor(x, requires_grad=True)
     tx = torch.tensor(x, requires_grad=True)
@@ -182,7 +182,7 @@ def step_both(g_mod, t_mod, x, seed=1):
     r = rand(*out_t.shape, seed=seed)
     (out_g * gg.tensor(r)).sum().backward()
     (out_t * torch.tensor(r)).sum().backward()
-    close(gx.grad, tx.grad)
+    close(gx.grad, tx.grad, grad_rtol)
     t_params = dict(t_mod.named_parameters())
     for name, p in g_mod.named_parameters():
         close(p.grad, t_params[name].grad)
@@ -760,3 +760,147 @@ def test_backward_hook_none_grad_input_stops_the_gradient_and_namedtuples_surviv
     # drop one, so zeros flow on: the same values, a different "no gradient"
     assert t is None
     close(g, np.zeros(3))
+
+
+# ---- more activations, RMSNorm, attention, Conv1d -----------------------------------------
+ACTIVATIONS = [
+    ("relu6", lambda m: m.ReLU6(), 4.0),
+    ("hardtanh", lambda m: m.Hardtanh(-2.0, 3.0), 3.0),
+    ("hardsigmoid", lambda m: m.Hardsigmoid(), 4.0),
+    ("hardswish", lambda m: m.Hardswish(), 4.0),
+    ("mish", lambda m: m.Mish(), 2.0),
+    ("selu", lambda m: m.SELU(), 2.0),
+    ("celu", lambda m: m.CELU(0.7), 2.0),
+    ("softsign", lambda m: m.Softsign(), 2.0),
+    ("tanhshrink", lambda m: m.Tanhshrink(), 2.0),
+    ("glu", lambda m: m.GLU(1), 1.0),
+    ("softmin", lambda m: m.Softmin(1), 1.0),
+    ("prelu", lambda m: m.PReLU(), 1.0),
+    ("prelu_channels", lambda m: m.PReLU(4, init=0.1), 1.0),
+]
+
+
+# PyTorch's backward formulas of these use float32 constants even for float64 (1/6 in
+# hardsigmoid's, 1/alpha in celu's): their gradients agree with graphgrad's exact ones
+# to float32 precision only
+FLOAT32_CONSTANT_GRADS = {"hardsigmoid", "celu"}
+
+
+@pytest.mark.parametrize("name,make,spread", ACTIVATIONS, ids=[a[0] for a in ACTIVATIONS])
+def test_more_activations_match_torch(name, make, spread):
+    g_mod, t_mod = twin_layers(make)
+    x = rand(3, 4, 5) * spread
+    rtol = 1e-6 if name in FLOAT32_CONSTANT_GRADS else RTOL
+    step_both(g_mod, t_mod, x, grad_rtol=rtol)
+    # second derivatives (of the smooth pieces; the clip points are never hit)
+    gx, tx = gg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (dg,) = gg.autograd.grad((g_mod(gx) ** 2).sum(), gx, create_graph=True)
+    (dt,) = torch.autograd.grad((t_mod(tx) ** 2).sum(), tx, create_graph=True)
+    close(dg, dt, rtol)
+    (hg,) = gg.autograd.grad(dg.sum(), gx)
+    if name == "hardsigmoid":  # PyTorch has no double backward for it: 2 y'^2 by hand
+        close(hg, np.where(np.abs(x) < 3, 2 / 36, 0.0))
+    else:
+        close(hg, torch.autograd.grad(dt.sum(), tx)[0], max(rtol, 1e-9), 1e-11)
+
+
+def test_clip_points_have_torch_gradients():
+    x = np.array([-3.0, -1.0, 0.0, 3.0, 6.0])
+    for fn in ("relu6", "hardtanh", "hardsigmoid", "hardswish"):
+        gx, tx = gg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        getattr(F, fn)(gx).sum().backward()
+        getattr(torch.nn.functional, fn)(tx).sum().backward()
+        close(gx.grad, tx.grad, 1e-6 if fn in FLOAT32_CONSTANT_GRADS else RTOL)
+
+
+def test_more_activation_errors_use_torch_wording():
+    for lib in (gg, torch):
+        with pytest.raises(RuntimeError, match="Halving dimension must be even, but dimension "
+                           "1 is size 3"):
+            lib.nn.functional.glu(lib.ones(2, 3), 1)
+        with pytest.raises(RuntimeError, match="Mismatch of parameter numbers and input channel "
+                           "size. Found parameter numbers = 2 and channel size = 3."):
+            lib.nn.functional.prelu(lib.ones(2, 3), lib.ones(2))
+        with pytest.raises(AssertionError, match=r"max_val \(1.0\) must be greater than "
+                           r"min_val \(2.0\)"):
+            lib.nn.Hardtanh(2.0, 1.0)
+        with pytest.raises(RuntimeError, match="alpha cannot be 0 for CELU"):
+            lib.nn.functional.celu(lib.ones(2), 0.0)
+
+
+@pytest.mark.parametrize("shape,norm_shape,kw", [((3, 4), 4, {}),
+                                                 ((2, 3, 4), (3, 4), {"eps": 1e-3}),
+                                                 ((2, 5), [5], {"elementwise_affine": False})])
+def test_rmsnorm_matches_torch(shape, norm_shape, kw):
+    g_mod, t_mod = twin_layers(lambda m: m.RMSNorm(norm_shape, **kw))
+    assert list(g_mod.state_dict()) == list(t_mod.state_dict())
+    step_both(g_mod, t_mod, rand(*shape))
+    for lib in (gg, torch):
+        with pytest.raises(RuntimeError, match=r"Given normalized_shape=\[4\], expected input "
+                           r"with shape \[\*4\], but got input of size\[2, 3\]"):
+            lib.nn.functional.rms_norm(lib.ones(2, 3), [4])
+
+
+SDPA = [
+    ("plain", {}, (2, 3, 4, 8), (2, 3, 6, 8)),
+    ("causal", {"is_causal": True}, (2, 2, 5, 4), (2, 2, 5, 4)),
+    ("causal_rect", {"is_causal": True}, (1, 2, 3, 4), (1, 2, 6, 4)),
+    ("scale", {"scale": 0.3}, (2, 4, 4), (2, 7, 4)),
+    ("bool_mask", {"mask": "bool"}, (2, 3, 4, 8), (2, 3, 6, 8)),
+    ("float_mask", {"mask": "float"}, (2, 3, 4, 8), (2, 3, 6, 8)),
+    ("gqa", {"enable_gqa": True}, (2, 4, 3, 8), (2, 2, 5, 8)),
+]
+
+
+@pytest.mark.parametrize("name,kw,q_shape,kv_shape", SDPA, ids=[s[0] for s in SDPA])
+def test_scaled_dot_product_attention_matches_torch(name, kw, q_shape, kv_shape):
+    kw = dict(kw)
+    arrays = [rand(*q_shape, seed=1), rand(*kv_shape, seed=2), rand(*kv_shape, seed=3)]
+    mask = kw.pop("mask", None)
+    mask_arr = None
+    if mask == "bool":
+        mask_arr = np.random.default_rng(4).random((q_shape[-2], kv_shape[-2])) > 0.3
+        mask_arr[:, 0] = True  # no row fully masked
+    elif mask == "float":
+        mask_arr = rand(q_shape[-2], kv_shape[-2], seed=4)
+    results = []
+    for lib in (gg, torch):
+        ts = [lib.tensor(a, requires_grad=True) for a in arrays]
+        m = None if mask_arr is None else lib.tensor(mask_arr)
+        out = lib.nn.functional.scaled_dot_product_attention(*ts, attn_mask=m, **kw)
+        (out * lib.tensor(rand(*out.shape, seed=5))).sum().backward()
+        results.append([out] + [t.grad for t in ts])
+    for a, b in zip(*results, strict=True):
+        close(a, b)
+    with pytest.raises(RuntimeError, match="attn_mask should not be set when is_causal=True"):
+        F.scaled_dot_product_attention(gg.ones(1, 2, 2), gg.ones(1, 2, 2), gg.ones(1, 2, 2),
+                                       attn_mask=gg.ones(2, 2), is_causal=True)
+
+
+CONV1D = [
+    ("conv1d", lambda m: m.Conv1d(2, 4, 3), (2, 2, 9)),
+    ("conv1d_all", lambda m: m.Conv1d(4, 6, 3, stride=2, padding=2, dilation=2, groups=2,
+                                      bias=False), (2, 4, 11)),
+    ("conv1d_same", lambda m: m.Conv1d(3, 2, 5, padding="same"), (1, 3, 7)),
+    ("conv1d_unbatched", lambda m: m.Conv1d(2, 3, 2), (2, 6)),
+]
+
+
+@pytest.mark.parametrize("name,make,shape", CONV1D, ids=[c[0] for c in CONV1D])
+def test_conv1d_matches_torch(name, make, shape):
+    torch.manual_seed(0)
+    g_mod, t_mod = twin_layers(make)
+    step_both(g_mod, t_mod, rand(*shape))
+
+
+def test_conv1d_init_and_errors_as_torch():
+    gg.manual_seed(0)
+    m = nn.Conv1d(4, 3, 5)
+    bound = 1 / np.sqrt(4 * 5)
+    assert np.abs(m.weight.detach().numpy()).max() <= bound
+    assert np.abs(m.bias.detach().numpy()).max() <= bound
+    for lib in (gg, torch):
+        with pytest.raises(RuntimeError, match=r"Given groups=1, weight of size \[4, 2, 3\], "
+                           r"expected input\[2, 3, 8\] to have 2 channels, but got 3 channels "
+                           r"instead"):
+            lib.nn.functional.conv1d(lib.ones(2, 3, 8), lib.ones(4, 2, 3))

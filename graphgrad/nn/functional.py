@@ -325,12 +325,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """Normalise over the trailing ``normalized_shape`` dims (biased variance), then
     scale and shift."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if tuple(input.shape[input.ndim - len(shape):]) != shape:
-        raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape "
-                           f"[*, {', '.join(map(str, shape))}], but got input of size"
-                           f"{list(input.shape)}")
-    dims = tuple(range(input.ndim - len(shape), input.ndim))
+    dims = _normalized_dims(input, normalized_shape, "*, ")
     centered = input - input.mean(dim=dims, keepdim=True)
     var = (centered * centered).mean(dim=dims, keepdim=True)
     out = centered * ops.rsqrt(var + eps)
@@ -339,6 +334,17 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
     if bias is not None:
         out = out + bias
     return out
+
+
+def _normalized_dims(input, normalized_shape, star: str) -> tuple:
+    """The trailing dims that ``normalized_shape`` names, checked against the input
+    (``star``: how PyTorch's message for this norm writes the leading dims)."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(input.shape[input.ndim - len(shape):]) != shape:
+        raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape "
+                           f"[{star}{', '.join(map(str, shape))}], but got input of size"
+                           f"{list(input.shape)}")
+    return tuple(range(input.ndim - len(shape), input.ndim))
 
 
 def embedding(input, weight, padding_idx: int | None = None, max_norm=None,
@@ -524,3 +530,161 @@ def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
         return input
     # one draw per (sample, channel), as PyTorch's feature_dropout (a 3-D input is (N, C, L))
     return _drop(input, p, tuple(input.shape[:2]) + (1,) * (input.ndim - 2), inplace)
+
+
+# ---- more activations, RMS norm, attention, 1-d convolution -------------------------------
+__all__ += ["hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "prelu", "glu", "softmin",
+            "selu", "celu", "softsign", "tanhshrink", "rms_norm", "scaled_dot_product_attention",
+            "conv1d"]
+
+
+def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+    """``input`` clipped to [min_val, max_val], with gradient 0 at the clip points (as
+    PyTorch's, where ``clamp`` would pass it)."""
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    out = ops.where(input <= min_val, min_val, ops.where(input >= max_val, max_val, input))
+    return _result(input, out, inplace)
+
+
+def relu6(input, inplace: bool = False):
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def hardsigmoid(input, inplace: bool = False):
+    """``relu6(x + 3) / 6``."""
+    out = ops.where(input <= -3.0, 0.0, ops.where(input >= 3.0, 1.0, input / 6 + 0.5))
+    return _result(input, out, inplace)
+
+
+def hardswish(input, inplace: bool = False):
+    """``x * relu6(x + 3) / 6``; at -3 and 3 the gradient is that of the outer pieces (0
+    and 1), as PyTorch's."""
+    out = ops.where(input <= -3.0, 0.0, ops.where(input >= 3.0, input, input * (input + 3) / 6))
+    return _result(input, out, inplace)
+
+
+def mish(input, inplace: bool = False):
+    return _result(input, input * tanh(softplus(input)), inplace)
+
+
+def prelu(input, weight):
+    """``x`` where positive, ``weight * x`` elsewhere; ``weight`` has one value or one per
+    channel (dim 1)."""
+    channels = input.shape[1] if input.ndim >= 2 else 1
+    if weight.numel() != 1 and weight.numel() != channels:
+        raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found "
+                           f"parameter numbers = {weight.numel()} and channel size = "
+                           f"{channels}.")
+    w = weight.reshape((-1,) + (1,) * (input.ndim - 2)) if input.ndim >= 2 else weight
+    return ops.where(input > 0, input, w * input)
+
+
+def glu(input, dim: int = -1):
+    """``a * sigmoid(b)`` for the two halves ``a, b`` of ``input`` along ``dim``."""
+    if input.shape[dim] % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension "
+                           f"{dim % input.ndim} is size {input.shape[dim]}")
+    a, b = ops.chunk(input, 2, dim)
+    return a * sigmoid(b)
+
+
+def softmin(input, dim: int | None = None, _stacklevel: int = 3, dtype=None):
+    if dim is None:
+        dim = _implicit_dim("softmin", input.ndim, _stacklevel)
+    return ops.softmax(-input, dim, dtype=dtype)
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(input, inplace: bool = False):
+    return _result(input, _SELU_SCALE * elu(input, _SELU_ALPHA), inplace)
+
+
+def celu(input, alpha: float = 1.0, inplace: bool = False):
+    """``max(0, x) + min(0, alpha (exp(x / alpha) - 1))``."""
+    if alpha == 0:
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    out = ops.where(input > 0, input, alpha * ops.expm1(ops.clamp(input, max=0.0) / alpha))
+    return _result(input, out, inplace)
+
+
+def softsign(input):
+    return input / (1 + input.abs())
+
+
+def tanhshrink(input):
+    return input - tanh(input)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
+    """``x / sqrt(mean(x^2) + eps)`` over the trailing ``normalized_shape`` dims, times
+    ``weight``; ``eps`` None is the machine epsilon of the input's dtype."""
+    dims = _normalized_dims(input, normalized_shape, "*")
+    if eps is None:
+        eps = float(xp.finfo(input._array.dtype).eps)
+    out = input * ops.rsqrt((input * input).mean(dim=dims, keepdim=True) + eps)
+    return out * weight if weight is not None else out
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False):
+    """``softmax(q k^T * scale + mask) v`` over the last two dims, as PyTorch's reference
+    implementation: a boolean mask keeps where True, a float mask is added, ``is_causal``
+    keeps ``j <= i``; ``enable_gqa`` repeats key/value heads (dim -3) to the query's."""
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be "
+                           "set when is_causal=True")
+    import math
+
+    from graphgrad.tensor.creation import arange
+    n_q, n_k = query.shape[-2], key.shape[-2]
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        reps = query.shape[-3] // key.shape[-3]
+        key = _repeat_heads(key, reps)
+        value = _repeat_heads(value, reps)
+    scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = (query @ key.transpose(-2, -1)) * scale
+    if is_causal:
+        attn_mask = arange(n_q).unsqueeze(1) >= arange(n_k).unsqueeze(0)
+    if attn_mask is not None:
+        if attn_mask._array.dtype.kind == "b":
+            scores = ops.where(attn_mask, scores, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = ops.softmax(scores, -1)
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p)
+    return weights @ value
+
+
+def _repeat_heads(t, reps: int):
+    """Each head (dim -3) ``reps`` times in a row: ``repeat_interleave(reps, dim=-3)``."""
+    shape = tuple(t.shape)
+    expanded = t.unsqueeze(-3).expand(*shape[:-2], reps, *shape[-2:])
+    return expanded.reshape(*shape[:-3], shape[-3] * reps, *shape[-2:])
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    """1-D cross-correlation over (N, C, L) or (C, L): ``conv2d`` on a height-1 image."""
+    unbatched = input.ndim == 2
+    x = input.unsqueeze(0) if unbatched else input
+    if x.shape[1] != weight.shape[1] * groups:
+        raise RuntimeError(f"Given groups={groups}, weight of size {list(weight.shape)}, "
+                           f"expected input{list(x.shape)} to have {weight.shape[1] * groups} "
+                           f"channels, but got {x.shape[1]} channels instead")
+    padding = padding if isinstance(padding, str) else (0, _single(padding))
+    out = conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, _single(stride)), padding,
+                 (1, _single(dilation)), groups).squeeze(2)
+    return out.squeeze(0) if unbatched else out
+
+
+def _single(v) -> int:
+    """An int, or the one int of a 1-tuple (PyTorch's ``_single``)."""
+    if isinstance(v, int):
+        return v
+    (v,) = tuple(v)
+    return int(v)

@@ -1,4 +1,5 @@
-"""Layer ``nn``: normalisation layers: ``LayerNorm`` over the trailing dims, ``GroupNorm``
+"""Layer ``nn``: normalisation layers: ``LayerNorm`` and ``RMSNorm`` over the trailing
+dims, ``GroupNorm``
 over groups of channels, and ``BatchNorm1d``/``BatchNorm2d`` over the batch, with
 running statistics kept in buffers."""
 
@@ -12,7 +13,7 @@ from .. import init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d"]
+__all__ = ["LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d"]
 
 
 def _affine_parameters(module: Module, shape: tuple, affine: bool, bias: bool, dtype) -> None:
@@ -45,6 +46,30 @@ class LayerNorm(Module):
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, "
                 f"elementwise_affine={self.elementwise_affine}, bias={self.bias is not None}")
+
+
+class RMSNorm(Module):
+    """``x / rms(x) * weight`` over the trailing ``normalized_shape`` dims (no centring,
+    no bias); ``eps`` None is the machine epsilon of the input's dtype."""
+
+    def __init__(self, normalized_shape, eps: float | None = None,
+                 elementwise_affine: bool = True, device=None, dtype=None) -> None:
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) \
+            else tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:  # a weight only, no bias
+            self.weight = Parameter(ones(*self.normalized_shape, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
 
 
 class GroupNorm(Module):
