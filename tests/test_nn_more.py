@@ -904,3 +904,80 @@ def test_conv1d_init_and_errors_as_torch():
                            r"expected input\[2, 3, 8\] to have 2 channels, but got 3 channels "
                            r"instead"):
             lib.nn.functional.conv1d(lib.ones(2, 3, 8), lib.ones(4, 2, 3))
+
+
+# ---- MultiheadAttention -------------------------------------------------------------------
+def _mha_masks(kind, n, h, lq, lk):
+    """(attn_mask, key_padding_mask) numpy arrays for a case; no row is fully blocked."""
+    rng = np.random.default_rng(9)
+    if kind == "bool":
+        m = rng.random((lq, lk)) < 0.3
+        m[:, 0] = False
+        pad = np.zeros((n, lk), bool)
+        pad[:, -1] = True
+        return m, pad
+    if kind == "float3d":
+        return rng.standard_normal((n * h, lq, lk)), None
+    if kind == "float_pad":
+        return None, rng.standard_normal((n, lk))
+    if kind == "causal":
+        return np.triu(np.ones((lq, lk), bool), 1), None
+    return None, None
+
+
+MHA = [
+    ("self", {}, {}, "none"),
+    ("batch_first", {"batch_first": True}, {}, "none"),
+    ("kdim_vdim", {"kdim": 5, "vdim": 3}, {}, "none"),
+    ("no_bias", {"bias": False}, {}, "none"),
+    ("bool_masks", {}, {}, "bool"),
+    ("float_mask_3d", {"batch_first": True}, {"average_attn_weights": False}, "float3d"),
+    ("float_padding", {}, {}, "float_pad"),
+    ("causal", {}, {"is_causal": True}, "causal"),
+    ("no_weights", {}, {"need_weights": False}, "bool"),
+]
+
+
+@pytest.mark.parametrize("name,kw,call_kw,masks", MHA, ids=[m[0] for m in MHA])
+def test_multihead_attention_matches_torch(name, kw, call_kw, masks):
+    e, h, n, lq, lk = 6, 3, 2, 4, 5
+    g_mod, t_mod = twin_layers(lambda m: m.MultiheadAttention(e, h, **kw))
+    assert list(g_mod.state_dict()) == list(t_mod.state_dict())
+    kdim, vdim = kw.get("kdim", e), kw.get("vdim", e)
+    lead = (lambda L: (n, L)) if kw.get("batch_first") else (lambda L: (L, n))
+    arrays = [rand(*lead(lq), e, seed=1), rand(*lead(lk), kdim, seed=2),
+              rand(*lead(lk), vdim, seed=3)]
+    attn_mask, pad_mask = _mha_masks(masks, n, h, lq, lk)
+    results = []
+    for lib, mod in ((gg, g_mod), (torch, t_mod)):
+        xs = [lib.tensor(a, requires_grad=True) for a in arrays]
+        am = None if attn_mask is None else lib.tensor(attn_mask)
+        pm = None if pad_mask is None else lib.tensor(pad_mask)
+        out, weights = mod(*xs, key_padding_mask=pm, attn_mask=am, **call_kw)
+        loss = (out * lib.tensor(rand(*out.shape, seed=4))).sum()
+        if weights is not None:
+            loss = loss + (weights * lib.tensor(rand(*weights.shape, seed=5))).sum()
+        loss.backward()
+        results.append([out, weights] + [x.grad for x in xs]
+                       + [p.grad for _, p in mod.named_parameters()])
+    for a, b in zip(*results, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            close(a, b)
+
+
+def test_multihead_attention_unbatched_and_errors_match_torch():
+    g_mod, t_mod = twin_layers(lambda m: m.MultiheadAttention(4, 2))
+    x = rand(3, 4)
+    out_g, w_g = g_mod(*(gg.tensor(x),) * 3)
+    out_t, w_t = t_mod(*(torch.tensor(x),) * 3)
+    close(out_g, out_t)
+    close(w_g, w_t)
+    for lib in (gg, torch):
+        with pytest.raises(AssertionError, match="embed_dim must be divisible by num_heads"):
+            lib.nn.MultiheadAttention(5, 2)
+        with pytest.raises(ValueError, match="embed_dim and num_heads must be greater than 0"):
+            lib.nn.MultiheadAttention(0, 2)
+        m = lib.nn.MultiheadAttention(4, 2)
+        with pytest.raises(RuntimeError, match="Need attn_mask if specifying the is_causal hint"):
+            m(*(lib.ones(3, 1, 4),) * 3, is_causal=True)

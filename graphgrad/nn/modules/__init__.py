@@ -1,6 +1,7 @@
 """Layer ``nn``: the module classes (``Module`` and the layers built on it)."""
 
 from .activation import *  # noqa: F401,F403
+from .attention import MultiheadAttention
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv1d, Conv2d
 from .dropout import Dropout, Dropout2d
@@ -18,4 +19,4 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", 
            "Identity", "Linear", "Conv1d", "Conv2d", "Dropout", "Dropout2d", "Flatten", "Unflatten",
            "LayerNorm", "RMSNorm", "GroupNorm",
            "BatchNorm1d", "BatchNorm2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
-           "Embedding", *activation.__all__, *loss.__all__]
+           "Embedding", "MultiheadAttention", *activation.__all__, *loss.__all__]
