@@ -201,14 +201,58 @@ def test_invalid_hyperparameters_raise_torch_messages(cls, kw, message):
         assert str(info.value) == message
 
 
-@pytest.mark.parametrize("cls", ["RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam",
-                                 "RAdam", "Rprop"])
-def test_defaults_match_torch(cls):
+ALL = ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam",
+       "Rprop", "LBFGS"]
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_signature_and_defaults_match_torch(cls):
+    """PyTorch's parameter names, order, kinds and default values, and the same
+    ``defaults`` (so parameter groups and state_dicts have the same keys)."""
+    import inspect
+    g_sig = inspect.signature(getattr(optim, cls).__init__).parameters
+    t_sig = inspect.signature(getattr(torch.optim, cls).__init__).parameters
+    assert [(n, p.kind) for n, p in g_sig.items()] == [(n, p.kind) for n, p in t_sig.items()]
+    for name, param in g_sig.items():
+        assert param.default == t_sig[name].default, name
     g = getattr(optim, cls)([gg.zeros(1, requires_grad=True)]).defaults
     t = getattr(torch.optim, cls)([torch.zeros(1, requires_grad=True)]).defaults
-    for key, value in g.items():
-        assert t[key] == value, key
-    assert set(t) - set(g) <= {"foreach", "capturable", "differentiable", "fused"}
+    assert g == t
+
+
+def test_implementation_options_are_recorded_with_torch_checks():
+    """foreach/fused/capturable choose PyTorch's kernels; graphgrad's one implementation
+    gives the same steps, so they are recorded; PyTorch's conflicts raise its errors;
+    differentiable=True is refused."""
+    w = gg.zeros(2, requires_grad=True)
+    opt = optim.Adam([w], foreach=True, capturable=True)
+    assert opt.defaults["foreach"] and opt.param_groups[0]["capturable"]
+    with pytest.raises(RuntimeError, match="`fused` and `foreach` cannot be `True` together."):
+        optim.SGD([w], fused=True, foreach=True)
+    with pytest.raises(RuntimeError, match="`fused` does not support `differentiable`"):
+        optim.Adagrad([w], fused=True, differentiable=True)
+    with pytest.raises(NotImplementedError, match="differentiable=True is not supported"):
+        optim.NAdam([w], differentiable=True)
+    g_model, t_model = _models("float64")
+    g_opt = optim.AdamW(g_model.parameters(), lr=0.01, fused=True)
+    t_opt = torch.optim.AdamW(t_model.parameters(), lr=0.01, fused=True)
+    _train([(g_model, g_opt, gg), (t_model, t_opt, torch)], 3, "float64",
+           check=lambda step: _assert_same(g_model, t_model, 1e-12))
+    assert g_opt.state_dict()["param_groups"] == t_opt.state_dict()["param_groups"]
+
+
+def test_adam_decoupled_weight_decay_is_adamw():
+    g_model, t_model = _models("float64")
+    g_opt = optim.Adam(g_model.parameters(), lr=0.01, weight_decay=0.1,
+                       decoupled_weight_decay=True)
+    t_opt = torch.optim.AdamW(t_model.parameters(), lr=0.01, weight_decay=0.1, foreach=False)
+    _train([(g_model, g_opt, gg), (t_model, t_opt, torch)], STEPS, "float64",
+           check=lambda step: _assert_same(g_model, t_model, 1e-12))
+    adamw = optim.AdamW([gg.zeros(1, requires_grad=True)])
+    sd = adamw.state_dict()
+    sd["param_groups"][0]["decoupled_weight_decay"] = False
+    adamw.load_state_dict(sd)  # as PyTorch: AdamW stays decoupled
+    assert adamw.param_groups[0]["decoupled_weight_decay"] is True
 
 
 # ---- learning-rate schedulers ------------------------------------------------------
@@ -518,14 +562,13 @@ def test_add_param_group_matches_torch():
     """A group added later gets the defaults, steps like PyTorch's, and the checks
     raise PyTorch's errors."""
     g_model, t_model = _models("float64")
-    g_opt = optim.RMSprop(g_model[0].parameters(), lr=0.01, momentum=0.5)
+    g_opt = optim.RMSprop(g_model[0].parameters(), lr=0.01, momentum=0.5, foreach=False)
     t_opt = torch.optim.RMSprop(t_model[0].parameters(), lr=0.01, momentum=0.5, foreach=False)
     _train([(g_model, g_opt, gg), (t_model, t_opt, torch)], 2, "float64")
     g_opt.add_param_group({"params": g_model[2].parameters(), "alpha": 0.9})
     t_opt.add_param_group({"params": t_model[2].parameters(), "alpha": 0.9})
-    assert [sorted(g) for g in g_opt.param_groups] == \
-        [sorted(k for k in g if k not in ("foreach", "capturable", "differentiable"))
-         for g in t_opt.param_groups]
+    assert [{k: v for k, v in g.items() if k != "params"} for g in g_opt.param_groups] == \
+        [{k: v for k, v in g.items() if k != "params"} for g in t_opt.param_groups]
     _train([(g_model, g_opt, gg), (t_model, t_opt, torch)], 4, "float64", seed=5,
            check=lambda step: _assert_same(g_model, t_model, 1e-12))
     assert g_opt.state_dict()["param_groups"][1]["params"] == [2, 3]

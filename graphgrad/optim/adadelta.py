@@ -15,20 +15,24 @@ from graphgrad.backend import xp
 from graphgrad.tensor import zeros_like
 
 from .fused import axpy
-from .optimizer import Optimizer, check_nonnegative
+from .optimizer import Optimizer, check_nonnegative, implementation
 
 __all__ = ["Adadelta"]
 
 
 class Adadelta(Optimizer):
     def __init__(self, params: Iterable, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
-                 weight_decay: float = 0.0, *, maximize: bool = False) -> None:
+                 weight_decay: float = 0.0, foreach: bool | None = None, *,
+                 capturable: bool = False, maximize: bool = False,
+                 differentiable: bool = False) -> None:
         check_nonnegative(lr=lr)
         if not 0.0 <= rho <= 1.0:
             raise ValueError(f"Invalid rho value: {rho}")
         check_nonnegative(eps=eps, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **implementation(foreach=foreach, capturable=capturable,
+                                                       differentiable=differentiable)))
 
     def _update(self, p, group: dict) -> None:
         """One parameter's update in place; the state is PyTorch's ``step``,

@@ -14,7 +14,7 @@ from graphgrad.backend import xp
 from graphgrad.tensor import full_like
 
 from .fused import axpy
-from .optimizer import Optimizer, check_nonnegative
+from .optimizer import Optimizer, check_nonnegative, implementation
 
 __all__ = ["Adagrad"]
 
@@ -22,13 +22,17 @@ __all__ = ["Adagrad"]
 class Adagrad(Optimizer):
     def __init__(self, params: Iterable, lr: float = 1e-2, lr_decay: float = 0.0,
                  weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
-                 eps: float = 1e-10, *, maximize: bool = False) -> None:
+                 eps: float = 1e-10, foreach: bool | None = None, *, maximize: bool = False,
+                 differentiable: bool = False, fused: bool | None = None) -> None:
         check_nonnegative(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                           initial_accumulator_value=initial_accumulator_value, eps=eps)
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps,
                                       weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **implementation(foreach=foreach,
+                                                       differentiable=differentiable,
+                                                       fused=fused)))
 
     def _update(self, p, group: dict) -> None:
         """One parameter's update in place; the state is PyTorch's ``step`` and ``sum``.

@@ -15,7 +15,7 @@ from graphgrad.tensor import zeros_like
 
 from .fused import axpy, lerp
 from .adam import check_adam_args
-from .optimizer import Optimizer
+from .optimizer import Optimizer, implementation
 
 __all__ = ["Adamax"]
 
@@ -23,10 +23,15 @@ __all__ = ["Adamax"]
 class Adamax(Optimizer):
     def __init__(self, params: Iterable, lr: float = 2e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, *, maximize: bool = False) -> None:
+                 weight_decay: float = 0.0, foreach: bool | None = None, *,
+                 maximize: bool = False, differentiable: bool = False,
+                 capturable: bool = False) -> None:
         check_adam_args(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
-                                      weight_decay=weight_decay, maximize=maximize))
+                                      weight_decay=weight_decay, maximize=maximize,
+                                      **implementation(foreach=foreach,
+                                                       differentiable=differentiable,
+                                                       capturable=capturable)))
 
     def _update(self, p, group: dict) -> None:
         """One parameter's update in place; the state is PyTorch's ``step``, ``exp_avg``

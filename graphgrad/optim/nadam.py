@@ -22,7 +22,7 @@ from graphgrad.tensor import tensor, zeros_like
 
 from .adam import check_adam_args, update_moments
 from .fused import axpy
-from .optimizer import Optimizer, check_nonnegative
+from .optimizer import Optimizer, check_nonnegative, implementation
 
 __all__ = ["NAdam"]
 
@@ -31,13 +31,17 @@ class NAdam(Optimizer):
     def __init__(self, params: Iterable, lr: float = 2e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, momentum_decay: float = 4e-3,
-                 decoupled_weight_decay: bool = False, *, maximize: bool = False) -> None:
+                 decoupled_weight_decay: bool = False, *, foreach: bool | None = None,
+                 maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False) -> None:
         check_adam_args(lr, betas, eps, weight_decay)
         check_nonnegative(momentum_decay=momentum_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, momentum_decay=momentum_decay,
                                       decoupled_weight_decay=decoupled_weight_decay,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **implementation(foreach=foreach, capturable=capturable,
+                                                       differentiable=differentiable)))
 
     def _update(self, p, group: dict) -> None:
         """One parameter's update in place; the state is PyTorch's ``step``,
@@ -45,8 +49,8 @@ class NAdam(Optimizer):
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
         psi = group["momentum_decay"]
         step, param, g, arrays = self._begin_update(
-            p, group, group["decoupled_weight_decay"], mu_product=lambda p: tensor(1.0),
-            exp_avg=zeros_like, exp_avg_sq=zeros_like)
+            p, group, mu_product=lambda p: tensor(1.0), exp_avg=zeros_like,
+            exp_avg_sq=zeros_like)
         bias_correction2 = 1 - beta2 ** step
         mu = beta1 * (1.0 - 0.5 * (0.96 ** (step * psi)))
         mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * psi)))

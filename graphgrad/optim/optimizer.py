@@ -23,7 +23,7 @@ from graphgrad.tensor import Tensor, tensor
 
 from .fused import buffer, decay, grad_array, real_view, written
 
-__all__ = ["Optimizer", "required", "check_nonnegative"]
+__all__ = ["Optimizer", "required", "check_nonnegative", "implementation"]
 
 
 class _Required:
@@ -43,6 +43,23 @@ def check_nonnegative(**values: float) -> None:
     for name, value in values.items():
         if not 0.0 <= value:
             raise ValueError(f"Invalid {_WHAT.get(name, name + ' value')}: {value}")
+
+
+def implementation(**options) -> dict:
+    """PyTorch's implementation options, to keep in ``defaults`` so that parameter
+    groups and state_dicts have PyTorch's keys: ``foreach`` and ``fused`` choose its
+    kernels, ``capturable`` keeps the state CUDA-graph safe. graphgrad has one
+    implementation (the fused NumPy updates of ``fused.py``), with the same results
+    whichever is asked for, so they only record the choice, with PyTorch's checks.
+    ``differentiable=True`` (gradients through the step) is not supported."""
+    if options.get("fused") and options.get("differentiable"):
+        raise RuntimeError("`fused` does not support `differentiable`")
+    if options.get("fused") and options.get("foreach"):
+        raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+    if options.get("differentiable"):
+        raise NotImplementedError("differentiable=True is not supported: graphgrad's optimizer "
+                                  "steps update the parameters in place outside autograd")
+    return options
 
 
 class Optimizer:
@@ -145,12 +162,13 @@ class Optimizer:
                         self._update(p, group)
         return loss
 
-    def _begin_update(self, p: Tensor, group: dict, decoupled: bool = False,
+    def _begin_update(self, p: Tensor, group: dict,
                       **init: Callable[[Tensor], Tensor]) -> tuple[float, Any, Any, dict]:
         """Start one parameter's update as PyTorch's single-tensor paths do: the state
         (created on the first step as PyTorch's: ``step``, a float32 0-d tensor, then
         ``name: init[name](p)`` in order), the step counted, the gradient negated
-        (``maximize``) and weight-decayed (``decoupled``: AdamW's, on the parameter).
+        (``maximize``) and weight-decayed (``decoupled_weight_decay``: AdamW's, on the
+        parameter).
         Returns the step number, the arrays of the parameter and the gradient, and the
         state's arrays by name; complex ones as real views (PyTorch's ``view_as_real``:
         real and imaginary parts are separate entries). Write them in place, then call
@@ -163,7 +181,8 @@ class Optimizer:
             for name, make in init.items():
                 state[name] = make(p)
         state["step"]._array += 1
-        g = decay(param, g, group["lr"], group.get("weight_decay", 0), decoupled)
+        g = decay(param, g, group["lr"], group.get("weight_decay", 0),
+                  group.get("decoupled_weight_decay", False))
         arrays = {name: real_view(buffer(state[name])) for name in init}
         return (float(state["step"]._array), real_view(param),
                 real_view(xp.ascontiguousarray(g)), arrays)

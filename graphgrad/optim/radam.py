@@ -19,7 +19,7 @@ from graphgrad.backend import xp
 from graphgrad.tensor import zeros_like
 
 from .adam import check_adam_args, update_moments
-from .optimizer import Optimizer
+from .optimizer import Optimizer, implementation
 
 __all__ = ["RAdam"]
 
@@ -28,19 +28,22 @@ class RAdam(Optimizer):
     def __init__(self, params: Iterable, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, decoupled_weight_decay: bool = False, *,
-                 maximize: bool = False) -> None:
+                 foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False) -> None:
         check_adam_args(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay,
                                       decoupled_weight_decay=decoupled_weight_decay,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **implementation(foreach=foreach, capturable=capturable,
+                                                       differentiable=differentiable)))
 
     def _update(self, p, group: dict) -> None:
         """One parameter's update in place; the state is PyTorch's ``step``, ``exp_avg``
         and ``exp_avg_sq``."""
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        step, param, g, arrays = self._begin_update(p, group, group["decoupled_weight_decay"],
-                                                    exp_avg=zeros_like, exp_avg_sq=zeros_like)
+        step, param, g, arrays = self._begin_update(p, group, exp_avg=zeros_like,
+                                                    exp_avg_sq=zeros_like)
         m, v = arrays["exp_avg"], arrays["exp_avg_sq"]
         scratch = xp.empty_like(m)
         update_moments(m, v, g, beta1, beta2, scratch)

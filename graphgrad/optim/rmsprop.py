@@ -17,7 +17,7 @@ from graphgrad.backend import xp
 from graphgrad.tensor import zeros_like
 
 from .fused import axpy, lerp
-from .optimizer import Optimizer, check_nonnegative
+from .optimizer import Optimizer, check_nonnegative, implementation
 
 __all__ = ["RMSprop"]
 
@@ -25,12 +25,15 @@ __all__ = ["RMSprop"]
 class RMSprop(Optimizer):
     def __init__(self, params: Iterable, lr: float = 1e-2, alpha: float = 0.99,
                  eps: float = 1e-8, weight_decay: float = 0.0, momentum: float = 0.0,
-                 centered: bool = False, *, maximize: bool = False) -> None:
+                 centered: bool = False, capturable: bool = False, foreach: bool | None = None,
+                 maximize: bool = False, differentiable: bool = False) -> None:
         check_nonnegative(lr=lr, eps=eps, momentum=momentum, weight_decay=weight_decay,
                           alpha=alpha)
         super().__init__(params, dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps,
                                       centered=centered, weight_decay=weight_decay,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **implementation(capturable=capturable, foreach=foreach,
+                                                       differentiable=differentiable)))
 
     def _update(self, p, group: dict) -> None:
         """One parameter's update on the buffers in place, in PyTorch's order (its

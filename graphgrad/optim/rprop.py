@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from graphgrad.backend import xp
 from graphgrad.tensor import full_like, zeros_like
 
-from .optimizer import Optimizer, check_nonnegative
+from .optimizer import Optimizer, check_nonnegative, implementation
 
 __all__ = ["Rprop"]
 
@@ -23,13 +23,16 @@ __all__ = ["Rprop"]
 class Rprop(Optimizer):
     def __init__(self, params: Iterable, lr: float = 1e-2,
                  etas: tuple[float, float] = (0.5, 1.2),
-                 step_sizes: tuple[float, float] = (1e-6, 50), *,
-                 maximize: bool = False) -> None:
+                 step_sizes: tuple[float, float] = (1e-6, 50), *, capturable: bool = False,
+                 foreach: bool | None = None, maximize: bool = False,
+                 differentiable: bool = False) -> None:
         check_nonnegative(lr=lr)
         if not 0.0 < etas[0] < 1.0 < etas[1]:
             raise ValueError(f"Invalid eta values: {etas[0]}, {etas[1]}")
         super().__init__(params, dict(lr=lr, etas=tuple(etas), step_sizes=tuple(step_sizes),
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **implementation(capturable=capturable, foreach=foreach,
+                                                       differentiable=differentiable)))
 
     def _update(self, p, group: dict) -> None:
         """One parameter's update in place; the state is PyTorch's ``step``, ``prev``
