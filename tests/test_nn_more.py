@@ -944,7 +944,7 @@ def test_multihead_attention_matches_torch(name, kw, call_kw, masks):
     g_mod, t_mod = twin_layers(lambda m: m.MultiheadAttention(e, h, **kw))
     assert list(g_mod.state_dict()) == list(t_mod.state_dict())
     kdim, vdim = kw.get("kdim", e), kw.get("vdim", e)
-    lead = (lambda L: (n, L)) if kw.get("batch_first") else (lambda L: (L, n))
+    lead = (lambda size: (n, size)) if kw.get("batch_first") else (lambda size: (size, n))
     arrays = [rand(*lead(lq), e, seed=1), rand(*lead(lk), kdim, seed=2),
               rand(*lead(lk), vdim, seed=3)]
     attn_mask, pad_mask = _mha_masks(masks, n, h, lq, lk)
