@@ -652,3 +652,39 @@ def test_closure_is_evaluated_with_grad_and_its_loss_returned(cls):
             g_losses, g_p = losses, p.tolist()
     np.testing.assert_allclose(g_losses, losses, rtol=1e-14)
     np.testing.assert_allclose(g_p, p.tolist(), rtol=1e-14)
+
+
+SCHEDULER_NAMES = [n for n in lr_scheduler.__all__ if n[0] != "_" and n[0].isupper()
+                   and n != "EPOCH_DEPRECATION_WARNING"]
+
+
+@pytest.mark.parametrize("name", SCHEDULER_NAMES)
+def test_scheduler_signatures_match_torch(name):
+    import inspect
+    ours, theirs = getattr(lr_scheduler, name), getattr(torch.optim.lr_scheduler, name)
+    for method in ("__init__", "step", "get_lr", "get_last_lr", "state_dict",
+                   "load_state_dict"):
+        mine = inspect.signature(getattr(ours, method)).parameters
+        want = inspect.signature(getattr(theirs, method)).parameters
+        assert [(n, p.kind, p.default) for n, p in mine.items()] == \
+            [(n, p.kind, p.default) for n, p in want.items()], method
+
+
+def test_a_user_scheduler_subclassing_the_base_works_as_in_torch():
+    """The documented way to write a schedule: subclass LRScheduler, define get_lr."""
+    def make(mod, opt):
+        class Halving(mod.LRScheduler):
+            def get_lr(self):
+                if self.last_epoch == 0:
+                    return [g["lr"] for g in self.optimizer.param_groups]
+                return [g["lr"] / 2 for g in self.optimizer.param_groups]
+        return Halving(opt)
+    g_opt, t_opt = _optimizers("sgd")
+    gs, ts = make(lr_scheduler, g_opt), make(torch.optim.lr_scheduler, t_opt)
+    for _ in range(4):
+        g_opt.step()
+        t_opt.step()
+        gs.step()
+        ts.step()
+        assert gs.get_last_lr() == ts.get_last_lr()
+    assert issubclass(lr_scheduler._LRScheduler, lr_scheduler.LRScheduler)
