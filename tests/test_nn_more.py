@@ -981,3 +981,43 @@ def test_multihead_attention_unbatched_and_errors_match_torch():
         m = lib.nn.MultiheadAttention(4, 2)
         with pytest.raises(RuntimeError, match="Need attn_mask if specifying the is_causal hint"):
             m(*(lib.ones(3, 1, 4),) * 3, is_causal=True)
+
+
+# ---- Transformer encoder ------------------------------------------------------------------
+ENCODERS = [
+    ("post_norm", lambda m: m.TransformerEncoderLayer(8, 2, 16, 0.0), {}),
+    ("pre_norm_gelu_batch_first", lambda m: m.TransformerEncoderLayer(
+        8, 4, 12, 0.0, activation="gelu", batch_first=True, norm_first=True), {}),
+    ("masks", lambda m: m.TransformerEncoderLayer(8, 2, 16, 0.0), {"masks": True}),
+    ("encoder", lambda m: m.TransformerEncoder(m.TransformerEncoderLayer(8, 2, 16, 0.0), 2,
+                                               norm=m.LayerNorm(8),
+                                               enable_nested_tensor=False), {}),
+]
+
+
+@pytest.mark.parametrize("name,make,kw", ENCODERS, ids=[e[0] for e in ENCODERS])
+def test_transformer_encoder_matches_torch(name, make, kw):
+    g_mod, t_mod = twin_layers(make)
+    assert list(g_mod.state_dict()) == list(t_mod.state_dict())
+    x = rand(5, 3, 8)
+    call = {}
+    if kw.get("masks"):
+        pad = np.zeros((3, 5), bool)
+        pad[0, -2:] = True
+        call = {"src_mask": np.triu(np.full((5, 5), -np.inf), 1), "src_key_padding_mask": pad}
+    results = []
+    for lib, mod in ((gg, g_mod), (torch, t_mod)):
+        xt = lib.tensor(x, requires_grad=True)
+        out = mod(xt, **{k: lib.tensor(v) for k, v in call.items()})
+        (out * lib.tensor(rand(*out.shape, seed=2))).sum().backward()
+        results.append([out, xt.grad] + [p.grad for _, p in mod.named_parameters()])
+    for a, b in zip(*results, strict=True):
+        close(a, b, 1e-9, 1e-11)
+
+
+def test_module_list_repr_groups_repeats_as_torch():
+    both(lambda lib: lib.nn.ModuleList([lib.nn.Linear(2, 2), lib.nn.Linear(2, 2),
+                                        lib.nn.ReLU(), lib.nn.Linear(2, 2)]))
+    both(lambda lib: lib.nn.ModuleList())
+    with pytest.raises(RuntimeError, match="activation should be relu/gelu, not tanh"):
+        nn.TransformerEncoderLayer(8, 2, activation="tanh")

@@ -13,10 +13,12 @@ from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNo
 from .parameter_containers import ParameterDict, ParameterList
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .sparse import Embedding
+from .transformer import TransformerEncoder, TransformerEncoderLayer
 from . import activation, loss
 
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
            "Identity", "Linear", "Conv1d", "Conv2d", "Dropout", "Dropout2d", "Flatten", "Unflatten",
            "LayerNorm", "RMSNorm", "GroupNorm",
            "BatchNorm1d", "BatchNorm2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
-           "Embedding", "MultiheadAttention", *activation.__all__, *loss.__all__]
+           "Embedding", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
+           *activation.__all__, *loss.__all__]

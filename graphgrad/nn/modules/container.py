@@ -181,6 +181,21 @@ class ModuleList(Module):
     def forward(self, *args, **kwargs):
         raise NotImplementedError("ModuleList has no forward: iterate over it")
 
+    def __repr__(self) -> str:
+        """PyTorch's: runs of modules that print alike show once, ``(0-5): 6 x Layer(...)``."""
+        blocks: list[list] = []  # [first index, last index, repr]
+        for i, m in enumerate(self):
+            r = repr(m)
+            if blocks and blocks[-1][2] == r:
+                blocks[-1][1] = i
+            else:
+                blocks.append([i, i, r])
+        if not blocks:
+            return "ModuleList()"
+        lines = [(f"({a}): {r}" if a == b else f"({a}-{b}): {b - a + 1} x {r}").replace(
+            "\n", "\n  ") for a, b, r in blocks]
+        return "ModuleList(\n  " + "\n  ".join(lines) + "\n)"
+
 
 class ModuleDict(Module):
     """A dict of modules, registered, in insertion order."""
