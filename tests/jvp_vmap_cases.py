@@ -431,3 +431,18 @@ CASES += [
           inputs(normal(*X), normal(*X), unit(*X))),
     _case("nan_to_num", "Where", lambda m, x: m.nan_to_num(x, posinf=5.0), inputs(special(*X))),
 ]
+
+CASES += [
+    _case("kthvalue", ("Argsort", "Gather"), lambda m, x: m.kthvalue(x, 2, dim=1),
+          inputs(normal(*X))),
+    _case("median_dim", ("Argsort", "Gather"), lambda m, x: m.median(x, 0, keepdim=True),
+          inputs(normal(*X))),
+    _case("diag_embed", "IndexPut", lambda m, x: m.diag_embed(x, 1, 0, 2), inputs(normal(*X))),
+    _case("diag", "IndexPut", lambda m, x: m.diag(x, -1), inputs(normal(4))),
+    _case("baddbmm_addbmm", ("Matmul", "Sum"),
+          lambda m, c, a, b: m.baddbmm(c, a, b, beta=0.5) + m.addbmm(c, a, b, alpha=2),
+          inputs(normal(3, 2), normal(2, 3, 4), normal(2, 4, 2))),
+    _case("addmv", "Matmul", lambda m, c, a, v: m.addmv(c, a, v, beta=2), inputs(normal(3),
+                                                                                normal(*X),
+                                                                                normal(4))),
+]

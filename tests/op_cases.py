@@ -1308,14 +1308,17 @@ def _matrices(draw, domain=normal, extra=None):
 
 
 @st.composite
-def _diagonal_example(draw):
-    shape = draw(shapes(min_dims=2, max_dims=4))
-    nd = len(shape)
+def _diagonal_example(draw, min_dims=2, max_dims=4, added_dims=0, max_offset=3):
+    """An array, an offset and two distinct dims of a tensor with ``added_dims`` more
+    dims than the array (diag_embed's result has one more)."""
+    shape = draw(shapes(min_dims=min_dims, max_dims=max_dims))
+    nd = len(shape) + added_dims
     d1, d2 = draw(st.lists(st.integers(-nd, nd - 1), min_size=2, max_size=2).filter(
         lambda ds: ds[0] % nd != ds[1] % nd))
     rng = np.random.default_rng(draw(SEEDS))
     return Example((rng.standard_normal(shape),),
-                   {"offset": draw(st.integers(-3, 3)), "dim1": d1, "dim2": d2})
+                   {"offset": draw(st.integers(-max_offset, max_offset)), "dim1": d1,
+                    "dim2": d2})
 
 
 @st.composite
@@ -1496,4 +1499,85 @@ add(
     case("nan_to_num_finite", "Where", lambda m, a: m.nan_to_num(a), elementwise(normal)),
     case("nan_to_num_int", "Clone", lambda m, a: m.nan_to_num(a), elementwise(ints()),
          grad=False),
+)
+
+# kthvalue, median, diag, diag_embed, addmv, addbmm, baddbmm --------------------------------
+
+
+def _distinct_with_nan(rng, shape):
+    """Distinct values with some NaN among them."""
+    return np.where(rng.random(shape) < 0.3, np.nan, distinct(rng, shape))
+
+
+@st.composite
+def _kth_example(draw, domain=distinct):
+    shape = draw(shapes(min_dims=1))
+    dim = draw(st.integers(-len(shape), len(shape) - 1))
+    rng = np.random.default_rng(draw(SEEDS))
+    return Example((domain(rng, shape),), {"k": draw(st.integers(1, shape[dim])), "dim": dim,
+                                           "keepdim": draw(st.booleans())})
+
+
+@st.composite
+def _batched_products_example(draw, summed):
+    b, n, k, p = (draw(st.integers(1, 3)) for _ in range(4))
+    out = (n, p) if summed else (b, n, p)
+    bias = draw(st.sampled_from([out, out[-1:], (1,) * len(out), ()]))
+    rng = np.random.default_rng(draw(SEEDS))
+    return Example((rng.standard_normal(bias), rng.standard_normal((b, n, k)),
+                    rng.standard_normal((b, k, p))),
+                   {"beta": draw(st.sampled_from([1, 0.5, 0])),
+                    "alpha": draw(st.sampled_from([1, -2.0]))})
+
+
+@st.composite
+def _addmv_example(draw):
+    n, k = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    rng = np.random.default_rng(draw(SEEDS))
+    bias = draw(st.sampled_from([(n,), (1,), ()]))
+    return Example((rng.standard_normal(bias), rng.standard_normal((n, k)),
+                    rng.standard_normal(k)),
+                   {"beta": draw(st.sampled_from([1, 0.5, 0])),
+                    "alpha": draw(st.sampled_from([1, -2.0]))})
+
+
+add(
+    case("kthvalue", ("Argsort", "Gather"),
+         lambda m, a, k, dim, keepdim: m.kthvalue(a, k, dim, keepdim), _kth_example()),
+    case("kthvalue_method", ("Argsort", "Gather"), lambda m, a: a.kthvalue(3, 1),
+         fixed((distinct, (3, 5)))),
+    case("kthvalue_0d", "Argsort", lambda m, a: m.kthvalue(a, 1), elementwise(normal,
+                                                                            max_dims=0)),
+    case("median_dim", ("Argsort", "Gather"),
+         lambda m, a, dim, keepdim: m.median(a, dim, keepdim),
+         reduction(distinct, tuples=False, none=False, min_dims=1)),
+    case("median_all", ("Argsort", "Gather"), lambda m, a: m.median(a),
+         elementwise(distinct)),
+    case("median_method_int", "Argsort", lambda m, a: a.median(0), fixed((ints(), (4, 3))),
+         grad=False),
+    # a slice with NaN has the median NaN, at the index of its first NaN (which index
+    # PyTorch picks among other ties is its kernel's business: distinct values here)
+    case("median_nan", "Argsort", lambda m, a, dim: m.median(a, dim),
+         one_dim(_distinct_with_nan), grad=False),
+    case("median_all_nan", "Argsort", lambda m, a: m.median(a),
+         fixed((_distinct_with_nan, (3, 4))), grad=False),
+    case("diag_vector", "IndexPut", lambda m, a, diagonal: m.diag(a, diagonal),
+         elementwise(normal, min_dims=1, max_dims=1,
+                     static=sts(diagonal=st.integers(-2, 2)))),
+    case("diag_matrix", "Getitem", lambda m, a, diagonal: a.diag(diagonal),
+         elementwise(normal, min_dims=2, max_dims=2,
+                     static=sts(diagonal=st.integers(-2, 2)))),
+    case("diag_embed", "IndexPut",
+         lambda m, a, offset, dim1, dim2: m.diag_embed(a, offset, dim1, dim2),
+         _diagonal_example(min_dims=1, max_dims=3, added_dims=1, max_offset=2)),
+    case("diag_embed_method", "IndexPut", lambda m, a: a.diag_embed(), fixed((normal, (2, 3)))),
+    case("addmv", "Matmul", lambda m, c, a, v, beta, alpha: m.addmv(c, a, v, beta=beta,
+                                                                     alpha=alpha),
+         _addmv_example()),
+    case("baddbmm", "Matmul",
+         lambda m, c, a, b, beta, alpha: m.baddbmm(c, a, b, beta=beta, alpha=alpha),
+         _batched_products_example(summed=False)),
+    case("addbmm", ("Matmul", "Sum"),
+         lambda m, c, a, b, beta, alpha: c.addbmm(a, b, beta=beta, alpha=alpha),
+         _batched_products_example(summed=True)),
 )

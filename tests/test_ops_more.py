@@ -1,8 +1,9 @@
 """What the op tables (``op_cases.py``, ``jvp_vmap_cases.py``) do not cover for sort,
-argsort, topk, tril/triu, diagonal, trace, roll, diff, cumprod, einsum, addmm, addcmul,
-addcdiv, lerp and nan_to_num: the sort order at ties and NaN, topk's ``sorted=False``
-contract, derivatives of cumprod at zeros past second order, the error messages (in
-PyTorch's wording), and einsum forms against ``torch.einsum``.
+argsort, topk, kthvalue, median, tril/triu, diagonal, diag, diag_embed, trace, roll,
+diff, cumprod, einsum, addmm, addmv, addbmm, baddbmm, addcmul, addcdiv, lerp and
+nan_to_num: the sort order at ties and NaN, topk's ``sorted=False`` contract,
+derivatives of cumprod at zeros past second order, the error messages (in PyTorch's
+wording), and einsum forms against ``torch.einsum``.
 """
 
 from __future__ import annotations
@@ -140,6 +141,48 @@ def test_sort_dim_out_of_range():
         gg.sort(gg.ones(3), 1)
 
 
+# ---- kthvalue, median ------------------------------------------------------------------------
+
+
+def test_kthvalue_with_nan_and_ties_gives_torch_values():
+    a = np.array([[1.0, _NAN, 0.0, 1.0, -np.inf], [_NAN, _NAN, 2.0, 2.0, 2.0]])
+    g, t = _both(a)
+    for k in range(1, 6):
+        got, want = gg.kthvalue(g, k, 1), torch.kthvalue(t, k, 1)
+        np.testing.assert_array_equal(_np(got.values), want.values.numpy())
+        np.testing.assert_array_equal(np.take_along_axis(a, _np(got.indices)[:, None], 1)[:, 0],
+                                      _np(got.values))
+
+
+def test_kthvalue_k_out_of_range():
+    with pytest.raises(RuntimeError, match="kthvalue\\(\\): selected number k out of range for "
+                                           "dimension 0"):
+        gg.kthvalue(gg.ones(3), 4)
+    with pytest.raises(RuntimeError, match="selected number k out of range"):
+        gg.kthvalue(gg.ones(3), 0)
+
+
+def test_median_is_the_lower_median_and_propagates_nan():
+    assert _np(gg.median(gg.tensor([4.0, 1.0, 3.0, 2.0]))) == 2.0
+    assert np.isnan(_np(gg.median(gg.tensor([1.0, _NAN, 0.0]))))
+    assert np.isnan(_np(gg.median(gg.ones(0))))
+    got = gg.median(gg.tensor([[1.0, _NAN, 0.0, _NAN], [3.0, 1.0, 2.0, 0.0]]), 1)
+    assert _np(got.indices).tolist() == [1, 1]
+    assert np.isnan(_np(got.values)[0]) and _np(got.values)[1] == 1.0
+
+
+def test_median_of_an_empty_dim():
+    with pytest.raises(IndexError, match="median\\(\\): Expected reduction dim 1 to have "
+                                         "non-zero size."):
+        gg.median(gg.ones(2, 0), 1)
+
+
+def test_median_gradient_goes_to_the_picked_element():
+    x = gg.tensor([[3.0, 1.0, 2.0, 5.0]], requires_grad=True)
+    gg.median(x, 1).values.sum().backward()
+    assert _np(x.grad).tolist() == [[0.0, 0.0, 1.0, 0.0]]
+
+
 # ---- triangles, diagonals -----------------------------------------------------------------
 
 
@@ -170,6 +213,22 @@ def test_diagonal_past_the_matrix_is_empty(offset):
     g, t = _both(np.ones((2, 3, 4)))
     got, want = gg.diagonal(g, offset, 1, 2), torch.diagonal(t, offset, 1, 2)
     assert tuple(got.shape) == tuple(want.shape)
+
+
+def test_diag_errors():
+    for shape, n in (((), 0), ((2, 2, 2), 3)):
+        with pytest.raises(RuntimeError, match=f"diag\\(\\): Supports 1D or 2D tensors. Got {n}D"):
+            gg.diag(gg.ones(*shape))
+    with pytest.raises(RuntimeError, match="diagonal dimensions cannot be identical 0, -3"):
+        gg.diag_embed(gg.ones(2, 3), 0, 0, -3)
+
+
+def test_diag_embed_gradient_reads_the_diagonal_back():
+    v = gg.tensor([1.0, 2.0], requires_grad=True)
+    m = gg.diag_embed(v, 1)
+    assert _np(m).tolist() == [[0.0, 1.0, 0.0], [0.0, 0.0, 2.0], [0.0, 0.0, 0.0]]
+    (m * gg.arange(9.0).reshape(3, 3)).sum().backward()
+    assert _np(v.grad).tolist() == [1.0, 5.0]
 
 
 def test_trace_needs_a_matrix():
@@ -370,6 +429,24 @@ def test_addmm_errors():
         gg.addmm(gg.ones(3, 1), gg.ones(2, 3), gg.ones(3, 3))
 
 
+def test_addmv_and_batched_product_errors_use_torch_wording():
+    with pytest.raises(RuntimeError, match="vector \\+ matrix @ vector expected, got 1, 1, 1"):
+        gg.addmv(gg.ones(2), gg.ones(3), gg.ones(3))
+    with pytest.raises(RuntimeError, match=r"size mismatch, got input \(2\), mat \(2x3\), "
+                                           r"vec \(2\)"):
+        gg.addmv(gg.ones(2), gg.ones(2, 3), gg.ones(2))
+    with pytest.raises(RuntimeError, match="batch1 must be a 3D tensor"):
+        gg.addbmm(gg.ones(3, 3), gg.ones(3, 3), gg.ones(2, 3, 3))
+    with pytest.raises(RuntimeError, match="batch1 and batch2 must have same number of "
+                                           "batches, got 2 and 3"):
+        gg.addbmm(gg.ones(3, 3), gg.ones(2, 3, 3), gg.ones(3, 3, 3))
+    with pytest.raises(RuntimeError, match=r"Incompatible matrix sizes for bmm \(2x4 and 3x3\)"):
+        gg.addbmm(gg.ones(2, 3), gg.ones(2, 2, 4), gg.ones(2, 3, 3))
+    with pytest.raises(RuntimeError, match=r"Expected size for first two dimensions of batch2 "
+                                           r"tensor to be: \[2, 3\] but got: \[2, 4\]."):
+        gg.baddbmm(gg.ones(2, 2, 3), gg.ones(2, 2, 3), gg.ones(2, 4, 3))
+
+
 def test_addcdiv_refuses_integer_division():
     i = gg.tensor([1, 2])
     with pytest.raises(RuntimeError, match="Integer division with addcdiv is no longer "
@@ -409,9 +486,10 @@ def test_nan_to_num_gradient_is_zero_where_replaced():
 # ---- methods -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["sort", "argsort", "topk", "msort", "tril", "triu",
-                                  "diagonal", "trace", "roll", "diff", "cumprod", "addmm",
-                                  "addcmul", "addcdiv", "lerp", "nan_to_num"])
+@pytest.mark.parametrize("name", ["sort", "argsort", "topk", "msort", "kthvalue", "median",
+                                  "tril", "triu", "diagonal", "diag", "diag_embed", "trace",
+                                  "roll", "diff", "cumprod", "addmm", "addmv", "addbmm",
+                                  "baddbmm", "addcmul", "addcdiv", "lerp", "nan_to_num"])
 def test_tensor_methods_exist_like_torch(name):
     assert hasattr(torch.Tensor, name)
     assert callable(getattr(gg.Tensor, name))

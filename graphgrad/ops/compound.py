@@ -1,5 +1,5 @@
-"""Layer ``ops``: compound arithmetic that PyTorch offers as one call: addmm, addcmul,
-addcdiv, lerp and nan_to_num (out-of-place forms).
+"""Layer ``ops``: compound arithmetic that PyTorch offers as one call: addmm, addmv,
+addbmm, baddbmm, addcmul, addcdiv, lerp and nan_to_num (out-of-place forms).
 
 Each is a composite of the ops it is made of (matmul, mul, div, add, where), so its
 values, dtypes and gradients to any order are theirs.
@@ -11,29 +11,78 @@ from graphgrad.backend import from_numpy_dtype, xp
 from graphgrad.tensor import Value
 from graphgrad.tensor.creation import _leaf
 
-__all__ = ["addmm", "addcmul", "addcdiv", "lerp", "nan_to_num"]
+__all__ = ["addmm", "addmv", "addbmm", "baddbmm", "addcmul", "addcdiv", "lerp", "nan_to_num"]
 
 
 def _scaled(t, factor):
     return t if factor == 1 else t * factor
 
 
-def addmm(input, mat1, mat2, *, beta=1, alpha=1):
-    """``beta * input + alpha * (mat1 @ mat2)``; ``input`` broadcasts to the product's
-    shape. With ``beta == 0`` the input is ignored (its nan and inf do not reach the
-    result)."""
-    for name, m in (("mat1", mat1), ("mat2", mat2)):
-        if m.ndim != 2:
-            raise RuntimeError(f"{name} must be a matrix, got {m.ndim}-D tensor")
-    if mat1.shape[1] != mat2.shape[0]:
-        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({mat1.shape[0]}x"
-                           f"{mat1.shape[1]} and {mat2.shape[0]}x{mat2.shape[1]})")
-    product = _scaled(mat1 @ mat2, alpha)
+def _plus_product(input, product, beta, alpha):
+    """``beta * input + alpha * product``, ``input`` broadcast to the product's shape
+    (not the other way); ``beta == 0`` ignores the input, its nan and inf included."""
+    product = _scaled(product, alpha)
     shape = tuple(product.shape)
     bias = input.expand(*shape) if tuple(input.shape) != shape else input
     if beta == 0:
         return product
     return _scaled(bias, beta) + product
+
+
+def _check_ndim(name: str, t, ndim: int, what: str) -> None:
+    if t.ndim != ndim:
+        raise RuntimeError(f"{name} must be a {what}, got {t.ndim}-D tensor")
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """``beta * input + alpha * (mat1 @ mat2)`` for matrices ``mat1`` and ``mat2``."""
+    _check_ndim("mat1", mat1, 2, "matrix")
+    _check_ndim("mat2", mat2, 2, "matrix")
+    if mat1.shape[1] != mat2.shape[0]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({mat1.shape[0]}x"
+                           f"{mat1.shape[1]} and {mat2.shape[0]}x{mat2.shape[1]})")
+    return _plus_product(input, mat1 @ mat2, beta, alpha)
+
+
+def addmv(input, mat, vec, *, beta=1, alpha=1):
+    """``beta * input + alpha * (mat @ vec)`` for a matrix and a vector."""
+    if mat.ndim != 2 or vec.ndim != 1 or input.ndim > 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got {input.ndim}, {mat.ndim}, "
+                           f"{vec.ndim}")
+    if mat.shape[1] != vec.shape[0]:
+        raise RuntimeError(f"size mismatch, got input ({', '.join(map(str, input.shape))}), "
+                           f"mat ({'x'.join(map(str, mat.shape))}), vec "
+                           f"({', '.join(map(str, vec.shape))})")
+    return _plus_product(input, mat @ vec, beta, alpha)
+
+
+def _check_batches(batch1, batch2) -> None:
+    for name, t in (("batch1", batch1), ("batch2", batch2)):
+        if t.ndim != 3:
+            raise RuntimeError(f"{name} must be a 3D tensor")
+
+
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    """``beta * input + alpha * (batch1 @ batch2)``: a batch of matrix products."""
+    _check_batches(batch1, batch2)
+    if batch1.shape[0] != batch2.shape[0] or batch1.shape[2] != batch2.shape[1]:
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                           f"[{batch1.shape[0]}, {batch1.shape[2]}] but got: "
+                           f"[{batch2.shape[0]}, {batch2.shape[1]}].")
+    return _plus_product(input, batch1 @ batch2, beta, alpha)
+
+
+def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    """``beta * input + alpha * sum_b (batch1[b] @ batch2[b])``: the batch of products
+    summed."""
+    _check_batches(batch1, batch2)
+    if batch1.shape[0] != batch2.shape[0]:
+        raise RuntimeError(f"batch1 and batch2 must have same number of batches, got "
+                           f"{batch1.shape[0]} and {batch2.shape[0]}")
+    if batch1.shape[2] != batch2.shape[1]:
+        raise RuntimeError(f"Incompatible matrix sizes for bmm ({batch1.shape[1]}x"
+                           f"{batch1.shape[2]} and {batch2.shape[1]}x{batch2.shape[2]})")
+    return _plus_product(input, (batch1 @ batch2).sum(dim=0), beta, alpha)
 
 
 def addcmul(input, tensor1, tensor2, *, value=1):

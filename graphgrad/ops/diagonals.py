@@ -1,10 +1,11 @@
-"""Layer ``ops``: diagonals of a tensor: diagonal (over any two dims, with an offset) and
-trace.
+"""Layer ``ops``: diagonals of a tensor: diagonal (over any two dims, with an offset),
+trace, and the matrices made from a diagonal, diag and diag_embed.
 
-Both are composites: ``diagonal`` moves the two dims last and indexes them with two
+All are composites: ``diagonal`` moves the two dims last and indexes them with two
 index ranges, so the gradient is Getitem's (it puts the cotangent back on the
-diagonal); ``trace`` sums the diagonal. The result is a copy, not a view as in PyTorch:
-writing into it does not reach the input.
+diagonal); ``trace`` sums the diagonal; ``diag_embed`` writes the values into zeros
+with an index_put (whose gradient reads them back). ``diagonal``'s result is a copy,
+not a view as in PyTorch: writing into it does not reach the input.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from graphgrad.tensor.creation import _leaf
 
 from .base import normalize_dim
 
-__all__ = ["diagonal", "trace"]
+__all__ = ["diagonal", "trace", "diag", "diag_embed"]
 
 
 def diagonal(input, offset: int = 0, dim1: int = 0, dim2: int = 1):
@@ -27,12 +28,19 @@ def diagonal(input, offset: int = 0, dim1: int = 0, dim2: int = 1):
         raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
     rest = [d for d in range(input.ndim) if d not in (d1, d2)]
     moved = input.permute(*rest, d1, d2)
-    n1, n2 = input.shape[d1], input.shape[d2]
+    rows, cols = _diagonal_positions(input.shape[d1], input.shape[d2], offset)
+    return moved[(Ellipsis, rows, cols)]
+
+
+_diagonal_of = diagonal  # for diag, whose parameter is named diagonal (as in PyTorch)
+
+
+def _diagonal_positions(n1: int, n2: int, offset: int):
+    """Row and column indices (int64 tensors) of the ``offset``-th diagonal of an
+    ``n1`` x ``n2`` matrix."""
     length = max(0, min(n1, n2 - offset) if offset >= 0 else min(n1 + offset, n2))
     steps = xp.arange(length, dtype=xp.int64)
-    rows = _leaf(steps - min(offset, 0))
-    cols = _leaf(steps + max(offset, 0))
-    return moved[(Ellipsis, rows, cols)]
+    return _leaf(steps - min(offset, 0)), _leaf(steps + max(offset, 0))
 
 
 def trace(input):
@@ -40,3 +48,34 @@ def trace(input):
     if input.ndim != 2:
         raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input.ndim}")
     return diagonal(input).sum()
+
+
+def diag_embed(input, offset: int = 0, dim1: int = -2, dim2: int = -1):
+    """Square matrices with the last dim of ``input`` on their ``offset``-th diagonal,
+    zeros elsewhere; the two new dims are ``dim1`` and ``dim2`` of the result."""
+    from .index import _T, IndexPut
+    ndim = input.ndim + 1
+    d1, d2 = normalize_dim(dim1, ndim, "diag_embed"), normalize_dim(dim2, ndim, "diag_embed")
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    n = input.shape[-1] + abs(offset)
+    rows, cols = _diagonal_positions(n, n, offset)
+    zeros = input.new_zeros(*input.shape[:-1], n, n)
+    out = IndexPut.apply(zeros, input, rows, cols, spec=(Ellipsis, _T, _T),
+                         accumulate=False)
+    # the matrix dims are last; move them to dim1 and dim2, the others keep their order
+    rest = [d for d in range(ndim) if d not in (d1, d2)]
+    order = [0] * ndim
+    for src, dst in enumerate([*rest, d1, d2]):
+        order[dst] = src
+    return out.permute(*order)
+
+
+def diag(input, diagonal: int = 0):
+    """A vector: the square matrix with it on the ``diagonal``-th diagonal; a matrix:
+    its ``diagonal``-th diagonal."""
+    if input.ndim == 1:
+        return diag_embed(input, diagonal)
+    if input.ndim == 2:
+        return _diagonal_of(input, diagonal)
+    raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {input.ndim}D")

@@ -298,7 +298,9 @@ _METHODS.update({
     "tril": TR.tril, "triu": TR.triu, "diagonal": D.diagonal, "trace": D.trace,
     "roll": SH.roll, "diff": SH.diff, "cumprod": CU.cumprod,
     "addmm": CO.addmm, "addcmul": CO.addcmul, "addcdiv": CO.addcdiv, "lerp": CO.lerp,
-    "nan_to_num": CO.nan_to_num,
+    "nan_to_num": CO.nan_to_num, "addmv": CO.addmv, "addbmm": CO.addbmm,
+    "baddbmm": CO.baddbmm, "kthvalue": SO.kthvalue, "median": SO.median, "diag": D.diag,
+    "diag_embed": D.diag_embed,
 })
 
 _PROPERTIES = {"T": _T, "mT": _mT}

@@ -1,4 +1,4 @@
-"""Layer ``ops``: sorting along a dim: argsort, sort, topk, msort.
+"""Layer ``ops``: sorting along a dim: argsort, sort, topk, msort, kthvalue, median.
 
 One op, ``Argsort``, computes the order (int64 indices, not differentiable); the values
 are ``gather(input, dim, indices)``, so their gradient is Gather's scatter, correct to any
@@ -15,7 +15,7 @@ from .base import Op, normalize_dim
 from .batching import to_front
 from .reduce import MaxMin
 
-__all__ = ["argsort", "sort", "topk", "msort"]
+__all__ = ["argsort", "sort", "topk", "msort", "kthvalue", "median"]
 
 
 class Argsort(Op):
@@ -92,3 +92,47 @@ def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
         return MaxMin(input.clone(), indices)
     indices = indices.narrow(d, 0, k)
     return MaxMin(_pick(input, indices, d), indices)
+
+
+def _one_per_slice(input, indices, d: int, keepdim: bool):
+    """``(values, indices)`` for ``indices`` holding one index per slice along ``d``
+    (size 1 there)."""
+    values = input.gather(d, indices)
+    if not keepdim:
+        values, indices = values.squeeze(d), indices.squeeze(d)
+    return MaxMin(values, indices)
+
+
+def kthvalue(input, k: int, dim: int = -1, keepdim: bool = False):
+    """The ``k``-th smallest element along ``dim`` (k from 1) and its index
+    (``torch.return_types.kthvalue``); NaN counts as the largest value."""
+    d = _dim(input, dim, "kthvalue")
+    size = input.shape[d] if input.ndim else 1
+    if not 1 <= k <= size:
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
+    if input.ndim == 0:
+        return MaxMin(input.clone(), Argsort.apply(input, dim=0, descending=False))
+    order = Argsort.apply(input, dim=d, descending=False)
+    return _one_per_slice(input, order.narrow(d, k - 1, 1), d, keepdim)
+
+
+def median(input, dim=None, keepdim: bool = False):
+    """``median(x)``: the lower median of all elements; ``median(x, dim)``: the lower
+    median of each slice and its index (``torch.return_types.median``). A slice with
+    NaN has median NaN (the index of its first NaN), as in PyTorch."""
+    from .compare import isnan, where
+    if dim is None:
+        if input.numel() == 0:
+            return input.new_full((), float("nan"))
+        return median(input.reshape(-1), 0).values
+    d = _dim(input, dim, "median")
+    if input.ndim == 0:
+        return MaxMin(input.clone(), Argsort.apply(input, dim=0, descending=False))
+    n = input.shape[d]
+    if n == 0:
+        raise IndexError(f"median(): Expected reduction dim {d} to have non-zero size.")
+    order = Argsort.apply(input, dim=d, descending=False)
+    # NaN sorts last, in its original order: the first NaN of a slice is at n - (count)
+    nans = isnan(input).sum(dim=d, keepdim=True)
+    position = where(nans > 0, n - nans, (n - 1) // 2)
+    return _one_per_slice(input, order.gather(d, position), d, keepdim)
