@@ -12,6 +12,7 @@ from .module import Module
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from .parameter_containers import ParameterDict, ParameterList
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from .rnn import GRU, LSTM, RNN
 from .sparse import Embedding
 from .transformer import TransformerEncoder, TransformerEncoderLayer
 from . import activation, loss
@@ -21,4 +22,4 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", 
            "LayerNorm", "RMSNorm", "GroupNorm",
            "BatchNorm1d", "BatchNorm2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
            "Embedding", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
-           *activation.__all__, *loss.__all__]
+           "RNN", "LSTM", "GRU", *activation.__all__, *loss.__all__]

@@ -1,0 +1,240 @@
+"""Layer ``nn``: the recurrent layers ``RNN``, ``LSTM`` and ``GRU`` with PyTorch's
+parameter names (``weight_ih_l0``, ``bias_hh_l1_reverse``...), gate order, layouts
+(``batch_first``, unbatched input), stacking with inter-layer dropout and
+bidirectionality. Each step is a few graphgrad ops, so gradients (of any order) flow
+through time with no rule of their own.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from graphgrad import ops
+from graphgrad.tensor import Tensor, empty, zeros
+
+from .. import functional as F
+from ..init import uniform_
+from ..parameter import Parameter
+from .module import Module
+
+__all__ = ["RNN", "LSTM", "GRU"]
+
+
+def _rnn_tanh_cell(x, state, w_ih, w_hh, b_ih, b_hh):
+    return ops.tanh(F.linear(x, w_ih, b_ih) + F.linear(state, w_hh, b_hh))
+
+
+def _rnn_relu_cell(x, state, w_ih, w_hh, b_ih, b_hh):
+    return ops.relu(F.linear(x, w_ih, b_ih) + F.linear(state, w_hh, b_hh))
+
+
+def _lstm_cell(x, state, w_ih, w_hh, b_ih, b_hh):
+    h, c = state
+    i, f, g, o = ops.chunk(F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh), 4, -1)
+    c = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(g)
+    return ops.sigmoid(o) * ops.tanh(c), c
+
+
+def _gru_cell(x, state, w_ih, w_hh, b_ih, b_hh):
+    xr, xz, xn = ops.chunk(F.linear(x, w_ih, b_ih), 3, -1)
+    hr, hz, hn = ops.chunk(F.linear(state, w_hh, b_hh), 3, -1)
+    r, z = ops.sigmoid(xr + hr), ops.sigmoid(xz + hz)
+    n = ops.tanh(xn + r * hn)
+    return (1 - z) * n + z * state
+
+
+class _RNNBase(Module):
+    _gates = 1
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, device=None, dtype=None) -> None:
+        super().__init__()
+        if not 0 <= dropout <= 1 or isinstance(dropout, bool):
+            raise ValueError("dropout should be a number in range [0, 1] representing the "
+                             "probability of an element being zeroed")
+        if dropout > 0 and num_layers == 1:
+            warnings.warn(f"dropout option adds dropout after all but last recurrent layer, so "
+                          f"non-zero dropout expects num_layers greater than 1, but got "
+                          f"dropout={dropout} and num_layers={num_layers}", stacklevel=2)
+        if hidden_size <= 0:
+            raise ValueError("hidden_size must be greater than zero")
+        if num_layers <= 0:
+            raise ValueError("num_layers must be greater than zero")
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.bias = bias
+        self.batch_first = batch_first
+        self.dropout = float(dropout)
+        self.bidirectional = bidirectional
+        self.proj_size = 0
+        directions = 2 if bidirectional else 1
+        gate = self._gates * hidden_size
+        for layer in range(num_layers):
+            layer_in = input_size if layer == 0 else hidden_size * directions
+            for suffix in ("", "_reverse")[:directions]:
+                name = f"l{layer}{suffix}"
+                setattr(self, f"weight_ih_{name}", Parameter(empty(gate, layer_in, dtype=dtype)))
+                setattr(self, f"weight_hh_{name}",
+                        Parameter(empty(gate, hidden_size, dtype=dtype)))
+                if bias:
+                    setattr(self, f"bias_ih_{name}", Parameter(empty(gate, dtype=dtype)))
+                    setattr(self, f"bias_hh_{name}", Parameter(empty(gate, dtype=dtype)))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0
+        for p in self.parameters():
+            uniform_(p, -bound, bound)
+
+    def _cell(self, x, state, name: str):
+        b_ih = getattr(self, f"bias_ih_{name}") if self.bias else None
+        b_hh = getattr(self, f"bias_hh_{name}") if self.bias else None
+        return self._step(x, state, getattr(self, f"weight_ih_{name}"),
+                          getattr(self, f"weight_hh_{name}"), b_ih, b_hh)
+
+    def _step(self, x, state, w_ih, w_hh, b_ih, b_hh):
+        raise NotImplementedError
+
+    def _run(self, input: Tensor, states: list):
+        """``input`` (L, N, H_in) through every layer and direction from ``states`` (one
+        per layer and direction); returns the last layer's outputs and the final states."""
+        directions = 2 if self.bidirectional else 1
+        finals = []
+        x = input
+        for layer in range(self.num_layers):
+            outs = []
+            for d in range(directions):
+                state = states[layer * directions + d]
+                name = f"l{layer}" + ("_reverse" if d else "")
+                steps = range(x.shape[0] - 1, -1, -1) if d else range(x.shape[0])
+                seq = [None] * x.shape[0]
+                for t in steps:
+                    state = self._cell(x[t], state, name)
+                    seq[t] = state[0] if isinstance(state, tuple) else state
+                outs.append(ops.stack(seq, 0))
+                finals.append(state)
+            x = outs[0] if directions == 1 else ops.cat(outs, -1)
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                x = F.dropout(x, self.dropout)
+        return x, finals
+
+    def _layout(self, input: Tensor):
+        """(input as (L, N, H), whether it was unbatched)."""
+        if input.ndim not in (2, 3):
+            raise ValueError(f"{type(self).__name__}: Expected input to be 2D or 3D, got "
+                             f"{input.ndim}D instead")
+        if input.shape[-1] != self.input_size:
+            raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
+                               f"{self.input_size}, got {input.shape[-1]}")
+        if input.ndim == 2:
+            return input.unsqueeze(1), True
+        return (input.transpose(0, 1) if self.batch_first else input), False
+
+    def _initial(self, hx, n: int, dtype, unbatched: bool, what: str = "hidden"):
+        """The (num_layers * directions, N, H) initial state, zeros when not given
+        (``what``: how PyTorch's size error names it)."""
+        layers = self.num_layers * (2 if self.bidirectional else 1)
+        if hx is None:
+            return zeros(layers, n, self.hidden_size, dtype=dtype)
+        if unbatched:
+            if hx.ndim != 2:
+                raise RuntimeError(f"For unbatched 2-D input, hx should also be 2-D but got "
+                                   f"{hx.ndim}-D tensor")
+            hx = hx.unsqueeze(1)
+        elif hx.ndim != 3:
+            raise RuntimeError(f"For batched 3-D input, hx should also be 3-D but got "
+                               f"{hx.ndim}-D tensor")
+        expected = (layers, n, self.hidden_size)
+        if tuple(hx.shape) != expected:
+            raise RuntimeError(f"Expected {what} size {expected}, got {list(hx.shape)}")
+        return hx
+
+    def _output(self, out: Tensor, unbatched: bool) -> Tensor:
+        if unbatched:
+            return out.squeeze(1)
+        return out.transpose(0, 1) if self.batch_first else out
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        if self.bias is not True:
+            s += f", bias={self.bias}"
+        if self.batch_first is not False:
+            s += f", batch_first={self.batch_first}"
+        if self.dropout != 0:
+            s += f", dropout={self.dropout}"
+        if self.bidirectional is not False:
+            s += f", bidirectional={self.bidirectional}"
+        return s
+
+
+class _SingleState(_RNNBase):
+    """RNN and GRU: one state tensor ``h``; ``forward(input, hx) -> (output, h_n)``."""
+
+    def forward(self, input: Tensor, hx: Tensor | None = None):
+        x, unbatched = self._layout(input)
+        h0 = self._initial(hx, x.shape[1], input.dtype, unbatched)
+        out, finals = self._run(x, list(h0.unbind(0)))
+        h_n = ops.stack(finals, 0)
+        return self._output(out, unbatched), (h_n.squeeze(1) if unbatched else h_n)
+
+
+class RNN(_SingleState):
+    """Elman RNN: ``h' = tanh(W_ih x + b_ih + W_hh h + b_hh)`` (or relu).
+    ``nonlinearity`` is the fourth positional argument, as in PyTorch."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        if len(args) > 3:
+            nonlinearity, args = args[3], args[:3] + args[4:]
+        else:
+            nonlinearity = kwargs.pop("nonlinearity", "tanh")
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or "
+                             f"'relu'.")
+        self.__dict__["nonlinearity"] = nonlinearity
+        super().__init__(*args, **kwargs)
+
+    def _step(self, *args):
+        return (_rnn_tanh_cell if self.nonlinearity == "tanh" else _rnn_relu_cell)(*args)
+
+
+class GRU(_SingleState):
+    """Gated recurrent unit, gates (r, z, n) as PyTorch's."""
+
+    _gates = 3
+
+    def _step(self, *args):
+        return _gru_cell(*args)
+
+
+class LSTM(_RNNBase):
+    """Long short-term memory, gates (i, f, g, o); ``forward(input, (h_0, c_0))`` returns
+    ``(output, (h_n, c_n))``."""
+
+    _gates = 4
+
+    def __init__(self, *args, proj_size: int = 0, **kwargs) -> None:
+        if proj_size:
+            raise NotImplementedError("LSTM: proj_size is not supported")
+        super().__init__(*args, **kwargs)
+
+    def _step(self, *args):
+        return _lstm_cell(*args)
+
+    def forward(self, input: Tensor, hx: tuple | None = None):
+        x, unbatched = self._layout(input)
+        n = x.shape[1]
+        h0 = self._initial(None if hx is None else hx[0], n, input.dtype, unbatched,
+                           "hidden[0]")
+        c0 = self._initial(None if hx is None else hx[1], n, input.dtype, unbatched,
+                           "hidden[1]")
+        out, finals = self._run(x, list(zip(h0.unbind(0), c0.unbind(0), strict=True)))
+        h_n = ops.stack([h for h, _ in finals], 0)
+        c_n = ops.stack([c for _, c in finals], 0)
+        if unbatched:
+            h_n, c_n = h_n.squeeze(1), c_n.squeeze(1)
+        return self._output(out, unbatched), (h_n, c_n)
