@@ -688,3 +688,40 @@ def test_a_user_scheduler_subclassing_the_base_works_as_in_torch():
         ts.step()
         assert gs.get_last_lr() == ts.get_last_lr()
     assert issubclass(lr_scheduler._LRScheduler, lr_scheduler.LRScheduler)
+
+
+def test_step_hooks_run_as_in_torch():
+    """Pre hooks see (optimizer, args, kwargs), args starting with the optimizer, and may
+    replace them; post hooks run after the update; handles remove them; a malformed
+    pre-hook result raises."""
+    results = []
+    for mod, m in ((optim, gg), (torch.optim, torch)):
+        p = m.tensor([1.0, 2.0], dtype=m.float64, requires_grad=True)
+        opt = mod.RMSprop([p], lr=0.1)
+        calls = []
+
+        def closure(p=p, opt=opt):
+            opt.zero_grad()
+            loss = (p * p).sum()
+            loss.backward()
+            return loss
+
+        def pre(o, args, kwargs, opt=opt, calls=calls, closure=closure):
+            calls.append(("pre", o is opt, args == (opt,), dict(kwargs)))
+            return (o, closure), {}
+
+        def post(o, args, kwargs, p=p, calls=calls, closure=closure):
+            calls.append(("post", args[1:] == (closure,), p.tolist()))
+        handles = [opt.register_step_pre_hook(pre), opt.register_step_post_hook(post)]
+        loss = opt.step()  # the pre hook supplies the closure
+        assert float(loss) == 5.0
+        for handle in handles:
+            handle.remove()
+        opt.step(closure)
+        opt.register_step_pre_hook(lambda o, a, k: "bad")
+        with pytest.raises(RuntimeError, match="must return None or a tuple of"):
+            opt.step(closure)
+        results.append((calls, p.tolist()))
+    (g_calls, g_p), (t_calls, t_p) = results
+    assert g_calls == t_calls and len(g_calls) == 2
+    np.testing.assert_allclose(g_p, t_p, rtol=1e-14)

@@ -1,6 +1,7 @@
 """Layer ``optim``: ``Optimizer``, the base of every optimizer, in PyTorch's shape:
 ``param_groups`` (a list of dicts holding ``params`` and hyperparameters), per-parameter
-``state``, ``zero_grad``, ``step(closure)`` and ``state_dict``/``load_state_dict``.
+``state``, ``zero_grad``, ``step(closure)`` (with step pre/post hooks) and
+``state_dict``/``load_state_dict``.
 
 Subclasses update parameters under ``no_grad`` in place, so the parameters keep their
 identity (and modules and other optimizers still see them). Most update each parameter
@@ -15,11 +16,12 @@ from __future__ import annotations
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from functools import wraps
 from typing import Any
 
 from graphgrad.autograd import no_grad
 from graphgrad.backend import xp
-from graphgrad.tensor import Tensor, tensor
+from graphgrad.tensor import RemovableHandle, Tensor, tensor
 
 from .fused import buffer, decay, grad_array, real_view, written
 
@@ -70,6 +72,9 @@ class Optimizer:
         self.defaults = defaults
         self.state: defaultdict = defaultdict(dict)
         self.param_groups: list[dict] = []
+        self._optimizer_step_pre_hooks: list[Callable] = []
+        self._optimizer_step_post_hooks: list[Callable] = []
+        _patch_step_function(type(self))
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of "
                             "Tensors or dicts, but got " + type(params).__name__)
@@ -162,6 +167,18 @@ class Optimizer:
                         self._update(p, group)
         return loss
 
+    def register_step_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(optimizer, args, kwargs)`` runs before each ``step`` (``args`` start with
+        the optimizer, as in PyTorch); it may return ``(new_args, new_kwargs)`` for the step
+        to use."""
+        self._optimizer_step_pre_hooks.append(hook)
+        return RemovableHandle(self._optimizer_step_pre_hooks, hook)
+
+    def register_step_post_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(optimizer, args, kwargs)`` runs after each ``step``."""
+        self._optimizer_step_post_hooks.append(hook)
+        return RemovableHandle(self._optimizer_step_post_hooks, hook)
+
     def _begin_update(self, p: Tensor, group: dict,
                       **init: Callable[[Tensor], Tensor]) -> tuple[float, Any, Any, dict]:
         """Start one parameter's update as PyTorch's single-tensor paths do: the state
@@ -245,6 +262,32 @@ class Optimizer:
                 lines.append(f"    {k}: {g[k]}")
         lines.append(")")
         return "\n".join(lines)
+
+
+def _patch_step_function(cls: type) -> None:
+    """Make ``cls.step`` run the step hooks, once per class, as PyTorch patches the
+    class of each optimizer it makes (a subclass's own ``step`` gets its own wrapper)."""
+    step = cls.step
+    if getattr(step, "hooked", False):
+        return
+
+    @wraps(step)
+    def hooked_step(*args, **kwargs):
+        self = args[0]  # as PyTorch's, the hooks' args include the optimizer itself
+        for hook in list(self._optimizer_step_pre_hooks):
+            result = hook(self, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError(f"{step} must return None or a tuple of (new_args, "
+                                       f"new_kwargs), but got {result}.")
+                args, kwargs = result
+        out = step(*args, **kwargs)
+        for hook in list(self._optimizer_step_post_hooks):
+            hook(self, args, kwargs)
+        return out
+
+    hooked_step.hooked = True
+    cls.step = hooked_step
 
 
 def _cast_like(value, param: Tensor, name: str):
