@@ -1095,3 +1095,31 @@ def test_recurrent_dropout_between_layers_only_in_training():
     assert not np.allclose(a.detach().numpy(), b.detach().numpy())  # a fresh mask each call
     m.eval()
     close(m(x)[0], m(x)[0])
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_pad_sequence_matches_torch(batch_first, padding_side):
+    arrays = [rand(3, 2, seed=1), rand(5, 2, seed=2), rand(1, 2, seed=3)]
+    results = []
+    for lib in (gg, torch):
+        seqs = [lib.tensor(a, requires_grad=True) for a in arrays]
+        out = lib.nn.utils.rnn.pad_sequence(seqs, batch_first, -1.5, padding_side)
+        (out * lib.tensor(rand(*out.shape, seed=4))).sum().backward()
+        results.append([out] + [s.grad for s in seqs])
+    for a, b in zip(*results, strict=True):
+        close(a, b)
+    if padding_side == "right":
+        back = nn.utils.rnn.unpad_sequence(results[0][0], [3, 5, 1], batch_first)
+        for a, b in zip(back, arrays, strict=True):
+            close(a, b)
+
+
+def test_pad_sequence_errors_use_torch_wording():
+    for lib in (gg, torch):
+        pad = lib.nn.utils.rnn.pad_sequence
+        with pytest.raises(RuntimeError, match="received an empty list of sequences"):
+            pad([])
+        with pytest.raises(RuntimeError, match="Expected padding_side to be one of left or "
+                           "right, but got up."):
+            pad([lib.ones(2)], padding_side="up")
