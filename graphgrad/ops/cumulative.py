@@ -144,5 +144,5 @@ def cumprod(input, dim: int, *, dtype=None):
     """``out[i] = input[0] * ... * input[i]`` along ``dim``."""
     if dtype is not None:
         input = input.to(dtype)
-    d = normalize_dim(dim, input.ndim, "cumprod") if input.ndim else 0
+    d = normalize_dim(dim, input.ndim, "cumprod")
     return Cumprod.apply(input, dim=d)

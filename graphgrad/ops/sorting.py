@@ -53,10 +53,12 @@ class Argsort(Op):
 
 
 def _dim(input, dim: int, name: str) -> int:
-    return normalize_dim(dim, input.ndim, name) if input.ndim else 0
+    return normalize_dim(dim, input.ndim, name)  # a 0-d tensor takes dim 0 or -1
 
 
 def argsort(input, dim: int = -1, descending: bool = False, *, stable: bool = False):
+    """The indices that sort ``input`` along ``dim``. Ties keep their order whatever
+    ``stable`` says (PyTorch allows that order without it)."""
     return Argsort.apply(input, dim=_dim(input, dim, "argsort"), descending=bool(descending))
 
 
