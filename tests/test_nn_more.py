@@ -1123,3 +1123,21 @@ def test_pad_sequence_errors_use_torch_wording():
         with pytest.raises(RuntimeError, match="Expected padding_side to be one of left or "
                            "right, but got up."):
             pad([lib.ones(2)], padding_side="up")
+
+
+POOLS = [
+    ("maxpool1d", lambda m: m.MaxPool1d(2), (2, 3, 9)),
+    ("maxpool1d_all", lambda m: m.MaxPool1d(3, 2, 1, 2), (2, 3, 11)),
+    ("maxpool1d_ceil_unbatched", lambda m: m.MaxPool1d(2, ceil_mode=True), (3, 7)),
+    ("avgpool1d", lambda m: m.AvgPool1d(3, 2, 1), (2, 3, 10)),
+    ("avgpool1d_unbatched", lambda m: m.AvgPool1d(2), (3, 8)),
+    ("adaptive_avg1d", lambda m: m.AdaptiveAvgPool1d(3), (2, 3, 10)),
+    ("adaptive_max2d", lambda m: m.AdaptiveMaxPool2d((3, 2)), (2, 3, 7, 5)),
+    ("adaptive_max2d_none_unbatched", lambda m: m.AdaptiveMaxPool2d((None, 4)), (3, 5, 9)),
+]
+
+
+@pytest.mark.parametrize("name,make,shape", POOLS, ids=[p[0] for p in POOLS])
+def test_more_pooling_matches_torch(name, make, shape):
+    g_mod, t_mod = twin_layers(make)
+    step_both(g_mod, t_mod, rand(*shape))

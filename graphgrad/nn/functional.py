@@ -489,22 +489,63 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
 
 def adaptive_avg_pool2d(input, output_size):
     """Average over PyTorch's adaptive windows: output row i covers input rows
-    ``floor(i H / oh)`` to ``ceil((i + 1) H / oh)``. A window is a product of a row and a
-    column range, so rows are averaged first, then columns: ``oh + ow`` slices in all."""
-    if input.ndim not in (3, 4):
-        raise RuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
-                           f"{list(input.shape)}")
-    size = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    ``floor(i H / oh)`` to ``ceil((i + 1) H / oh)``, and so for columns."""
+    oh, ow = _adaptive_size(input, output_size, "adaptive_avg_pool2d")
     h, w = input.shape[-2], input.shape[-1]
-    oh, ow = (h if size[0] is None else size[0]), (w if size[1] is None else size[1])
-    if h % oh == 0 and w % ow == 0 and input.ndim == 4:
+    if h % oh == 0 and w % ow == 0 and input.ndim == 4:  # equal windows: a plain pooling
         return avg_pool2d(input, (h // oh, w // ow))
-    rows = [input[..., (i * h) // oh:-(-(i + 1) * h // oh), :].mean(dim=-2, keepdim=True)
-            for i in range(oh)]
+    return _adaptive_2d(input, oh, ow, lambda x, d: x.mean(dim=d, keepdim=True))
+
+
+def adaptive_max_pool2d(input, output_size, return_indices: bool = False):
+    """Max over PyTorch's adaptive windows (see ``adaptive_avg_pool2d``)."""
+    if return_indices:
+        raise NotImplementedError("adaptive_max_pool2d(return_indices=True) is not supported")
+    oh, ow = _adaptive_size(input, output_size, "adaptive_max_pool2d")
+    return _adaptive_2d(input, oh, ow, lambda x, d: ops.max(x, dim=d, keepdim=True).values)
+
+
+def _adaptive_size(input, output_size, name: str) -> tuple[int, int]:
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"{name}(): Expected 3D or 4D tensor, but got {list(input.shape)}")
+    size = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    return (input.shape[-2] if size[0] is None else size[0],
+            input.shape[-1] if size[1] is None else size[1])
+
+
+def _adaptive_2d(input, oh: int, ow: int, reduce):
+    """``reduce`` over each adaptive window. A window is a product of a row range and a
+    column range, and mean and max are separable, so the rows are reduced first, then
+    the columns: ``oh + ow`` slices in all."""
+    h, w = input.shape[-2], input.shape[-1]
+    rows = [reduce(input[..., (i * h) // oh:-(-(i + 1) * h // oh), :], -2) for i in range(oh)]
     x = ops.cat(rows, dim=-2)
-    cols = [x[..., (j * w) // ow:-(-(j + 1) * w // ow)].mean(dim=-1, keepdim=True)
-            for j in range(ow)]
+    cols = [reduce(x[..., (j * w) // ow:-(-(j + 1) * w // ow)], -1) for j in range(ow)]
     return ops.cat(cols, dim=-1)
+
+
+def adaptive_avg_pool1d(input, output_size):
+    return adaptive_avg_pool2d(input.unsqueeze(-2), (1, _single(output_size))).squeeze(-2)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,
+               ceil_mode: bool = False, return_indices: bool = False):
+    """``max_pool2d`` over a height-1 image."""
+    stride = kernel_size if stride is None or stride == [] else stride
+    out = max_pool2d(input.unsqueeze(-2), (1, _single(kernel_size)), (1, _single(stride)),
+                     (0, _single(padding)), (1, _single(dilation)), ceil_mode, return_indices)
+    return out.squeeze(-2)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True):
+    if input.ndim == 2:  # unbatched (C, L)
+        return avg_pool1d(input.unsqueeze(0), kernel_size, stride, padding, ceil_mode,
+                          count_include_pad).squeeze(0)
+    stride = kernel_size if stride is None or stride == [] else stride
+    out = avg_pool2d(input.unsqueeze(-2), (1, _single(kernel_size)), (1, _single(stride)),
+                     (0, _single(padding)), ceil_mode, count_include_pad)
+    return out.squeeze(-2)
 
 
 def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False):
@@ -535,7 +576,7 @@ def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
 # ---- more activations, RMS norm, attention, 1-d convolution -------------------------------
 __all__ += ["hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "prelu", "glu", "softmin",
             "selu", "celu", "softsign", "tanhshrink", "rms_norm", "scaled_dot_product_attention",
-            "conv1d"]
+            "conv1d", "adaptive_max_pool2d", "adaptive_avg_pool1d", "max_pool1d", "avg_pool1d"]
 
 
 def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):

@@ -11,7 +11,8 @@ from .loss import *  # noqa: F401,F403
 from .module import Module
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from .parameter_containers import ParameterDict, ParameterList
-from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d,
+                      AvgPool2d, MaxPool1d, MaxPool2d)
 from .rnn import GRU, LSTM, RNN
 from .sparse import Embedding
 from .transformer import TransformerEncoder, TransformerEncoderLayer
@@ -20,6 +21,7 @@ from . import activation, loss
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
            "Identity", "Linear", "Conv1d", "Conv2d", "Dropout", "Dropout2d", "Flatten", "Unflatten",
            "LayerNorm", "RMSNorm", "GroupNorm",
-           "BatchNorm1d", "BatchNorm2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
+           "BatchNorm1d", "BatchNorm2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d",
+           "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d",
            "Embedding", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
            "RNN", "LSTM", "GRU", *activation.__all__, *loss.__all__]

@@ -1,5 +1,5 @@
-"""Layer ``nn``: ``MaxPool2d`` and ``AvgPool2d`` (a reduction over the window dim of the
-patches, see ``nn.patches``), and ``AdaptiveAvgPool2d`` (windows fitted to an output size)."""
+"""Layer ``nn``: max and average pooling, 1-d and 2-d (a reduction over the window dim of
+the patches, see ``nn.patches``), and adaptive pooling (windows fitted to an output size)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from graphgrad.tensor import Tensor
 from .. import functional as F
 from .module import Module
 
-__all__ = ["MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d"]
+__all__ = ["MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d",
+           "AdaptiveAvgPool2d", "AdaptiveMaxPool2d"]
 
 
 class MaxPool2d(Module):
@@ -63,3 +64,39 @@ class AdaptiveAvgPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
+    def forward(self, input: Tensor) -> Tensor:
+        return F.adaptive_avg_pool1d(input, self.output_size)
+
+
+class AdaptiveMaxPool2d(AdaptiveAvgPool2d):
+    def __init__(self, output_size, return_indices: bool = False) -> None:
+        super().__init__(output_size)
+        self.return_indices = return_indices
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)
+
+
+class MaxPool1d(MaxPool2d):
+    """Over (N, C, L) or (C, L) inputs; ``MaxPool2d``'s arguments, as ints."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.max_pool1d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode, self.return_indices)
+
+
+class AvgPool1d(AvgPool2d):
+    """Over (N, C, L) or (C, L) inputs; sizes kept as 1-tuples, as PyTorch's."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+                 count_include_pad: bool = True) -> None:
+        super().__init__((F._single(kernel_size),),
+                         None if stride is None else (F._single(stride),),
+                         (F._single(padding),), ceil_mode, count_include_pad)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad)
