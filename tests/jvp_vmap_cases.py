@@ -446,3 +446,14 @@ CASES += [
                                                                                 normal(*X),
                                                                                 normal(4))),
 ]
+
+CASES += [
+    _case("cummax", ("CummaxIndices", "Gather"), lambda m, x: m.cummax(x, 1),
+          inputs(normal(*X))),
+    _case("cummin_ties", ("CumminIndices", "Gather"), lambda m, x: m.cummin(x, 0),
+          inputs(integral(*X))),
+    _case("cummax_indices_vector", "CummaxIndices", lambda m, x: m.cummax(x, 0).indices,
+          inputs(normal(5)), jvp=False),
+    _case("cummin_indices", "CumminIndices", lambda m, x: m.cummin(x, -1).indices,
+          inputs(special(*X)), jvp=False),
+]

@@ -1581,3 +1581,27 @@ add(
          lambda m, c, a, b, beta, alpha: c.addbmm(a, b, beta=beta, alpha=alpha),
          _batched_products_example(summed=True)),
 )
+
+# running maxima and minima: ties go to the latest index, NaN propagates -----------------
+
+add(
+    case("cummax", ("CummaxIndices", "Gather"), lambda m, a, dim: m.cummax(a, dim),
+         one_dim(distinct)),
+    case("cummin_method", ("CumminIndices", "Gather"), lambda m, a, dim: a.cummin(dim),
+         one_dim(distinct)),
+    case("cummax_0d", "CummaxIndices", lambda m, a: m.cummax(a, 0),
+         elementwise(normal, max_dims=0)),
+    # at ties the gradient goes to the latest of them (no finite differences at ties)
+    case("cummax_ties", ("CummaxIndices", "Gather"), lambda m, a, dim: m.cummax(a, dim),
+         one_dim(integral()), fd=False),
+    case("cummin_ties", ("CumminIndices", "Gather"), lambda m, a, dim: m.cummin(a, dim),
+         one_dim(integral()), fd=False),
+    case("cummax_nan", "CummaxIndices", lambda m, a, dim: m.cummax(a, dim), one_dim(special),
+         grad=False),
+    case("cummin_nan", "CumminIndices", lambda m, a, dim: m.cummin(a, dim), one_dim(special),
+         grad=False),
+    case("cummax_int", "CummaxIndices", lambda m, a, dim: m.cummax(a, dim), one_dim(ints()),
+         grad=False),
+    case("cummin_bool", "CumminIndices", lambda m, a, dim: m.cummin(a, dim), one_dim(bools),
+         grad=False),
+)

@@ -1,6 +1,6 @@
 """What the op tables (``op_cases.py``, ``jvp_vmap_cases.py``) do not cover for sort,
 argsort, topk, kthvalue, median, tril/triu, diagonal, diag, diag_embed, trace, roll,
-diff, cumprod, einsum, addmm, addmv, addbmm, baddbmm, addcmul, addcdiv, lerp and
+diff, cumprod, cummax/cummin, einsum, addmm, addmv, addbmm, baddbmm, addcmul, addcdiv, lerp and
 nan_to_num: the sort order at ties and NaN, topk's ``sorted=False`` contract,
 derivatives of cumprod at zeros past second order, the error messages (in PyTorch's
 wording), and einsum forms against ``torch.einsum``.
@@ -324,6 +324,21 @@ def test_cumprod_first_order_backward_is_one_linear_op():
     np.testing.assert_allclose(_np(grad), want.numpy(), rtol=1e-14)
 
 
+@pytest.mark.parametrize("fn", ["cummax", "cummin"])
+def test_running_extremum_ties_nan_and_inf_follow_torch(fn):
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        shape = tuple(rng.integers(1, 5, rng.integers(1, 4)))
+        a = rng.integers(-2, 3, shape).astype(np.float64)
+        a[rng.random(shape) < 0.15] = _NAN
+        a[rng.random(shape) < 0.1] = np.inf
+        dim = int(rng.integers(-len(shape), len(shape)))
+        g, t = _both(a)
+        got, want = getattr(gg, fn)(g, dim), getattr(torch, fn)(t, dim)
+        np.testing.assert_array_equal(_np(got.indices), want.indices.numpy())
+        np.testing.assert_array_equal(_np(got.values), want.values.numpy())
+
+
 def test_cumprod_int_and_bool_give_int64():
     assert gg.cumprod(gg.tensor([1, 2, 3]), 0).dtype == gg.int64
     assert gg.cumprod(gg.tensor([True, False]), 0).dtype == gg.int64
@@ -488,8 +503,9 @@ def test_nan_to_num_gradient_is_zero_where_replaced():
 
 @pytest.mark.parametrize("name", ["sort", "argsort", "topk", "msort", "kthvalue", "median",
                                   "tril", "triu", "diagonal", "diag", "diag_embed", "trace",
-                                  "roll", "diff", "cumprod", "addmm", "addmv", "addbmm",
-                                  "baddbmm", "addcmul", "addcdiv", "lerp", "nan_to_num"])
+                                  "roll", "diff", "cumprod", "cummax", "cummin", "addmm",
+                                  "addmv", "addbmm", "baddbmm", "addcmul", "addcdiv", "lerp",
+                                  "nan_to_num"])
 def test_tensor_methods_exist_like_torch(name):
     assert hasattr(torch.Tensor, name)
     assert callable(getattr(gg.Tensor, name))

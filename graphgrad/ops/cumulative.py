@@ -1,5 +1,7 @@
 """Layer ``ops``: cumulative products along a dim (``cumprod``; ``cumsum`` is in
-``reduce``), and the op that computes cumprod's gradient.
+``reduce``) and the op that computes cumprod's gradient; running maxima and minima
+(``cummax``, ``cummin``: an op gives the indices, the values are a gather of them, so
+the gradient goes to the element each running extremum came from, as in PyTorch).
 
 The gradient must hold where the input has zeros, and be differentiable again there:
 ``reversed_cumsum(g * out) / input`` (the textbook rule) divides by zero. Cumprod's vjp
@@ -20,12 +22,13 @@ from graphgrad.tensor.creation import _leaf
 
 from .arithmetic import needs_grad
 from .base import Op, normalize_dim
+from .reduce import MaxMin
 from .batching import all_to_front
 from .compare import where
 from .reduce import _along_dim_batched
 from .triangular import Triu
 
-__all__ = ["cumprod"]
+__all__ = ["cumprod", "cummax", "cummin"]
 
 
 def _eye(n: int):
@@ -146,3 +149,61 @@ def cumprod(input, dim: int, *, dtype=None):
         input = input.to(dtype)
     d = normalize_dim(dim, input.ndim, "cumprod")
     return Cumprod.apply(input, dim=d)
+
+
+class _RunningExtremumIndices(Op):
+    """The index of the running maximum (minimum) along ``dim``: at ties the latest
+    index; once a NaN is seen the running value is NaN, at the latest NaN (PyTorch's
+    order)."""
+
+    differentiable = False
+    promotes = False
+    saves_inputs = ()
+    holomorphic = True  # the indices of a complex step's real part: see Argsort
+    _accumulate = None  # NumPy's maximum or minimum ufunc
+
+    @classmethod
+    def forward(cls, a, *, dim):
+        if a.ndim == 0:
+            return xp.zeros((), xp.int64)
+        a = xp.real(a)
+        running = cls._accumulate.accumulate(a, axis=dim)
+        # where a reaches the running value (a record or a tie) or is NaN, the running
+        # index moves to that position; it stays put in between
+        shape = [1] * a.ndim
+        shape[dim] = a.shape[dim]
+        positions = xp.arange(a.shape[dim], dtype=xp.int64).reshape(shape)
+        moves = (a == running)
+        if a.dtype.kind == "f":
+            moves |= xp.isnan(a)
+        return xp.maximum.accumulate(xp.where(moves, positions, 0), axis=dim)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dim):
+        return _along_dim_batched(cls, vals[0], bdims[0], dim), 0
+
+
+class CummaxIndices(_RunningExtremumIndices):
+    _accumulate = xp.maximum
+
+
+class CumminIndices(_RunningExtremumIndices):
+    _accumulate = xp.minimum
+
+
+def _running_extremum(op, input, dim: int, name: str):
+    d = normalize_dim(dim, input.ndim, name)
+    indices = op.apply(input, dim=d)
+    values = input.clone() if input.ndim == 0 else input.gather(d, indices)
+    return MaxMin(values, indices)
+
+
+def cummax(input, dim: int):
+    """``(values, indices)``: the largest element of ``input[..., :i + 1]`` along ``dim``
+    at each ``i``, and where it is (``torch.return_types.cummax``)."""
+    return _running_extremum(CummaxIndices, input, dim, "cummax")
+
+
+def cummin(input, dim: int):
+    """``(values, indices)``: the running minimum along ``dim`` and where it is."""
+    return _running_extremum(CumminIndices, input, dim, "cummin")

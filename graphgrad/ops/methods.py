@@ -300,7 +300,7 @@ _METHODS.update({
     "addmm": CO.addmm, "addcmul": CO.addcmul, "addcdiv": CO.addcdiv, "lerp": CO.lerp,
     "nan_to_num": CO.nan_to_num, "addmv": CO.addmv, "addbmm": CO.addbmm,
     "baddbmm": CO.baddbmm, "kthvalue": SO.kthvalue, "median": SO.median, "diag": D.diag,
-    "diag_embed": D.diag_embed,
+    "diag_embed": D.diag_embed, "cummax": CU.cummax, "cummin": CU.cummin,
 })
 
 _PROPERTIES = {"T": _T, "mT": _mT}
