@@ -1141,3 +1141,48 @@ POOLS = [
 def test_more_pooling_matches_torch(name, make, shape):
     g_mod, t_mod = twin_layers(make)
     step_both(g_mod, t_mod, rand(*shape))
+
+
+INTERPOLATE = [
+    ("nearest_x2", (2, 3, 4, 5), {"scale_factor": 2}),
+    ("nearest_size", (1, 2, 5, 7), {"size": (8, 3)}),
+    ("nearest_1.5", (1, 2, 5, 6), {"scale_factor": 1.5}),
+    ("nearest_1d", (2, 3, 7), {"size": 10}),
+    ("bilinear_up", (2, 2, 4, 5), {"scale_factor": 2, "mode": "bilinear"}),
+    ("bilinear_down_size", (1, 2, 9, 7), {"size": (4, 5), "mode": "bilinear"}),
+    ("bilinear_align", (1, 2, 4, 5), {"size": (7, 9), "mode": "bilinear",
+                                      "align_corners": True}),
+    ("bilinear_recompute", (1, 1, 5, 5), {"scale_factor": 1.7, "mode": "bilinear",
+                                          "recompute_scale_factor": True}),
+    ("linear", (2, 3, 6), {"scale_factor": 2.5, "mode": "linear"}),
+    ("linear_align", (2, 3, 6), {"size": 4, "mode": "linear", "align_corners": True}),
+]
+
+
+@pytest.mark.parametrize("name,shape,kw", INTERPOLATE, ids=[i[0] for i in INTERPOLATE])
+def test_interpolate_matches_torch(name, shape, kw):
+    x = rand(*shape)
+    results = []
+    for lib in (gg, torch):
+        xt = lib.tensor(x, requires_grad=True)
+        out = lib.nn.functional.interpolate(xt, **kw)
+        (out * lib.tensor(rand(*out.shape, seed=2))).sum().backward()
+        results.append([out, xt.grad])
+    for a, b in zip(*results, strict=True):
+        close(a, b)
+    if "recompute_scale_factor" not in kw:
+        g_mod, t_mod = twin_layers(lambda m: m.Upsample(**kw))
+        step_both(g_mod, t_mod, x)
+
+
+def test_interpolate_errors_use_torch_wording():
+    for lib in (gg, torch):
+        f = lib.nn.functional.interpolate
+        with pytest.raises(ValueError, match="align_corners option can only be set with the "
+                           "interpolating modes"):
+            f(lib.ones(1, 1, 2, 2), scale_factor=2, align_corners=True)
+        with pytest.raises(ValueError, match="only one of size or scale_factor should be "
+                           "defined"):
+            f(lib.ones(1, 1, 2, 2), size=3, scale_factor=2)
+        with pytest.raises(ValueError, match="either size or scale_factor should be defined"):
+            f(lib.ones(1, 1, 2, 2))

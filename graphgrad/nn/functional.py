@@ -729,3 +729,75 @@ def _single(v) -> int:
         return v
     (v,) = tuple(v)
     return int(v)
+
+
+# ---- resampling ---------------------------------------------------------------------------
+__all__ += ["interpolate"]
+
+
+def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",
+                align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
+                antialias: bool = False):
+    """Resize the spatial dims (all after N, C) by ``mode`` "nearest", "linear" (3-D) or
+    "bilinear" (4-D), with PyTorch's source-index rules. Separable: one gather (or two
+    and a blend) per spatial dim, so it differentiates like any composite."""
+    if mode in ("nearest", "area", "nearest-exact"):
+        if align_corners is not None:
+            raise ValueError("align_corners option can only be set with the interpolating "
+                             "modes: linear | bilinear | bicubic | trilinear")
+    elif align_corners is None:
+        align_corners = False
+    if mode not in ("nearest", "linear", "bilinear") or antialias:
+        raise NotImplementedError(f"interpolate: mode={mode!r} (antialias={antialias}) is not "
+                                  f"supported; nearest, linear and bilinear are")
+    dim = input.ndim - 2
+    if (mode, dim) in (("linear", 2), ("bilinear", 1)) or dim not in (1, 2):
+        raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs "
+                                  f"{3 if mode == 'linear' else 4}D input")
+    in_sizes = tuple(input.shape[2:])
+    if size is not None and scale_factor is not None:
+        raise ValueError("only one of size or scale_factor should be defined")
+    if size is not None:
+        out_sizes = tuple(size) if isinstance(size, (list, tuple)) else (size,) * dim
+        if len(out_sizes) != dim:
+            raise ValueError(f"Input and output must have the same number of spatial "
+                             f"dimensions, but got input with spatial dimensions of "
+                             f"{list(in_sizes)} and output size of {size}. Please provide "
+                             f"input tensor in (N, C, d1, d2, ...,dK) format and output size in "
+                             f"(o1, o2, ...,oK) format.")
+        scales = (None,) * dim
+    elif scale_factor is not None:
+        factors = tuple(scale_factor) if isinstance(scale_factor, (list, tuple)) \
+            else (scale_factor,) * dim
+        out_sizes = tuple(int(s * f) for s, f in zip(in_sizes, factors, strict=True))
+        scales = (None,) * dim if recompute_scale_factor else factors
+    else:
+        raise ValueError("either size or scale_factor should be defined")
+    out = input
+    for axis, n_in, n_out, sf in zip(range(2, input.ndim), in_sizes, out_sizes, scales,
+                                      strict=True):
+        out = _resample(out, axis, n_in, n_out, sf, mode, align_corners)
+    return out
+
+
+def _resample(x, axis: int, n_in: int, n_out: int, scale_factor, mode: str, align_corners):
+    """One spatial dim of ``interpolate``: ``n_in`` -> ``n_out`` along ``axis``."""
+    from graphgrad.tensor import tensor
+    dst = xp.arange(n_out, dtype=xp.float64)
+    if mode == "nearest":
+        # PyTorch computes the scale and the product in float32 (floorf)
+        scale = xp.float32(1.0 / scale_factor if scale_factor else n_in / n_out)
+        idx = xp.minimum(xp.floor(dst.astype(xp.float32) * scale).astype(xp.int64), n_in - 1)
+        return ops.index_select(x, axis, tensor(idx))
+    if align_corners:
+        src = dst * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+    else:
+        scale = 1.0 / scale_factor if scale_factor else n_in / n_out
+        src = xp.maximum(scale * (dst + 0.5) - 0.5, 0.0)
+    i0 = src.astype(xp.int64)
+    i1 = xp.minimum(i0 + 1, n_in - 1)
+    shape = [1] * x.ndim
+    shape[axis] = n_out
+    lam = tensor((src - i0).reshape(shape), dtype=x.dtype)
+    return ops.index_select(x, axis, tensor(i0)) * (1 - lam) + \
+        ops.index_select(x, axis, tensor(i1)) * lam

@@ -12,7 +12,7 @@ from .module import Module
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from .parameter_containers import ParameterDict, ParameterList
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d,
-                      AvgPool2d, MaxPool1d, MaxPool2d)
+                      AvgPool2d, MaxPool1d, MaxPool2d, Upsample)
 from .rnn import GRU, LSTM, RNN
 from .sparse import Embedding
 from .transformer import TransformerEncoder, TransformerEncoderLayer
@@ -22,6 +22,6 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", 
            "Identity", "Linear", "Conv1d", "Conv2d", "Dropout", "Dropout2d", "Flatten", "Unflatten",
            "LayerNorm", "RMSNorm", "GroupNorm",
            "BatchNorm1d", "BatchNorm2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d",
-           "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d",
+           "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Upsample",
            "Embedding", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
            "RNN", "LSTM", "GRU", *activation.__all__, *loss.__all__]

@@ -1,5 +1,6 @@
 """Layer ``nn``: max and average pooling, 1-d and 2-d (a reduction over the window dim of
-the patches, see ``nn.patches``), and adaptive pooling (windows fitted to an output size)."""
+the patches, see ``nn.patches``), adaptive pooling (windows fitted to an output size) and
+``Upsample``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from .. import functional as F
 from .module import Module
 
 __all__ = ["MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d",
-           "AdaptiveAvgPool2d", "AdaptiveMaxPool2d"]
+           "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Upsample"]
 
 
 class MaxPool2d(Module):
@@ -100,3 +101,30 @@ class AvgPool1d(AvgPool2d):
     def forward(self, input: Tensor) -> Tensor:
         return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad)
+
+
+class Upsample(Module):
+    """``F.interpolate`` as a module."""
+
+    def __init__(self, size=None, scale_factor=None, mode: str = "nearest",
+                 align_corners: bool | None = None,
+                 recompute_scale_factor: bool | None = None) -> None:
+        super().__init__()
+        self.name = type(self).__name__
+        self.size = size
+        if isinstance(scale_factor, tuple):
+            self.scale_factor = tuple(float(f) for f in scale_factor)
+        else:
+            self.scale_factor = float(scale_factor) if scale_factor else None
+        self.mode = mode
+        self.align_corners = align_corners
+        self.recompute_scale_factor = recompute_scale_factor
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
+                             recompute_scale_factor=self.recompute_scale_factor)
+
+    def extra_repr(self) -> str:
+        info = f"scale_factor={self.scale_factor!r}" if self.scale_factor is not None \
+            else f"size={self.size!r}"
+        return info + f", mode={self.mode!r}"
