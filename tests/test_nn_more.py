@@ -1186,3 +1186,43 @@ def test_interpolate_errors_use_torch_wording():
             f(lib.ones(1, 1, 2, 2), size=3, scale_factor=2)
         with pytest.raises(ValueError, match="either size or scale_factor should be defined"):
             f(lib.ones(1, 1, 2, 2))
+
+
+CONV_T = [
+    ("convT", lambda m: m.ConvTranspose2d(3, 2, 3), (2, 3, 4, 4)),
+    ("convT_stride_pad_outpad", lambda m: m.ConvTranspose2d(2, 3, 3, stride=2, padding=1,
+                                                            output_padding=1), (1, 2, 4, 5)),
+    ("convT_groups_dilation", lambda m: m.ConvTranspose2d(4, 6, (2, 3), groups=2, dilation=2,
+                                                          bias=False), (2, 4, 3, 3)),
+    ("convT_unbatched", lambda m: m.ConvTranspose2d(2, 2, 2, stride=2), (2, 3, 3)),
+]
+
+
+@pytest.mark.parametrize("name,make,shape", CONV_T, ids=[c[0] for c in CONV_T])
+def test_conv_transpose2d_matches_torch(name, make, shape):
+    g_mod, t_mod = twin_layers(make)
+    step_both(g_mod, t_mod, rand(*shape))
+    # second derivatives through the transposed convolution, in the weight too
+    x = rand(*shape, seed=3)
+    gx, tx = gg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (dg,) = gg.autograd.grad((g_mod(gx) ** 3).sum(), gx, create_graph=True)
+    (dt,) = torch.autograd.grad((t_mod(tx) ** 3).sum(), tx, create_graph=True)
+    close(dg, dt, 1e-9, 1e-11)
+    close(gg.autograd.grad(dg.sum(), g_mod.weight)[0],
+          torch.autograd.grad(dt.sum(), t_mod.weight)[0], 1e-9, 1e-11)
+
+
+def test_conv_transpose2d_and_fold_under_no_grad_and_errors():
+    m = nn.ConvTranspose2d(4, 2, 3, stride=2)
+    with gg.no_grad():
+        y = m(gg.randn(1, 4, 3, 3))
+        assert tuple(y.shape) == (1, 2, 7, 7) and not y.requires_grad
+        assert tuple(F.fold(gg.randn(1, 4, 9), (4, 4), 2).shape) == (1, 1, 4, 4)
+    for lib in (gg, torch):
+        with pytest.raises(RuntimeError, match=r"Given transposed=1, weight of size \[4, 2, 3, "
+                           r"3\], expected input\[1, 3, 4, 4\] to have 4 channels, but got 3 "
+                           r"channels instead"):
+            lib.nn.functional.conv_transpose2d(lib.ones(1, 3, 4, 4), lib.ones(4, 2, 3, 3))
+        with pytest.raises(RuntimeError, match="output padding must be smaller than either "
+                           "stride or dilation"):
+            lib.nn.ConvTranspose2d(4, 2, 3, output_padding=1)(lib.ones(1, 4, 3, 3))

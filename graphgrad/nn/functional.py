@@ -801,3 +801,35 @@ def _resample(x, axis: int, n_in: int, n_out: int, scale_factor, mode: str, alig
     lam = tensor((src - i0).reshape(shape), dtype=x.dtype)
     return ops.index_select(x, axis, tensor(i0)) * (1 - lam) + \
         ops.index_select(x, axis, tensor(i1)) * lam
+
+
+__all__ += ["conv_transpose2d"]
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups: int = 1, dilation=1):
+    """The transpose of ``conv2d`` (its vjp with respect to the input), with ``weight``
+    (in_channels, out_channels / groups, kh, kw) as PyTorch's. Computed as that vjp,
+    recorded, so it differentiates in input and weight to any order."""
+    from .patches import _pair, linear_transpose
+    unbatched = input.ndim == 3
+    x = input.unsqueeze(0) if unbatched else input
+    if x.shape[1] != weight.shape[0]:
+        raise RuntimeError(f"Given transposed=1, weight of size {list(weight.shape)}, expected "
+                           f"input{list(x.shape)} to have {weight.shape[0]} channels, but got "
+                           f"{x.shape[1]} channels instead")
+    (sh, sw), (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
+    (oph, opw), (dh, dw) = _pair(output_padding, "output_padding"), _pair(dilation, "dilation")
+    if not (oph < sh or oph < dh) or not (opw < sw or opw < dw):
+        raise RuntimeError(f"output padding must be smaller than either stride or dilation, "
+                           f"but got output_padding_height: {oph} output_padding_width: {opw} "
+                           f"stride_height: {sh} stride_width: {sw} dilation_height: {dh} "
+                           f"dilation_width: {dw}")
+    kh, kw = weight.shape[2], weight.shape[3]
+    out_h = (x.shape[2] - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
+    out_w = (x.shape[3] - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
+    out = linear_transpose(lambda p: conv2d(p, weight, None, stride, padding, dilation, groups),
+                           (x.shape[0], weight.shape[1] * groups, out_h, out_w), x)
+    if bias is not None:
+        out = out + bias.reshape(1, -1, 1, 1)
+    return out.squeeze(0) if unbatched else out

@@ -15,7 +15,7 @@ from __future__ import annotations
 from graphgrad import ops
 from graphgrad.tensor import Tensor, zeros
 
-__all__ = ["unfold", "fold", "conv2d", "max_pool2d", "avg_pool2d", "patches"]
+__all__ = ["unfold", "fold", "conv2d", "max_pool2d", "avg_pool2d", "patches", "linear_transpose"]
 
 
 def _pair(v, name: str) -> tuple[int, int]:
@@ -74,14 +74,23 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
 def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """``torch.nn.functional.fold`` (col2im): the transpose of ``unfold``, overlaps summed.
     Computed as the vjp of ``unfold`` (a linear map), so it too is a graphgrad program."""
-    from graphgrad.autograd import grad
     oh_w = _pair(output_size, "output_size")
     n = input.shape[0]
     c = input.shape[1] // (_pair(kernel_size, "kernel_size")[0]
                            * _pair(kernel_size, "kernel_size")[1])
-    probe = zeros(n, c, *oh_w, dtype=input.dtype, requires_grad=True)
-    cols = unfold(probe, kernel_size, dilation, padding, stride)
-    return grad(cols, probe, input, create_graph=True)[0]
+    return linear_transpose(lambda x: unfold(x, kernel_size, dilation, padding, stride),
+                            (n, c, *oh_w), input)
+
+
+def linear_transpose(fn, in_shape: tuple, cotangent: Tensor) -> Tensor:
+    """``fn^T(cotangent)`` for a linear ``fn`` of a tensor of ``in_shape``: its vjp at
+    zeros. Under grad mode the vjp is itself recorded (``create_graph``), so the result
+    differentiates further; under ``no_grad`` it is a plain value."""
+    from graphgrad.autograd import enable_grad, grad, is_grad_enabled
+    record = is_grad_enabled()
+    with enable_grad():
+        probe = zeros(*in_shape, dtype=cotangent.dtype, requires_grad=True)
+        return grad(fn(probe), probe, cotangent, create_graph=record)[0]
 
 
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,

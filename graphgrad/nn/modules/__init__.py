@@ -3,7 +3,7 @@
 from .activation import *  # noqa: F401,F403
 from .attention import MultiheadAttention
 from .container import ModuleDict, ModuleList, Sequential
-from .conv import Conv1d, Conv2d
+from .conv import Conv1d, Conv2d, ConvTranspose2d
 from .dropout import Dropout, Dropout2d
 from .flatten import Flatten, Unflatten
 from .linear import Identity, Linear
@@ -19,7 +19,8 @@ from .transformer import TransformerEncoder, TransformerEncoderLayer
 from . import activation, loss
 
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
-           "Identity", "Linear", "Conv1d", "Conv2d", "Dropout", "Dropout2d", "Flatten", "Unflatten",
+           "Identity", "Linear", "Conv1d", "Conv2d", "ConvTranspose2d",
+           "Dropout", "Dropout2d", "Flatten", "Unflatten",
            "LayerNorm", "RMSNorm", "GroupNorm",
            "BatchNorm1d", "BatchNorm2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d",
            "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Upsample",

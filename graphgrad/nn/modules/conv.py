@@ -14,7 +14,7 @@ from ..functional import _single
 from ..patches import _pair
 from .module import Module
 
-__all__ = ["Conv1d", "Conv2d"]
+__all__ = ["Conv1d", "Conv2d", "ConvTranspose2d"]
 
 
 class _ConvNd(Module):
@@ -22,10 +22,11 @@ class _ConvNd(Module):
     bias, PyTorch's initialisation and repr; ``_n`` is the number of spatial dims."""
 
     _n = 2
+    _transposed = False
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
-                 device=None, dtype=None) -> None:
+                 device=None, dtype=None, output_padding=0) -> None:
         super().__init__()
         name = type(self).__name__
         if padding_mode != "zeros":
@@ -40,10 +41,13 @@ class _ConvNd(Module):
         self.stride = self._tuple(stride, "stride")
         self.padding = padding if isinstance(padding, str) else self._tuple(padding, "padding")
         self.dilation = self._tuple(dilation, "dilation")
+        self.output_padding = self._tuple(output_padding, "output_padding")
         self.groups = groups
         self.padding_mode = padding_mode
-        self.weight = Parameter(empty(out_channels, in_channels // groups, *self.kernel_size,
-                                      dtype=dtype))
+        # a transposed convolution's weight maps the other way: (in, out / groups, *k)
+        rows, cols = (in_channels, out_channels) if self._transposed else \
+            (out_channels, in_channels)
+        self.weight = Parameter(empty(rows, cols // groups, *self.kernel_size, dtype=dtype))
         if bias:
             self.bias = Parameter(empty(out_channels, dtype=dtype))
         else:
@@ -68,6 +72,8 @@ class _ConvNd(Module):
             s += f", padding={self.padding}"
         if self.dilation != (1,) * self._n:
             s += f", dilation={self.dilation}"
+        if self.output_padding != (0,) * self._n:
+            s += f", output_padding={self.output_padding}"
         if self.groups != 1:
             s += f", groups={self.groups}"
         if self.bias is None:
@@ -91,3 +97,20 @@ class Conv2d(_ConvNd):
     def forward(self, input: Tensor) -> Tensor:
         return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
                         self.dilation, self.groups)
+
+
+class ConvTranspose2d(_ConvNd):
+    """The transpose of ``Conv2d`` (upsampling by ``stride``), weight (in, out / groups,
+    kh, kw); ``output_padding`` picks among the output sizes a stride allows."""
+
+    _transposed = True
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups: int = 1, bias: bool = True, dilation=1,
+                 padding_mode: str = "zeros", device=None, dtype=None) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, device, dtype, output_padding)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding,
+                                  self.output_padding, self.groups, self.dilation)
