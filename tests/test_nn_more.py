@@ -202,6 +202,12 @@ BATCHNORMS = [
     ("bn1d_no_affine", lambda m: m.BatchNorm1d(3, affine=False), (5, 3)),
     ("bn1d_no_bias", lambda m: m.BatchNorm1d(3, bias=False), (5, 3)),
     ("bn2d_untracked", lambda m: m.BatchNorm2d(2, track_running_stats=False), (2, 2, 3, 3)),
+    ("bn3d", lambda m: m.BatchNorm3d(2), (2, 2, 3, 2, 2)),
+    ("in1d", lambda m: m.InstanceNorm1d(3), (2, 3, 5)),
+    ("in2d_affine_tracked", lambda m: m.InstanceNorm2d(2, affine=True,
+                                                       track_running_stats=True), (3, 2, 3, 3)),
+    ("in2d_unbatched", lambda m: m.InstanceNorm2d(2, momentum=0.3, track_running_stats=True),
+     (2, 3, 3)),
 ]
 
 
@@ -1226,3 +1232,19 @@ def test_conv_transpose2d_and_fold_under_no_grad_and_errors():
         with pytest.raises(RuntimeError, match="output padding must be smaller than either "
                            "stride or dilation"):
             lib.nn.ConvTranspose2d(4, 2, 3, output_padding=1)(lib.ones(1, 4, 3, 3))
+
+
+def test_instance_norm_errors_use_torch_wording():
+    for lib in (gg, torch):
+        with pytest.raises(ValueError, match="Expected more than 1 spatial element when "
+                           "training, got input size"):
+            lib.nn.functional.instance_norm(lib.ones(2, 3, 1))
+        with pytest.raises(ValueError, match=r"expected 3D or 4D input \(got 2D input\)"):
+            lib.nn.InstanceNorm2d(3)(lib.ones(2, 3))
+        with pytest.raises(ValueError, match="expected input's size at dim=1 to match "
+                           r"num_features \(4\), but got: 3."):
+            lib.nn.InstanceNorm1d(4, affine=True)(lib.ones(2, 3, 5))
+        with pytest.warns(UserWarning, match="does not match num_features"):
+            lib.nn.InstanceNorm1d(4)(lib.randn(2, 3, 5))
+        with pytest.raises(ValueError, match=r"expected 5D input \(got 4D input\)"):
+            lib.nn.BatchNorm3d(3)(lib.ones(2, 3, 2, 2))

@@ -833,3 +833,35 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     if bias is not None:
         out = out + bias.reshape(1, -1, 1, 1)
     return out.squeeze(0) if unbatched else out
+
+
+__all__ += ["instance_norm"]
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats: bool = True, momentum: float = 0.1, eps: float = 1e-5):
+    """``batch_norm`` of each (sample, channel) on its own, as PyTorch computes it: the
+    input seen as (1, N*C, ...), the running statistics (if any) repeated per sample and
+    then averaged back over the samples."""
+    if use_input_stats:
+        size = tuple(input.shape)
+        spatial = 1
+        for s in size[2:]:
+            spatial *= s
+        if spatial == 1:
+            raise ValueError(f"Expected more than 1 spatial element when training, got input "
+                             f"size graphgrad.Size({list(size)})")
+    n, c = input.shape[0], input.shape[1]
+    x = input.reshape(1, n * c, *input.shape[2:])
+    rm = None if running_mean is None else running_mean.repeat(n)
+    rv = None if running_var is None else running_var.repeat(n)
+    out = batch_norm(x, rm, rv, None if weight is None else weight.repeat(n),
+                     None if bias is None else bias.repeat(n), use_input_stats, momentum, eps)
+    if use_input_stats:
+        from graphgrad.autograd import no_grad
+        with no_grad():
+            if running_mean is not None:
+                running_mean.copy_(rm.reshape(n, c).mean(dim=0))
+            if running_var is not None:
+                running_var.copy_(rv.reshape(n, c).mean(dim=0))
+    return out.reshape(tuple(input.shape))

@@ -9,7 +9,8 @@ from .flatten import Flatten, Unflatten
 from .linear import Identity, Linear
 from .loss import *  # noqa: F401,F403
 from .module import Module
-from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
+from .normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm1d,
+                            InstanceNorm2d, LayerNorm, RMSNorm)
 from .parameter_containers import ParameterDict, ParameterList
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d,
                       AvgPool2d, MaxPool1d, MaxPool2d, Upsample)
@@ -22,7 +23,8 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", 
            "Identity", "Linear", "Conv1d", "Conv2d", "ConvTranspose2d",
            "Dropout", "Dropout2d", "Flatten", "Unflatten",
            "LayerNorm", "RMSNorm", "GroupNorm",
-           "BatchNorm1d", "BatchNorm2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d",
+           "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d",
+           "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d",
            "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Upsample",
            "Embedding", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
            "RNN", "LSTM", "GRU", *activation.__all__, *loss.__all__]

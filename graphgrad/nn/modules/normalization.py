@@ -1,9 +1,10 @@
 """Layer ``nn``: normalisation layers: ``LayerNorm`` and ``RMSNorm`` over the trailing
-dims, ``GroupNorm``
-over groups of channels, and ``BatchNorm1d``/``BatchNorm2d`` over the batch, with
-running statistics kept in buffers."""
+dims, ``GroupNorm`` over groups of channels, ``BatchNorm1d/2d/3d`` over the batch and
+``InstanceNorm1d/2d`` over each sample, with running statistics kept in buffers."""
 
 from __future__ import annotations
+
+import warnings
 
 from graphgrad.backend import int64
 from graphgrad.tensor import Tensor, ones, tensor, zeros
@@ -13,7 +14,8 @@ from .. import init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d"]
+__all__ = ["LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+           "InstanceNorm1d", "InstanceNorm2d"]
 
 
 def _affine_parameters(module: Module, shape: tuple, affine: bool, bias: bool, dtype) -> None:
@@ -96,10 +98,9 @@ class GroupNorm(Module):
                 f"bias={self.bias is not None}")
 
 
-class _BatchNorm(Module):
-    """Batch normalisation over dim 1. In training the batch statistics normalise and
-    the running ones follow them (``momentum=None``: their cumulative average over the
-    ``num_batches_tracked`` batches seen); in eval the running statistics normalise."""
+class _NormBase(Module):
+    """What batch and instance normalisation share: the per-channel affine, the running
+    statistics buffers, their reset and the repr."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True, device=None,
@@ -136,6 +137,17 @@ class _BatchNorm(Module):
     def _check_input_dim(self, input: Tensor) -> None:
         raise NotImplementedError
 
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, bias={self.bias is not None}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class _BatchNorm(_NormBase):
+    """Batch normalisation over dim 1. In training the batch statistics normalise and
+    the running ones follow them (``momentum=None``: their cumulative average over the
+    ``num_batches_tracked`` batches seen); in eval the running statistics normalise."""
+
     def forward(self, input: Tensor) -> Tensor:
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum
@@ -149,11 +161,6 @@ class _BatchNorm(Module):
         return F.batch_norm(input, self.running_mean if keep else None,
                             self.running_var if keep else None, self.weight, self.bias,
                             use_batch, factor, self.eps)
-
-    def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-                f"affine={self.affine}, bias={self.bias is not None}, "
-                f"track_running_stats={self.track_running_stats}")
 
 
 class BatchNorm1d(_BatchNorm):
@@ -170,3 +177,57 @@ class BatchNorm2d(_BatchNorm):
     def _check_input_dim(self, input: Tensor) -> None:
         if input.ndim != 4:
             raise ValueError(f"expected 4D input (got {input.ndim}D input)")
+
+
+class BatchNorm3d(_BatchNorm):
+    """Over (N, C, D, H, W) inputs."""
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.ndim != 5:
+            raise ValueError(f"expected 5D input (got {input.ndim}D input)")
+
+
+class _InstanceNorm(_NormBase):
+    """Each sample's channels normalised over their own spatial dims; no affine and no
+    running statistics unless asked for (then they are used in eval, as PyTorch's)."""
+
+    _no_batch_dim = 2
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
+                 affine: bool = False, track_running_stats: bool = False, device=None,
+                 dtype=None, *, bias: bool = True) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
+                         dtype, bias=bias)
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        n = self._no_batch_dim
+        if input.ndim not in (n, n + 1):
+            raise ValueError(f"expected {n}D or {n + 1}D input (got {input.ndim}D input)")
+
+    def forward(self, input: Tensor) -> Tensor:
+        self._check_input_dim(input)
+        feature_dim = input.ndim - self._no_batch_dim
+        if input.shape[feature_dim] != self.num_features:
+            if self.affine:
+                raise ValueError(f"expected input's size at dim={feature_dim} to match "
+                                 f"num_features ({self.num_features}), but got: "
+                                 f"{input.shape[feature_dim]}.")
+            warnings.warn(f"input's size at dim={feature_dim} does not match num_features. You "
+                          f"can silence this warning by not passing in num_features, which is "
+                          f"not used because affine=False", stacklevel=2)
+        unbatched = input.ndim == self._no_batch_dim
+        out = F.instance_norm(input.unsqueeze(0) if unbatched else input, self.running_mean,
+                              self.running_var, self.weight, self.bias,
+                              self.training or not self.track_running_stats,
+                              self.momentum if self.momentum is not None else 0.0, self.eps)
+        return out.squeeze(0) if unbatched else out
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Over (N, C, L) or (C, L) inputs."""
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Over (N, C, H, W) or (C, H, W) inputs."""
+
+    _no_batch_dim = 3
