@@ -1605,3 +1605,71 @@ add(
     case("cummin_bool", "CumminIndices", lambda m, a, dim: m.cummin(a, dim), one_dim(bools),
          grad=False),
 )
+
+# tensordot, rot90, triangle indices, logaddexp, xlogy ------------------------------------
+
+
+@st.composite
+def _tensordot_example(draw):
+    """Operands that share ``n`` contracted dims: the last n of a and the first n of b
+    (an int ``dims``), or the same dims listed in shuffled pairs."""
+    n = draw(st.integers(0, 2))
+    shared = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
+    free_a = draw(st.lists(st.integers(1, 3), max_size=2))
+    free_b = draw(st.lists(st.integers(1, 3), max_size=2))
+    rng = np.random.default_rng(draw(SEEDS))
+    a, b = rng.standard_normal((*free_a, *shared)), rng.standard_normal((*shared, *free_b))
+    if draw(st.booleans()):
+        return Example((a, b), {"dims": n})
+    pairs = draw(st.permutations(list(range(n))))
+    dims = ([len(free_a) + i - a.ndim for i in pairs], list(pairs))
+    return Example((a, b), {"dims": dims})
+
+
+@st.composite
+def _rot90_example(draw):
+    shape = draw(shapes(min_dims=2))
+    nd = len(shape)
+    dims = draw(st.lists(st.integers(-nd, nd - 1), min_size=2, max_size=2).filter(
+        lambda ds: ds[0] % nd != ds[1] % nd))
+    rng = np.random.default_rng(draw(SEEDS))
+    return Example((rng.standard_normal(shape),), {"k": draw(st.integers(-5, 5)),
+                                                   "dims": tuple(dims)})
+
+
+def _lower_triangle(m, a, offset):
+    rows, cols = m.tril_indices(a.shape[-2], a.shape[-1], offset)
+    return a[..., rows, cols]
+
+
+add(
+    case("tensordot", (), lambda m, a, b, dims: m.tensordot(a, b, dims), _tensordot_example()),
+    case("tensordot_fixed", ("Matmul", "Permute"),
+         lambda m, a, b: m.tensordot(a, b, ([2, 0], [0, 1])),
+         fixed((normal, (2, 3, 4)), (normal, (4, 2, 5)))),
+    case("rot90", (), lambda m, a, k, dims: m.rot90(a, k, dims), _rot90_example()),
+    case("rot90_method", ("Flip", "Permute"), lambda m, a: a.rot90(), fixed((normal, (2, 3)))),
+    case("tril_indices_gather", "Getitem", _lower_triangle,
+         _matrices(extra=sts(offset=st.integers(-2, 2)))),
+    case("triu_indices", (), lambda m: m.triu_indices(3, 4, -1, dtype=m.int32), fixed(),
+         grad=False),
+    case("logaddexp", ("Exp", "Log"), lambda m, a, b: m.logaddexp(a, b),
+         elementwise(normal, normal)),
+    # far apart and large: the shift keeps exp from overflowing. PyTorch's own second
+    # derivative overflows to nan there: finite differences check graphgrad's
+    case("logaddexp_large", ("Exp", "Log"), lambda m, a, b: a.logaddexp(b),
+         elementwise(uniform(500, 700), uniform(-700, 600)), grad2=False),
+    # equal arguments: the derivative is 1/2 each, the second is not lost at the tie
+    case("logaddexp_tie", ("Exp", "Log"), lambda m, a: m.logaddexp(a, a * 1.0),
+         elementwise(normal)),
+    case("logaddexp_inf", ("Exp", "Log"), lambda m, a, b: m.logaddexp(a, b),
+         elementwise(special, special), grad=False),
+    case("xlogy", ("Mul", "Log"), lambda m, a, b: m.xlogy(a, b),
+         elementwise(with_zeros, positive)),
+    case("xlogy_special", "Where", lambda m, a, b: a.xlogy(b),
+         elementwise(lambda rng, s: np.where(rng.random(s) < 0.5, 0.0, 1.5), special),
+         grad=False),
+    case("xlogy_scalar_and_ints", ("Mul", "Log"),
+         lambda m, a, b: m.xlogy(a, 2.5) + m.xlogy(2.0, b),
+         elementwise(ints(0, 4), ints(1, 5)), grad=False),
+)

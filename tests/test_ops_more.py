@@ -1,12 +1,15 @@
 """What the op tables (``op_cases.py``, ``jvp_vmap_cases.py``) do not cover for sort,
 argsort, topk, kthvalue, median, tril/triu, diagonal, diag, diag_embed, trace, roll,
-diff, cumprod, cummax/cummin, einsum, addmm, addmv, addbmm, baddbmm, addcmul, addcdiv, lerp and
-nan_to_num: the sort order at ties and NaN, topk's ``sorted=False`` contract,
-derivatives of cumprod at zeros past second order, the error messages (in PyTorch's
-wording), and einsum forms against ``torch.einsum``.
+diff, rot90, cumprod, cummax/cummin, einsum, tensordot, tril_indices, logaddexp, xlogy,
+addmm, addmv, addbmm, baddbmm, addcmul, addcdiv, lerp and nan_to_num: the sort order
+at ties and NaN, topk's ``sorted=False`` contract, derivatives of cumprod at zeros past
+second order, the error messages (in PyTorch's wording), and einsum forms against
+``torch.einsum``.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -423,6 +426,80 @@ def test_einsum_third_derivative_of_a_quadratic_form():
     np.testing.assert_allclose(_np(t), want)
 
 
+# ---- tensordot, rot90, triangle indices, logaddexp, xlogy ---------------------------------
+
+
+@pytest.mark.parametrize("dims, message", [
+    (1, "contracted dimensions need to match, but first has size 3 in dim -1 and second has "
+        "size 2 in dim 0"),
+    (([0], [1, 0]), "both dimension lists should have same length"),
+    (3, "tensordot expects dims < ndim_a or ndim_b, but got dims=3"),
+    (-1, "tensordot expects dims >= 0, but got dims=-1"),
+])
+def test_tensordot_errors_use_torch_wording(dims, message):
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        gg.tensordot(gg.ones(2, 3), gg.ones(2, 3), dims)
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        torch.tensordot(torch.ones(2, 3), torch.ones(2, 3), dims)
+
+
+@pytest.mark.parametrize("shape, dims, message", [
+    ((2, 3), [0], "expected total rotation dims == 2, but got dims = 1"),
+    ((2, 3), [0, 0], "expected rotation dims to be different, but got dim0 = 0 and dim1 = 0"),
+    ((3,), [0, 1], "expected total dims >= 2, but got total dims = 1"),
+])
+def test_rot90_errors_use_torch_wording(shape, dims, message):
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        gg.rot90(gg.ones(*shape), 1, dims)
+
+
+@pytest.mark.parametrize("fn", ["tril_indices", "triu_indices"])
+@pytest.mark.parametrize("row, col, offset", [(3, 4, 1), (3, 2, -1), (0, 4, 0), (4, 4, -5),
+                                              (2, 5, 10), (1, 1, 0)])
+def test_triangle_indices_match_torch(fn, row, col, offset):
+    got, want = getattr(gg, fn)(row, col, offset), getattr(torch, fn)(row, col, offset)
+    assert got.dtype == gg.int64
+    np.testing.assert_array_equal(_np(got), want.numpy())
+
+
+def test_logaddexp_infinities_and_large_values():
+    a = np.array([-np.inf, np.inf, 1000.0, -np.inf, np.inf, 1e308])
+    b = np.array([-np.inf, np.inf, 0.0, 3.0, -np.inf, 1e308])
+    (ga, ta), (gb, tb) = _both(a), _both(b)
+    np.testing.assert_array_equal(_np(gg.logaddexp(ga, gb)), torch.logaddexp(ta, tb).numpy())
+    with pytest.raises(NotImplementedError, match="\"logaddexp_cpu\" not implemented for "
+                                                  "'Long'"):
+        gg.logaddexp(gg.tensor([1]), gg.tensor([2]))
+    with pytest.raises(NotImplementedError, match="\"lerp_kernel_scalar\" not implemented "
+                                                  "for 'Long'"):
+        gg.lerp(gg.tensor([1]), gg.tensor([2]), 0.5)
+
+
+def test_logaddexp_derivatives_at_a_tie_are_the_smooth_ones():
+    # log(2 e^x) = x + log 2: first derivative 1/2 per argument, second -1/4 across them
+    a = gg.tensor(0.3, dtype=gg.float64, requires_grad=True)
+    b = gg.tensor(0.3, dtype=gg.float64, requires_grad=True)
+    out = gg.logaddexp(a, b)
+    ga, gb = gg.autograd.grad(out, (a, b), create_graph=True)
+    assert float(ga) == pytest.approx(0.5) and float(gb) == pytest.approx(0.5)
+    (gab,) = gg.autograd.grad(ga, b)
+    assert float(gab) == pytest.approx(-0.25)
+
+
+def test_xlogy_at_zero():
+    x = gg.tensor([0.0, 0.0, 0.0, 0.0, 2.0], requires_grad=True)
+    y = gg.tensor([0.0, -1.0, np.inf, 3.0, 3.0], requires_grad=True)
+    xt = torch.tensor(_np(x), requires_grad=True)
+    yt = torch.tensor(_np(y), requires_grad=True)
+    got, want = gg.xlogy(x, y), torch.xlogy(xt, yt)
+    np.testing.assert_array_equal(_np(got), want.detach().numpy())
+    got.sum().backward()
+    want.sum().backward()
+    # where the value is defined (positive finite y) the gradients are PyTorch's
+    np.testing.assert_allclose(_np(x.grad)[3:], xt.grad.numpy()[3:])
+    np.testing.assert_allclose(_np(y.grad)[3:], yt.grad.numpy()[3:])
+
+
 # ---- compound arithmetic ------------------------------------------------------------------
 
 
@@ -505,7 +582,7 @@ def test_nan_to_num_gradient_is_zero_where_replaced():
                                   "tril", "triu", "diagonal", "diag", "diag_embed", "trace",
                                   "roll", "diff", "cumprod", "cummax", "cummin", "addmm",
                                   "addmv", "addbmm", "baddbmm", "addcmul", "addcdiv", "lerp",
-                                  "nan_to_num"])
+                                  "nan_to_num", "rot90", "logaddexp", "xlogy"])
 def test_tensor_methods_exist_like_torch(name):
     assert hasattr(torch.Tensor, name)
     assert callable(getattr(gg.Tensor, name))

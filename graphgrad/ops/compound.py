@@ -112,6 +112,15 @@ def _dtype_name(t) -> str:
 
 
 _C_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half"}
+# PyTorch's ScalarType names, as its "not implemented for 'Long'" messages print them
+_SCALAR_TYPES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
+                 "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+                 "bool": "Bool"}
+
+
+def scalar_type_name(t) -> str:
+    name = _dtype_name(t)
+    return _SCALAR_TYPES.get(name, name.capitalize())
 
 
 def lerp(input, end, weight):
@@ -124,7 +133,7 @@ def lerp(input, end, weight):
             raise RuntimeError(f"expected dtype {want} for `{name}` but got dtype {got}")
     if input._array.dtype.kind not in "fc":
         raise NotImplementedError(f'"lerp_kernel_scalar" not implemented for '
-                                  f"'{_dtype_name(input).capitalize()}'")
+                                  f"'{scalar_type_name(input)}'")
     span = end - input
     if not isinstance(weight, Value):
         return input + weight * span if abs(weight) < 0.5 else end - span * (1 - weight)

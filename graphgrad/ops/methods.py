@@ -22,6 +22,7 @@ from . import unary as U
 from . import compound as CO
 from . import cumulative as CU
 from . import diagonals as D
+from . import logarithmic as LG
 from . import shifts as SH
 from . import sorting as SO
 from . import triangular as TR
@@ -301,6 +302,7 @@ _METHODS.update({
     "nan_to_num": CO.nan_to_num, "addmv": CO.addmv, "addbmm": CO.addbmm,
     "baddbmm": CO.baddbmm, "kthvalue": SO.kthvalue, "median": SO.median, "diag": D.diag,
     "diag_embed": D.diag_embed, "cummax": CU.cummax, "cummin": CU.cummin,
+    "rot90": SH.rot90, "logaddexp": LG.logaddexp, "xlogy": LG.xlogy,
 })
 
 _PROPERTIES = {"T": _T, "mT": _mT}

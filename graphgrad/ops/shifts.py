@@ -1,8 +1,8 @@
-"""Layer ``ops``: moving elements along a dim: roll (a cyclic shift) and diff (the n-th
-forward difference).
+"""Layer ``ops``: moving elements along dims: roll (a cyclic shift), rot90 (a quarter
+turn in a plane) and diff (the n-th forward difference).
 
-Both are composites of slices, cat and sub, so their gradients (to any order) are
-those ops' rules.
+All are composites of slices, cat, flip, transpose and sub, so their gradients (to any
+order) are those ops' rules.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from graphgrad.backend import xp
 
 from .base import normalize_dim
 
-__all__ = ["roll", "diff"]
+__all__ = ["roll", "rot90", "diff"]
 
 
 def _as_tuple(v) -> tuple:
@@ -41,6 +41,28 @@ def roll(input, shifts, dims=None):
             # the last s elements come first
             out = cat([out.narrow(d, n - s, s), out.narrow(d, 0, n - s)], d)
     return out.clone() if out is input else out
+
+
+def rot90(input, k: int = 1, dims=(0, 1)):
+    """``input`` turned ``k`` quarter turns in the plane of ``dims``, from the first
+    dim's direction towards the second's."""
+    dims = list(dims)
+    if len(dims) != 2:
+        raise RuntimeError(f"expected total rotation dims == 2, but got dims = {len(dims)}")
+    if input.ndim < 2:
+        raise RuntimeError(f"expected total dims >= 2, but got total dims = {input.ndim}")
+    d0, d1 = (normalize_dim(d, input.ndim, "rot90") for d in dims)
+    if d0 == d1:
+        raise RuntimeError(f"expected rotation dims to be different, but got dim0 = {dims[0]} "
+                           f"and dim1 = {dims[1]}")
+    k %= 4
+    if k == 1:
+        return input.flip(d1).transpose(d0, d1)
+    if k == 2:
+        return input.flip((d0, d1))
+    if k == 3:
+        return input.flip(d0).transpose(d0, d1)
+    return input.clone()
 
 
 def diff(input, n: int = 1, dim: int = -1, prepend=None, append=None):

@@ -1,5 +1,6 @@
 """Layer ``ops``: the triangles of matrices: tril and triu, on the last two dims (the
-dims before them are a batch).
+dims before them are a batch), and the indices of a triangle, tril_indices and
+triu_indices.
 
 Both keep some elements and zero the rest, a fixed mask: each is linear, so its vjp and
 jvp are the op itself applied to the cotangent or tangent.
@@ -12,7 +13,7 @@ from graphgrad.backend import xp
 from .base import Op
 from .batching import to_front
 
-__all__ = ["tril", "triu"]
+__all__ = ["tril", "triu", "tril_indices", "triu_indices"]
 
 
 class _Triangle(Op):
@@ -66,3 +67,24 @@ def tril(input, diagonal: int = 0):
 def triu(input, diagonal: int = 0):
     """The upper triangle: elements on and above the ``diagonal``-th diagonal."""
     return Triu.apply(input, diagonal=int(diagonal))
+
+
+def _triangle_indices(pick, row: int, col: int, offset: int, dtype):
+    from graphgrad.backend import to_dtype
+    from graphgrad.tensor.creation import _leaf
+    rows, cols = pick(row, offset, col)
+    out = xp.stack([rows, cols]).astype(xp.int64 if dtype is None else to_dtype(dtype).np)
+    return _leaf(out.reshape(2, -1))
+
+
+def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None,
+                 layout=None):
+    """A (2, N) tensor: the row and column indices of the lower triangle of a
+    ``row`` x ``col`` matrix (on and below the ``offset``-th diagonal), row by row."""
+    return _triangle_indices(xp.tril_indices, row, col, offset, dtype)
+
+
+def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None,
+                 layout=None):
+    """A (2, N) tensor: the indices of the upper triangle, row by row."""
+    return _triangle_indices(xp.triu_indices, row, col, offset, dtype)
