@@ -1248,3 +1248,69 @@ def test_instance_norm_errors_use_torch_wording():
             lib.nn.InstanceNorm1d(4)(lib.randn(2, 3, 5))
         with pytest.raises(ValueError, match=r"expected 5D input \(got 4D input\)"):
             lib.nn.BatchNorm3d(3)(lib.ones(2, 3, 2, 2))
+
+
+# ---- more losses and distances ------------------------------------------------------------
+def _signs(*shape, seed=0):
+    return np.where(np.random.default_rng(seed).random(shape) < 0.5, -1.0, 1.0)
+
+
+LOSSES = [
+    # name, module factory, arrays (differentiable ones first), number differentiable
+    ("margin_ranking", lambda m, r: m.MarginRankingLoss(0.3, reduction=r),
+     lambda: [rand(6), rand(6, seed=1), _signs(6)], 2),
+    ("hinge_embedding", lambda m, r: m.HingeEmbeddingLoss(0.8, reduction=r),
+     lambda: [rand(4, 3), _signs(4, 3)], 1),
+    ("soft_margin", lambda m, r: m.SoftMarginLoss(reduction=r),
+     lambda: [rand(4, 3), _signs(4, 3)], 1),
+    ("cosine_embedding", lambda m, r: m.CosineEmbeddingLoss(0.1, reduction=r),
+     lambda: [rand(5, 4), rand(5, 4, seed=1), _signs(5)], 2),
+    ("multilabel_soft_margin", lambda m, r: m.MultiLabelSoftMarginLoss(reduction=r),
+     lambda: [rand(4, 3), (np.random.default_rng(2).random((4, 3)) < 0.5) * 1.0], 1),
+    ("poisson_nll", lambda m, r: m.PoissonNLLLoss(reduction=r),
+     lambda: [rand(4, 3), np.random.default_rng(3).poisson(2.0, (4, 3)) * 1.0], 1),
+    ("poisson_nll_full_rate", lambda m, r: m.PoissonNLLLoss(False, True, reduction=r),
+     lambda: [np.abs(rand(4, 3)) + 0.1, np.random.default_rng(3).poisson(2.0, (4, 3)) * 1.0],
+     1),
+    ("gaussian_nll", lambda m, r: m.GaussianNLLLoss(reduction=r),
+     lambda: [rand(4, 3), np.abs(rand(4, 3, seed=2)) + 1e-7, rand(4, 3, seed=1)], 2),
+    ("gaussian_nll_full_hetero", lambda m, r: m.GaussianNLLLoss(full=True, reduction=r),
+     lambda: [rand(4, 3), np.abs(rand(4, 1, seed=2)) + 0.1, rand(4, 3, seed=1)], 2),
+    ("triplet", lambda m, r: m.TripletMarginLoss(0.5, reduction=r),
+     lambda: [rand(5, 4), rand(5, 4, seed=1), rand(5, 4, seed=2)], 3),
+    ("triplet_swap_p1", lambda m, r: m.TripletMarginLoss(2.0, p=1, swap=True, reduction=r),
+     lambda: [rand(5, 4), rand(5, 4, seed=1), rand(5, 4, seed=2)], 3),
+]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("name,make,arrays,n_diff", LOSSES, ids=[x[0] for x in LOSSES])
+def test_more_losses_match_torch(name, make, arrays, n_diff, reduction):
+    arrs = arrays()
+    results = []
+    for lib in (gg, torch):
+        ts = [lib.tensor(a, requires_grad=i < n_diff) for i, a in enumerate(arrs)]
+        if name.startswith("gaussian"):  # forward(input, target, var): var is the 2nd array
+            ts = [ts[0], ts[2], ts[1]]
+        out = make(lib.nn, reduction)(*ts)
+        (out * lib.tensor(rand(*out.shape, seed=7))).sum().backward()
+        results.append([out] + [t.grad for t in ts if t.requires_grad])
+    for a, b in zip(*results, strict=True):
+        close(a, b)
+
+
+def test_pairwise_distance_and_loss_errors_match_torch():
+    a, b = rand(4, 5), rand(4, 5, seed=1)
+    for keepdim in (False, True):
+        both_out = [lib.nn.PairwiseDistance(3.0, keepdim=keepdim)(lib.tensor(a), lib.tensor(b))
+                    for lib in (gg, torch)]
+        close(*both_out)
+    close(F.pairwise_distance(gg.tensor(a), gg.tensor(a)),
+          torch.nn.functional.pairwise_distance(torch.tensor(a), torch.tensor(a)))
+    for lib in (gg, torch):
+        with pytest.raises(ValueError, match="expected margin to be greater than 0"):
+            lib.nn.TripletMarginLoss(margin=0)
+        with pytest.raises(ValueError, match="var has negative entry/entries"):
+            lib.nn.functional.gaussian_nll_loss(lib.ones(2), lib.ones(2), -lib.ones(2))
+        with pytest.raises(ValueError, match="var is of incorrect size"):
+            lib.nn.functional.gaussian_nll_loss(lib.ones(2, 3), lib.ones(2, 3), lib.ones(3, 2))

@@ -865,3 +865,126 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
             if running_var is not None:
                 running_var.copy_(rv.reshape(n, c).mean(dim=0))
     return out.reshape(tuple(input.shape))
+
+
+# ---- more losses and distances -----------------------------------------------------------
+__all__ += ["pairwise_distance", "margin_ranking_loss", "hinge_embedding_loss",
+            "soft_margin_loss", "cosine_embedding_loss", "multilabel_soft_margin_loss",
+            "poisson_nll_loss", "gaussian_nll_loss", "triplet_margin_loss"]
+
+
+def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+    """``||x1 - x2 + eps||_p`` over the last dim (PyTorch adds ``eps`` to the difference,
+    which keeps the norm's gradient finite at 0)."""
+    dim = max(x1.ndim, x2.ndim) - 1
+    return ops.vector_norm(x1 - x2 + eps, p, dim, keepdim=keepdim)
+
+
+def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_average=None,
+                        reduce=None, reduction: str = "mean"):
+    """``max(0, -y (x1 - x2) + margin)``."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    loss = ops.clamp(-target * (input1 - input2) + margin, min=0.0)
+    return _reduce(loss, reduction, "margin_ranking_loss")
+
+
+def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, reduce=None,
+                         reduction: str = "mean"):
+    """``x`` where the target is 1, ``max(0, margin - x)`` where it is -1."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    loss = ops.where(target != 1, ops.clamp(margin - input, min=0.0), 0.0) \
+        + ops.where(target != -1, input, 0.0)
+    return _reduce(loss, reduction, "hinge_embedding_loss")
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    """``log(1 + exp(-y x))``."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    return _reduce(ops.log1p(ops.exp(-input * target)), reduction, "soft_margin_loss")
+
+
+def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_average=None,
+                          reduce=None, reduction: str = "mean"):
+    """``1 - cos(x1, x2)`` where the target is 1, ``max(0, cos - margin)`` where it is -1
+    (the cosine over the last dim, with PyTorch's 1e-12 in each squared magnitude)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    d = input1.ndim - 1
+    mag = ((input1 * input1).sum(dim=d) + 1e-12) * ((input2 * input2).sum(dim=d) + 1e-12)
+    cos = (input1 * input2).sum(dim=d) / ops.sqrt(mag)
+    loss = ops.where(target == 1, 1 - cos, 0.0) \
+        + ops.where(target == -1, ops.clamp(cos - margin, min=0.0), 0.0)
+    return _reduce(loss, reduction, "cosine_embedding_loss")
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None,
+                                reduction: str = "mean"):
+    """Binary cross entropy with logits per class, averaged over the classes (last dim)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
+    if weight is not None:
+        loss = loss * weight
+    loss = loss.sum(dim=input.ndim - 1) / input.shape[-1]
+    return _reduce(loss, reduction, "multilabel_soft_margin_loss")
+
+
+def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False,
+                     size_average=None, eps: float = 1e-8, reduce=None,
+                     reduction: str = "mean"):
+    """Negative log likelihood of ``target`` under Poisson(rate): rate ``exp(input)``
+    (``log_input``) or ``input``; ``full`` adds Stirling's term where target > 1."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if log_input:
+        loss = ops.exp(input) - target * input
+    else:
+        loss = input - target * ops.log(input + eps)
+    if full:
+        import math
+        big = target > 1
+        t = ops.where(big, target, 2.0)  # a safe value where the term is not used
+        stirling = t * ops.log(t) - t + 0.5 * ops.log(2 * math.pi * t)
+        loss = loss + ops.where(big, stirling, 0.0)
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return _reduce(loss, reduction, "poisson_nll_loss")
+
+
+def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
+                      reduction: str = "mean"):
+    """``0.5 (log var + (x - t)^2 / var)``, ``var`` clamped at ``eps`` in value only (its
+    gradient passes the clamp, as PyTorch's in-place clamp under no_grad)."""
+    import math
+    if isinstance(var, float):
+        if var < 0:
+            raise ValueError("var has negative entry/entries")
+        from graphgrad.tensor import full_like
+        var = full_like(input, var)
+    elif bool((var < 0).any()):
+        raise ValueError("var has negative entry/entries")
+    in_shape, var_shape = tuple(input.shape), tuple(var.shape)
+    if var_shape != in_shape:
+        if in_shape[:-1] == var_shape:
+            var = var.unsqueeze(-1)
+        elif not (input.ndim == var.ndim and sum(
+                y for x, y in zip(in_shape, var_shape, strict=True) if x != y) == 1):
+            raise ValueError("var is of incorrect size")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(reduction + " is not valid")
+    held = var.detach()
+    var = var + (ops.clamp(held, min=eps) - held)
+    loss = 0.5 * (ops.log(var) + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction, "gaussian_nll_loss")
+
+
+def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2,
+                        eps: float = 1e-6, swap: bool = False, size_average=None, reduce=None,
+                        reduction: str = "mean"):
+    """``max(0, margin + d(a, p) - d(a, n))`` with ``pairwise_distance``; ``swap`` uses
+    ``min(d(a, n), d(p, n))``."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = ops.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
+    return _reduce(ops.clamp(margin + d_pos - d_neg, min=0.0), reduction, "triplet_margin_loss")
