@@ -1314,3 +1314,80 @@ def test_pairwise_distance_and_loss_errors_match_torch():
             lib.nn.functional.gaussian_nll_loss(lib.ones(2), lib.ones(2), -lib.ones(2))
         with pytest.raises(ValueError, match="var is of incorrect size"):
             lib.nn.functional.gaussian_nll_loss(lib.ones(2, 3), lib.ones(2, 3), lib.ones(3, 2))
+
+
+# ---- padding, pixel shuffle, fold modules, bilinear, thresholds ---------------------------
+SMALL_LAYERS = [
+    ("zeropad2d", lambda m: m.ZeroPad2d((1, 2, 0, 1)), (2, 3, 4, 4)),
+    ("constpad1d", lambda m: m.ConstantPad1d(2, 3.5), (2, 3, 4)),
+    ("reflect2d", lambda m: m.ReflectionPad2d((2, 1, 1, 2)), (2, 3, 4, 5)),
+    ("reflect1d_unbatched", lambda m: m.ReflectionPad1d(2), (3, 5)),
+    ("replicate2d", lambda m: m.ReplicationPad2d(2), (1, 2, 3, 3)),
+    ("replicate1d", lambda m: m.ReplicationPad1d((3, 1)), (2, 2, 4)),
+    ("pixel_shuffle", lambda m: m.PixelShuffle(2), (2, 8, 3, 4)),
+    ("pixel_unshuffle", lambda m: m.PixelUnshuffle(3), (1, 2, 6, 9)),
+    ("unfold", lambda m: m.Unfold(2, stride=2), (2, 3, 4, 6)),
+    ("fold", lambda m: m.Fold((4, 5), 2), (2, 8, 12)),
+    ("threshold", lambda m: m.Threshold(0.1, 20.0), (3, 4)),
+    ("hardshrink", lambda m: m.Hardshrink(), (3, 4)),
+    ("softshrink", lambda m: m.Softshrink(0.3), (3, 4)),
+]
+
+
+@pytest.mark.parametrize("name,make,shape", SMALL_LAYERS, ids=[x[0] for x in SMALL_LAYERS])
+def test_small_layers_match_torch(name, make, shape):
+    g_mod, t_mod = twin_layers(make)
+    step_both(g_mod, t_mod, rand(*shape))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_pad_modes_match_torch(mode):
+    for shape, pads in [((2, 3, 5), (1, 2)), ((3, 5), (3, 1)), ((2, 3, 4, 5), (2, 1, 3, 0)),
+                        ((2, 3, 4, 5), (-1, 2, 1, -1))]:
+        x = rand(*shape)
+        results = []
+        for lib in (gg, torch):
+            xt = lib.tensor(x, requires_grad=True)
+            out = lib.nn.functional.pad(xt, pads, mode)
+            (out * lib.tensor(rand(*out.shape, seed=2))).sum().backward()
+            results.append([out, xt.grad])
+        for a, b in zip(*results, strict=True):
+            close(a, b)
+    for lib in (gg, torch):
+        f = lib.nn.functional.pad
+        with pytest.raises(RuntimeError, match="Padding size should be less than the "
+                           "corresponding input dimension"):
+            f(lib.ones(1, 1, 3, 3), (3, 3, 0, 0), "reflect")
+        with pytest.raises(NotImplementedError, match="Unrecognised padding mode foo"):
+            f(lib.ones(1, 1, 3, 3), (1, 1), "foo")
+        with pytest.raises(RuntimeError, match="Padding length must be divisible by 2"):
+            f(lib.ones(1, 1, 3, 3), (1, 1, 1))
+
+
+def test_bilinear_matches_torch():
+    for bias in (True, False):
+        g_mod, t_mod = twin_layers(lambda m, bias=bias: m.Bilinear(3, 4, 5, bias=bias))
+        a, b = rand(6, 3), rand(6, 4, seed=1)
+        results = []
+        for lib, mod in ((gg, g_mod), (torch, t_mod)):
+            xa, xb = lib.tensor(a, requires_grad=True), lib.tensor(b, requires_grad=True)
+            out = mod(xa, xb)
+            (out * lib.tensor(rand(6, 5, seed=2))).sum().backward()
+            results.append([out, xa.grad, xb.grad] + [p.grad for p in mod.parameters()])
+        for x, y in zip(*results, strict=True):
+            close(x, y)
+
+
+def test_pixel_shuffle_and_dropout1d_errors_and_masks():
+    for lib in (gg, torch):
+        with pytest.raises(RuntimeError, match=r"input.size\(-3\)=3 is not divisible by 4"):
+            lib.nn.functional.pixel_shuffle(lib.ones(1, 3, 2, 2), 2)
+        with pytest.raises(RuntimeError, match=r"expects width to be divisible by "
+                           r"downscale_factor, but input.size\(-1\)=3 is not divisible by 2"):
+            lib.nn.functional.pixel_unshuffle(lib.ones(1, 1, 4, 3), 2)
+        with pytest.raises(RuntimeError, match="dropout1d: Expected 2D or 3D input, but "
+                           "received a 4D input"):
+            lib.nn.functional.dropout1d(lib.ones(2, 3, 4, 5))
+    gg.manual_seed(1)
+    out = nn.Dropout1d(0.5)(gg.ones(8, 16, 5)).numpy()
+    assert (out.min(axis=2) == out.max(axis=2)).all() and set(np.unique(out)) == {0.0, 2.0}

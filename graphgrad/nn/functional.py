@@ -7,7 +7,7 @@ import warnings
 
 from graphgrad import ops
 from graphgrad.backend import xp
-from graphgrad.ops import gelu, one_hot, pad, sigmoid, softplus, tanh
+from graphgrad.ops import gelu, one_hot, sigmoid, softplus, tanh
 from graphgrad.ops.linalg import Linear
 from graphgrad.ops.inplace import apply_inplace
 from graphgrad.ops.nll import NllLoss
@@ -988,3 +988,116 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     if swap:
         d_neg = ops.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
     return _reduce(ops.clamp(margin + d_pos - d_neg, min=0.0), reduction, "triplet_margin_loss")
+
+
+# ---- padding, pixel shuffle, bilinear, thresholds -----------------------------------------
+__all__ += ["pixel_shuffle", "pixel_unshuffle", "bilinear", "threshold", "hardshrink",
+            "softshrink", "dropout1d"]
+
+_PAD_SIZES = ("\nSupported combinations for non-constant padding:\n"
+              "  - 2D or 3D input: padding size = 2 (pads last dimension)\n"
+              "  - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n"
+              "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
+
+
+def pad(input, pad, mode: str = "constant", value=None):
+    """``torch.nn.functional.pad``: ``pad`` = (left, right) pairs from the last dim on.
+    "constant" is the op; "reflect", "replicate" and "circular" gather the source index
+    of every output position (``index_select``, whose gradient sums the copies back)."""
+    if len(pad) % 2:
+        raise RuntimeError("Padding length must be divisible by 2")
+    if mode == "constant":
+        return ops.pad(input, pad, value=value)
+    if mode not in ("reflect", "replicate", "circular"):
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
+    k = len(pad) // 2
+    if k > 3 or input.ndim not in (k + 1, k + 2):
+        raise NotImplementedError(f"Padding size {len(pad)} is not supported for {input.ndim}D "
+                                  f"input tensor.{_PAD_SIZES}")
+    from graphgrad.tensor import tensor
+    out = input
+    for i in range(k):
+        dim, (left, right) = input.ndim - 1 - i, pad[2 * i:2 * i + 2]
+        n = input.shape[dim]
+        if mode == "reflect" and (left >= n or right >= n):
+            raise RuntimeError(f"Argument #4: Padding size should be less than the "
+                               f"corresponding input dimension, but got: padding ({left}, "
+                               f"{right}) at dimension {dim} of input {list(input.shape)}")
+        if mode == "circular" and (left > n or right > n):
+            raise RuntimeError("Padding value causes wrapping around more than once.")
+        at = xp.arange(-left, n + right)
+        if mode == "reflect":
+            at = xp.abs(at)
+            at = xp.where(at >= n, 2 * (n - 1) - at, at)
+        elif mode == "replicate":
+            at = xp.clip(at, 0, n - 1)
+        else:  # circular wraps within what negative pads leave (crop first, as PyTorch)
+            lo, kept = max(0, -left), n - max(0, -left) - max(0, -right)
+            at = xp.arange(-max(left, 0), kept + max(right, 0)) % kept + lo
+        out = ops.index_select(out, dim, tensor(at))
+    return out
+
+
+def pixel_shuffle(input, upscale_factor: int):
+    """(*, C r^2, H, W) -> (*, C, H r, W r)."""
+    r = upscale_factor
+    *lead, c, h, w = input.shape
+    if c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
+                           f"divisible by the square of upscale_factor, but input.size(-3)={c} "
+                           f"is not divisible by {r * r}")
+    x = input.reshape(*lead, c // (r * r), r, r, h, w)
+    n = len(lead)
+    x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor: int):
+    """(*, C, H r, W r) -> (*, C r^2, H, W), the inverse of ``pixel_shuffle``."""
+    r = downscale_factor
+    *lead, c, h, w = input.shape
+    if h % r or w % r:
+        side, size = ("height", h) if h % r else ("width", w)
+        raise RuntimeError(f"pixel_unshuffle expects {side} to be divisible by "
+                           f"downscale_factor, but input.size({-2 if side == 'height' else -1})"
+                           f"={size} is not divisible by {r}")
+    x = input.reshape(*lead, c, h // r, r, w // r, r)
+    n = len(lead)
+    x = x.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+    return x.reshape(*lead, c * r * r, h // r, w // r)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """``y_k = x1^T W_k x2 + b_k`` for weight (out, in1, in2)."""
+    # (..., 1, 1, in1) @ (out, in1, in2) -> (..., out, 1, in2), then dot with x2
+    left = input1.unsqueeze(-2).unsqueeze(-2) @ weight
+    out = (left.squeeze(-2) * input2.unsqueeze(-2)).sum(dim=-1)
+    return out + bias if bias is not None else out
+
+
+def threshold(input, threshold: float, value: float, inplace: bool = False):
+    """``x`` where ``x > threshold``, else ``value``."""
+    return _result(input, ops.where(input > threshold, input, value), inplace)
+
+
+def hardshrink(input, lambd: float = 0.5):
+    return ops.where((input > lambd) | (input < -lambd), input, 0.0)
+
+
+def softshrink(input, lambd: float = 0.5):
+    return ops.where(input > lambd, input - lambd, ops.where(input < -lambd, input + lambd, 0.0))
+
+
+def dropout1d(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero whole channels of (N, C, L) or (C, L) inputs."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D "
+                           f"input. Note that dropout1d exists to provide channel-wise dropout "
+                           f"on inputs with 1 spatial dimension, a channel dimension, and an "
+                           f"optional batch dimension (i.e. 2D or 3D inputs).")
+    if not training or p == 0.0:
+        return input
+    mask_shape = tuple(input.shape[:-1]) + (1,)
+    return _drop(input, p, mask_shape, inplace)

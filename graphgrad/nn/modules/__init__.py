@@ -4,27 +4,32 @@ from .activation import *  # noqa: F401,F403
 from .attention import MultiheadAttention
 from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv1d, Conv2d, ConvTranspose2d
-from .dropout import Dropout, Dropout2d
+from .dropout import Dropout, Dropout1d, Dropout2d
 from .flatten import Flatten, Unflatten
-from .linear import Identity, Linear
+from .fold import Fold, Unfold
+from .linear import Bilinear, Identity, Linear
 from .loss import *  # noqa: F401,F403
 from .module import Module
 from .normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm1d,
                             InstanceNorm2d, LayerNorm, RMSNorm)
+from .padding import *  # noqa: F401,F403
 from .parameter_containers import ParameterDict, ParameterList
+from .pixelshuffle import PixelShuffle, PixelUnshuffle
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d,
                       AvgPool2d, MaxPool1d, MaxPool2d, Upsample)
 from .rnn import GRU, LSTM, RNN
 from .sparse import Embedding
 from .transformer import TransformerEncoder, TransformerEncoderLayer
-from . import activation, loss
+from . import activation, loss, padding
 
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
-           "Identity", "Linear", "Conv1d", "Conv2d", "ConvTranspose2d",
-           "Dropout", "Dropout2d", "Flatten", "Unflatten",
+           "Identity", "Linear", "Bilinear", "Conv1d", "Conv2d", "ConvTranspose2d",
+           "Dropout", "Dropout1d", "Dropout2d", "Flatten", "Unflatten", "Fold", "Unfold",
+           "PixelShuffle", "PixelUnshuffle",
            "LayerNorm", "RMSNorm", "GroupNorm",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d",
            "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d",
            "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Upsample",
            "Embedding", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
-           "RNN", "LSTM", "GRU", *activation.__all__, *loss.__all__]
+           "RNN", "LSTM", "GRU", *activation.__all__, *loss.__all__,
+           *padding.__all__]

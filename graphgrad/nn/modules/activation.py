@@ -11,7 +11,8 @@ from .module import Module
 
 __all__ = ["ReLU", "Tanh", "Sigmoid", "GELU", "Softplus", "SiLU", "LeakyReLU", "ELU",
            "Softmax", "LogSoftmax", "ReLU6", "Hardtanh", "Hardsigmoid", "Hardswish", "Mish",
-           "PReLU", "GLU", "Softmin", "SELU", "CELU", "Softsign", "Tanhshrink"]
+           "PReLU", "GLU", "Softmin", "SELU", "CELU", "Softsign", "Tanhshrink", "Threshold",
+           "Hardshrink", "Softshrink"]
 
 
 class _Inplace(Module):
@@ -223,3 +224,35 @@ class Softsign(Module):
 class Tanhshrink(Module):
     def forward(self, input: Tensor) -> Tensor:
         return F.tanhshrink(input)
+
+
+class Threshold(Module):
+    def __init__(self, threshold: float, value: float, inplace: bool = False) -> None:
+        super().__init__()
+        self.threshold = threshold
+        self.value = value
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.threshold(input, self.threshold, self.value, self.inplace)
+
+    def extra_repr(self) -> str:
+        return (f"threshold={self.threshold}, value={self.value}"
+                + (", inplace=True" if self.inplace else ""))
+
+
+class Hardshrink(Module):
+    def __init__(self, lambd: float = 0.5) -> None:
+        super().__init__()
+        self.lambd = lambd
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.hardshrink(input, self.lambd)
+
+    def extra_repr(self) -> str:
+        return f"{self.lambd}"
+
+
+class Softshrink(Hardshrink):
+    def forward(self, input: Tensor) -> Tensor:
+        return F.softshrink(input, self.lambd)

@@ -1,5 +1,5 @@
-"""Layer ``nn``: ``Dropout`` (elementwise) and ``Dropout2d`` (whole channels), active in
-training mode only."""
+"""Layer ``nn``: ``Dropout`` (elementwise) and ``Dropout1d``/``Dropout2d`` (whole
+channels), active in training mode only."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from graphgrad.tensor import Tensor
 from .. import functional as F
 from .module import Module
 
-__all__ = ["Dropout", "Dropout2d"]
+__all__ = ["Dropout", "Dropout1d", "Dropout2d"]
 
 
 class _DropoutNd(Module):
@@ -33,3 +33,10 @@ class Dropout2d(_DropoutNd):
 
     def forward(self, input: Tensor) -> Tensor:
         return F.dropout2d(input, self.p, self.training, self.inplace)
+
+
+class Dropout1d(_DropoutNd):
+    """Zeroes whole channels of (N, C, L) inputs."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.dropout1d(input, self.p, self.training, self.inplace)

@@ -1,5 +1,5 @@
-"""Layer ``nn``: ``Identity`` and ``Linear`` (``y = x W^T + b``) with PyTorch's default
-initialisation."""
+"""Layer ``nn``: ``Identity``, ``Linear`` (``y = x W^T + b``) and ``Bilinear``
+(``y_k = x1^T W_k x2 + b_k``) with PyTorch's default initialisation."""
 
 from __future__ import annotations
 
@@ -12,7 +12,18 @@ from .. import init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["Identity", "Linear"]
+__all__ = ["Identity", "Linear", "Bilinear"]
+
+
+def weight_and_bias(module: Module, weight_shape: tuple, bias: bool, dtype) -> None:
+    """Register an uninitialised ``weight`` and a bias of ``weight_shape[0]`` (or None),
+    then run the module's ``reset_parameters`` (PyTorch's order of creation)."""
+    module.weight = Parameter(empty(*weight_shape, dtype=dtype))
+    if bias:
+        module.bias = Parameter(empty(weight_shape[0], dtype=dtype))
+    else:
+        module.register_parameter("bias", None)
+    module.reset_parameters()
 
 
 class Identity(Module):
@@ -32,12 +43,7 @@ class Linear(Module):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
-        self.weight = Parameter(empty(out_features, in_features, dtype=dtype))
-        if bias:
-            self.bias = Parameter(empty(out_features, dtype=dtype))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        weight_and_bias(self, (out_features, in_features), bias, dtype)
 
     def reset_parameters(self) -> None:
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
@@ -52,3 +58,29 @@ class Linear(Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
+
+
+class Bilinear(Module):
+    """``Bilinear(in1_features, in2_features, out_features)``: weight (out, in1, in2) and
+    bias from U(-1/sqrt(in1), 1/sqrt(in1)), as PyTorch's."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int,
+                 bias: bool = True, device=None, dtype=None) -> None:
+        super().__init__()
+        self.in1_features = in1_features
+        self.in2_features = in2_features
+        self.out_features = out_features
+        weight_and_bias(self, (out_features, in1_features, in2_features), bias, dtype)
+
+    def reset_parameters(self) -> None:
+        bound = 1 / math.sqrt(self.weight.shape[1])
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")
