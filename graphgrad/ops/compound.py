@@ -140,14 +140,16 @@ def lerp(input, end, weight):
     return where(weight.abs() < 0.5, input + weight * span, end - span * (1 - weight))
 
 
-def nan_to_num(input, nan: float = 0.0, posinf=None, neginf=None):
+def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
     """NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (by default
-    the dtype's largest and lowest finite values); integer tensors are copied. The
-    gradient is 1 where the input is finite and 0 where it was replaced."""
+    the dtype's largest and lowest finite values; ``nan=None`` is 0); integer tensors
+    are copied. The gradient is 1 where the input is finite and 0 where it was
+    replaced."""
     from .compare import isinf, isnan, where
     from .unary import clone
     if input._array.dtype.kind not in "fc":
         return clone(input)
+    nan = 0.0 if nan is None else nan
     info = xp.finfo(input._array.dtype)
     high = float(info.max) if posinf is None else posinf
     low = float(info.min) if neginf is None else neginf
