@@ -1391,3 +1391,62 @@ def test_pixel_shuffle_and_dropout1d_errors_and_masks():
     gg.manual_seed(1)
     out = nn.Dropout1d(0.5)(gg.ones(8, 16, 5)).numpy()
     assert (out.min(axis=2) == out.max(axis=2)).all() and set(np.unique(out)) == {0.0, 2.0}
+
+
+DECODERS = [
+    ("decoder_layer", lambda m: m.TransformerDecoderLayer(8, 2, 16, 0.0), {}),
+    ("decoder_layer_pre_norm_gelu", lambda m: m.TransformerDecoderLayer(
+        8, 4, 12, 0.0, activation="gelu", norm_first=True), {"masks": True}),
+    ("decoder", lambda m: m.TransformerDecoder(m.TransformerDecoderLayer(8, 2, 16, 0.0), 2,
+                                               norm=m.LayerNorm(8)), {"masks": True}),
+]
+
+
+@pytest.mark.parametrize("name,make,kw", DECODERS, ids=[d[0] for d in DECODERS])
+def test_transformer_decoder_matches_torch(name, make, kw):
+    g_mod, t_mod = twin_layers(make)
+    assert list(g_mod.state_dict()) == list(t_mod.state_dict())
+    tgt, mem = rand(4, 3, 8), rand(6, 3, 8, seed=1)
+    call = {}
+    if kw.get("masks"):
+        pad = np.zeros((3, 6), bool)
+        pad[1, -2:] = True
+        call = {"tgt_mask": np.triu(np.full((4, 4), -np.inf), 1),
+                "memory_key_padding_mask": pad}
+    results = []
+    for lib, mod in ((gg, g_mod), (torch, t_mod)):
+        xt, xm = lib.tensor(tgt, requires_grad=True), lib.tensor(mem, requires_grad=True)
+        out = mod(xt, xm, **{k: lib.tensor(v) for k, v in call.items()})
+        (out * lib.tensor(rand(*out.shape, seed=2))).sum().backward()
+        results.append([out, xt.grad, xm.grad] + [p.grad for _, p in mod.named_parameters()])
+    for a, b in zip(*results, strict=True):
+        close(a, b, 1e-9, 1e-11)
+
+
+def test_transformer_matches_torch():
+    torch.manual_seed(0)
+    t_mod = torch.nn.Transformer(8, 2, 2, 1, 16, 0.0, batch_first=True).double()
+    g_mod = nn.Transformer(8, 2, 2, 1, 16, 0.0, batch_first=True).double()
+    copy_weights(g_mod, t_mod)
+    assert repr(g_mod) == repr(t_mod)
+    src, tgt = rand(3, 5, 8), rand(3, 4, 8, seed=1)
+    results = []
+    for lib, mod in ((gg, g_mod), (torch, t_mod)):
+        xs, xt = lib.tensor(src, requires_grad=True), lib.tensor(tgt, requires_grad=True)
+        mask = lib.nn.Transformer.generate_square_subsequent_mask(4, dtype=lib.float64)
+        out = mod(xs, xt, tgt_mask=mask, tgt_is_causal=True)
+        (out * lib.tensor(rand(*out.shape, seed=2))).sum().backward()
+        results.append([out, xs.grad, xt.grad] + [p.grad for _, p in mod.named_parameters()])
+    for a, b in zip(*results, strict=True):
+        close(a, b, 1e-9, 1e-11)
+    # every matrix re-initialised with xavier_uniform_ (bound sqrt(6 / (fan_in + fan_out)))
+    gg.manual_seed(0)
+    w = nn.Transformer(8, 2, 1, 1, 16).encoder.layers[0].linear1.weight
+    assert float(w.detach().abs().max()) <= np.sqrt(6 / (8 + 16))
+    for lib in (gg, torch):
+        m = lib.nn.Transformer(8, 2, 1, 1, 16)
+        with pytest.raises(RuntimeError, match="the batch number of src and tgt must be equal"):
+            m(lib.ones(5, 2, 8), lib.ones(4, 3, 8))
+        with pytest.raises(RuntimeError, match="the feature number of src and tgt must be "
+                           "equal to d_model"):
+            m(lib.ones(5, 2, 8), lib.ones(4, 2, 6))
