@@ -1673,3 +1673,16 @@ add(
          lambda m, a, b: m.xlogy(a, 2.5) + m.xlogy(2.0, b),
          elementwise(ints(0, 4), ints(1, 5)), grad=False),
 )
+
+# coordinate grids ---------------------------------------------------------------------------
+
+add(
+    case("meshgrid_ij", "Expand", lambda m, a, b, c: m.meshgrid(a, b, c, indexing="ij"),
+         fixed((normal, (3,)), (normal, (2,)), (normal, (4,)))),
+    case("meshgrid_xy_list", "Expand", lambda m, a, b: m.meshgrid([a, b], indexing="xy"),
+         fixed((normal, (3,)), (normal, (2,)))),
+    case("meshgrid_0d", "Expand", lambda m, a, b: m.meshgrid(a, b, indexing="xy"),
+         fixed((normal, ()), (normal, (3,)))),
+    case("cartesian_prod", "Stack", lambda m, a, b: m.cartesian_prod(a, b),
+         fixed((normal, (3,)), (normal, (2,)))),
+)

@@ -1,6 +1,6 @@
 """What the op tables (``op_cases.py``, ``jvp_vmap_cases.py``) do not cover for sort,
 argsort, topk, kthvalue, median, tril/triu, diagonal, diag, diag_embed, trace, roll,
-diff, rot90, cumprod, cummax/cummin, einsum, tensordot, tril_indices, logaddexp, xlogy,
+diff, rot90, cumprod, cummax/cummin, einsum, tensordot, tril_indices, meshgrid, logaddexp, xlogy,
 addmm, addmv, addbmm, baddbmm, addcmul, addcdiv, lerp and nan_to_num: the sort order
 at ties and NaN, topk's ``sorted=False`` contract, derivatives of cumprod at zeros past
 second order, the error messages (in PyTorch's wording), and einsum forms against
@@ -498,6 +498,23 @@ def test_xlogy_at_zero():
     # where the value is defined (positive finite y) the gradients are PyTorch's
     np.testing.assert_allclose(_np(x.grad)[3:], xt.grad.numpy()[3:])
     np.testing.assert_allclose(_np(y.grad)[3:], yt.grad.numpy()[3:])
+
+
+def test_meshgrid_errors_and_warning():
+    a = gg.tensor([1.0, 2.0])
+    with pytest.warns(UserWarning, match="it will be required to pass the indexing argument"):
+        grids = gg.meshgrid(a, a)
+    assert tuple(grids[0].shape) == (2, 2)
+    with pytest.raises(RuntimeError, match='indexing must be one of "xy" or "ij", but '
+                                           "received: foo"):
+        gg.meshgrid(a, a, indexing="foo")
+    with pytest.raises(RuntimeError, match="Expected 0D or 1D tensor in the tensor list"):
+        gg.meshgrid(a.reshape(2, 1), a, indexing="ij")
+    with pytest.raises(RuntimeError, match="meshgrid expects all tensors to have the same "
+                                           "dtype"):
+        gg.meshgrid(a, a.double(), indexing="ij")
+    with pytest.raises(RuntimeError, match="meshgrid expects a non-empty TensorList"):
+        gg.meshgrid(indexing="ij")
 
 
 # ---- compound arithmetic ------------------------------------------------------------------

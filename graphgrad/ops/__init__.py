@@ -3,7 +3,7 @@ ops, shape/dtype rule), and the functions and Tensor methods that call them."""
 
 from . import arithmetic, compare, index, join, linalg, nll, reduce, shape, unary  # noqa: F401
 from . import compound, contractions, cumulative, diagonals, einsum_notation  # noqa: F401
-from . import logarithmic, shifts, sorting, triangular  # noqa: F401
+from . import grids, logarithmic, shifts, sorting, triangular  # noqa: F401
 from .arithmetic import *  # noqa: F401,F403
 from .base import REGISTRY, NO_PARAMS, Op, Spec, spec_of  # noqa: F401
 from .compare import *  # noqa: F401,F403
@@ -12,6 +12,7 @@ from .contractions import *  # noqa: F401,F403
 from .cumulative import *  # noqa: F401,F403
 from .diagonals import *  # noqa: F401,F403
 from .einsum_notation import *  # noqa: F401,F403
+from .grids import *  # noqa: F401,F403
 from .index import *  # noqa: F401,F403
 from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
@@ -29,6 +30,7 @@ _install()
 __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join.__all__,
                   *linalg.__all__, *reduce.__all__, *shape.__all__, *unary.__all__,
                   *compound.__all__, *contractions.__all__, *cumulative.__all__,
-                  *diagonals.__all__, *einsum_notation.__all__, *logarithmic.__all__,
+                  *diagonals.__all__, *einsum_notation.__all__, *grids.__all__,
+                  *logarithmic.__all__,
                   *shifts.__all__, *sorting.__all__, *triangular.__all__,
                   "REGISTRY", "Op", "Spec"})
