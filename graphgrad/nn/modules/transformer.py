@@ -33,26 +33,37 @@ def _activation(activation: str | Callable) -> Callable:
     return activation
 
 
-class TransformerEncoderLayer(Module):
-    """Self-attention then a feed-forward block, each with dropout, a residual
-    connection and a LayerNorm (after the sum, or before the block with ``norm_first``)."""
+class _TransformerLayer(Module):
+    """The parts of an encoder or decoder layer, registered in PyTorch's order (its repr
+    and state_dict follow it): the attentions, the feed-forward block, ``norm_first``,
+    one LayerNorm and one dropout per residual block."""
+
+    _attentions: tuple[str, ...] = ("self_attn",)
 
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048,
                  dropout: float = 0.1, activation: str | Callable = F.relu,
                  layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, device=None, dtype=None) -> None:
         super().__init__()
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first, dtype=dtype)
+        for name in self._attentions:
+            setattr(self, name, MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                                   batch_first=batch_first, dtype=dtype))
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
         self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
+        blocks = len(self._attentions) + 1
+        for i in range(1, blocks + 1):
+            setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias,
+                                                dtype=dtype))
+        for i in range(1, blocks + 1):
+            setattr(self, f"dropout{i}", Dropout(dropout))
         self.activation = _activation(activation)
+
+
+class TransformerEncoderLayer(_TransformerLayer):
+    """Self-attention then a feed-forward block, each with dropout, a residual
+    connection and a LayerNorm (after the sum, or before the block with ``norm_first``)."""
 
     def forward(self, src: Tensor, src_mask=None, src_key_padding_mask=None,
                 is_causal: bool = False) -> Tensor:
@@ -91,29 +102,11 @@ class TransformerEncoder(Module):
         return self.norm(out) if self.norm is not None else out
 
 
-class TransformerDecoderLayer(Module):
+class TransformerDecoderLayer(_TransformerLayer):
     """Self-attention, attention over the encoder's ``memory``, then a feed-forward
     block, each with dropout, a residual connection and a LayerNorm."""
 
-    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048,
-                 dropout: float = 0.1, activation: str | Callable = F.relu,
-                 layer_norm_eps: float = 1e-5, batch_first: bool = False,
-                 norm_first: bool = False, bias: bool = True, device=None, dtype=None) -> None:
-        super().__init__()
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first, dtype=dtype)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                                 batch_first=batch_first, dtype=dtype)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
-        self.norm_first = norm_first
-        for i in (1, 2, 3):
-            setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias,
-                                                dtype=dtype))
-        for i in (1, 2, 3):
-            setattr(self, f"dropout{i}", Dropout(dropout))
-        self.activation = _activation(activation)
+    _attentions = ("self_attn", "multihead_attn")
 
     def forward(self, tgt: Tensor, memory: Tensor, tgt_mask=None, memory_mask=None,
                 tgt_key_padding_mask=None, memory_key_padding_mask=None,
