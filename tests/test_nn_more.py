@@ -1450,3 +1450,43 @@ def test_transformer_matches_torch():
         with pytest.raises(RuntimeError, match="the feature number of src and tgt must be "
                            "equal to d_model"):
             m(lib.ones(5, 2, 8), lib.ones(4, 2, 6))
+
+
+# ---- end to end ---------------------------------------------------------------------------
+def test_cnn_with_batchnorm_clipping_and_hooks_trains_like_torch():
+    """A small CNN (conv, batch norm, ReLU, adaptive pooling, dropout off, linear) trained
+    for a few SGD steps with gradient clipping and a forward hook, in both libraries:
+    weights, running statistics and losses stay equal."""
+    def make(lib):
+        return lib.nn.Sequential(lib.nn.Conv2d(1, 4, 3, padding=1), lib.nn.BatchNorm2d(4),
+                                 lib.nn.ReLU(), lib.nn.AdaptiveAvgPool2d(2), lib.nn.Flatten(),
+                                 lib.nn.Dropout(0.0), lib.nn.Linear(16, 3)).double()
+
+    torch.manual_seed(0)
+    t_mod, g_mod = make(torch), make(gg)
+    copy_weights(g_mod, t_mod)
+    seen = {"gg": 0, "torch": 0}
+    g_mod[1].register_forward_hook(lambda m, a, o: seen.__setitem__("gg", seen["gg"] + 1))
+    t_mod[1].register_forward_hook(lambda m, a, o: seen.__setitem__("torch", seen["torch"] + 1))
+    opt_g = gg.optim.SGD(g_mod.parameters(), lr=0.2, momentum=0.9)
+    opt_t = torch.optim.SGD(t_mod.parameters(), lr=0.2, momentum=0.9)
+    for step in range(4):
+        x = rand(6, 1, 5, 5, seed=step)
+        y = np.random.default_rng(step).integers(0, 3, 6)
+        losses = []
+        for lib, mod, opt in ((gg, g_mod, opt_g), (torch, t_mod, opt_t)):
+            opt.zero_grad()
+            loss = lib.nn.functional.cross_entropy(mod(lib.tensor(x)), lib.tensor(y))
+            loss.backward()
+            lib.nn.utils.clip_grad_norm_(mod.parameters(), 0.5)
+            opt.step()
+            losses.append(float(loss))
+        assert losses[0] == pytest.approx(losses[1], rel=1e-10)
+    assert seen["gg"] == seen["torch"] == 4
+    t_state = t_mod.state_dict()
+    for k, v in g_mod.state_dict().items():
+        close(v, t_state[k], 1e-9, 1e-11)
+    g_mod.eval()
+    t_mod.eval()
+    x = rand(2, 1, 5, 5, seed=9)
+    close(g_mod(gg.tensor(x)), t_mod(torch.tensor(x)), 1e-9, 1e-11)
