@@ -1490,3 +1490,23 @@ def test_cnn_with_batchnorm_clipping_and_hooks_trains_like_torch():
     t_mod.eval()
     x = rand(2, 1, 5, 5, seed=9)
     close(g_mod(gg.tensor(x)), t_mod(torch.tensor(x)), 1e-9, 1e-11)
+
+
+@pytest.mark.parametrize("fn,kw", [("hardtanh", {}), ("relu6", {}), ("hardsigmoid", {}),
+                                   ("hardswish", {}), ("mish", {}), ("selu", {}),
+                                   ("celu", {"alpha": 0.7}),
+                                   ("threshold", {"threshold": 0.1, "value": 2.0})])
+def test_inplace_activations_backward_after_an_op_match_torch(fn, kw):
+    """inplace=True on a non-leaf: the backward still sees the value before the write."""
+    x = rand(3, 4) * 3
+    results = []
+    for lib in (gg, torch):
+        xt = lib.tensor(x, requires_grad=True)
+        h = xt * 1.5
+        out = getattr(lib.nn.functional, fn)(h, inplace=True, **kw)
+        assert out is h
+        (out * lib.tensor(rand(3, 4, seed=1))).sum().backward()
+        results.append([out, xt.grad])
+    rtol = 1e-6 if fn in FLOAT32_CONSTANT_GRADS else RTOL
+    close(results[0][0], results[1][0])
+    close(results[0][1], results[1][1], rtol)

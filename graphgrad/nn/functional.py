@@ -584,8 +584,8 @@ def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool =
     PyTorch's, where ``clamp`` would pass it)."""
     if min_val > max_val:
         raise ValueError("min_val cannot be greater than max_val")
-    out = ops.where(input <= min_val, min_val, ops.where(input >= max_val, max_val, input))
-    return _result(input, out, inplace)
+    return _activation(input, lambda x: ops.where(x <= min_val, min_val, ops.where(
+        x >= max_val, max_val, x)), inplace, "hardtanh_")
 
 
 def relu6(input, inplace: bool = False):
@@ -594,19 +594,19 @@ def relu6(input, inplace: bool = False):
 
 def hardsigmoid(input, inplace: bool = False):
     """``relu6(x + 3) / 6``."""
-    out = ops.where(input <= -3.0, 0.0, ops.where(input >= 3.0, 1.0, input / 6 + 0.5))
-    return _result(input, out, inplace)
+    return _activation(input, lambda x: ops.where(x <= -3.0, 0.0, ops.where(
+        x >= 3.0, 1.0, x / 6 + 0.5)), inplace, "hardsigmoid_")
 
 
 def hardswish(input, inplace: bool = False):
     """``x * relu6(x + 3) / 6``; at -3 and 3 the gradient is that of the outer pieces (0
     and 1), as PyTorch's."""
-    out = ops.where(input <= -3.0, 0.0, ops.where(input >= 3.0, input, input * (input + 3) / 6))
-    return _result(input, out, inplace)
+    return _activation(input, lambda x: ops.where(x <= -3.0, 0.0, ops.where(
+        x >= 3.0, x, x * (x + 3) / 6)), inplace, "hardswish_")
 
 
 def mish(input, inplace: bool = False):
-    return _result(input, input * tanh(softplus(input)), inplace)
+    return _activation(input, lambda x: x * tanh(softplus(x)), inplace, "mish_")
 
 
 def prelu(input, weight):
@@ -641,15 +641,15 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def selu(input, inplace: bool = False):
-    return _result(input, _SELU_SCALE * elu(input, _SELU_ALPHA), inplace)
+    return _activation(input, lambda x: _SELU_SCALE * elu(x, _SELU_ALPHA), inplace, "selu_")
 
 
 def celu(input, alpha: float = 1.0, inplace: bool = False):
     """``max(0, x) + min(0, alpha (exp(x / alpha) - 1))``."""
     if alpha == 0:
         raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
-    out = ops.where(input > 0, input, alpha * ops.expm1(ops.clamp(input, max=0.0) / alpha))
-    return _result(input, out, inplace)
+    return _activation(input, lambda x: ops.where(x > 0, x, alpha * ops.expm1(
+        ops.clamp(x, max=0.0) / alpha)), inplace, "celu_")
 
 
 def softsign(input):
@@ -1077,7 +1077,8 @@ def bilinear(input1, input2, weight, bias=None):
 
 def threshold(input, threshold: float, value: float, inplace: bool = False):
     """``x`` where ``x > threshold``, else ``value``."""
-    return _result(input, ops.where(input > threshold, input, value), inplace)
+    return _activation(input, lambda x: ops.where(x > threshold, x, value), inplace,
+                       "threshold_")
 
 
 def hardshrink(input, lambd: float = 0.5):
