@@ -457,3 +457,11 @@ CASES += [
     _case("cummin_indices", "CumminIndices", lambda m, x: m.cummin(x, -1).indices,
           inputs(special(*X)), jvp=False),
 ]
+
+CASES += [
+    _case("searchsorted", "Searchsorted", lambda m, s, v: m.searchsorted(s, v),
+          inputs(lambda rng: np.sort(rng.standard_normal(5)), normal(2, 3)), jvp=False),
+    _case("searchsorted_rows", "Searchsorted", lambda m, s, v: m.searchsorted(s, v, right=True),
+          inputs(lambda rng: np.sort(rng.standard_normal((2, 4)), axis=-1), normal(2, 3)),
+          jvp=False),
+]

@@ -1686,3 +1686,29 @@ add(
     case("cartesian_prod", "Stack", lambda m, a, b: m.cartesian_prod(a, b),
          fixed((normal, (3,)), (normal, (2,)))),
 )
+
+# searching sorted sequences -----------------------------------------------------------------
+
+
+def _sorted_rows(rng, shape):
+    """Small integers sorted along the last dim: values find ties in them (int64, so
+    that the vmap tests repeat them rather than shuffle them out of order)."""
+    return np.sort(rng.integers(-3, 3, shape), axis=-1)
+
+
+add(
+    case("searchsorted", "Searchsorted",
+         lambda m, s, v, right: m.searchsorted(s, v, right=right),
+         fixed((_sorted_rows, (5,)), (integral(-4, 4), (2, 3)),
+               static={"right": False}), grad=False),
+    case("searchsorted_right_rows", "Searchsorted",
+         lambda m, s, v: m.searchsorted(s, v, side="right"),
+         fixed((_sorted_rows, (2, 3, 4)), (integral(-4, 4), (2, 3, 2))), grad=False),
+    case("searchsorted_int32_sorter", ("Gather", "Searchsorted"),
+         lambda m, s, v, order: m.searchsorted(s, v, out_int32=True, sorter=order),
+         fixed((lambda rng, shape: np.array([3, -1, 2, 0]), (4,)),
+               (normal, (3,)), (lambda rng, shape: np.array([1, 3, 2, 0]), (4,))),
+         grad=False),
+    case("bucketize", "Searchsorted", lambda m, v, b: m.bucketize(v, b, right=True),
+         fixed((integral(-4, 4), (3, 2)), (_sorted_rows, (4,))), grad=False),
+)

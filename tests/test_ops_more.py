@@ -1,10 +1,9 @@
-"""What the op tables (``op_cases.py``, ``jvp_vmap_cases.py``) do not cover for sort,
-argsort, topk, kthvalue, median, tril/triu, diagonal, diag, diag_embed, trace, roll,
-diff, rot90, cumprod, cummax/cummin, einsum, tensordot, tril_indices, meshgrid, logaddexp, xlogy,
-addmm, addmv, addbmm, baddbmm, addcmul, addcdiv, lerp and nan_to_num: the sort order
-at ties and NaN, topk's ``sorted=False`` contract, derivatives of cumprod at zeros past
-second order, the error messages (in PyTorch's wording), and einsum forms against
-``torch.einsum``.
+"""What the op tables (``op_cases.py``, ``jvp_vmap_cases.py``) do not cover for the
+sorting and searching functions, triangles and diagonals, shifts, cumulative ops, einsum
+and tensordot, grids, logaddexp/xlogy and the compound arithmetic (addmm and its
+relatives, addcmul, addcdiv, lerp, nan_to_num): the sort order at ties and NaN, topk's
+``sorted=False`` contract, derivatives of cumprod at zeros past second order, the error
+messages (in PyTorch's wording), and einsum forms against ``torch.einsum``.
 """
 
 from __future__ import annotations
@@ -184,6 +183,47 @@ def test_median_gradient_goes_to_the_picked_element():
     x = gg.tensor([[3.0, 1.0, 2.0, 5.0]], requires_grad=True)
     gg.median(x, 1).values.sum().backward()
     assert _np(x.grad).tolist() == [[0.0, 0.0, 1.0, 0.0]]
+
+
+# ---- searchsorted, bucketize ------------------------------------------------------------------
+
+
+def test_searchsorted_matches_torch_on_random_rows():
+    rng = np.random.default_rng(4)
+    for _ in range(40):
+        lead = tuple(rng.integers(1, 3, int(rng.integers(0, 2))))
+        seq = np.sort(rng.integers(-3, 3, (*lead, int(rng.integers(1, 5)))), -1).astype(float)
+        vals = rng.integers(-4, 4, (*lead, 3)).astype(float)
+        for right in (False, True):
+            got = gg.searchsorted(gg.tensor(seq), gg.tensor(vals), right=right)
+            want = torch.searchsorted(torch.tensor(seq), torch.tensor(vals), right=right)
+            np.testing.assert_array_equal(_np(got), want.numpy())
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m: m.searchsorted(m.ones(2, 3), m.ones(3, 1)),
+     "torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 "
+     "dimensions of boundaries tensor and input value tensor must match, but we got "
+     "boundaries tensor [2, 3] and input value tensor [3, 1]"),
+    (lambda m: m.searchsorted(m.ones(3), m.ones(1), side="left", right=True),
+     "torch.searchsorted(): side and right can't be set to opposites, got side of left "
+     "while right was True"),
+    (lambda m: m.searchsorted(m.tensor(1.0), m.ones(1)),
+     "torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 "
+     "dimension"),
+    (lambda m: m.bucketize(m.ones(2), m.ones(1, 3)),
+     "boundaries tensor must be 1 dimension, but got dim(2)"),
+])
+def test_searchsorted_errors_use_torch_wording(call, message):
+    for m in (gg, torch):
+        with pytest.raises(RuntimeError, match=re.escape(message)):
+            call(m)
+
+
+def test_searchsorted_scalar_value_and_int32():
+    assert _np(gg.searchsorted(gg.tensor([1.0, 3.0, 5.0]), 4.0)).tolist() == 2
+    assert gg.searchsorted(gg.tensor([1.0]), gg.tensor([4.0]), out_int32=True).dtype == \
+        gg.int32
 
 
 # ---- triangles, diagonals -----------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Layer ``ops``: sorting along a dim: argsort, sort, topk, msort, kthvalue, median.
+"""Layer ``ops``: sorting along a dim: argsort, sort, topk, msort, kthvalue, median; and
+searching sorted sequences: searchsorted, bucketize.
 
 One op, ``Argsort``, computes the order (int64 indices, not differentiable); the values
 are ``gather(input, dim, indices)``, so their gradient is Gather's scatter, correct to any
@@ -12,10 +13,11 @@ from __future__ import annotations
 from graphgrad.backend import xp
 
 from .base import Op, normalize_dim
-from .batching import to_front
+from .batching import all_to_front, to_front
 from .reduce import MaxMin
 
-__all__ = ["argsort", "sort", "topk", "msort", "kthvalue", "median"]
+__all__ = ["argsort", "sort", "topk", "msort", "kthvalue", "median", "searchsorted",
+           "bucketize"]
 
 
 class Argsort(Op):
@@ -138,3 +140,80 @@ def median(input, dim=None, keepdim: bool = False):
     nans = isnan(input).sum(dim=d, keepdim=True)
     position = where(nans > 0, n - nans, (n - 1) // 2)
     return _one_per_slice(input, order.gather(d, position), d, keepdim)
+
+
+class Searchsorted(Op):
+    """For each value, the index where it would go in the sorted last dim of ``seq``
+    (before equal elements; after them with ``right``). A 1-D ``seq`` serves values of
+    any shape; otherwise ``seq``'s leading dims are those of the values, row by row."""
+
+    differentiable = False
+    promotes = False
+    saves_inputs = ()
+    holomorphic = True  # positions by the real parts, as Argsort's order
+
+    @staticmethod
+    def forward(seq, values, *, right, out_int32):
+        seq, values = xp.real(seq), xp.real(values)
+        side = "right" if right else "left"
+        dtype = xp.int32 if out_int32 else xp.int64
+        if seq.ndim == 1:
+            return xp.asarray(xp.searchsorted(seq, values, side=side)).astype(dtype)
+        rows = seq.reshape(-1, seq.shape[-1])
+        wanted = values.reshape(rows.shape[0], -1)
+        out = xp.empty(wanted.shape, dtype)
+        for i in range(rows.shape[0]):
+            out[i] = xp.searchsorted(rows[i], wanted[i], side=side)
+        return out.reshape(values.shape)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, right, out_int32):
+        seq, values = vals
+        if bdims[0] is None and seq.ndim == 1:  # one sequence for every value
+            return cls.apply(seq, values, right=right, out_int32=out_int32), bdims[1]
+        seq, values = all_to_front(vals, bdims)
+        if seq.ndim == 2:  # one sequence per example: the example's values are its row
+            flat = values.reshape(values.shape[0], -1)
+            out = cls.apply(seq, flat, right=right, out_int32=out_int32)
+            return out.reshape(*values.shape), 0
+        return cls.apply(seq, values, right=right, out_int32=out_int32), 0
+
+
+def searchsorted(sorted_sequence, input, *, out_int32: bool = False, right: bool = False,
+                 side=None, sorter=None):
+    """The indices at which ``input``'s values would be inserted into the sorted last dim
+    of ``sorted_sequence`` (int64; int32 with ``out_int32``); ``right`` (or
+    ``side="right"``) puts them after equal elements. ``sorter`` gives the order of an
+    unsorted sequence."""
+    from graphgrad.tensor.creation import _leaf
+    seq = sorted_sequence
+    if side is not None:
+        if side not in ("left", "right"):
+            raise RuntimeError(f"torch.searchsorted(): side can only be 'left' or 'right' "
+                               f"but got {side}")
+        if right and side == "left":
+            raise RuntimeError("torch.searchsorted(): side and right can't be set to "
+                               "opposites, got side of left while right was True")
+        right = side == "right"
+    if seq.ndim == 0:
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should have positive "
+                           "dimension, but got 0 dimension")
+    if not hasattr(input, "ndim"):  # a Python number: a 0-d tensor of it
+        input = _leaf(xp.asarray(input))
+    if seq.ndim > 1 and tuple(seq.shape[:-1]) != tuple(input.shape[:-1]):
+        raise RuntimeError(f"torch.searchsorted(): boundaries tensor should be 1 dimension or "
+                           f"the first N-1 dimensions of boundaries tensor and input value "
+                           f"tensor must match, but we got boundaries tensor "
+                           f"{list(seq.shape)} and input value tensor {list(input.shape)}")
+    if sorter is not None:
+        seq = seq.gather(seq.ndim - 1, sorter)
+    return Searchsorted.apply(seq, input, right=bool(right), out_int32=bool(out_int32))
+
+
+def bucketize(input, boundaries, *, out_int32: bool = False, right: bool = False):
+    """The bucket of each element of ``input`` between the sorted 1-D ``boundaries``:
+    ``i`` with ``boundaries[i - 1] < x <= boundaries[i]`` (``<= x <`` with ``right``)."""
+    if boundaries.ndim != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got "
+                           f"dim({boundaries.ndim})")
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right)
