@@ -452,6 +452,21 @@ def test_einsum_errors_use_torch_wording(equation, operands, message):
         torch.einsum(equation, *[torch.ones(*s) for s in operands])
 
 
+def test_einsum_sublist_form_matches_torch():
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((2, 3)), rng.standard_normal((3, 4))
+    for call in (lambda m, x, y: m.einsum(x, [0, 1], y, [1, 2], [0, 2]),
+                 lambda m, x, y: m.einsum(x, [0, 1], y, [1, 2]),
+                 lambda m, x, y: m.einsum(x, [Ellipsis, 1], [1]),
+                 lambda m, x, y: m.einsum(x, [51, 0], y, [0, 26])):
+        got, want = call(gg, gg.tensor(a), gg.tensor(b)), call(torch, torch.tensor(a),
+                                                               torch.tensor(b))
+        np.testing.assert_allclose(_np(got), want.numpy(), rtol=1e-12)
+    with pytest.raises(RuntimeError, match=re.escape("einsum(): subscript in subscript list "
+                                                     "is not within the valid range [0, 52)")):
+        gg.einsum(gg.tensor(a), [0, 60])
+
+
 def test_einsum_third_derivative_of_a_quadratic_form():
     a = np.array([[1.0, 2.0], [0.5, -1.0]])
     x = gg.tensor([0.3, -0.7], requires_grad=True)

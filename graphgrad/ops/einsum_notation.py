@@ -8,9 +8,9 @@ the result is summed and permuted into the output's order. Values, dtypes and
 derivatives of any order are those of the ops used.
 
 Supported: letters ``a-zA-Z``, one ``...`` per term (broadcast from the right across
-operands), the explicit (``->``) and implicit forms, size-1 dims broadcasting against
-each other as in PyTorch. Not supported: ``path`` optimization (the order is left to
-right) and sublist operands (``einsum(a, [0, 1], b, [1, 2])``).
+operands), the explicit (``->``) and implicit forms, the sublist form
+(``einsum(a, [0, 1], b, [1, 2], [0, 2])``), size-1 dims broadcasting against each other
+as in PyTorch. Not supported: ``path`` optimization (the order is left to right).
 """
 
 from __future__ import annotations
@@ -167,9 +167,35 @@ def _contract(a, la: list, b, lb: list, keep: set, sizes: dict):
     return product.reshape(*shape), batch + rows + cols
 
 
-def einsum(equation: str, *operands):
+def _sublist_term(sublist) -> str:
+    """A sublist (ints in [0, 52) and Ellipsis) as an equation term."""
+    out = []
+    for s in sublist:
+        if s is Ellipsis:
+            out.append("...")
+        elif not 0 <= s < len(string.ascii_letters):
+            raise RuntimeError("einsum(): subscript in subscript list is not within the valid "
+                               "range [0, 52)")
+        else:
+            out.append(string.ascii_letters[s])
+    return "".join(out)
+
+
+def _from_sublists(args: tuple) -> tuple[str, tuple]:
+    """``(op0, sub0, op1, sub1, ..., [out])`` as an equation and the operands."""
+    operands, terms = args[0:len(args) - len(args) % 2:2], args[1::2]
+    equation = ",".join(_sublist_term(t) for t in terms[:len(operands)])
+    if len(args) % 2:
+        equation += "->" + _sublist_term(args[-1])
+    return equation, tuple(operands)
+
+
+def einsum(equation, *operands):
     """Einstein summation: ``einsum("bij,bjk->bik", a, b)`` is a batched matmul,
-    ``einsum("ii", a)`` a trace, ``einsum("i,j->ij", u, v)`` an outer product."""
+    ``einsum("ii", a)`` a trace, ``einsum("i,j->ij", u, v)`` an outer product; or in
+    the sublist form, ``einsum(a, [0, 1], b, [1, 2], [0, 2])``."""
+    if not isinstance(equation, str):
+        equation, operands = _from_sublists((equation, *operands))
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     for t in operands:
