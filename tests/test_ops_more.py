@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import graphgrad as gg
+from graphgrad.ops.cumulative import CumminIndices
 
 
 def _both(a):
@@ -658,3 +659,27 @@ def test_nan_to_num_gradient_is_zero_where_replaced():
 def test_tensor_methods_exist_like_torch(name):
     assert hasattr(torch.Tensor, name)
     assert callable(getattr(gg.Tensor, name))
+
+
+# ---- shape rules with unknown dims (static graphs) --------------------------------------------
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("tril", lambda x: gg.tril(x, -1)),
+    ("triu", lambda x: x.triu(1)),
+    ("cumprod", lambda x: gg.cumprod(x, 1)),
+    ("argsort", lambda x: gg.argsort(x, 1, descending=True)),
+    # the op itself: cummin's values are a gather, whose shape rule needs known dims
+    ("cummin_indices", lambda x: CumminIndices.apply(x, dim=0)),
+    ("searchsorted", lambda x: gg.searchsorted(gg.tensor([0.0, 2.5]), x)),
+])
+def test_ops_build_graphs_with_unknown_batch_dims(name, fn):
+    from graphgrad import static as tf
+    feed = np.array([[3.0, 1.0, 2.0], [0.0, 5.0, 4.0]])
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.placeholder("float64", (None, 3))
+        y = fn(x)
+        with tf.Session() as session:
+            got = session.run(y, {x: feed})
+    np.testing.assert_array_equal(got, _np(fn(gg.tensor(feed))))

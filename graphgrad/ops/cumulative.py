@@ -21,7 +21,7 @@ from graphgrad.backend import xp
 from graphgrad.tensor.creation import _leaf
 
 from .arithmetic import needs_grad
-from .base import Op, normalize_dim
+from .base import Op, Spec, normalize_dim
 from .reduce import MaxMin
 from .batching import all_to_front
 from .compare import where
@@ -65,6 +65,10 @@ class Cumprod(Op):
             return a.astype(dtype or a.dtype)
         return xp.cumprod(a, axis=dim, dtype=dtype)
 
+    @classmethod
+    def infer(cls, a, *, dim) -> Spec:  # unknown dims pass through
+        return Spec(a.shape, xp.dtype(xp.int64) if a.dtype.kind in "bui" else a.dtype)
+
     @staticmethod
     def vjp(g, out, a, *, dim):
         if a.ndim == 0:
@@ -104,6 +108,10 @@ class CumprodBackward(Op):
             at_first = _reversed_cumsum(g * xp.cumprod(xp.where(first, 1, a), axis=-1))
         grad = xp.where(before, grad, xp.where(first, at_first, 0))
         return xp.moveaxis(grad.astype(xp.result_type(g, a), copy=False), -1, dim)
+
+    @classmethod
+    def infer(cls, g, a, *, dim) -> Spec:
+        return Spec(g.shape, xp.result_type(g.dtype, a.dtype))
 
     @staticmethod
     def vjp(h, out, g, a, *, dim):
@@ -177,6 +185,10 @@ class _RunningExtremumIndices(Op):
         if a.dtype.kind == "f":
             moves |= xp.isnan(a)
         return xp.maximum.accumulate(xp.where(moves, positions, 0), axis=dim)
+
+    @classmethod
+    def infer(cls, a, *, dim) -> Spec:
+        return Spec(a.shape, xp.dtype(xp.int64))
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):

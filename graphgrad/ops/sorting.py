@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from graphgrad.backend import xp
 
-from .base import Op, normalize_dim
+from .base import Op, Spec, normalize_dim
 from .batching import all_to_front, to_front
 from .reduce import MaxMin
 
@@ -45,6 +45,10 @@ class Argsort(Op):
         reverse = xp.flip(a, axis=dim)
         order = xp.flip(xp.argsort(reverse, axis=dim, kind="stable"), axis=dim)
         return (n - 1 - order).astype(xp.int64)
+
+    @classmethod
+    def infer(cls, a, *, dim, descending) -> Spec:  # unknown dims pass through
+        return Spec(a.shape, xp.dtype(xp.int64))
 
     @classmethod
     def batch(cls, vals, bdims, *, dim, descending):
@@ -165,6 +169,10 @@ class Searchsorted(Op):
         for i in range(rows.shape[0]):
             out[i] = xp.searchsorted(rows[i], wanted[i], side=side)
         return out.reshape(values.shape)
+
+    @classmethod
+    def infer(cls, seq, values, *, right, out_int32) -> Spec:
+        return Spec(values.shape, xp.dtype(xp.int32 if out_int32 else xp.int64))
 
     @classmethod
     def batch(cls, vals, bdims, *, right, out_int32):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from graphgrad.backend import xp
 
-from .base import Op
+from .base import Op, Spec
 from .batching import to_front
 
 __all__ = ["tril", "triu", "tril_indices", "triu_indices"]
@@ -31,6 +31,13 @@ class _Triangle(Op):
             raise RuntimeError(f"{cls.__name__.lower()}: input tensor must have at least 2 "
                                f"dimensions")
         return cls._keep(a, k=diagonal)
+
+    @classmethod
+    def infer(cls, a, *, diagonal) -> Spec:  # unknown dims pass through
+        if a.ndim < 2:
+            raise RuntimeError(f"{cls.__name__.lower()}: input tensor must have at least 2 "
+                               f"dimensions")
+        return Spec(a.shape, a.dtype)
 
     @classmethod
     def vjp(cls, g, out, a, *, diagonal):
