@@ -385,3 +385,14 @@ def test_default_backend_runs_the_graph_optimized_by_the_passes():
         return sorted(n.op.__name__ for n in g if n.op is not None)
     assert ops(before) == ["Add", "Mul", "Mul", "Sin", "Sin"]
     assert ops(after) == ["Add", "Mul", "Sin"]
+
+
+def test_named_pair_results_compile():
+    """max(dim), sort and topk return (values, indices) named pairs; compiled code gives
+    the same named pair of values, not graph placeholders."""
+    x = gg.tensor([[3.0, 1.0, 2.0], [0.5, 4.0, -1.0]])
+    for fn in (lambda t: gg.max(t, 1), lambda t: t.sort(), lambda t: t.topk(2)):
+        want, got = fn(x), gg.compile(fn)(x)
+        assert type(got) is type(want)
+        for w, g in zip(want, got, strict=True):
+            np.testing.assert_array_equal(g.numpy(), w.numpy())

@@ -43,6 +43,8 @@ class Codegen:
             inner = ", ".join(self.expr(x) for x in t)
             text = f"({inner},)" if t else "()"
             return text if tp is tuple else f"{self.pool(Size)}({text})"
+        if isinstance(t, tuple) and hasattr(tp, "_fields"):  # a NamedTuple result
+            return f"{self.pool(tp)}({', '.join(self.expr(x) for x in t)})"
         if tp in (list, dict, set):
             name = self._names.get(id(t))
             if name is None:
@@ -99,6 +101,8 @@ def materialize(t: Any, a: tuple, k: dict, s: tuple, memo: dict | None = None) -
         return eval_source(t.source, a, k, s)
     if tp is tuple or tp is Size:
         return tp(materialize(x, a, k, s, memo) for x in t)
+    if isinstance(t, tuple) and hasattr(tp, "_fields"):
+        return tp(*(materialize(x, a, k, s, memo) for x in t))
     if id(t) in memo:
         return memo[id(t)]
     if tp is list:

@@ -26,6 +26,8 @@ def rebuild(t: Any, leaf: Callable[[Any], Any], memo: dict) -> Any:
     tp = type(t)
     if tp is tuple:
         return tuple(rebuild(x, leaf, memo) for x in t)
+    if isinstance(t, tuple) and hasattr(tp, "_fields"):  # a NamedTuple result
+        return tp(*(rebuild(x, leaf, memo) for x in t))
     if tp is Size:   # a shape holding dynamic sizes
         return Size(rebuild(x, leaf, memo) for x in t)
     if tp not in _STRUCTURES:
