@@ -31,6 +31,7 @@ from hypothesis.extra import numpy as hnp
 
 import graphgrad as gg
 from graphgrad.ops.cumulative import CumprodBackward
+from graphgrad.ops.bce import BinaryCrossEntropy
 from graphgrad.ops.nll import NllLoss, NllLossBackward
 
 __all__ = ["Case", "CASES", "Example"]
@@ -1205,7 +1206,11 @@ add(
     case("nll_loss_backward_op", "NllLossBackward",
          lambda m, x, t, s: NllLossBackward.apply(s, t, classes=x.shape[1]),
          _training_classes_example(grad_output=True), torch_fn=_nll_gradient),
-    case("binary_cross_entropy", ("Log", "Clamp"), _bce, _bce_example(logits=False)),
+    case("binary_cross_entropy", "BinaryCrossEntropy", _bce, _bce_example(logits=False)),
+    case("binary_cross_entropy_op", "BinaryCrossEntropy",
+         lambda m, x, t, *ws, **kw: BinaryCrossEntropy.apply(x, t), _bce_example(logits=False),
+         torch_fn=lambda m, x, t, *ws, **kw: m.nn.functional.binary_cross_entropy(
+             x, t, reduction="none")),
     case("binary_cross_entropy_with_logits", "Softplus", _bce_logits,
          _bce_example(logits=True)),
     case("normalize", ("Norm", "Clamp", "Div"),

@@ -625,3 +625,17 @@ def test_inplace_activation_after_an_op_trains(make):
         outs.append((y.detach().numpy(), g.detach().numpy(), h.numpy()))
     for got, want in zip(outs[1], outs[0], strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_binary_cross_entropy_at_saturated_probabilities_has_torch_gradients():
+    """p exactly 0 or 1 (a float32 sigmoid of a large logit): PyTorch's finite gradient
+    (p - t) / max(p (1 - p), 1e-12), not 0 * inf = nan; one BinaryCrossEntropy op."""
+    outs = []
+    for lib in (torch, gg):
+        p = lib.tensor([0.0, 1.0, 0.5, 0.3], dtype=lib.float64, requires_grad=True)
+        t = lib.tensor([1.0, 0.0, 1.0, 0.2], dtype=lib.float64)
+        loss = lib.nn.functional.binary_cross_entropy(p, t)
+        loss.backward()
+        outs.append((loss.item(), p.grad.numpy()))
+    np.testing.assert_allclose(outs[1][0], outs[0][0], rtol=1e-12)
+    np.testing.assert_allclose(outs[1][1], outs[0][1], rtol=1e-12)

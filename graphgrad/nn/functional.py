@@ -9,6 +9,7 @@ from graphgrad import ops
 from graphgrad.backend import xp
 from graphgrad.ops import gelu, one_hot, sigmoid, softplus, tanh
 from graphgrad.ops.linalg import Linear
+from graphgrad.ops.bce import BinaryCrossEntropy
 from graphgrad.ops.inplace import apply_inplace
 from graphgrad.ops.nll import NllLoss
 from graphgrad.tensor import Tensor, Value
@@ -297,9 +298,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     arr = input._array
     if arr.size and (xp.any(arr < 0) or xp.any(arr > 1)):
         raise RuntimeError("all elements of input should be between 0 and 1")
-    log_p = ops.clamp(input.log(), min=-100.0)
-    log_q = ops.clamp((1 - input).log(), min=-100.0)
-    loss = -(target * log_p + (1 - target) * log_q)
+    loss = BinaryCrossEntropy.apply(input, target)
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction, "binary_cross_entropy")

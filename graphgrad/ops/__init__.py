@@ -1,7 +1,7 @@
 """Layer ``ops``: every operator, each defined once (forward on arrays, vjp in graphgrad
 ops, shape/dtype rule), and the functions and Tensor methods that call them."""
 
-from . import arithmetic, compare, index, join, linalg, nll, reduce, shape, unary  # noqa: F401
+from . import arithmetic, bce, compare, index, join, linalg, nll, reduce, shape, unary  # noqa: F401
 from . import compound, contractions, cumulative, diagonals, einsum_notation  # noqa: F401
 from . import grids, logarithmic, shifts, sorting, triangular  # noqa: F401
 from .arithmetic import *  # noqa: F401,F403

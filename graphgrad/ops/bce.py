@@ -1,0 +1,52 @@
+"""Layer ``ops``: binary cross entropy of probabilities, elementwise (PyTorch's
+``binary_cross_entropy`` op with reduction 'none').
+
+An op of its own for its gradient: composed as ``-(t log p + (1 - t) log(1 - p))`` the
+derivative at a saturated probability (p exactly 0 or 1, e.g. a float32 sigmoid of a large
+logit) is ``0 * inf = nan``; PyTorch's rule ``(p - t) / max(p (1 - p), 1e-12)`` stays
+finite. The rules are graphgrad ops, so it differentiates to any order."""
+
+from __future__ import annotations
+
+from graphgrad.backend import xp
+
+from .arithmetic import needs_grad
+from .elementwise import Elementwise
+
+__all__: list[str] = []
+
+_EPS = 1e-12  # PyTorch's floor under p (1 - p) in the gradient
+
+
+def _input_grad_factor(p, t):
+    return (p - t) / (p * (1 - p)).clamp(min=_EPS)
+
+
+def _target_grad_factor(p):
+    return (1 - p).log() - p.log()  # -logit(p), as PyTorch's target gradient
+
+
+class BinaryCrossEntropy(Elementwise):
+    """``-(t max(log p, -100) + (1 - t) max(log(1 - p), -100))``, elementwise."""
+
+    @staticmethod
+    def forward(p, t):
+        with xp.errstate(divide="ignore"):  # log(0) = -inf, then clamped as PyTorch
+            log_p = xp.maximum(xp.log(p), -100)
+            log_q = xp.maximum(xp.log(1 - p), -100)
+        return -(t * log_p + (1 - t) * log_q)
+
+    @staticmethod
+    def vjp(g, out, p, t):
+        gp = g * _input_grad_factor(p, t) if needs_grad(p) else None
+        gt = g * _target_grad_factor(p) if needs_grad(t) else None
+        return gp, gt
+
+    @staticmethod
+    def jvp(dots, out, p, t):
+        dp, dt = dots
+        total = dp * _input_grad_factor(p, t) if dp is not None else None
+        if dt is not None:
+            term = dt * _target_grad_factor(p)
+            total = term if total is None else total + term
+        return total
