@@ -15,7 +15,9 @@ from .elementwise import Elementwise
 
 __all__: list[str] = []
 
-_EPS = 1e-12  # PyTorch's floor under p (1 - p) in the gradient
+# PyTorch's floor under p (1 - p) in the gradient: 1e-12 rounded to float32, whatever
+# the dtype (as its kernel's constant)
+_EPS = float(xp.float32(1e-12))
 
 
 def _input_grad_factor(p, t):
