@@ -639,3 +639,19 @@ def test_binary_cross_entropy_at_saturated_probabilities_has_torch_gradients():
         outs.append((loss.item(), p.grad.numpy()))
     np.testing.assert_allclose(outs[1][0], outs[0][0], rtol=1e-12)
     np.testing.assert_allclose(outs[1][1], outs[0][1], rtol=1e-12)
+
+
+def test_load_state_dict_assign_and_non_tensor_entries_as_torch():
+    outs = []
+    for lib in (torch, gg):
+        m = lib.nn.Sequential(lib.nn.Linear(2, 2))
+        m.load_state_dict({"0.weight": lib.ones(2, 2, dtype=lib.float64),
+                           "0.bias": lib.zeros(2, dtype=lib.float64)}, assign=True)
+        with pytest.raises(RuntimeError, match='While copying the parameter named "weight", '
+                                               "expected .*Tensor or Tensor-like object"):
+            lib.nn.Linear(2, 2).load_state_dict({"weight": [[1.0, 2.0], [3.0, 4.0]],
+                                                 "bias": lib.zeros(2)})
+        outs.append((str(m[0].weight.dtype).split(".")[-1], type(m[0].weight).__name__,
+                     m[0].weight.requires_grad, m[0].weight.tolist(),
+                     list(dict(m.named_parameters()))))
+    assert outs[0] == outs[1]

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from graphgrad.backend import to_dtype
+from graphgrad.backend import to_dtype, xp
 from graphgrad.tensor import RemovableHandle, Tensor
 
 from ..parameter import Buffer, Parameter
@@ -320,11 +320,24 @@ class Module:
             if k not in state_dict:
                 continue
             src = state_dict[k]
+            if not isinstance(src, (Tensor, xp.ndarray)):
+                errors.append(f'While copying the parameter named "{k}", expected '
+                              f"graphgrad.Tensor or Tensor-like object from checkpoint but "
+                              f"received {type(src)}")
+                continue
             src_shape = tuple(src.shape)
             if src_shape != tuple(t.shape):
                 errors.append(f'size mismatch for {k}: copying a param with shape '
                               f'{_size(src_shape)} from checkpoint, the shape in current model '
                               f'is {_size(tuple(t.shape))}.')
+                continue
+            if assign:  # the checkpoint's tensor itself (its dtype too) becomes the entry
+                owner_name, _, name = k.rpartition(".")
+                owner = self.get_submodule(owner_name)
+                value = src if isinstance(src, Tensor) else Tensor(src)
+                if isinstance(t, Parameter):
+                    value = Parameter(value, requires_grad=t.requires_grad)
+                setattr(owner, name, value)
                 continue
             arr = src._array if isinstance(src, Tensor) else src
             t._array[...] = arr
