@@ -66,22 +66,15 @@ def linear(input, weight, bias=None):
     return out + bias if bias is not None else out
 
 
-def _result(input, out, inplace: bool):
-    """``out``; with ``inplace=True``, ``input`` overwritten with it and returned (an
-    in-place op: PyTorch's rules on leaves and saved tensors apply). Only for an ``out``
-    whose backward does not read ``input`` (dropout's mask product)."""
-    return input.copy_(out) if inplace else out
+def _activation(input, fn, inplace: bool, name: str):
+    """``fn(input)``; with ``inplace=True`` written over ``input`` as an in-place op whose
+    backward still sees the old value (a ``copy_`` of ``fn(input)`` would bump the version
+    of a tensor ``fn``'s backward reads)."""
+    return apply_inplace(input, fn, name=name) if inplace else fn(input)
 
 
 def relu(input, inplace: bool = False):
     return input.relu_() if inplace else ops.relu(input)
-
-
-def _activation(input, fn, inplace: bool, name: str):
-    """``fn(input)``; with ``inplace=True`` written over ``input`` as an in-place op whose
-    backward still sees the old value (``_result``'s copy would bump the version of a
-    tensor ``fn``'s backward reads)."""
-    return apply_inplace(input, fn, name=name) if inplace else fn(input)
 
 
 def silu(input, inplace: bool = False):
@@ -135,10 +128,11 @@ def _drop(input, p: float, mask_shape: tuple, inplace: bool):
     """``input`` times a random mask of ``mask_shape`` (broadcast over the rest) that
     keeps with probability ``1 - p``, scaled by ``1/(1-p)``."""
     if p == 1.0:
-        return _result(input, input * 0.0, inplace)
+        return _activation(input, lambda x: x * 0.0, inplace, "dropout_")
     from graphgrad.tensor.creation import random_tensor
     keep = random_tensor(lambda rng, s: rng.random(s), mask_shape, input._array.dtype) >= p
-    return _result(input, input * ops.where(keep, 1.0 / (1.0 - p), 0.0), inplace)
+    scale = ops.where(keep, 1.0 / (1.0 - p), 0.0)
+    return _activation(input, lambda x: x * scale, inplace, "dropout_")
 
 
 def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
