@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from graphgrad.backend import from_numpy_dtype, xp
-from graphgrad.tensor import Ext, Tensor, Value, set_grad_mode
+from graphgrad.tensor import Extras, Tensor, Value, set_grad_mode
 from graphgrad.tensor.creation import _leaf
 from graphgrad.tensor.value import refresh_if_stale
 
@@ -37,26 +37,26 @@ _HINT = (" Hint: enable anomaly detection to find the operation that failed to c
 
 def _resolve(p: Value, version: int) -> Value:
     """The identity ``p`` had at ``version``: an in-place op after the edge was made
-    rebased ``p``, and its earlier self lives on in ``ext.prev``."""
-    e = p._ext
-    while e is not None and e.born > version:
-        p = e.prev
-        e = p._ext
+    rebased ``p``, and its earlier self lives on in ``ext.previous``."""
+    e = p._extras
+    while e is not None and e.rebased_at > version:
+        p = e.previous
+        e = p._extras
     return p
 
 
 def _edges(node: Value):
     """(input position, parent node) for each input that requires grad."""
-    sv = node._sv
+    sv = node._saved_versions
     for i, p in enumerate(node.inputs):
-        if isinstance(p, Value) and p._rg:
-            yield i, (_resolve(p, sv[i] if sv is not None else 0) if p._ext is not None else p)
+        if isinstance(p, Value) and p._requires_grad:
+            yield i, (_resolve(p, sv[i] if sv is not None else 0) if p._extras is not None else p)
 
 
 def _as_recorded(node: Value, p: Value) -> Value:
     """Input ``p`` of ``node`` as the node recorded it (see ``_resolve``). Every position
     holding ``p`` was recorded at the same version, so the first one tells."""
-    sv = node._sv
+    sv = node._saved_versions
     if sv is None:
         return _resolve(p, 0)
     for i, q in enumerate(node.inputs):
@@ -79,8 +79,8 @@ def toposort(roots: Sequence[Value]) -> list[Value]:
         inputs = [iter(root.inputs)]
         while inputs:
             for p in inputs[-1]:
-                if isinstance(p, Value) and p._rg:
-                    if p._ext is not None:
+                if isinstance(p, Value) and p._requires_grad:
+                    if p._extras is not None:
                         p = _as_recorded(nodes[-1], p)
                     if id(p) not in seen:
                         seen.add(id(p))
@@ -125,23 +125,23 @@ def _check_saved(node: Value) -> None:
     the common case (no input changed since) costs one loop comparing versions; only
     a version that moved makes it ask the op which inputs it saved (for some ops, a
     function of the inputs)."""
-    sv = node._sv
+    sv = node._saved_versions
     if sv is not None and type(sv) is Freed:
         raise RuntimeError(_TWICE)
     op = node.op
     if op.saves_inputs:
         for i, p in enumerate(node.inputs):
             if isinstance(p, Value):
-                vc = p._vc
+                vc = p._version_counter
                 if (vc[0] if vc is not None else 0) != (sv[i] if sv is not None else 0):
                     _check_saved_inputs(node, sv)
                     break
     if op.saves_output:
-        vc = node._vc
-        ext = node._ext
+        vc = node._version_counter
+        ext = node._extras
         if vc is not None or ext is not None:
             current = vc[0] if vc is not None else 0
-            expected = ext.born if ext is not None else 0
+            expected = ext.rebased_at if ext is not None else 0
             if current != expected:
                 raise _modified_error(node, current, expected)
 
@@ -155,7 +155,7 @@ def _check_saved_inputs(node: Value, sv: tuple | None) -> None:
         return
     for i, p in enumerate(node.inputs):
         if isinstance(p, Value) and (saves is True or i in saves):
-            current = p._vc[0] if p._vc is not None else 0
+            current = p._version_counter[0] if p._version_counter is not None else 0
             expected = sv[i] if sv is not None else 0
             if current != expected:
                 raise _modified_error(p, current, expected)
@@ -208,7 +208,7 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
             g = grads.pop(id(node), None)
             if g is None or (wanted is not None and id(node) not in wanted):
                 continue
-            ext = node._ext
+            ext = node._extras
             if ext is not None and ext.hooks:
                 for hook in list(ext.hooks):
                     replaced = hook(g)
@@ -226,17 +226,17 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
                 _check_saved(node)
             inputs = node.inputs
             cts = op.vjp(g, node, *inputs, **node.params)
-            sv = node._sv
+            sv = node._saved_versions
             for i, ct in enumerate(cts):
                 if ct is None:
                     continue
                 p = inputs[i]
-                if not (isinstance(p, Value) and p._rg):
+                if not (isinstance(p, Value) and p._requires_grad):
                     continue
                 a, c = p._array, ct._array
                 if a.shape != c.shape or a.dtype != c.dtype:
                     ct = _fit(ct, p, node)
-                if p._ext is not None:
+                if p._extras is not None:
                     p = _resolve(p, sv[i] if sv is not None else 0)
                 pid = id(p)
                 if pid in grads:
@@ -269,18 +269,18 @@ def _stub(p: Value, inputs: tuple) -> Tensor:
     s = Tensor.__new__(Tensor)
     a = p._array
     s._array = _dummy(a.shape, a.dtype)
-    s.op = p.op if p._rg else None
-    s.inputs = inputs if p._rg else ()
-    s.params = p.params if p._rg else None
-    s._rg = p._rg
+    s.op = p.op if p._requires_grad else None
+    s.inputs = inputs if p._requires_grad else ()
+    s.params = p.params if p._requires_grad else None
+    s._requires_grad = p._requires_grad
     s._grad = None
-    s._vc = None
-    s._ext = None
+    s._version_counter = None
+    s._extras = None
     if s.op is not None:
-        s._sv = _freed_versions(p)
-        if p._ext is not None:
-            e = s._ext = Ext()
-            e.prev, e.born = p._ext.prev, p._ext.born
+        s._saved_versions = _freed_versions(p)
+        if p._extras is not None:
+            e = s._extras = Extras()
+            e.previous, e.rebased_at = p._extras.previous, p._extras.rebased_at
     return s
 
 
@@ -288,7 +288,7 @@ _ALL_ZERO: dict[int, Freed] = {}
 
 
 def _freed_versions(node: Value) -> Freed:
-    sv = node._sv
+    sv = node._saved_versions
     if sv is None:  # every input at version 0: one shared (immutable) marker per arity
         n = len(node.inputs)
         sv = _ALL_ZERO.get(n)
@@ -306,14 +306,14 @@ def free_graph(order: list[Value]) -> None:
             continue
         new_inputs = []
         for p in node.inputs:
-            if isinstance(p, Value) and (p.op is not None or not p._rg):  # not a leaf param
+            if isinstance(p, Value) and (p.op is not None or not p._requires_grad):  # not a leaf param
                 s = stubs.get(id(p))
                 if s is None:
                     s = stubs[id(p)] = _stub(p, p.inputs)
                 p = s
             new_inputs.append(p)
         node.inputs = tuple(new_inputs)
-        node._sv = _freed_versions(node)
+        node._saved_versions = _freed_versions(node)
 
 
 # ---- the public entry points ---------------------------------------------------------
@@ -331,7 +331,7 @@ def _fresh(tensors: tuple) -> tuple:
     in place since the view's history was made (PyTorch regenerates a view's grad_fn
     when it is read): its gradient then goes through that change."""
     for t in tensors:
-        if isinstance(t, Value) and t._ext is not None:
+        if isinstance(t, Value) and t._extras is not None:
             refresh_if_stale(t)
     return tensors
 
@@ -365,7 +365,7 @@ def _make_seeds(outputs: tuple, grad_outputs: tuple) -> list:
                     f"and output[{i}] has a dtype of {out.dtype}.")
             seeds.append(g)
         elif g is None:
-            if not out._rg:
+            if not out._requires_grad:
                 raise RuntimeError(f"element {i} of tensors does not require grad and does not "
                                    "have a grad_fn")
             if out._array.size != 1:
@@ -378,7 +378,7 @@ def _make_seeds(outputs: tuple, grad_outputs: tuple) -> list:
             raise TypeError(f"gradients can be either Tensors or None, but got "
                             f"{type(g).__name__}")
     for i, out in enumerate(outputs):
-        if not out._rg:
+        if not out._requires_grad:
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have "
                                "a grad_fn")
     return seeds
@@ -462,15 +462,15 @@ def _accumulate(t: Value, g: Tensor, create_graph: bool, steal: bool = False) ->
     old = t._grad
     if old is None:
         t._grad = g if create_graph else _leaf(g._array if steal else g._array.copy())
-    elif create_graph or old._rg:
+    elif create_graph or old._requires_grad:
         t._grad = old + g
     elif old._array.flags.writeable and old._array.dtype == g._array.dtype:
         old._array += g._array
-        if old._vc is not None:
-            old._vc[0] += 1
+        if old._version_counter is not None:
+            old._version_counter[0] += 1
     else:
         t._grad = _leaf(old._array + g._array)
-    ext = t._ext
+    ext = t._extras
     if ext is not None and ext.post_hooks and t.op is None:
         for hook in list(ext.post_hooks):
             hook(t)
@@ -495,7 +495,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     for t in ins:
         if not isinstance(t, Value):
             raise TypeError(f"grad(): inputs must be Tensors, got {type(t).__name__}")
-        if not t._rg:
+        if not t._requires_grad:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
     if retain_graph is None:
         retain_graph = create_graph
@@ -517,7 +517,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
                                    "desired behavior.")
             if materialize_grads:
                 g = _leaf(xp.zeros(t._array.shape, t._array.dtype))
-        elif not create_graph and g._rg:
+        elif not create_graph and g._requires_grad:
             g = g.detach()
         grads.append(g)
     return tuple(grads)

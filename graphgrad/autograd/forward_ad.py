@@ -5,7 +5,7 @@ op call reaches it first: it runs the op on the level below (so the primal is
 computed, and taped for reverse mode, as usual), then computes the output's tangent
 with the op's ``jvp`` rule and attaches it to the output tensor under this level.
 
-Tangents live on the tensors themselves (``ext.fw[level]``), not on wrappers, so the
+Tangents live on the tensors themselves (``ext.tangents[level]``), not on wrappers, so the
 tensors a reverse-mode graph saves still carry their tangents: backward rules run
 inside a level propagate tangents too, which is forward-over-reverse. The jvp rules
 run with the level popped, so nested levels differentiate each other's tangent
@@ -46,26 +46,26 @@ class JVPLevel(Interpreter):
     def tangent(self, t) -> Tensor | None:
         if not isinstance(t, Value):
             return None
-        e = t._ext
+        e = t._extras
         if e is None:
             return None
         if e.base is not None:  # a view: its base may have changed in place since
             fresh_tangents(t)
-        if e.fw is None:
+        if e.tangents is None:
             return None
-        return e.fw.get(self)
+        return e.tangents.get(self)
 
     def attach(self, t: Value, tangent: Tensor) -> None:
         if tangent.shape != t.shape:
             tangent = tangent.expand(*t.shape)  # a rule may leave broadcasting implicit
         if tangent._array.dtype != t._array.dtype:
             tangent = tangent.to(t.dtype)
-        e = t._ensure_ext()
-        if e.fw is None:
-            e.fw = {}
-        if self not in e.fw:
+        e = t._ensure_extras()
+        if e.tangents is None:
+            e.tangents = {}
+        if self not in e.tangents:
             self.carriers.append(t)
-        e.fw[self] = tangent
+        e.tangents[self] = tangent
 
     def process(self, op, args: tuple, params: dict):
         dots = tuple(self.tangent(a) for a in args)
@@ -82,11 +82,11 @@ class JVPLevel(Interpreter):
 
     def close(self) -> None:
         for t in self.carriers:
-            e = t._ext
-            if e is not None and e.fw is not None:
-                e.fw.pop(self, None)
-            if e is not None and e.fw_own is not None:
-                e.fw_own.discard(self)
+            e = t._extras
+            if e is not None and e.tangents is not None:
+                e.tangents.pop(self, None)
+            if e is not None and e.own_tangents is not None:
+                e.own_tangents.discard(self)
         self.carriers.clear()
         self.active = False
 
@@ -164,10 +164,10 @@ def make_dual(tensor: Tensor, tangent: Tensor, *, level: JVPLevel | None = None)
     # the alias is made below the level, so it carries no tangent of the level yet
     out = _below(lvl, lambda: tensor.view_as(tensor))
     lvl.attach(out, tangent)
-    ext = out._ensure_ext()
-    if ext.fw_own is None:
-        ext.fw_own = set()
-    ext.fw_own.add(lvl)  # its tangent is its own, not the primal's seen through the view
+    ext = out._ensure_extras()
+    if ext.own_tangents is None:
+        ext.own_tangents = set()
+    ext.own_tangents.add(lvl)  # its tangent is its own, not the primal's seen through the view
     return out
 
 

@@ -78,7 +78,7 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callabl
         if isinstance(ex, Value):
             names[p] = f"a{i}"
             head.append(f"a{i} = {arg}._array")
-            rg.append(f"{arg}._rg")
+            rg.append(f"{arg}._requires_grad")
         else:
             names[p] = arg
     for k, n in enumerate(graph.nodes):

@@ -4,7 +4,7 @@ guards, and the conversions between runtime values, trace values and templates.
 * ``wrap(value, source)``: a runtime value as the interpreter sees it: a tensor becomes a
   placeholder Symbol (guarded on type, shape, dtype, requires_grad), an int/bool/str is
   specialized (guarded by value), a tuple is unpacked item by item, a list/dict/object
-  the function did not create becomes an ``Ext`` whose reads are guarded one by one.
+  the function did not create becomes an ``Extras`` whose reads are guarded one by one.
 * ``templatize``: at a graph break, the whole frame stack with every Symbol replaced by a
   ``SlotRef`` to a graph output, so that interpretation can restart from it later.
 * ``instantiate``: a template back into trace values for the next segment's capture.
@@ -23,7 +23,7 @@ from graphgrad.tensor import Tensor, Value
 
 from .guards import GuardSet
 from .structure import rebuild
-from .values import (Arg, Attr, Ext, Glob, IntOf, Item, Kw, Obj, Slot, SlotRef, Source, SrcRef,
+from .values import (Arg, Attr, Extras, Glob, IntOf, Item, Kw, Obj, Slot, SlotRef, Source, SrcRef,
                      rebase)
 
 __all__ = ["Capture", "SymInt", "SymFloat", "Unsupported", "eval_source", "opaque"]
@@ -37,7 +37,7 @@ _CONTAINERS = (list, dict, OrderedDict)
 def opaque(v: Any) -> bool:
     """An object the function did not create and the interpreter does not look into
     (anything but a list or dict): operations on it run for real."""
-    return type(v) is Ext and type(v.obj) not in _CONTAINERS
+    return type(v) is Extras and type(v.obj) not in _CONTAINERS
 
 
 class Unsupported(RuntimeError):  # noqa: N818 - torch._dynamo.exc.Unsupported's name
@@ -150,13 +150,13 @@ class Capture:
             return tuple(self.wrap(v, Item(source, i)) for i, v in enumerate(value))
         if t is list or t is dict or t is OrderedDict:
             self.guards.add("type", source, t, self.where)
-            return Ext(value, source)
+            return Extras(value, source)
         if isinstance(source.root(), Slot) and not isinstance(
                 value, (types.ModuleType, types.FunctionType, type)):
             # a run-time object (an eager call's result, or a method bound to one): a new
             # one each call, fetched from its source when used; reads from it are guarded
             self.guards.add("type", source, t, self.where)
-            return Ext(value, source)
+            return Extras(value, source)
         if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and not isinstance(
                 getattr(value, "__self__", None), types.ModuleType):
             return value   # bound to an object whose identity was guarded where it was read
@@ -164,7 +164,7 @@ class Capture:
         if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type,
                               types.MethodType, np.dtype)):
             return value   # immutable: its identity says everything
-        return Ext(value, source)
+        return Extras(value, source)
 
     def wrap_symint(self, value: Any, source: Source) -> Any:
         if self.concrete:
@@ -174,9 +174,9 @@ class Capture:
         return self._placeholder(value, source, Spec((), np.dtype(np.int64)), SymInt)
 
     def realize(self, v: Any) -> Any:
-        """An ``Ext`` list/tuple/dict as an owned copy whose items are read (and guarded);
+        """An ``Extras`` list/tuple/dict as an owned copy whose items are read (and guarded);
         other objects as themselves (their identity is guarded)."""
-        if not isinstance(v, Ext):
+        if not isinstance(v, Extras):
             return v
         obj, src = v.obj, v.source
         if isinstance(src.root(), Slot) and type(obj) not in _CONTAINERS:
@@ -197,13 +197,13 @@ class Capture:
             self.guards.add("distinct", sa, sb, self.where)
 
     def realize_identity(self, v: Any) -> Any:
-        """The object itself, for ``is`` tests (an ``Ext``'s identity or type is guarded)."""
-        return v.obj if isinstance(v, Ext) else v
+        """The object itself, for ``is`` tests (an ``Extras``'s identity or type is guarded)."""
+        return v.obj if isinstance(v, Extras) else v
 
-    def read_attr(self, v: Ext, name: str) -> Any:
+    def read_attr(self, v: Extras, name: str) -> Any:
         return self.wrap(getattr(v.obj, name), Attr(v.source, name))
 
-    def read_item(self, v: Ext, key: Any) -> Any:
+    def read_item(self, v: Extras, key: Any) -> Any:
         obj = v.obj
         if type(obj) is list and type(key) is int:
             self.guards.add("len", v.source, (list, len(obj)), self.where)
@@ -268,7 +268,7 @@ class _Instantiate:
 
 class Templatizer:
     """Turns trace values into a template; collects the graph outputs it needs and the
-    runtime objects (``Ext`` read from a slot) to hand on to the next segment."""
+    runtime objects (``Extras`` read from a slot) to hand on to the next segment."""
 
     def __init__(self, cap: Capture):
         self.cap = cap
@@ -301,7 +301,7 @@ class Templatizer:
                 raise Unsupported("a symbolic value of another graph")
             ref = self.slot_for(v)
             return IntOf(ref) if type(v) is SymInt else ref
-        if type(v) is Ext:
+        if type(v) is Extras:
             src = v.source
             root = src.root()
             if isinstance(root, Slot):

@@ -16,7 +16,7 @@ from graphgrad.graph import Symbol
 from .capture import Unsupported, opaque
 from .interpreter import (_BINARY, _CMP, _INLINED, _OPS, PY312, Interpreter, Return,
                           _ExtCell)
-from .values import NULL, UNBOUND, Attr, Cell, Ext, FuncV, ListIter, Obj
+from .values import NULL, UNBOUND, Attr, Cell, Extras, FuncV, ListIter, Obj
 
 __all__ = ["HANDLERS"]
 
@@ -238,7 +238,7 @@ def _binary_op(it, f, inst):
     base = _OPS[name.replace("NB_INPLACE_", "NB_")]
     if inplace:
         fn = getattr(operator, "i" + base.__name__.strip("_"), None) or base
-        if isinstance(a, Ext) and not it.cap.concrete:
+        if isinstance(a, Extras) and not it.cap.concrete:
             f.stack.append(it.brk("unsupported-value-op", "in-place operator on an object "
                                   "the caller can see", fn, (a, b)))
             return
@@ -366,7 +366,7 @@ def _format_value(it, f, inst):
     spec = f.stack.pop() if inst.arg & 0x04 else ""
     v = f.stack.pop()
     conv = inst.arg & 0x03
-    if isinstance(v, (Symbol, Ext, FuncV)) and not it.cap.concrete:
+    if isinstance(v, (Symbol, Extras, FuncV)) and not it.cap.concrete:
         it.brk("unsupported-value-op", "formatting a tensor or object as text", _format,
                (v, conv, spec))
     f.stack.append(_format(v, conv, spec))
@@ -465,7 +465,7 @@ def _binary_subscr(it, f, inst):
 
 
 def _subscr(it, obj, key):
-    if isinstance(obj, Ext):
+    if isinstance(obj, Extras):
         try:
             return it.cap.read_item(obj, it.cap.realize(key))
         except Unsupported:
@@ -587,7 +587,7 @@ def _truth(it, f, v) -> bool:
         f.pc -= 1
         return it.brk("unsupported-value-op", f"the truth of a {type(v.obj).__name__} the "
                       f"function did not create", bool, (v,), mode="force")
-    if isinstance(v, Ext):
+    if isinstance(v, Extras):
         return bool(len(it.cap.realize(v)))
     return bool(v)
 
@@ -710,7 +710,7 @@ def _before_with(it, f, inst):
         f.stack.extend(enter_with(cm))
         return
     from graphgrad.autograd.grad_mode import _GradMode
-    obj = cm.obj if isinstance(cm, Ext) else cm
+    obj = cm.obj if isinstance(cm, Extras) else cm
     if not isinstance(obj, _GradMode):
         raise Unsupported(f"a with block on {type(obj).__name__} (only graphgrad's grad-mode "
                           f"context managers)")

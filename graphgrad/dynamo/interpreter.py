@@ -28,7 +28,7 @@ from . import config
 from .capture import Capture, SymFloat, SymInt, Unsupported, opaque
 from .frame import Frame, code_info
 from .policy import TENSOR_EAGER_ATTRS, classify, is_graphgrad, is_inplace_name
-from .values import Cell, Ext, FuncV, ListIter
+from .values import Cell, Extras, FuncV, ListIter
 
 __all__ = ["Interpreter", "Return", "EagerStep"]
 
@@ -160,7 +160,7 @@ class Interpreter:
         if self.cap.concrete:
             return fn(*args, **(kwargs or {}))
         owner = getattr(fn, "__self__", None)
-        if isinstance(owner, (Symbol, Ext, list, dict, set)):
+        if isinstance(owner, (Symbol, Extras, list, dict, set)):
             # the object must come from the run-time values, not be frozen in the method
             if isinstance(fn, types.MethodType):   # (a Symbol's methods wrap Tensor's)
                 fn, args = getattr(fn.__func__, "__wrapped__", fn.__func__), (owner, *args)
@@ -236,7 +236,7 @@ class Interpreter:
 
     def load_attr(self, obj: Any, name: str) -> Any:
         cap = self.cap
-        if isinstance(obj, Ext):
+        if isinstance(obj, Extras):
             o = obj.obj
             if isinstance(o, (list, dict)):
                 return getattr(cap.realize(obj), name) if not _mutating(o, name) else \
@@ -244,7 +244,7 @@ class Interpreter:
             method = getattr(type(o), name, None)
             if isinstance(method, types.FunctionType) and not is_graphgrad(method) \
                     and name not in getattr(o, "__dict__", ()):
-                return types.MethodType(method, obj)   # self stays an Ext: its reads guarded
+                return types.MethodType(method, obj)   # self stays an Extras: its reads guarded
             return cap.read_attr(obj, name)
         if isinstance(obj, Symbol):
             if name in TENSOR_EAGER_ATTRS:
@@ -296,7 +296,7 @@ class Interpreter:
 
     def call(self, fn: Any, args: list, kwargs: dict) -> Any:
         """Call ``fn``: inline it, call it for real on graph values, fold it, or break."""
-        if isinstance(fn, Ext):
+        if isinstance(fn, Extras):
             obj = fn.obj
             from graphgrad.nn import Module
             if isinstance(obj, Module):
@@ -306,7 +306,7 @@ class Interpreter:
                 if type(obj).__call__ is Module.__call__ and not any(hooks) \
                         and isinstance(forward, types.FunctionType):
                     return self.call_function(forward, [fn, *args], kwargs)
-            # the Ext itself: the object is fetched from its source at run time
+            # the Extras itself: the object is fetched from its source at run time
             return self.eager_call(fn, args, kwargs, f"a call of a {type(obj).__name__} "
                                    f"object")
         if isinstance(fn, FuncV):
@@ -365,7 +365,7 @@ class Interpreter:
                 if len(args) == 3:
                     return args[2]
                 raise
-        if fn is hasattr and len(args) == 2 and isinstance(args[0], Ext):
+        if fn is hasattr and len(args) == 2 and isinstance(args[0], Extras):
             try:
                 self.load_attr(args[0], args[1])
                 return True
@@ -539,7 +539,7 @@ class _SizeMethod:
 class _BoundExt:
     __slots__ = ("ext", "name")
 
-    def __init__(self, ext: Ext, name: str):
+    def __init__(self, ext: Extras, name: str):
         self.ext, self.name = ext, name
 
 

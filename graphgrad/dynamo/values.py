@@ -4,7 +4,7 @@ objects and graph ``Symbol``s, and the *sources* that say where a runtime value 
 * ``Source``: how to fetch a value at run time (an argument, a slot handed on by the
   previous segment, a global, an attribute or item of another source, a fixed object).
   Guards and graph inputs are Python expressions built from sources.
-* ``Ext(obj, source)``: an object the function did not create (a list argument, a module,
+* ``Extras(obj, source)``: an object the function did not create (a list argument, a module,
   an ``nn.Module``): reading from it goes through its source so that every read is
   guarded; writing to it is a side effect and runs eagerly.
 * ``Cell``, ``FuncV``, ``ListIter``: the interpreter's own closure cells, functions made
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Source", "Arg", "Kw", "Slot", "Obj", "Glob", "Attr", "Item", "Ext", "Cell",
+__all__ = ["Source", "Arg", "Kw", "Slot", "Obj", "Glob", "Attr", "Item", "Extras", "Cell",
            "FuncV", "ListIter", "SlotRef", "SrcRef", "IntOf", "NULL", "UNBOUND"]
 
 
@@ -171,7 +171,7 @@ def rebase(src: Source, mapping: dict) -> Source:
     return src
 
 
-class Ext:
+class Extras:
     """An object the traced function did not create, with the source it was read from."""
 
     __slots__ = ("obj", "source")
@@ -180,7 +180,7 @@ class Ext:
         self.obj, self.source = obj, source
 
     def __repr__(self) -> str:
-        return f"Ext({type(self.obj).__name__} from {self.source})"
+        return f"Extras({type(self.obj).__name__} from {self.source})"
 
 
 class Cell:

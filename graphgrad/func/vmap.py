@@ -54,10 +54,10 @@ class BatchedTensor(Tensor):
         self.op = None
         self.inputs = ()
         self.params = None
-        self._rg = phys._rg
+        self._requires_grad = phys._requires_grad
         self._grad = None
-        self._vc = None
-        self._ext = None
+        self._version_counter = None
+        self._extras = None
         self._phys = phys
         self._bdim = bdim
         self._level = level
@@ -94,7 +94,7 @@ class BatchedTensor(Tensor):
 
     def requires_grad_(self, requires_grad: bool = True) -> BatchedTensor:
         self._phys.requires_grad_(requires_grad)
-        self._rg = self._phys._rg
+        self._requires_grad = self._phys._requires_grad
         return self
 
     def detach(self) -> BatchedTensor:
@@ -121,17 +121,17 @@ class BatchedTensor(Tensor):
         with self._level.lowered():
             phys = self._phys.clone()
         old = BatchedTensor(phys, self._bdim, self._level)
-        old.op, old.inputs, old.params, old._rg = self.op, self.inputs, self.params, self._rg
+        old.op, old.inputs, old.params, old._requires_grad = self.op, self.inputs, self.params, self._requires_grad
         if self.op is not None:
-            old._sv = self._sv
+            old._saved_versions = self._saved_versions
         # its own counter at the current version: the edges made to it now carry that
         # version, which resolves to it (not to an older identity) in backward
-        old._vc = [self._vc[0]] if self._vc is not None else None
-        ext = self._ext
+        old._version_counter = [self._version_counter[0]] if self._version_counter is not None else None
+        ext = self._extras
         if ext is not None:
-            e = old._ensure_ext()
-            e.prev, e.born = ext.prev, ext.born  # older in-place changes still resolve
-            for level, tangent in (ext.fw or {}).items():  # forward-AD levels above this one
+            e = old._ensure_extras()
+            e.previous, e.rebased_at = ext.previous, ext.rebased_at  # older in-place changes still resolve
+            for level, tangent in (ext.tangents or {}).items():  # forward-AD levels above this one
                 level.attach(old, tangent)
         return old
 
@@ -174,7 +174,7 @@ class VmapLevel(Interpreter):
         out = BatchedTensor(out, bdim, self)
         if _grad_enabled() and op.differentiable and out._array.dtype.kind in "fc":
             for a in args:
-                if isinstance(a, Value) and a._rg:
+                if isinstance(a, Value) and a._requires_grad:
                     _record_logical(out, op, args, params)
                     break
         return out
@@ -192,18 +192,18 @@ def _record_logical(out: BatchedTensor, op, args: tuple, params: dict) -> None:
     out.op = op
     out.inputs = args
     out.params = params
-    out._rg = True
+    out._requires_grad = True
     # the inputs' versions, for the engine's saved-tensor check (None: all zero)
-    versions = tuple(a._vc[0] if isinstance(a, Value) and a._vc is not None else 0
+    versions = tuple(a._version_counter[0] if isinstance(a, Value) and a._version_counter is not None else 0
                      for a in args)
-    out._sv = versions if any(versions) else None
+    out._saved_versions = versions if any(versions) else None
     if op.view and isinstance(args[0], Value):
         # a view in the logical graph: an in-place op on it writes through to its base
         # there too (the physical buffers are shared already)
         phys, base_phys = _unwrap(out)[0], _unwrap(args[0])[0]
         if xp.may_share_memory(phys._array, base_phys._array):
-            ext = out._ensure_ext()
-            ext.base, ext.view = args[0], (op, args, params)
+            ext = out._ensure_extras()
+            ext.base, ext.view_call = args[0], (op, args, params)
 
 
 def _in_dims_leaves(in_dims, args_spec, name: str, args) -> list:

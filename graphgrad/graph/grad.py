@@ -167,7 +167,7 @@ def _vjp_node(b: GraphBuilder, node: Node, g, reach) -> list:
 def _marked(node: Node, needs: bool) -> Symbol:
     """A Symbol that tells the vjp rule whether its cotangent is wanted (``_rg``)."""
     s = symbol(node)
-    s._rg = needs and _differentiable(node.spec)
+    s._requires_grad = needs and _differentiable(node.spec)
     return s
 
 

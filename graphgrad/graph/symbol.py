@@ -175,11 +175,11 @@ def symbol(node: Node, cls: type = Symbol) -> Symbol:
     t.op = None
     t.inputs = ()
     t.params = None
-    t._rg = False
+    t._requires_grad = False
     t._grad = None
-    t._vc = None
-    t._ext = None
-    t._sv = None
+    t._version_counter = None
+    t._extras = None
+    t._saved_versions = None
     t._node = node
     return t
 
@@ -192,7 +192,7 @@ _SKIP = {"__init__", "__new__", "__repr__", "__str__", "__hash__", "__bool__", "
          "__len__", "__iter__", "__getattribute__", "__setattr__", "__getattr__",
          "__init_subclass__", "__class__", "__reduce__", "__reduce_ex__", "__sizeof__",
          "__dir__", "__format__", "__subclasshook__", "__delattr__", "__array_priority__",
-         "_ensure_ext", "item", "numpy", "tolist", "__float__", "__int__", "__index__",
+         "_ensure_extras", "item", "numpy", "tolist", "__float__", "__int__", "__index__",
          "size", "eval", "__deepcopy__", "__copy__", "dim", "__eq__", "__ne__"}
 
 

@@ -60,7 +60,7 @@ def _fresh(t, requires_grad: bool) -> Tensor:
     vjp rules read (``_rg``) to skip cotangents nobody wants."""
     c = Tensor.__new__(Tensor)
     Tensor.__init__(c, t._array)
-    c._rg = requires_grad
+    c._requires_grad = requires_grad
     return c
 
 
@@ -100,9 +100,9 @@ class RuleFn(_RunTimeFn):
             params = {k: tuple(int(full[e.index]) if isinstance(e, Dyn) else e for e in v)
                       if isinstance(v, tuple) else v for k, v in params.items()}
             full = full[:self.nargs]
-        if any(isinstance(a, Value) and a._rg for a in args):  # recorded: differentiable
+        if any(isinstance(a, Value) and a._requires_grad for a in args):  # recorded: differentiable
             # a wanted cotangent must be computed even if its input is not recorded
-            inputs = [_fresh(a, True) if k in self.wrt and _differentiable(a) and not a._rg
+            inputs = [_fresh(a, True) if k in self.wrt and _differentiable(a) and not a._requires_grad
                       else a for k, a in enumerate(full)]
             return self._rule(g, out, inputs, full, params)
         inputs = [_fresh(a, k in self.wrt) if isinstance(a, Value) else a
@@ -182,12 +182,12 @@ class VjpFn(_RunTimeFn):
         from graphgrad.autograd import enable_grad, grad
         primal, cts = list(args[:self.nargs]), list(args[self.nargs:])
         # create_graph exactly when an enclosing VjpFn records our inputs
-        tracking = any(isinstance(a, Value) and a._rg for a in args)
+        tracking = any(isinstance(a, Value) and a._requires_grad for a in args)
         leaves = [_leaf(a, k in self.wrt) for k, a in enumerate(primal)]
         with enable_grad():
             outs = self.fn(leaves, interp)
         pairs = [(outs[k], ct) for k, ct in zip(self.has_ct, cts, strict=True)
-                 if isinstance(outs[k], Value) and outs[k]._rg]
+                 if isinstance(outs[k], Value) and outs[k]._requires_grad]
         targets = [leaves[k] for k in self.wrt]
         found = [None] * len(targets)
         if pairs:
@@ -203,7 +203,7 @@ def _leaf(a, wanted: bool):
     a wanted float value becomes a fresh leaf that requires grad."""
     if not _differentiable(a):
         return a
-    if a._rg:
+    if a._requires_grad:
         return a.clone()
     return _fresh(a, True) if wanted else a
 

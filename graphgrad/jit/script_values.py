@@ -58,7 +58,7 @@ class Lifts:
         """Tensors read from outside that must not be frozen: known ones, parameters and
         anything requiring grad (graphgrad library code reads ``self.weight`` itself)."""
         return isinstance(value, Value) and not isinstance(value, Symbol) and (
-            id(value) in self.by_id or value._rg)
+            id(value) in self.by_id or value._requires_grad)
 
 
 class ScriptBuilder(GraphBuilder):

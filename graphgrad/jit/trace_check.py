@@ -184,6 +184,6 @@ def clone_inputs(inputs: tuple) -> tuple:
 
 def _copy_tensor(x: Value) -> Tensor:
     t = Tensor(xp.array(x._array, copy=True))
-    if x._rg:
+    if x._requires_grad:
         t.requires_grad_(True)
     return t

@@ -111,8 +111,8 @@ class Tracer(Interpreter):
         t = object.__new__(TracedTensor)
         t._array = out._array
         t.op, t.inputs, t.params = out.op, out.inputs, out.params
-        t._rg, t._grad, t._vc, t._ext = out._rg, None, out._vc, out._ext
-        t._sv = getattr(out, "_sv", None)
+        t._requires_grad, t._grad, t._version_counter, t._extras = out._requires_grad, None, out._version_counter, out._extras
+        t._saved_versions = getattr(out, "_saved_versions", None)
         t._node, t._tracer = node, self
         t._nv = t._version
         return t
@@ -143,7 +143,7 @@ class Tracer(Interpreter):
 
     def _first_use(self, v: Value) -> Node:
         path = self.state_names.get(id(v))
-        if path is not None or v._rg:
+        if path is not None or v._requires_grad:
             node = self.graph.placeholder(Spec(v._array.shape, v._array.dtype),
                                           path or "captured")
             self.captures.append(Capture(node, v, path))
@@ -202,7 +202,7 @@ class Tracer(Interpreter):
             if isinstance(a, (TracedTensor, TracedNumber)):
                 if a._tracer is self:
                     return True
-            elif isinstance(a, Value) and (a._rg or id(a) in self.state_names
+            elif isinstance(a, Value) and (a._requires_grad or id(a) in self.state_names
                                            or id(a) in self._made):
                 return True  # read live, or maybe written by a recorded op in place
         for v in params.values():

@@ -231,7 +231,7 @@ class TracedTensor(Tensor):
 
     def detach_(self) -> Tensor:
         self._node, self._nv = self._tracer.detach(self)._node, self._version
-        self._rg = False
+        self._requires_grad = False
         return self
 
     @property

@@ -86,7 +86,7 @@ class TracedFunction:
     def parameters(self):
         """The traced module's parameters (they stay live: the graph reads them)."""
         return self.module.parameters() if self.module is not None else iter(
-            c.tensor for c in self._captures if c.tensor._rg)
+            c.tensor for c in self._captures if c.tensor._requires_grad)
 
     def captured(self) -> list[Value]:
         """The tensors bound to the graph's extra placeholders at this moment."""

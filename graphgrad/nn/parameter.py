@@ -25,10 +25,10 @@ class Parameter(Tensor):
         p.op = None
         p.inputs = ()
         p.params = None
-        p._rg = False
+        p._requires_grad = False
         p._grad = None
-        p._vc = data._vc if isinstance(data, Tensor) else None
-        p._ext = None
+        p._version_counter = data._version_counter if isinstance(data, Tensor) else None
+        p._extras = None
         if requires_grad:
             p.requires_grad_(True)
         return p
@@ -58,10 +58,10 @@ class Buffer(Tensor):
         b.op = None
         b.inputs = ()
         b.params = None
-        b._rg = False
+        b._requires_grad = False
         b._grad = None
-        b._vc = data._vc
-        b._ext = None
+        b._version_counter = data._version_counter
+        b._extras = None
         return b
 
     def __init__(self, data: Tensor, *, persistent: bool = True):

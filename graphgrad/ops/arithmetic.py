@@ -17,7 +17,7 @@ __all__ = ["add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "neg"
 
 def needs_grad(x) -> bool:
     """Whether a rule should bother computing the cotangent for input ``x``."""
-    return isinstance(x, Value) and x._rg
+    return isinstance(x, Value) and x._requires_grad
 
 
 class Add(Elementwise):

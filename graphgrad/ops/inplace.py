@@ -3,7 +3,7 @@
 Each in-place op runs the out-of-place op and writes its result into the tensor's
 buffer, bumping the version counter that saved-tensor checks compare against. When
 the graph is being recorded, the tensor is *rebased*: it becomes the node of the new
-op, while its previous identity lives on as a separate node (``ext.prev``) that the
+op, while its previous identity lives on as a separate node (``ext.previous``) that the
 edges created before the change still lead to.
 
 Views share their base's version counter. A view whose base changed since its history
@@ -32,15 +32,15 @@ __all__ = ["apply_inplace", "fill_inplace", "fresh_tangents", "setitem_name"]
 
 
 def _check_allowed(t: Tensor) -> None:
-    if t._rg and t.op is None:
+    if t._requires_grad and t.op is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
                            "operation.")
-    ext = t._ext
+    ext = t._extras
     if ext is not None and ext.base is not None:
         base = ext.base
-        while base._ext is not None and base._ext.base is not None:
-            base = base._ext.base
-        if base._rg and base.op is None:
+        while base._extras is not None and base._extras.base is not None:
+            base = base._extras.base
+        if base._requires_grad and base.op is None:
             raise RuntimeError("a view of a leaf Variable that requires grad is being used in "
                                "an in-place operation.")
 
@@ -48,13 +48,13 @@ def _check_allowed(t: Tensor) -> None:
 def _check_not_a_no_grad_view(t: Tensor) -> None:
     """An in-place op with grad mode on, on a view that does not require grad of a base that
     does (the view was made under no_grad): PyTorch forbids it as ambiguous."""
-    ext = t._ext
-    if ext is None or ext.base is None or t._rg or not is_grad_enabled():
+    ext = t._extras
+    if ext is None or ext.base is None or t._requires_grad or not is_grad_enabled():
         return
     base = ext.base
-    while base._ext is not None and base._ext.base is not None:
-        base = base._ext.base
-    if base._rg:
+    while base._extras is not None and base._extras.base is not None:
+        base = base._extras.base
+    if base._requires_grad:
         raise RuntimeError(
             "A view was created in no_grad mode and is being modified inplace with grad mode "
             "enabled. Given that this use case is ambiguous and error-prone, it is forbidden. "
@@ -64,10 +64,10 @@ def _check_not_a_no_grad_view(t: Tensor) -> None:
 
 
 def _bump(t: Value) -> int:
-    if t._vc is None:
-        t._vc = [0]
-    t._vc[0] += 1
-    return t._vc[0]
+    if t._version_counter is None:
+        t._version_counter = [0]
+    t._version_counter[0] += 1
+    return t._version_counter[0]
 
 
 def _write(t: Tensor, arr, name: str) -> None:
@@ -108,14 +108,14 @@ def _is_wrapper(t) -> bool:
 
 def _carry_tangents(t: Tensor, result: Tensor) -> None:
     """Forward-AD tangents of the new value move to the tensor written in place."""
-    fw = result._ext.fw if result._ext is not None else None
-    old = t._ext.fw if t._ext is not None else None
+    fw = result._extras.tangents if result._extras is not None else None
+    old = t._extras.tangents if t._extras is not None else None
     if not fw and not old:
         return
-    ext = t._ensure_ext()
+    ext = t._ensure_extras()
     for level in list(old or ()):
         if not fw or level not in fw:
-            del ext.fw[level]  # the new value does not depend on that level's input
+            del ext.tangents[level]  # the new value does not depend on that level's input
     for level, tangent in (fw or {}).items():
         level.attach(t, tangent)
     _derived_now(t)
@@ -124,16 +124,16 @@ def _carry_tangents(t: Tensor, result: Tensor) -> None:
 def _derived_now(t: Value) -> None:
     """``t``'s tangents were just set for its current value: a view needs no new
     derivation from its base until the storage changes again."""
-    ext = t._ext
-    if ext.base is not None and t._vc is not None:
-        ext.fwv = t._vc[0]
+    ext = t._extras
+    if ext.base is not None and t._version_counter is not None:
+        ext.tangents_at = t._version_counter[0]
 
 
 def _copy_tangents(t: Tensor, old: Tensor) -> None:
     """The old identity keeps ``t``'s forward-AD tangents: the new value's jvp (and, in
     forward-over-reverse, the backward rules reading the saved old value) need them."""
     fresh_tangents(t)
-    fw = t._ext.fw if t._ext is not None else None
+    fw = t._extras.tangents if t._extras is not None else None
     for level, tangent in (fw or {}).items():
         level.attach(old, tangent)
 
@@ -141,8 +141,8 @@ def _copy_tangents(t: Tensor, old: Tensor) -> None:
 def _owns(ext, level) -> bool:
     """Whether a tensor's tangent at ``level`` is its own rather than its base's seen
     through the view: tensors that are not views, and make_dual's views."""
-    return ext is None or ext.base is None or ext.view is None or (
-        ext.fw_own is not None and level in ext.fw_own)
+    return ext is None or ext.base is None or ext.view_call is None or (
+        ext.own_tangents is not None and level in ext.own_tangents)
 
 
 def _tangents_to_base(t: Tensor) -> None:
@@ -150,12 +150,12 @@ def _tangents_to_base(t: Tensor) -> None:
     recorded path gets this from the write-back op's jvp; this is the unrecorded one),
     up to the tensor that owns the tangent (PyTorch: the view's tangent is a view of
     that tensor's tangent, written in place)."""
-    for level, tangent in list((t._ext.fw or {}).items() if t._ext is not None else ()):
+    for level, tangent in list((t._extras.tangents or {}).items() if t._extras is not None else ()):
         v = t
-        while not _owns(v._ext, level):
-            ext = v._ext
+        while not _owns(v._extras, level):
+            ext = v._extras
             base = ext.base
-            write_back = _write_back(ext.view, "forward AD: an in-place op", "a tensor")
+            write_back = _write_back(ext.view_call, "forward AD: an in-place op", "a tensor")
             before = level.tangent(base)  # (derived again first, when base is a view)
             if before is None:
                 before = _leaf(xp.zeros(base._array.shape, base._array.dtype))
@@ -175,23 +175,23 @@ def fresh_tangents(t: Value) -> None:
     chain = []
     v = t
     while True:
-        ext = v._ext
-        if ext is None or ext.base is None or ext.view is None or v._vc is None or \
-                ext.fwv == v._vc[0]:
+        ext = v._extras
+        if ext is None or ext.base is None or ext.view_call is None or v._version_counter is None or \
+                ext.tangents_at == v._version_counter[0]:
             break
         chain.append(v)
         v = ext.base
     for v in reversed(chain):
-        ext = v._ext
-        ext.fwv = v._vc[0]
-        base_fw = ext.base._ext.fw if ext.base._ext is not None else None
-        view_op, view_args, params = ext.view
-        for level in set(base_fw or ()) | set(ext.fw or ()):
+        ext = v._extras
+        ext.tangents_at = v._version_counter[0]
+        base_fw = ext.base._extras.tangents if ext.base._extras is not None else None
+        view_op, view_args, params = ext.view_call
+        for level in set(base_fw or ()) | set(ext.tangents or ()):
             if _owns(ext, level):
                 continue
             base_tangent = base_fw.get(level) if base_fw else None
             if base_tangent is None:
-                del ext.fw[level]
+                del ext.tangents[level]
                 continue
             if level in _stack:  # tangents are computed below their own level
                 with level.lowered():
@@ -214,10 +214,10 @@ def _inplace_batched(t: Tensor, fn, args, kw, name: str) -> Tensor:
     logical value is computed out of place, written into the physical tensor (an
     in-place op one level down, so the tensors that alias it see the change, as in
     PyTorch), and the batched tensor becomes its node in the logical graph."""
-    recording = is_grad_enabled() and (t._rg or any(needs_grad(a) for a in args))
+    recording = is_grad_enabled() and (t._requires_grad or any(needs_grad(a) for a in args))
     if recording:
         _check_allowed(t)
-        if t._ext is not None and t._ext.base is not None:
+        if t._extras is not None and t._extras.base is not None:
             return _inplace_on_batched_view(t, fn, args, kw, name)
     old = t._snapshot() if recording else t
     result = fn(old, *args, **kw)
@@ -231,10 +231,10 @@ def _inplace_batched(t: Tensor, fn, args, kw, name: str) -> Tensor:
         # rebase t in the logical graph, as for a plain tensor: edges made before the
         # change lead to its old identity (the snapshot) through the version counter
         version = _bump(t)
-        ext = t._ensure_ext()
-        ext.prev, ext.born = old, version
-        t.op, t.inputs, t.params, t._rg, t._sv = (result.op, result.inputs, result.params,
-                                                  result._rg, result._sv)
+        ext = t._ensure_extras()
+        ext.previous, ext.rebased_at = old, version
+        t.op, t.inputs, t.params, t._requires_grad, t._saved_versions = (result.op, result.inputs, result.params,
+                                                  result._requires_grad, result._saved_versions)
     _carry_tangents(t, result)
     return t
 
@@ -262,17 +262,17 @@ def _inplace_on_batched_view(t: Tensor, fn, args, kw, name: str) -> Tensor:
     """An in-place op on a view of a batched tensor, while recording: the base takes the
     new values (an in-place op on it, so its logical history sees the change) and the
     view becomes a fresh view of the rebased base."""
-    view_op, view_args, view_params = t._ext.view
-    base, index = t._ext.base, view_args[1:]
-    write_back = _write_back(t._ext.view, f"vmap: {name}", "a batched tensor")
+    view_op, view_args, view_params = t._extras.view_call
+    base, index = t._extras.base, view_args[1:]
+    write_back = _write_back(t._extras.view_call, f"vmap: {name}", "a batched tensor")
     old = t._snapshot()
     new_values = fn(old, *args, **kw)
     apply_inplace(base, write_back, new_values, name=name)
     fresh = view_op.apply(base, *index, **view_params)
     version = _bump(t)
-    t._ext.prev, t._ext.born = old, version
-    t.op, t.inputs, t.params, t._rg, t._sv = (fresh.op, fresh.inputs, fresh.params, fresh._rg,
-                                              fresh._sv)
+    t._extras.previous, t._extras.rebased_at = old, version
+    t.op, t.inputs, t.params, t._requires_grad, t._saved_versions = (fresh.op, fresh.inputs, fresh.params, fresh._requires_grad,
+                                              fresh._saved_versions)
     _carry_tangents(t, fresh)
     return t
 
@@ -310,7 +310,7 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
     """``t <- fn(t, *args, **kw)`` in place; returns ``t``."""
     if _is_wrapper(t):
         return _inplace_batched(t, fn, args, kw, name)
-    recording = is_grad_enabled() and (t._rg or any(needs_grad(a) for a in args))
+    recording = is_grad_enabled() and (t._requires_grad or any(needs_grad(a) for a in args))
     if not recording:
         _check_not_a_no_grad_view(t)
         result = fn(t, *args, **kw)
@@ -322,10 +322,10 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
         _tangents_to_base(t)
         return t
     _check_allowed(t)
-    if t._ext is not None and t._ext.base is not None:
+    if t._extras is not None and t._extras.base is not None:
         return _inplace_on_view(t, fn, args, kw, name)
-    if t._vc is None:
-        t._vc = [0]
+    if t._version_counter is None:
+        t._version_counter = [0]
     old = _old_identity(t)
     _copy_tangents(t, old)
     result = fn(old, *args, **kw)
@@ -333,18 +333,18 @@ def apply_inplace(t: Tensor, fn, *args, name: str = "inplace", **kw) -> Tensor:
         raise _vmap_inplace_error(name)
     if result._array.shape != t._array.shape:
         _write(t, result._array, name)  # raises the shape error
-    _keep_if_saved(old, result, t._vc[0])
+    _keep_if_saved(old, result, t._version_counter[0])
     _write(t, result._array, name)
     version = _bump(t)
     if result.op is None:  # the op did not record (e.g. not differentiable)
         return t
-    t.op, t.inputs, t.params, t._sv = result.op, result.inputs, result.params, result._sv
-    t._rg = True
-    ext = t._ensure_ext()
-    ext.prev = old
-    ext.born = version
+    t.op, t.inputs, t.params, t._saved_versions = result.op, result.inputs, result.params, result._saved_versions
+    t._requires_grad = True
+    ext = t._ensure_extras()
+    ext.previous = old
+    ext.rebased_at = version
     _carry_tangents(t, result)
-    if not old._rg and ext.views:
+    if not old._requires_grad and ext.views:
         views_follow_grad(t)
     return t
 
@@ -356,7 +356,7 @@ def _keep_if_saved(old: Tensor, result: Tensor, version: int) -> None:
         else ()
     if saves is True or (saves and 0 in saves):
         old._array = old._array.copy()
-        old._vc = [version]
+        old._version_counter = [version]
 
 
 def _inplace_on_view(t: Tensor, fn, args, kw, name: str) -> Tensor:
@@ -364,32 +364,32 @@ def _inplace_on_view(t: Tensor, fn, args, kw, name: str) -> Tensor:
     base (with ``index_put`` for views made by indexing, with the view op's
     ``write_back`` for reshape/permute/expand views), rebasing the base so its history
     sees the change, and the view becomes a fresh view of the rebased base."""
-    ext = t._ext
-    view_op, view_args, view_params = ext.view
+    ext = t._extras
+    view_op, view_args, view_params = ext.view_call
     base, index = ext.base, view_args[1:]
-    write_back = _write_back(ext.view, f"graphgrad: {name}", "a tensor")
-    if t._vc is None:
-        t._vc = [0]
+    write_back = _write_back(ext.view_call, f"graphgrad: {name}", "a tensor")
+    if t._version_counter is None:
+        t._version_counter = [0]
     old = _old_identity(t)
     _copy_tangents(t, old)
     new_values = fn(old, *args, **kw)
-    _keep_if_saved(old, new_values, t._vc[0])
+    _keep_if_saved(old, new_values, t._version_counter[0])
     apply_inplace(base, write_back, new_values, name=name)
     fresh = view_op.apply(base, *index, **view_params)
-    t.op, t.inputs, t.params, t._rg = fresh.op, fresh.inputs, fresh.params, fresh._rg
+    t.op, t.inputs, t.params, t._requires_grad = fresh.op, fresh.inputs, fresh.params, fresh._requires_grad
     if fresh.op is not None:
-        t._sv = fresh._sv
-    ext.prev, ext.born = old, t._vc[0]
+        t._saved_versions = fresh._saved_versions
+    ext.previous, ext.rebased_at = old, t._version_counter[0]
     _carry_tangents(t, fresh)
     return t
 
 
 def _has_tangents(x) -> bool:
     """Whether ``x`` carries a forward-AD tangent (then a write into it changes it)."""
-    if not isinstance(x, Value) or x._ext is None:
+    if not isinstance(x, Value) or x._extras is None:
         return False
     fresh_tangents(x)
-    return bool(x._ext.fw)
+    return bool(x._extras.tangents)
 
 
 def fill_inplace(t: Tensor, value, name: str = "fill_") -> Tensor:
@@ -397,7 +397,7 @@ def fill_inplace(t: Tensor, value, name: str = "fill_") -> Tensor:
     from .compare import where
     if _is_wrapper(value) and not _is_wrapper(t):
         raise _vmap_inplace_error(name)
-    if not _is_wrapper(t) and not (is_grad_enabled() and (t._rg or needs_grad(value))) and \
+    if not _is_wrapper(t) and not (is_grad_enabled() and (t._requires_grad or needs_grad(value))) and \
             not _has_tangents(t) and not _has_tangents(value):
         _check_not_a_no_grad_view(t)
         src = value._array if isinstance(value, Value) else value

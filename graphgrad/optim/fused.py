@@ -31,9 +31,9 @@ def buffer(t: Tensor, name: str = "optimizer step"):
 def written(*tensors: Tensor) -> None:
     """Bump the version counters of tensors whose buffers were changed in place."""
     for t in tensors:
-        if t._vc is None:
-            t._vc = [0]
-        t._vc[0] += 1
+        if t._version_counter is None:
+            t._version_counter = [0]
+        t._version_counter[0] += 1
 
 
 def new_state(array) -> Tensor:

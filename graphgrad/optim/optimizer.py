@@ -145,7 +145,7 @@ class Optimizer:
                     continue
                 if g.op is not None:
                     g.detach_()
-                g._rg = False
+                g._requires_grad = False
                 if g._array.flags.writeable:
                     g._array[...] = 0
                 else:  # an expanded (read-only) gradient: give it memory of its own

@@ -9,9 +9,9 @@ from .creation import __all__ as _creation_all
 from .device import cuda, device
 from .dispatch import (Interpreter, current_interpreter, dispatch, is_grad_enabled,
                        pop_interpreter, push_interpreter, set_grad_mode)
-from .value import AccumulateGrad, BackwardNode, Ext, RemovableHandle, Size, Tensor, Value, record
+from .value import AccumulateGrad, BackwardNode, Extras, RemovableHandle, Size, Tensor, Value, record
 
-__all__ = ["Value", "Tensor", "Size", "Ext", "BackwardNode", "AccumulateGrad",
+__all__ = ["Value", "Tensor", "Size", "Extras", "BackwardNode", "AccumulateGrad",
            "RemovableHandle", "record", "dispatch", "Interpreter", "push_interpreter",
            "pop_interpreter", "current_interpreter", "is_grad_enabled", "set_grad_mode",
            "device", "cuda",

@@ -160,7 +160,7 @@ def _new(arr, requires_grad: bool) -> Tensor:
         if arr.dtype.kind not in "fc":  # the factory keyword's wording, as in PyTorch
             raise RuntimeError("Only Tensors of floating point and complex dtype can require "
                                "gradients")
-        t._rg = True
+        t._requires_grad = True
     return t
 
 

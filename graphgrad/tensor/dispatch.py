@@ -103,17 +103,17 @@ def dispatch(op, args: tuple, params: dict) -> Any:
                 break
     if _grad_enabled and op.differentiable and out.dtype.kind in "fc":
         for a in args:
-            if isinstance(a, Value) and a._rg:
+            if isinstance(a, Value) and a._requires_grad:
                 return record(op, args, params, out)
     t = Tensor.__new__(Tensor)
     t._array = out
     t.op = None
     t.inputs = ()
     t.params = None
-    t._rg = False
+    t._requires_grad = False
     t._grad = None
-    t._vc = None
-    t._ext = None
+    t._version_counter = None
+    t._extras = None
     if op.view:
         mark_view(t, op, args, params)
     return t

@@ -73,8 +73,8 @@ def tensor_repr(t) -> str:
     if not (kind == default or kind == xp.int64 or kind == xp.bool_
             or (kind == xp.complex64 and default == xp.float32)):
         suffix.append(f"dtype={t.dtype!r}")
-    if t.op is not None and t._rg:
+    if t.op is not None and t._requires_grad:
         suffix.append(f"grad_fn=<{t.op.__name__}Backward0>")
-    elif t._rg:
+    elif t._requires_grad:
         suffix.append("requires_grad=True")
     return _PREFIX + body + "".join(", " + s for s in suffix) + ")"

@@ -22,7 +22,7 @@ from graphgrad.backend import get_default_dtype as _default_dtype
 
 from .device import device as _device
 
-__all__ = ["Value", "Tensor", "Ext", "record", "Size", "mark_view", "refresh_if_stale",
+__all__ = ["Value", "Tensor", "Extras", "record", "Size", "mark_view", "refresh_if_stale",
            "views_follow_grad"]
 
 
@@ -60,27 +60,27 @@ class Size(tuple):
     __rmul__ = __mul__
 
 
-class Ext:
+class Extras:
     """Rarely-needed per-node state, kept out of the hot slots: hooks, ``retain_grad``,
     the identity a tensor had before an in-place op rebased it, forward-AD tangents."""
 
-    __slots__ = ("hooks", "retains_grad", "prev", "born", "base", "view", "post_hooks", "fw",
-                 "views", "fwv", "fw_own")
+    __slots__ = ("hooks", "post_hooks", "retains_grad", "previous", "rebased_at", "base", "view_call",
+                 "tangents", "tangents_at", "own_tangents", "views")
 
     def __init__(self):
         self.hooks: list | None = None
         self.post_hooks: list | None = None
         self.retains_grad = False
-        self.prev: Value | None = None   # the node this tensor was before an in-place op
-        self.born = 0                    # version at which this identity became current
+        self.previous: Value | None = None   # the node this tensor was before an in-place op
+        self.rebased_at = 0                    # version at which this identity became current
         self.base: Value | None = None   # for views: the tensor they look into
-        self.view: tuple | None = None   # ... and how: (op, args, params) of the view op
-        self.fw: dict | None = None      # forward-AD tangents, keyed by their level
+        self.view_call: tuple | None = None   # ... and how: (op, args, params) of the view op
+        self.tangents: dict | None = None      # forward-AD tangents, keyed by their level
         # for views: the version their tangents were derived from the base's at, and the
         # levels where the tangent is the view's own (make_dual), not the base's seen
         # through the view
-        self.fwv = -1
-        self.fw_own: set | None = None
+        self.tangents_at = -1
+        self.own_tangents: set | None = None
         # weak references to the views of this tensor that do not require grad: an
         # in-place op that makes it require grad makes them require grad too
         self.views: list | None = None
@@ -89,18 +89,18 @@ class Ext:
 class Value:
     """A node of the computational graph: creator op, inputs, params, cached array."""
 
-    __slots__ = ("_array", "op", "inputs", "params", "_rg", "_grad", "_vc", "_ext", "_sv",
+    __slots__ = ("_array", "op", "inputs", "params", "_requires_grad", "_grad", "_version_counter", "_extras", "_saved_versions",
                  "__weakref__")
 
-    def _ensure_ext(self) -> Ext:
-        e = self._ext
+    def _ensure_extras(self) -> Extras:
+        e = self._extras
         if e is None:
-            e = self._ext = Ext()
+            e = self._extras = Extras()
         return e
 
     @property
     def _version(self) -> int:
-        vc = self._vc
+        vc = self._version_counter
         return 0 if vc is None else vc[0]
 
 
@@ -111,18 +111,18 @@ def record(op, args: tuple, params: dict, out) -> Tensor:
     t.op = op
     t.inputs = args
     t.params = params
-    t._rg = True
+    t._requires_grad = True
     t._grad = None
-    t._vc = None
-    t._ext = None
+    t._version_counter = None
+    t._extras = None
     # Versions of the inputs as this node saw them: backward checks them against
     # in-place changes. None stands for "all zero", the common case.
     sv = None
     for a in args:
-        if isinstance(a, Value) and a._vc is not None:
+        if isinstance(a, Value) and a._version_counter is not None:
             sv = _versions(args)
             break
-    t._sv = sv
+    t._saved_versions = sv
     if op.view:
         mark_view(t, op, args, params)
     return t
@@ -134,9 +134,9 @@ def _versions(args: tuple) -> tuple:
     view of it) first gets a fresh history, so the new node's gradient goes through
     that change (PyTorch regenerates the view's grad_fn the same way)."""
     for a in args:
-        if isinstance(a, Value) and a._ext is not None:
+        if isinstance(a, Value) and a._extras is not None:
             refresh_if_stale(a)
-    return tuple(a._vc[0] if isinstance(a, Value) and a._vc is not None else 0 for a in args)
+    return tuple(a._version_counter[0] if isinstance(a, Value) and a._version_counter is not None else 0 for a in args)
 
 
 def mark_view(t: Value, op, args: tuple, params: dict) -> None:
@@ -146,21 +146,21 @@ def mark_view(t: Value, op, args: tuple, params: dict) -> None:
     which version of the base its history was made."""
     base = args[0]
     if xp.may_share_memory(t._array, base._array):
-        if base._vc is None:
-            base._vc = [0]
-        t._vc = base._vc
-        ext = t._ensure_ext()
+        if base._version_counter is None:
+            base._version_counter = [0]
+        t._version_counter = base._version_counter
+        ext = t._ensure_extras()
         ext.base = base
-        ext.view = (op, args, params)
-        ext.born = ext.fwv = base._vc[0]
-        if not t._rg:
+        ext.view_call = (op, args, params)
+        ext.rebased_at = ext.tangents_at = base._version_counter[0]
+        if not t._requires_grad:
             _register_view(base, t)
 
 
 def _register_view(base: Value, view: Value) -> None:
     """Remember ``view`` (weakly) on ``base``; dead entries are dropped each time the
     list reaches a power of two, so a loop of temporary views costs O(1) each."""
-    e = base._ensure_ext()
+    e = base._ensure_extras()
     views = e.views
     if views is None:
         views = e.views = []
@@ -177,13 +177,13 @@ def views_follow_grad(base: Value) -> None:
     the base. Views of those views follow too."""
     stack = [base]
     while stack:
-        e = stack.pop()._ext
+        e = stack.pop()._extras
         if e is None or not e.views:
             continue
         views, e.views = e.views, None
         for ref in views:
             v = ref()
-            if v is not None and not v._rg and v._ext.base is not None:
+            if v is not None and not v._requires_grad and v._extras.base is not None:
                 refresh_view(v)
                 stack.append(v)
 
@@ -192,43 +192,43 @@ def refresh_if_stale(t: Value) -> None:
     """Give view ``t`` a fresh history when its base changed in place since its history
     was made, as PyTorch regenerates a view's grad_fn when it is read: ``grad_fn``,
     ``backward`` and ``autograd.grad`` then see the change."""
-    e = t._ext
-    if e is not None and e.base is not None and t._rg and t._vc is not None \
-            and e.born != t._vc[0]:
+    e = t._extras
+    if e is not None and e.base is not None and t._requires_grad and t._version_counter is not None \
+            and e.rebased_at != t._version_counter[0]:
         refresh_view(t)
 
 
 def old_identity(t: Tensor) -> Tensor:
     """A node standing for ``t`` as it was: same op, inputs and buffer, same counter (an
-    in-place op, or a view's fresh history, rebases ``t`` and keeps this as ``ext.prev``
+    in-place op, or a view's fresh history, rebases ``t`` and keeps this as ``ext.previous``
     for the edges made before)."""
     old = Tensor.__new__(Tensor)
     old._array = t._array
     old.op = t.op
     old.inputs = t.inputs
     old.params = t.params
-    old._rg = t._rg
+    old._requires_grad = t._requires_grad
     old._grad = None
-    old._vc = t._vc
-    old._ext = None
+    old._version_counter = t._version_counter
+    old._extras = None
     if t.op is not None:
-        old._sv = t._sv
-    if t._ext is not None:
-        e = old._ensure_ext()
-        e.prev, e.born, e.base = t._ext.prev, t._ext.born, t._ext.base
+        old._saved_versions = t._saved_versions
+    if t._extras is not None:
+        e = old._ensure_extras()
+        e.previous, e.rebased_at, e.base = t._extras.previous, t._extras.rebased_at, t._extras.base
     return old
 
 
 def refresh_view(v: Tensor) -> None:
     """Rebase view ``v`` onto its base as the base is now: the view op applied again."""
-    ext = v._ext
-    view_op, view_args, params = ext.view
+    ext = v._extras
+    view_op, view_args, params = ext.view_call
     old = old_identity(v)
     fresh = view_op.apply(ext.base, *view_args[1:], **params)
-    v.op, v.inputs, v.params, v._rg = fresh.op, fresh.inputs, fresh.params, fresh._rg
+    v.op, v.inputs, v.params, v._requires_grad = fresh.op, fresh.inputs, fresh.params, fresh._requires_grad
     if fresh.op is not None:
-        v._sv = fresh._sv
-    ext.prev, ext.born = old, v._vc[0]
+        v._saved_versions = fresh._saved_versions
+    ext.previous, ext.rebased_at = old, v._version_counter[0]
 
 
 def _leaf(array, requires_grad: bool = False) -> Tensor:
@@ -237,10 +237,10 @@ def _leaf(array, requires_grad: bool = False) -> Tensor:
     t.op = None
     t.inputs = ()
     t.params = None
-    t._rg = requires_grad
+    t._requires_grad = requires_grad
     t._grad = None
-    t._vc = None
-    t._ext = None
+    t._version_counter = None
+    t._extras = None
     return t
 
 
@@ -269,10 +269,10 @@ class Tensor(Value):
         self.op = None
         self.inputs = ()
         self.params = None
-        self._rg = False
+        self._requires_grad = False
         self._grad = None
-        self._vc = None
-        self._ext = None
+        self._version_counter = None
+        self._extras = None
         if requires_grad:
             self.requires_grad_(True)
 
@@ -331,13 +331,13 @@ class Tensor(Value):
 
     # ---- conversion -----------------------------------------------------------
     def numpy(self, *, force: bool = False):
-        if self._rg and not force:
+        if self._requires_grad and not force:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
         return self._array
 
     def __array__(self, dtype=None, copy=None):
-        if self._rg:
+        if self._requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
         a = self._array
@@ -405,7 +405,7 @@ class Tensor(Value):
     @property
     def requires_grad(self) -> bool:
         refresh_if_stale(self)
-        return self._rg
+        return self._requires_grad
 
     @requires_grad.setter
     def requires_grad(self, flag: bool) -> None:
@@ -418,7 +418,7 @@ class Tensor(Value):
         if flag and self._array.dtype.kind not in "fc":
             raise RuntimeError("only Tensors of floating point and complex dtype can require "
                                "gradients")
-        self._rg = bool(flag)
+        self._requires_grad = bool(flag)
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         if self.op is not None and not requires_grad:
@@ -426,7 +426,7 @@ class Tensor(Value):
         if requires_grad and self._array.dtype.kind not in "fc":
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
         if self.op is None:
-            self._rg = bool(requires_grad)
+            self._requires_grad = bool(requires_grad)
         return self
 
     @property
@@ -436,8 +436,8 @@ class Tensor(Value):
     @property
     def grad(self) -> Tensor | None:
         g = self._grad
-        if g is None and self.op is not None and self._rg and not (
-                self._ext is not None and self._ext.retains_grad):
+        if g is None and self.op is not None and self._requires_grad and not (
+                self._extras is not None and self._extras.retains_grad):
             warnings.warn(
                 "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. "
                 "Its .grad attribute won't be populated during autograd.backward(). If you "
@@ -462,13 +462,13 @@ class Tensor(Value):
 
     @property
     def retains_grad(self) -> bool:
-        return self._ext is not None and self._ext.retains_grad
+        return self._extras is not None and self._extras.retains_grad
 
     def retain_grad(self) -> None:
-        if not self._rg:
+        if not self._requires_grad:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         if self.op is not None:
-            self._ensure_ext().retains_grad = True
+            self._ensure_extras().retains_grad = True
 
     @property
     def grad_fn(self):
@@ -480,21 +480,21 @@ class Tensor(Value):
     def register_hook(self, hook: Callable) -> RemovableHandle:
         """``hook(grad) -> Tensor | None`` runs when the gradient w.r.t. this tensor is
         computed; a returned tensor replaces the gradient."""
-        if not self._rg:
+        if not self._requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-        ext = self._ensure_ext()
+        ext = self._ensure_extras()
         if ext.hooks is None:
             ext.hooks = []
         ext.hooks.append(hook)
         return RemovableHandle(ext.hooks, hook)
 
     def register_post_accumulate_grad_hook(self, hook: Callable) -> RemovableHandle:
-        if not self._rg:
+        if not self._requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self.op is not None:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
                                "tensors")
-        ext = self._ensure_ext()
+        ext = self._ensure_extras()
         if ext.post_hooks is None:
             ext.post_hooks = []
         ext.post_hooks.append(hook)
@@ -503,18 +503,18 @@ class Tensor(Value):
     def detach(self) -> Tensor:
         """A new leaf sharing storage and version counter, outside the graph."""
         t = _leaf(self._array)
-        if self._vc is None:
-            self._vc = [0]
-        t._vc = self._vc
+        if self._version_counter is None:
+            self._version_counter = [0]
+        t._version_counter = self._version_counter
         return t
 
     def detach_(self) -> Tensor:
-        if self._ext is not None and self._ext.base is not None:
+        if self._extras is not None and self._extras.base is not None:
             raise RuntimeError("Can't detach views in-place. Use detach() instead.")
         self.op = None
         self.inputs = ()
         self.params = None
-        self._rg = False
+        self._requires_grad = False
         return self
 
     @property
@@ -582,7 +582,7 @@ class BackwardNode:
     def next_functions(self) -> tuple:
         out = []
         for a in self._value.inputs:
-            if not isinstance(a, Value) or not a._rg:
+            if not isinstance(a, Value) or not a._requires_grad:
                 out.append((None, 0))
             elif a.op is None:
                 out.append((AccumulateGrad(a), 0))

@@ -341,8 +341,8 @@ class Module:
                 continue
             arr = src._array if isinstance(src, Tensor) else src
             t._array[...] = arr
-            if t._vc is not None:
-                t._vc[0] += 1
+            if t._version_counter is not None:
+                t._version_counter[0] += 1
         if strict:
             if unexpected:
                 errors.insert(0, "Unexpected key(s) in state_dict: "
