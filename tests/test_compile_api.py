@@ -17,7 +17,7 @@ import graphgrad as gg
 import graphgrad.nn.functional as F
 from graphgrad import compiler
 from graphgrad.dynamo import config
-from graphgrad.tensor.dispatch import current_interpreter
+from graphgrad.tensor.modes import current_mode
 
 from test_compile_fuzz import same
 
@@ -78,7 +78,7 @@ def test_every_tensor_method_and_function_compiled_equals_eager():
         if callable(want) and not isinstance(want, gg.Tensor):
             continue
         seen.add(head)
-        assert current_interpreter() is None and gg.is_grad_enabled(), expr
+        assert current_mode() is None and gg.is_grad_enabled(), expr
         got = _run(gg.compile(f), x_comp)
         if isinstance(want, (gg.Tensor, tuple, list, int, float, bool, dict)):
             same(want, got)

@@ -20,7 +20,7 @@ from jvp_vmap_cases import CASES, TORCH
 import graphgrad as gg
 from graphgrad import func as F
 from graphgrad.ops import REGISTRY
-from graphgrad.tensor import Interpreter, dispatch, pop_interpreter, push_interpreter
+from graphgrad.tensor import Mode, dispatch, pop_mode, push_mode
 
 SETTINGS = settings(max_examples=15, deadline=None)
 
@@ -941,7 +941,7 @@ def test_outer_backward_through_jacobians(transform):
 VMAP_SIZE = 5
 
 
-class _Recorder(Interpreter):
+class _Recorder(Mode):
     """Records which ops a function dispatches."""
 
     def __init__(self):
@@ -1051,11 +1051,11 @@ def test_op_jacobians_match_torch(case, mode):
 def test_op_case_dispatches_its_ops(case):
     rec = _Recorder()
     tensors = [gg.tensor(a) for a in _case_inputs(case)]
-    push_interpreter(rec)
+    push_mode(rec)
     try:
         case.fn(gg, *tensors)
     finally:
-        pop_interpreter(rec)
+        pop_mode(rec)
     assert set(case.ops) <= rec.seen, (case.ops, rec.seen)
 
 

@@ -33,7 +33,7 @@ RANK = {layer: i for i, names in enumerate(RANKS) for layer in names}
 # The upward edges DESIGN.md allows, each in one place: Tensor.backward reaches autograd
 # lazily; autograd.functional(vectorize=True) reaches func.vmap lazily. (Op rules calling
 # ops go through dispatch in `tensor`, which is downward.)
-ALLOWED_UPWARD = {("tensor/value.py", "autograd"),
+ALLOWED_UPWARD = {("tensor/tensor.py", "autograd"),
                   # autograd.functional's vectorize=True batches its passes with vmap
                   ("autograd/functional.py", "func")}
 

@@ -124,18 +124,18 @@ def test_linear_errors_match_torch(shapes):
 def _under_interpreter(fn):
     """Run ``fn`` with a pass-through interpreter on the dispatch stack, as under a
     tracer."""
-    from graphgrad.tensor import Interpreter, dispatch, pop_interpreter, push_interpreter
+    from graphgrad.tensor import Mode, dispatch, pop_mode, push_mode
 
-    class PassThrough(Interpreter):
+    class PassThrough(Mode):
         def process(self, op, args, params):
             with self.lowered():
                 return dispatch(op, args, params)
     interp = PassThrough()
-    push_interpreter(interp)
+    push_mode(interp)
     try:
         return fn()
     finally:
-        pop_interpreter(interp)
+        pop_mode(interp)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -343,9 +343,9 @@ def test_cumprod_derivatives_to_third_order_match_torch(x):
 def test_cumprod_first_order_backward_is_one_linear_op():
     """Plain backward runs CumprodBackward (O(n) along the dim) and nothing quadratic:
     the n-copies construction appears only when the gradient is differentiated again."""
-    from graphgrad.tensor import Interpreter, dispatch, pop_interpreter, push_interpreter
+    from graphgrad.tensor import Mode, dispatch, pop_mode, push_mode
 
-    class Recorder(Interpreter):
+    class Recorder(Mode):
         def __init__(self):
             self.seen = []
 
@@ -357,11 +357,11 @@ def test_cumprod_first_order_backward_is_one_linear_op():
     x = gg.tensor(np.array([[2.0, 0.0, 3.0, 0.5], [1.0, -1.0, 0.0, 0.0]]), requires_grad=True)
     y = gg.cumprod(x, 1)
     rec = Recorder()
-    push_interpreter(rec)
+    push_mode(rec)
     try:
         (grad,) = gg.autograd.grad(y.sum(), x)
     finally:
-        pop_interpreter(rec)
+        pop_mode(rec)
     assert "CumprodBackward" in rec.seen and "Cumprod" not in rec.seen, rec.seen
     xt = torch.tensor(_np(x), requires_grad=True)
     (want,) = torch.autograd.grad(torch.cumprod(xt, 1).sum(), xt)

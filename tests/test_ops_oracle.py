@@ -29,7 +29,7 @@ from op_cases import CASES
 
 import graphgrad as gg
 from graphgrad.ops import REGISTRY
-from graphgrad.tensor import Interpreter, dispatch, pop_interpreter, push_interpreter
+from graphgrad.tensor import Mode, dispatch, pop_mode, push_mode
 
 _RANDOM = os.environ.get("GG_OP_RANDOM") == "1"
 _N = int(os.environ.get("GG_OP_EXAMPLES", "4"))
@@ -168,7 +168,7 @@ def test_cases_name_registered_ops():
     assert not unknown, f"cases name ops that are not registered: {unknown}"
 
 
-class _Recorder(Interpreter):
+class _Recorder(Mode):
     """Notes the name of every op dispatched while it is on the stack."""
 
     def __init__(self):
@@ -187,7 +187,7 @@ def test_case_dispatches_its_ops(case, data):
     example = data.draw(case.inputs)
     inputs = make_inputs(gg, example)
     rec = _Recorder()
-    push_interpreter(rec)
+    push_mode(rec)
     try:
         call(case, gg, inputs, example)
     except Exception:
@@ -195,7 +195,7 @@ def test_case_dispatches_its_ops(case, data):
             pytest.xfail(case.xfail)
         raise
     finally:
-        pop_interpreter(rec)
+        pop_mode(rec)
     assert set(case.ops) <= rec.seen, f"{case.name} dispatched {sorted(rec.seen)}"
 
 

@@ -17,10 +17,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from graphgrad.backend import from_numpy_dtype, xp
-from graphgrad.tensor import Extras, Tensor, Value, set_grad_mode
-from graphgrad.tensor.creation import _leaf
-from graphgrad.tensor.value import refresh_if_stale
+from graphgrad.backend import from_numpy_dtype, stand_in, xp
+from graphgrad.tensor import Tensor, Value, active_modes, set_grad_mode
+from graphgrad.tensor.views import refresh_if_stale
 
 __all__ = ["backward", "grad"]
 
@@ -250,36 +249,16 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
     return results
 
 
-_DUMMIES: dict = {}
-
-
-def _dummy(shape: tuple, dtype):
-    """A read-only zero-stride array of ``shape``: no memory, shared per (shape, dtype)."""
-    key = (shape, dtype)
-    d = _DUMMIES.get(key)
-    if d is None:
-        if len(_DUMMIES) > 4096:
-            _DUMMIES.clear()
-        d = _DUMMIES[key] = xp.broadcast_to(xp.zeros((), dtype), shape)
-    return d
-
-
 def _stub(p: Value, inputs: tuple) -> Tensor:
     """A stand-in for ``p`` holding no data: a zero-stride array of its shape and dtype."""
-    s = Tensor.__new__(Tensor)
     a = p._array
-    s._array = _dummy(a.shape, a.dtype)
-    s.op = p.op if p._requires_grad else None
-    s.inputs = inputs if p._requires_grad else ()
-    s.params = p.params if p._requires_grad else None
-    s._requires_grad = p._requires_grad
-    s._grad = None
-    s._version_counter = None
-    s._extras = None
+    if not p._requires_grad:
+        return Tensor._make(stand_in(a.shape, a.dtype))
+    s = Tensor._make(stand_in(a.shape, a.dtype), p.op, inputs, p.params, True)
     if s.op is not None:
         s._saved_versions = _freed_versions(p)
         if p._extras is not None:
-            e = s._extras = Extras()
+            e = s._ensure_extras()
             e.previous, e.rebased_at = p._extras.previous, p._extras.rebased_at
     return s
 
@@ -306,7 +285,8 @@ def free_graph(order: list[Value]) -> None:
             continue
         new_inputs = []
         for p in node.inputs:
-            if isinstance(p, Value) and (p.op is not None or not p._requires_grad):  # not a leaf param
+            # every input but a leaf that requires grad (a parameter) is released
+            if isinstance(p, Value) and (p.op is not None or not p._requires_grad):
                 s = stubs.get(id(p))
                 if s is None:
                     s = stubs[id(p)] = _stub(p, p.inputs)
@@ -336,21 +316,6 @@ def _fresh(tensors: tuple) -> tuple:
     return tensors
 
 
-def _is_wrapper(t) -> bool:
-    """vmap's BatchedTensor: a graph node at its vmap level (its logical graph), holding
-    the physical tensor that the batching rules recorded on."""
-    return hasattr(type(t), "_unwrap_for_autograd")
-
-
-def _unwrap(t):
-    """The physical tensor a wrapper holds, and the wrappers, outermost first."""
-    wrappers = []
-    while _is_wrapper(t):
-        wrappers.append(t)
-        t = t._unwrap_for_autograd()[0]
-    return t, wrappers
-
-
 def _make_seeds(outputs: tuple, grad_outputs: tuple) -> list:
     seeds = []
     for i, (out, g) in enumerate(zip(outputs, grad_outputs, strict=True)):
@@ -373,7 +338,7 @@ def _make_seeds(outputs: tuple, grad_outputs: tuple) -> list:
             if out._array.dtype.kind != "f":
                 raise RuntimeError(f"grad can be implicitly created only for real scalar outputs "
                                    f"but got {out.dtype}")
-            seeds.append(_leaf(xp.ones(out._array.shape, out._array.dtype)))
+            seeds.append(Tensor._make(xp.ones(out._array.shape, out._array.dtype)))
         else:
             raise TypeError(f"gradients can be either Tensors or None, but got "
                             f"{type(g).__name__}")
@@ -416,7 +381,7 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
             raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     if retain_graph is None:
         retain_graph = create_graph
-    if any(_is_wrapper(o) for o in outputs):
+    if any(m.batches(o) for m in active_modes() for o in outputs):
         raise RuntimeError("backward() called inside a functorch transform. This is not "
                            "supported, please use functorch.grad or functorch.vjp instead or "
                            "call backward() outside of functorch transforms.")
@@ -439,7 +404,7 @@ def _holders(pair: tuple) -> tuple[int, int]:
     return sys.getrefcount(pair[1]), sys.getrefcount(pair[1]._array)
 
 
-_SOLE = _holders((None, _leaf(xp.zeros(1))))  # a gradient that nothing else holds
+_SOLE = _holders((None, Tensor._make(xp.zeros(1))))  # a gradient that nothing else holds
 
 
 def _stealable(pair: tuple) -> bool:
@@ -461,7 +426,7 @@ def _accumulate(t: Value, g: Tensor, create_graph: bool, steal: bool = False) ->
     ``steal`` (see ``_stealable``) a first gradient's array becomes ``.grad`` uncopied."""
     old = t._grad
     if old is None:
-        t._grad = g if create_graph else _leaf(g._array if steal else g._array.copy())
+        t._grad = g if create_graph else Tensor._make(g._array if steal else g._array.copy())
     elif create_graph or old._requires_grad:
         t._grad = old + g
     elif old._array.flags.writeable and old._array.dtype == g._array.dtype:
@@ -469,7 +434,7 @@ def _accumulate(t: Value, g: Tensor, create_graph: bool, steal: bool = False) ->
         if old._version_counter is not None:
             old._version_counter[0] += 1
     else:
-        t._grad = _leaf(old._array + g._array)
+        t._grad = Tensor._make(old._array + g._array)
     ext = t._extras
     if ext is not None and ext.post_hooks and t.op is None:
         for hook in list(ext.post_hooks):
@@ -516,7 +481,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
                                    "used in the graph. Set allow_unused=True if this is the "
                                    "desired behavior.")
             if materialize_grads:
-                g = _leaf(xp.zeros(t._array.shape, t._array.dtype))
+                g = Tensor._make(xp.zeros(t._array.shape, t._array.dtype))
         elif not create_graph and g._requires_grad:
             g = g.detach()
         grads.append(g)

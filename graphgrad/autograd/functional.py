@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from graphgrad.backend import xp
 from graphgrad.tensor import Value, zeros_like
-from graphgrad.tensor.creation import _leaf
+from graphgrad.tensor import Tensor
 
 from . import forward_ad as fwad
 from .engine import grad as _grad
@@ -102,7 +102,7 @@ def _v_or_one(v, ins: tuple, ins_tuple: bool, fn: str) -> tuple:
         if len(ins) != 1 or ins[0].numel() != 1:
             raise RuntimeError("The vector v can only be None if the input to the user-provided "
                                "function is a single Tensor with a single element.")
-        return (_leaf(xp.ones(ins[0]._array.shape, ins[0]._array.dtype)),)
+        return (Tensor._make(xp.ones(ins[0]._array.shape, ins[0]._array.dtype)),)
     vs, _ = _as_tuple(v, "v", fn)
     _validate_v(vs, ins, ins_tuple)
     return vs
@@ -194,7 +194,7 @@ def _jacobian_rows(func, ins, ins_tuple, create_graph, strict):
                     from graphgrad.ops import stack
                     jac = stack(rows[j]).reshape(*out.shape, *x.shape)
                 else:
-                    jac = _leaf(xp.zeros(tuple(out.shape) + tuple(x.shape), x._array.dtype))
+                    jac = Tensor._make(xp.zeros(tuple(out.shape) + tuple(x.shape), x._array.dtype))
                 block.append(_finish(jac, create_graph))
             blocks.append(block)
     return _pack(blocks, outs_tuple, ins_tuple)
@@ -213,7 +213,7 @@ def _jacobian_columns(func, ins, ins_tuple, create_graph, strict):
                 with fwad.dual_level() as level:
                     e = xp.zeros(x._array.size, x._array.dtype)
                     e[k] = 1
-                    tangent = _leaf(e.reshape(x._array.shape))
+                    tangent = Tensor._make(e.reshape(x._array.shape))
                     xs = [fwad.make_dual(t, tangent, level=level) if idx == j else t
                           for idx, t in enumerate(ins)]
                     raw = func(*xs) if ins_tuple else func(xs[0])
@@ -238,7 +238,8 @@ def _jacobian_columns(func, ins, ins_tuple, create_graph, strict):
                 if column:
                     jac = stack(column, dim=-1).reshape(*out.shape, *x.shape)
                 else:
-                    jac = _leaf(xp.zeros(tuple(out.shape) + tuple(x.shape), out._array.dtype))
+                    jac = Tensor._make(xp.zeros(tuple(out.shape) + tuple(x.shape),
+                                                out._array.dtype))
                 block.append(_finish(jac, create_graph))
             blocks.append(block)
     return _pack(blocks, outs_tuple, ins_tuple)

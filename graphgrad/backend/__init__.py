@@ -16,8 +16,29 @@ __all__ = [
     "xp", "dtype", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "bool_", "complex64", "complex128", "to_dtype", "from_numpy_dtype",
     "get_default_dtype", "set_default_dtype", "result_float_dtype", "torch_promotion",
-    "result_type", "promote_types", "promote_result",
+    "result_type", "promote_types", "promote_result", "stand_in",
 ]
+
+
+_STAND_INS: dict = {}
+
+
+def stand_in(shape: tuple, dtype, *, own: bool = False) -> xp.ndarray:
+    """A read-only, zero-stride array of ``shape`` and NumPy ``dtype`` holding no memory
+    (every element is the one zero), shared per (shape, dtype) unless ``own`` (then it
+    shares memory with no other array, for holders that ``may_share_memory`` must tell
+    apart). It stands in for values whose shape and dtype matter but whose data does
+    not: shape rules run ``forward`` on it, freed graph nodes keep it, vmap's batched
+    tensors show their logical shape with it, symbolic tensors carry it."""
+    if own:
+        return xp.broadcast_to(xp.zeros((), dtype), shape)
+    key = (shape, dtype)
+    a = _STAND_INS.get(key)
+    if a is None:
+        if len(_STAND_INS) > 4096:  # shapes seen once (e.g. varying batch sizes) do not pile up
+            _STAND_INS.clear()
+        a = _STAND_INS[key] = xp.broadcast_to(xp.zeros((), dtype), shape)
+    return a
 
 
 class dtype:  # noqa: N801 - PyTorch spells it in lower case

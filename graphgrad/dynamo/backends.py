@@ -18,8 +18,8 @@ from graphgrad.graph import (Graph, Interpreter, Node, dynamic_tuple_text, is_dy
                              python_code)
 from graphgrad.passes import optimize
 from graphgrad.tensor import Value, dispatch, is_grad_enabled
-from graphgrad.tensor.dispatch import current_interpreter
-from graphgrad.tensor.value import _leaf
+from graphgrad.tensor.modes import current_mode
+from graphgrad.tensor import Tensor
 
 __all__ = ["lookup_backend", "register_backend", "BACKENDS", "eager", "print_backend",
            "default"]
@@ -67,8 +67,8 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callabl
     back to ``slow`` (the op-by-op program) when a gradient is needed, when something is
     on the dispatch stack (a transform), and for ops whose inputs differ in dtype (there
     dispatch's promotion rule decides); on an error ``slow`` runs again for its message."""
-    ns: dict = {"_slow": slow, "_T": _leaf, "_nd": xp.ndarray, "_asarray": xp.asarray,
-                "_grad": is_grad_enabled, "_top": current_interpreter, "_i64": xp.int64,
+    ns: dict = {"_slow": slow, "_T": Tensor._make, "_nd": xp.ndarray, "_asarray": xp.asarray,
+                "_grad": is_grad_enabled, "_top": current_mode, "_i64": xp.int64,
                 "_Value": Value}
     names: dict[Node, str] = {}
     params, head, body, rg = [], [], [], []

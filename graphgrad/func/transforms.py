@@ -17,12 +17,12 @@ import weakref
 from graphgrad import ops
 from graphgrad.autograd import enable_grad
 from graphgrad.autograd import grad as autograd_grad
-from graphgrad.autograd.engine import _unwrap, toposort
+from graphgrad.autograd.engine import toposort
 from graphgrad.autograd.forward_ad import active_levels, dual_level, make_dual, unpack_dual
 from graphgrad.tensor import Value, eye, zeros_like
 
 from .pytree import tree_flatten, tree_map, tree_unflatten
-from .vmap import vmap
+from .vmap import unwrap, vmap
 
 __all__ = ["grad", "grad_and_value", "vjp", "jvp", "linearize", "jacrev", "jacfwd", "hessian",
            "hvp"]
@@ -62,7 +62,7 @@ def _fresh(x):
         y.requires_grad_(True)
         # the alias is a leaf of the logical graph and (inside vmap) its physical
         # tensor one of the physical graph: both are the transform's own
-        for leaf in (y, *_unwrap(y)[1][1:], _unwrap(y)[0]):
+        for leaf in (y, *unwrap(y)[1][1:], unwrap(y)[0]):
             _FRESH[id(leaf)] = leaf
     return y
 

@@ -1,6 +1,6 @@
 """Layer ``func``: ``vmap``, vectorizing a function over a batch dimension.
 
-A vmap level is an interpreter on the dispatch stack. Inside it, a mapped input is a
+A vmap level is a mode on the dispatch stack. Inside it, a mapped input is a
 ``BatchedTensor``: to the user's function it looks like one example (``shape`` has no
 batch dim), while it holds the whole batch (``_phys``) with the batch at ``_bdim``.
 Each op call on batched tensors is handed to the op's batching rule, which rewrites
@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import functools
 
-from graphgrad.autograd.engine import _dummy, _unwrap
-from graphgrad.backend import xp
-from graphgrad.tensor import Interpreter, Tensor, Value, dispatch, pop_interpreter
+from collections.abc import Callable
+
+from graphgrad.backend import stand_in, xp
+from graphgrad.ops.inplace import (apply_inplace, check_allowed, fill_inplace,
+                                   inplace_error_of_vmap, write_back_of)
+from graphgrad.ops.arithmetic import needs_grad
+from graphgrad.tensor import Mode, Tensor, Value, dispatch, pop_mode, push_mode, record
 from graphgrad.tensor import is_grad_enabled as _grad_enabled
-from graphgrad.tensor import push_interpreter
+from graphgrad.tensor.views import bump_version, rebase, take_history
 
 from .pytree import tree_flatten, tree_unflatten
 
@@ -49,15 +53,9 @@ class BatchedTensor(Tensor):
         shape = list(phys._array.shape)
         del shape[bdim]
         # a zero-stride stand-in gives the logical shape and dtype to code that reads
-        # _array's metadata; values must come from _phys (shared per shape and dtype)
-        self._array = _dummy(tuple(shape), phys._array.dtype)
-        self.op = None
-        self.inputs = ()
-        self.params = None
-        self._requires_grad = phys._requires_grad
-        self._grad = None
-        self._version_counter = None
-        self._extras = None
+        # _array's metadata; values must come from _phys
+        self._init(stand_in(tuple(shape), phys._array.dtype),
+                   requires_grad=phys._requires_grad)
         self._phys = phys
         self._bdim = bdim
         self._level = level
@@ -100,11 +98,7 @@ class BatchedTensor(Tensor):
     def detach(self) -> BatchedTensor:
         return BatchedTensor(self._phys.detach(), self._bdim, self._level)
 
-    # reverse mode records the physical tensors: autograd unwraps through this hook
-    def _unwrap_for_autograd(self):
-        return self._phys, self._bdim, self._level
-
-    # in-place ops write into the physical tensor through these two (ops/inplace.py)
+    # in-place ops write into the physical tensor through these two (process_inplace)
     def _physical_value(self, v):
         """``v``, a value of this tensor's logical shape batched at most at this level and
         those below, laid out as ``_phys`` (unbatched values are expanded)."""
@@ -121,22 +115,29 @@ class BatchedTensor(Tensor):
         with self._level.lowered():
             phys = self._phys.clone()
         old = BatchedTensor(phys, self._bdim, self._level)
-        old.op, old.inputs, old.params, old._requires_grad = self.op, self.inputs, self.params, self._requires_grad
-        if self.op is not None:
-            old._saved_versions = self._saved_versions
+        take_history(old, self)
         # its own counter at the current version: the edges made to it now carry that
         # version, which resolves to it (not to an older identity) in backward
-        old._version_counter = [self._version_counter[0]] if self._version_counter is not None else None
+        if self._version_counter is not None:
+            old._version_counter = [self._version_counter[0]]
         ext = self._extras
         if ext is not None:
             e = old._ensure_extras()
-            e.previous, e.rebased_at = ext.previous, ext.rebased_at  # older in-place changes still resolve
-            for level, tangent in (ext.tangents or {}).items():  # forward-AD levels above this one
-                level.attach(old, tangent)
+            e.previous, e.rebased_at = ext.previous, ext.rebased_at  # older changes resolve
         return old
 
 
-class VmapLevel(Interpreter):
+def unwrap(t) -> tuple:
+    """The physical tensor behind ``t`` (batched at any number of levels), and the
+    batched tensors on the way, outermost first."""
+    wrappers = []
+    while isinstance(t, BatchedTensor):
+        wrappers.append(t)
+        t = t._phys
+    return t, wrappers
+
+
+class VmapLevel(Mode):
     _count = 0
 
     def __init__(self, size: int, randomness: str):
@@ -180,6 +181,66 @@ class VmapLevel(Interpreter):
         return out
 
 
+    def batches(self, t) -> bool:
+        return isinstance(t, BatchedTensor) and t._level is self
+
+    def process_inplace(self, t, fn: Callable, args: tuple, kw: dict, name: str,
+                        below: Callable):
+        """A write into a tensor batched at this level is this level's (``_inplace_
+        batched``); a write into any other tensor must not make it batched here."""
+        if isinstance(t, BatchedTensor) and t._level is self:
+            return _inplace_batched(t, fn, args, kw, name)
+
+        def unbatched(old, *a, **k):
+            result = fn(old, *a, **k)
+            if isinstance(result, BatchedTensor) and result._level is self:
+                raise inplace_error_of_vmap(name)
+            return result
+        return below(unbatched)
+
+
+def _inplace_batched(t: BatchedTensor, fn: Callable, args: tuple, kw: dict,
+                     name: str) -> BatchedTensor:
+    """An in-place op on a batched tensor: the new logical value is computed out of
+    place, written into the physical tensor (an in-place op one level down, so the
+    tensors that alias it see the change, as in PyTorch), and the batched tensor
+    becomes its node in the logical graph."""
+    recording = _grad_enabled() and (t._requires_grad or any(needs_grad(a) for a in args))
+    if recording:
+        check_allowed(t)
+        if t._extras is not None and t._extras.base is not None:
+            return _inplace_on_batched_view(t, fn, args, kw, name)
+    old = t._snapshot() if recording else t
+    result = fn(old, *args, **kw)
+    if tuple(result.shape) != tuple(t.shape):
+        raise RuntimeError(f"{name}: output with shape {list(t.shape)} doesn't match the "
+                           f"broadcast shape {list(result.shape)}")
+    fill_inplace(t._phys, t._physical_value(result), name)
+    if recording and result.op is not None:
+        # rebase t in the logical graph, as for a plain tensor: edges made before the
+        # change lead to its old identity (the snapshot) through the version counter
+        bump_version(t)
+        rebase(t, result, old)
+    return t
+
+
+def _inplace_on_batched_view(t: BatchedTensor, fn: Callable, args: tuple, kw: dict,
+                             name: str) -> BatchedTensor:
+    """An in-place op on a view of a batched tensor, while recording: the base takes the
+    new values (an in-place op on it, so its logical history sees the change) and the
+    view becomes a fresh view of the rebased base."""
+    view_op, view_args, view_params = t._extras.view_call
+    base = t._extras.base
+    write_back = write_back_of(t._extras.view_call, f"vmap: {name}", "a batched tensor")
+    old = t._snapshot()
+    new_values = fn(old, *args, **kw)
+    apply_inplace(base, write_back, new_values, name=name)
+    fresh = view_op.apply(base, *view_args[1:], **view_params)
+    bump_version(t)
+    rebase(t, fresh, old)
+    return t
+
+
 def _record_logical(out: BatchedTensor, op, args: tuple, params: dict) -> None:
     """Make ``out`` a graph node at this level, with the logical args as inputs.
 
@@ -189,18 +250,11 @@ def _record_logical(out: BatchedTensor, op, args: tuple, params: dict) -> None:
     another vmap level stays batched there (``vmap(jacrev(f))``), forward-AD levels
     above this one see the saved values' tangents (``vmap(hessian(f))``), and the
     gradient w.r.t. an unbatched input is one per example, not their sum."""
-    out.op = op
-    out.inputs = args
-    out.params = params
-    out._requires_grad = True
-    # the inputs' versions, for the engine's saved-tensor check (None: all zero)
-    versions = tuple(a._version_counter[0] if isinstance(a, Value) and a._version_counter is not None else 0
-                     for a in args)
-    out._saved_versions = versions if any(versions) else None
+    record(op, args, params, None, node=out)
     if op.view and isinstance(args[0], Value):
         # a view in the logical graph: an in-place op on it writes through to its base
         # there too (the physical buffers are shared already)
-        phys, base_phys = _unwrap(out)[0], _unwrap(args[0])[0]
+        phys, base_phys = unwrap(out)[0], unwrap(args[0])[0]
         if xp.may_share_memory(phys._array, base_phys._array):
             ext = out._ensure_extras()
             ext.base, ext.view_call = args[0], (op, args, params)
@@ -320,13 +374,13 @@ def _out_dims_leaves(out_dims, out_spec, name):
 
 def _run(func, flat, spec, dims, size, kwargs, out_dims, randomness, name):
     level = VmapLevel(size, randomness)
-    push_interpreter(level)
+    push_mode(level)
     try:
         wrapped_args = [BatchedTensor(x, d % x.ndim, level) if d is not None else x
                         for x, d in zip(flat, dims, strict=True)]
         out = func(*tree_unflatten(wrapped_args, spec), **kwargs)
     finally:
-        pop_interpreter(level)
+        pop_mode(level)
     leaves, ospec = tree_flatten(out)
     odims = _out_dims_leaves(out_dims, ospec, name)
     results = []

@@ -32,7 +32,7 @@ from graphgrad.graph.random_node import add_random
 from graphgrad.nn import Module, Sequential
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
-from graphgrad.tensor.dispatch import current_interpreter
+from graphgrad.tensor.modes import current_mode
 
 from .errors import CONTROL_FLOW, ITERATION, in_graphgrad, trace_error, user_location
 from .proxy import Proxy, ProxyArray, ShapeProxy
@@ -255,7 +255,7 @@ class Tracer(GraphBuilder):
         ``random`` node that draws anew on every run, as torch.fx records the call; it
         draws from graphgrad's default generator as eager code does (``manual_seed``
         reproduces eager's draws). Dropout's ``training`` flag is read at trace time."""
-        top = current_interpreter()
+        top = current_mode()
         # a leaf module's output Spec is found on a scratch builder above this tracer
         builder = top if isinstance(top, GraphBuilder) else self
         culprit = _drawing_for_a_proxy()
@@ -333,7 +333,7 @@ def _patch_module_call() -> Iterator[None]:
     original = Module.__call__
 
     def traced_call(mod, *args, **kwargs):
-        tracer = current_interpreter()
+        tracer = current_mode()
         if isinstance(tracer, Tracer):
             return tracer.call_module(mod, mod.forward, args, kwargs)
         return original(mod, *args, **kwargs)

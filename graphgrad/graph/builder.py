@@ -1,4 +1,4 @@
-"""Layer ``graph``: ``GraphBuilder``, the interpreter that turns op calls into nodes.
+"""Layer ``graph``: ``GraphBuilder``, the mode that turns op calls into nodes.
 
 Pushed on the dispatch stack, it receives every op call. A call that touches a Symbol
 of its graph becomes a ``call`` node (metadata from the op's shape rule) and returns
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 from graphgrad.backend import xp
 from graphgrad.ops import Spec
-from graphgrad.tensor import Interpreter, Value, dispatch, pop_interpreter, push_interpreter
-from graphgrad.tensor.dispatch import current_interpreter
+from graphgrad.tensor import Mode, Value, dispatch, pop_mode, push_mode
+from graphgrad.tensor.modes import current_mode
 
 from .graph import Graph
 from .node import Dyn, Node
@@ -30,7 +30,7 @@ __all__ = ["GraphBuilder", "building", "builder_of"]
 
 
 
-class GraphBuilder(Interpreter):
+class GraphBuilder(Mode):
     """Appends a node to ``graph`` for each op call on its Symbols."""
 
     def __init__(self, graph: Graph, parent: GraphBuilder | None = None):
@@ -44,11 +44,11 @@ class GraphBuilder(Interpreter):
 
     @contextlib.contextmanager
     def active(self) -> Iterator[GraphBuilder]:
-        push_interpreter(self)
+        push_mode(self)
         try:
             yield self
         finally:
-            pop_interpreter(self)
+            pop_mode(self)
 
     # ---- values to nodes ---------------------------------------------------------------
 
@@ -218,7 +218,7 @@ def builder_of(graph: Graph) -> GraphBuilder:
 @contextlib.contextmanager
 def building(graph: Graph) -> Iterator[GraphBuilder]:
     """Make sure a builder that owns ``graph`` is on top of the dispatch stack."""
-    top = current_interpreter()
+    top = current_mode()
     if isinstance(top, GraphBuilder) and top.owns_graph(graph):
         yield top
         return

@@ -165,7 +165,7 @@ def _vjp_node(b: GraphBuilder, node: Node, g, reach) -> list:
 
 
 def _marked(node: Node, needs: bool) -> Symbol:
-    """A Symbol that tells the vjp rule whether its cotangent is wanted (``_rg``)."""
+    """A Symbol that tells the vjp rule whether its cotangent is wanted (``_requires_grad``)."""
     s = symbol(node)
     s._requires_grad = needs and _differentiable(node.spec)
     return s
@@ -178,8 +178,8 @@ def _accumulate(cts: dict, inputs, ins, reach) -> None:
                 i.spec):
             continue
         if not isinstance(ct, Symbol):
-            from graphgrad.tensor.dispatch import current_interpreter
-            b = b or current_interpreter()
+            from graphgrad.tensor.modes import current_mode
+            b = b or current_mode()
             ct = symbol(b.node_of(ct if isinstance(ct, Value) else _const(xp.asarray(ct)),
                                   literal_ok=False))
         ct = _fit(ct, i.spec)

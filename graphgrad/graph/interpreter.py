@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor, Value
-from graphgrad.tensor.dispatch import current_interpreter
+from graphgrad.tensor.modes import current_mode
 
 from .errors import FailedPreconditionError, InvalidArgumentError
 from .graph import Graph
@@ -29,9 +29,7 @@ __all__ = ["Interpreter", "as_tensor", "needed_nodes"]
 def as_tensor(value) -> Tensor:
     if isinstance(value, Value):
         return value
-    t = Tensor.__new__(Tensor)
-    Tensor.__init__(t, xp.asarray(value))
-    return t
+    return Tensor(xp.asarray(value))
 
 
 def needed_nodes(graph: Graph, fetches: Iterable[Node], fed: Iterable[Node] = ()) -> list[Node]:
@@ -152,7 +150,7 @@ class Interpreter:
         """Fresh samples each run; while a graph is being built (running on Symbols)
         the node is copied instead, so that the copy draws when it runs."""
         from .builder import GraphBuilder
-        top = current_interpreter()
+        top = current_mode()
         if isinstance(top, GraphBuilder) or any(isinstance(a, Symbol) for a in args):
             from .builder import building
             graph = next((a.graph for a in args if isinstance(a, Symbol)), None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from graphgrad.backend import xp
+from graphgrad.backend import stand_in, xp
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Size, Tensor
 
@@ -44,7 +44,7 @@ class _StandIn(xp.ndarray):
 
 def _stand_in(spec) -> xp.ndarray:
     shape = tuple(1 if d is None else d for d in (spec.shape or ()))
-    return xp.broadcast_to(xp.zeros((), spec.dtype), shape).view(_StandIn)
+    return stand_in(shape, spec.dtype, own=True).view(_StandIn)
 
 
 class Symbol(Tensor):
@@ -169,30 +169,22 @@ class Symbol(Tensor):
 
 def symbol(node: Node, cls: type = Symbol) -> Symbol:
     """The Symbol of a node (a fresh wrapper: Symbols are cheap views of nodes)."""
-    t = object.__new__(cls)
     spec = node.spec if isinstance(node.spec, Spec) else None
-    t._array = _stand_in(spec) if spec is not None else _stand_in_none()
-    t.op = None
-    t.inputs = ()
-    t.params = None
-    t._requires_grad = False
-    t._grad = None
-    t._version_counter = None
-    t._extras = None
-    t._saved_versions = None
+    t = cls._make(_stand_in(spec) if spec is not None else _stand_in_none())
     t._node = node
     return t
 
 
 def _stand_in_none():
-    return xp.broadcast_to(xp.zeros((), xp.float32), ()).view(_StandIn)
+    return stand_in((), xp.float32, own=True).view(_StandIn)
 
 
 _SKIP = {"__init__", "__new__", "__repr__", "__str__", "__hash__", "__bool__", "__array__",
          "__len__", "__iter__", "__getattribute__", "__setattr__", "__getattr__",
          "__init_subclass__", "__class__", "__reduce__", "__reduce_ex__", "__sizeof__",
          "__dir__", "__format__", "__subclasshook__", "__delattr__", "__array_priority__",
-         "_ensure_extras", "item", "numpy", "tolist", "__float__", "__int__", "__index__",
+         "_ensure_extras", "_make", "_init", "item", "numpy", "tolist", "__float__", "__int__",
+         "__index__",
          "size", "eval", "__deepcopy__", "__copy__", "dim", "__eq__", "__ne__"}
 
 

@@ -57,9 +57,8 @@ def _differentiable(t) -> bool:
 
 def _fresh(t, requires_grad: bool) -> Tensor:
     """A new tensor on ``t``'s array with no history; ``requires_grad`` is also what the
-    vjp rules read (``_rg``) to skip cotangents nobody wants."""
-    c = Tensor.__new__(Tensor)
-    Tensor.__init__(c, t._array)
+    vjp rules read (``_requires_grad``) to skip cotangents nobody wants."""
+    c = Tensor(t._array)
     c._requires_grad = requires_grad
     return c
 
@@ -102,8 +101,8 @@ class RuleFn(_RunTimeFn):
             full = full[:self.nargs]
         if any(isinstance(a, Value) and a._requires_grad for a in args):  # recorded: differentiable
             # a wanted cotangent must be computed even if its input is not recorded
-            inputs = [_fresh(a, True) if k in self.wrt and _differentiable(a) and not a._requires_grad
-                      else a for k, a in enumerate(full)]
+            inputs = [_fresh(a, True) if k in self.wrt and _differentiable(a)
+                      and not a._requires_grad else a for k, a in enumerate(full)]
             return self._rule(g, out, inputs, full, params)
         inputs = [_fresh(a, k in self.wrt) if isinstance(a, Value) else a
                   for k, a in enumerate(full)]

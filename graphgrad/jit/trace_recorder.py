@@ -1,4 +1,4 @@
-"""Layer ``jit``: ``Tracer``, the interpreter on the dispatch stack that runs each op of a
+"""Layer ``jit``: ``Tracer``, the mode on the dispatch stack that runs each op of a
 JIT trace eagerly *and* appends its node to the Graph, and ``record``, which runs a
 function under it and returns the Graph.
 
@@ -37,8 +37,8 @@ from graphgrad.graph.random_calls import describe_draw, draw_frame
 from graphgrad.graph.random_node import add_random
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import creation
-from graphgrad.tensor import (Interpreter, Tensor, Value, dispatch, pop_interpreter,
-                              push_interpreter, set_grad_mode)
+from graphgrad.tensor import (Mode, Tensor, Value, dispatch, pop_mode,
+                              push_mode, set_grad_mode)
 
 from .trace_external import ExternalCallError, ExternalWatch, expression, user_frame, where
 from .trace_values import TracedInt, TracedNumber, TracedTensor, plain, warn_at
@@ -77,7 +77,7 @@ class Capture:
         return obj
 
 
-class Tracer(Interpreter):
+class Tracer(Mode):
     """Runs ops eagerly and records them into ``graph`` (see the module docstring)."""
 
     def __init__(self, graph: Graph, *, strict: bool, state_names: dict[int, str]):
@@ -94,11 +94,11 @@ class Tracer(Interpreter):
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Tracer]:
-        push_interpreter(self)
+        push_mode(self)
         try:
             yield self
         finally:
-            pop_interpreter(self)
+            pop_mode(self)
 
     # ---- values in, values out ---------------------------------------------------------
 
@@ -108,11 +108,9 @@ class Tracer(Interpreter):
         return t
 
     def wrap(self, out: Value, node: Node) -> TracedTensor:
-        t = object.__new__(TracedTensor)
-        t._array = out._array
-        t.op, t.inputs, t.params = out.op, out.inputs, out.params
-        t._requires_grad, t._grad, t._version_counter, t._extras = out._requires_grad, None, out._version_counter, out._extras
-        t._saved_versions = getattr(out, "_saved_versions", None)
+        t = TracedTensor._make(out._array, out.op, out.inputs, out.params, out._requires_grad,
+                               out._saved_versions)
+        t._version_counter, t._extras = out._version_counter, out._extras
         t._node, t._tracer = node, self
         t._nv = t._version
         return t

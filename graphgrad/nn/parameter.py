@@ -20,15 +20,9 @@ class Parameter(Tensor):
     def __new__(cls, data: Tensor | None = None, requires_grad: bool = True):
         arr = data._array if isinstance(data, Tensor) else (
             xp.empty((0,), get_default_dtype().np) if data is None else xp.asarray(data))
-        p = Tensor.__new__(cls)
-        p._array = arr
-        p.op = None
-        p.inputs = ()
-        p.params = None
-        p._requires_grad = False
-        p._grad = None
-        p._version_counter = data._version_counter if isinstance(data, Tensor) else None
-        p._extras = None
+        p = cls._make(arr)
+        if isinstance(data, Tensor):
+            p._version_counter = data._version_counter
         if requires_grad:
             p.requires_grad_(True)
         return p
@@ -53,15 +47,8 @@ class Buffer(Tensor):
     __slots__ = ()
 
     def __new__(cls, data: Tensor, *, persistent: bool = True):
-        b = Tensor.__new__(cls)
-        b._array = data._array
-        b.op = None
-        b.inputs = ()
-        b.params = None
-        b._requires_grad = False
-        b._grad = None
+        b = cls._make(data._array)
         b._version_counter = data._version_counter
-        b._extras = None
         return b
 
     def __init__(self, data: Tensor, *, persistent: bool = True):

@@ -19,8 +19,8 @@ import contextlib
 
 import numpy as np
 
-from graphgrad.tensor import Interpreter, Value, dispatch, pop_interpreter, push_interpreter
-from graphgrad.tensor.creation import _leaf
+from graphgrad.tensor import Mode, Value, dispatch, pop_mode, push_mode
+from graphgrad.tensor import Tensor
 
 from .finite import as_array, default_step, evaluate
 
@@ -32,7 +32,7 @@ class ComplexStepError(ValueError):
     """A non-holomorphic op met a complex input in complex-step mode."""
 
 
-class ComplexStepMode(Interpreter):
+class ComplexStepMode(Mode):
     """Checks every op call: complex inputs may only reach holomorphic ops."""
 
     def process(self, op, args: tuple, params: dict):
@@ -58,11 +58,11 @@ class ComplexStepMode(Interpreter):
 def complex_step_mode():
     """Within the block, a non-holomorphic op applied to complex values raises."""
     mode = ComplexStepMode()
-    push_interpreter(mode)
+    push_mode(mode)
     try:
         yield mode
     finally:
-        pop_interpreter(mode)
+        pop_mode(mode)
 
 
 def _complex_dtype(dt) -> np.dtype:
@@ -107,13 +107,13 @@ def cs_hessian(f, x, h: float | None = None) -> np.ndarray:
     columns = []
     with complex_step_mode(), enable_grad():
         for j in range(x0.size):
-            xz = _leaf(at(j))
+            xz = Tensor._make(at(j))
             xz.requires_grad_(True)
             out = f(xz)
             if out.numel() != 1:
                 raise RuntimeError(f"cs_hessian: f must return a single element, got shape "
                                    f"{tuple(out.shape)}")
-            seed = _leaf(np.ones(out._array.shape, out._array.dtype))
+            seed = Tensor._make(np.ones(out._array.shape, out._array.dtype))
             (g,) = autograd_grad(out, xz, grad_outputs=seed, allow_unused=True)
             gz = np.zeros(x0.shape) if g is None else g.detach()._array
             columns.append(np.imag(gz).reshape(-1) / h)

@@ -25,10 +25,10 @@ def as_array(x) -> np.ndarray:
 
 def evaluate(f, x: np.ndarray, like: Tensor | None = None) -> np.ndarray:
     """``f`` at the array ``x`` (wrapped as a tensor of x's dtype), as an array."""
-    from graphgrad.tensor.creation import _leaf
+    from graphgrad.tensor import Tensor
     prev = set_grad_mode(False)  # no graph: f is only evaluated
     try:
-        out = f(_leaf(np.array(x, copy=True)))
+        out = f(Tensor._make(np.array(x, copy=True)))
     finally:
         set_grad_mode(prev)
     if isinstance(out, Value):

@@ -10,7 +10,7 @@ import numpy as np
 from graphgrad.autograd import enable_grad
 from graphgrad.autograd import grad as autograd_grad
 from graphgrad.tensor import Value, set_grad_mode
-from graphgrad.tensor.creation import _leaf
+from graphgrad.tensor import Tensor
 
 from .complex_step import complex_step_mode
 
@@ -40,7 +40,7 @@ def _numerical(func, inputs, j, eps, method) -> list[np.ndarray]:
         for k in range(base.size):
             def run(arr):
                 args = list(inputs)
-                args[j] = _leaf(arr)
+                args[j] = Tensor._make(arr)
                 return [np.array(o.detach()._array, copy=True) for o in _outputs(func, args)]
             if method == "complex_step":
                 z = base.astype(np.complex128 if base.dtype != np.float32 else np.complex64)
@@ -76,7 +76,7 @@ def _analytical(func, inputs, j) -> list[np.ndarray]:
                     continue
                 seed = np.zeros(o._array.size, o._array.dtype)
                 seed[k] = 1
-                (g,) = autograd_grad(o, inputs[j], grad_outputs=_leaf(seed.reshape(o.shape)),
+                (g,) = autograd_grad(o, inputs[j], grad_outputs=Tensor._make(seed.reshape(o.shape)),
                                      retain_graph=True, allow_unused=True)
                 rows.append(np.zeros(inputs[j].numel()) if g is None
                             else g.detach()._array.reshape(-1))
@@ -123,13 +123,14 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: f
         outs = _outputs(func, inputs)
     if grad_outputs is None:
         rng = np.random.default_rng(seed)
-        grad_outputs = tuple(_leaf(rng.standard_normal(o._array.shape).astype(o._array.dtype))
-                             for o in outs)
+        grad_outputs = tuple(
+            Tensor._make(rng.standard_normal(o._array.shape).astype(o._array.dtype))
+            for o in outs)
     grad_outputs = _as_tuple(grad_outputs)
 
     def first_grads(*xs):
         # the numerical side calls this on perturbed copies that do not require grad
-        xs = tuple(_leaf(x._array).requires_grad_() if j in diff and not x.requires_grad
+        xs = tuple(Tensor._make(x._array).requires_grad_() if j in diff and not x.requires_grad
                    else x for j, x in enumerate(xs))
         with enable_grad():
             o = _outputs(func, xs)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from graphgrad.backend import from_numpy_dtype, xp
+from graphgrad.backend import from_numpy_dtype, stand_in, xp
 from graphgrad.tensor import Value, dispatch
 
 __all__ = ["Op", "REGISTRY", "Spec", "spec_of", "broadcast_shapes", "NO_PARAMS", "fmt_shape",
@@ -125,7 +125,7 @@ class Op:
             if isinstance(s, Spec):
                 if any(d is None for d in s.shape):
                     raise NotImplementedError(f"{cls.__name__}: no shape rule for unknown dims")
-                args.append(xp.broadcast_to(xp.zeros((), s.dtype), s.shape))
+                args.append(stand_in(tuple(s.shape), s.dtype))
             else:
                 args.append(s)
         out = cls.forward(*args, **params)

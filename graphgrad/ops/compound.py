@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from graphgrad.backend import from_numpy_dtype, xp
 from graphgrad.tensor import Value
-from graphgrad.tensor.creation import _leaf
+from graphgrad.tensor import Tensor
 
 __all__ = ["addmm", "addmv", "addbmm", "baddbmm", "addcmul", "addcdiv", "lerp", "nan_to_num"]
 
@@ -156,6 +156,6 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
     # isinf and a sign test, not comparisons with inf: a graph's printed code cannot
     # spell an inf constant. The replacements are tensors of the input's dtype: a
     # where of two Python floats would be float32, where float64's bounds overflow
-    high, low = (_leaf(xp.asarray(v, dtype=input._array.dtype)) for v in (high, low))
+    high, low = (Tensor._make(xp.asarray(v, dtype=input._array.dtype)) for v in (high, low))
     out = where(isinf(input), where(input > 0, high, low), input)
     return where(isnan(input), nan, out)

@@ -18,7 +18,7 @@ PyTorch's own rule when a graph of the gradient is built.
 from __future__ import annotations
 
 from graphgrad.backend import xp
-from graphgrad.tensor.creation import _leaf
+from graphgrad.tensor import Tensor
 
 from .arithmetic import needs_grad
 from .base import Op, Spec, normalize_dim
@@ -32,7 +32,7 @@ __all__ = ["cumprod", "cummax", "cummin"]
 
 
 def _eye(n: int):
-    return _leaf(xp.eye(n, dtype=xp.bool_))
+    return Tensor._make(xp.eye(n, dtype=xp.bool_))
 
 
 def _left_out(x):

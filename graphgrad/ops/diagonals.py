@@ -11,7 +11,7 @@ not a view as in PyTorch: writing into it does not reach the input.
 from __future__ import annotations
 
 from graphgrad.backend import xp
-from graphgrad.tensor.creation import _leaf
+from graphgrad.tensor import Tensor
 
 from .base import normalize_dim
 
@@ -40,7 +40,7 @@ def _diagonal_positions(n1: int, n2: int, offset: int):
     ``n1`` x ``n2`` matrix."""
     length = max(0, min(n1, n2 - offset) if offset >= 0 else min(n1 + offset, n2))
     steps = xp.arange(length, dtype=xp.int64)
-    return _leaf(steps - min(offset, 0)), _leaf(steps + max(offset, 0))
+    return Tensor._make(steps - min(offset, 0)), Tensor._make(steps + max(offset, 0))
 
 
 def trace(input):

@@ -12,7 +12,7 @@ import warnings
 
 from graphgrad.backend import xp
 from graphgrad.tensor import Value
-from graphgrad.tensor.creation import _leaf
+from graphgrad.tensor import Tensor
 
 from .arithmetic import needs_grad
 from .base import Op, Spec, normalize_dim
@@ -43,7 +43,7 @@ def parse_index(index) -> tuple[tuple, list]:
             tensors.append(item)
         elif isinstance(item, bool):
             spec.append(_T)
-            tensors.append(_leaf(xp.asarray(item)))
+            tensors.append(Tensor._make(xp.asarray(item)))
         elif isinstance(item, int) or item is None or item is Ellipsis:
             spec.append(item)
         elif isinstance(item, slice):
@@ -57,7 +57,7 @@ def parse_index(index) -> tuple[tuple, list]:
                     raise IndexError("tensors used as indices must be long, int, byte or bool "
                                      "tensors")
             spec.append(_T)
-            tensors.append(_leaf(arr))
+            tensors.append(Tensor._make(arr))
         elif hasattr(item, "__index__"):
             spec.append(int(item.__index__()))
         else:
@@ -136,7 +136,7 @@ class _BatchedIndex:
         rank = max(ranks, default=0)
         self.tensors = [align(v, d, rank) if d is not None else v
                         for v, d in zip(vals, bdims, strict=True)]
-        batch = _leaf(xp.arange(size, dtype=xp.int64).reshape(size, *([1] * rank)))
+        batch = Tensor._make(xp.arange(size, dtype=xp.int64).reshape(size, *([1] * rank)))
         self.tensors.insert(0, batch)
         self.spec = (_T, *spec)
         examples = [xp.zeros(v.shape[1:] if d is not None else v.shape, v._array.dtype)
@@ -544,7 +544,7 @@ def masked_fill(input, mask, value):
         if value._array.dtype != dtype:
             value = value.to(dtype)
     else:
-        value = _leaf(xp.asarray(value).astype(dtype))
+        value = Tensor._make(xp.asarray(value).astype(dtype))
     return where(mask, value, input)
 
 

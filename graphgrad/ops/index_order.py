@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from graphgrad.backend import xp
 from graphgrad.tensor import Value
-from graphgrad.tensor.creation import _leaf
+from graphgrad.tensor import Tensor
 
 from .index import _FULL, Getitem, IndexPut, _getitem, build_index, parse_index
 from .inplace import apply_inplace, setitem_name
@@ -186,7 +186,7 @@ def setitem(self, index, value) -> None:
     dims: one ``index_put`` with ``value`` laid out as NumPy's assignment expects."""
     spec, tensors = parse_index(index)
     if not isinstance(value, (Value, bool, int, float, complex)):
-        value = _leaf(xp.asarray(value, self._array.dtype))  # lists and arrays
+        value = Tensor._make(xp.asarray(value, self._array.dtype))  # lists and arrays
     if isinstance(value, Value) and value._array.dtype != self._array.dtype:
         value = value.to(self.dtype)
     name = setitem_name(index, value,
@@ -202,7 +202,7 @@ def setitem(self, index, value) -> None:
             # ints as 0-d index tensors: NumPy treats them alike, and the batching rules
             # read every advanced index from the tensors
             spec, tensors = parse_index(tuple(
-                _leaf(xp.asarray(s, xp.int64)) if type(s) is int else s
+                Tensor._make(xp.asarray(s, xp.int64)) if type(s) is int else s
                 for s in build_index(spec, tensors)))
     if perm is None and isinstance(value, Value) and value.ndim and value.shape[0] == 1:
         value = _fit(value, _result_shape(self, spec, [t._array for t in tensors]))

@@ -11,7 +11,7 @@ xlogy replaces y where x is 0 and log(y) is not a finite number.
 from __future__ import annotations
 
 from graphgrad.tensor import Value
-from graphgrad.tensor.creation import _leaf
+from graphgrad.tensor import Tensor
 
 __all__ = ["logaddexp", "xlogy"]
 
@@ -20,7 +20,7 @@ def _as_tensor(v, like):
     if isinstance(v, Value):
         return v
     from graphgrad.backend import xp
-    return _leaf(xp.asarray(v, dtype=like._array.dtype if like._array.dtype.kind in "fc"
+    return Tensor._make(xp.asarray(v, dtype=like._array.dtype if like._array.dtype.kind in "fc"
                             else xp.float32))
 
 

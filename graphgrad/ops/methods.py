@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from graphgrad.backend import to_dtype, xp
 from graphgrad.tensor import Tensor, Value, dispatch
-from graphgrad.tensor.creation import _leaf
 
 from . import arithmetic as A
 from . import compare as C
@@ -100,7 +99,7 @@ def _to(self, *args, **kwargs):
 
 
 def _new(self, arr, requires_grad=False):
-    t = _leaf(arr)
+    t = Tensor._make(arr)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -151,13 +150,13 @@ def _copy_(self, src, non_blocking=False):
 
 def _uniform_(self, a=0.0, b=1.0, *, generator=None):
     from graphgrad.tensor.creation import _rng
-    return fill_inplace(self, _leaf(_rng(generator).uniform(a, b, self._array.shape)
+    return fill_inplace(self, Tensor._make(_rng(generator).uniform(a, b, self._array.shape)
                                     .astype(self._array.dtype)), "uniform_")
 
 
 def _normal_(self, mean=0.0, std=1.0, *, generator=None):
     from graphgrad.tensor.creation import _rng
-    return fill_inplace(self, _leaf(_rng(generator).normal(mean, std, self._array.shape)
+    return fill_inplace(self, Tensor._make(_rng(generator).normal(mean, std, self._array.shape)
                                     .astype(self._array.dtype)), "normal_")
 
 

@@ -193,7 +193,7 @@ def searchsorted(sorted_sequence, input, *, out_int32: bool = False, right: bool
     of ``sorted_sequence`` (int64; int32 with ``out_int32``); ``right`` (or
     ``side="right"``) puts them after equal elements. ``sorter`` gives the order of an
     unsorted sequence."""
-    from graphgrad.tensor.creation import _leaf
+    from graphgrad.tensor import Tensor
     seq = sorted_sequence
     if side is not None:
         if side not in ("left", "right"):
@@ -207,7 +207,7 @@ def searchsorted(sorted_sequence, input, *, out_int32: bool = False, right: bool
         raise RuntimeError("torch.searchsorted(): boundaries tensor should have positive "
                            "dimension, but got 0 dimension")
     if not hasattr(input, "ndim"):  # a Python number: a 0-d tensor of it
-        input = _leaf(xp.asarray(input))
+        input = Tensor._make(xp.asarray(input))
     if seq.ndim > 1 and tuple(seq.shape[:-1]) != tuple(input.shape[:-1]):
         raise RuntimeError(f"torch.searchsorted(): boundaries tensor should be 1 dimension or "
                            f"the first N-1 dimensions of boundaries tensor and input value "

@@ -78,10 +78,10 @@ def triu(input, diagonal: int = 0):
 
 def _triangle_indices(pick, row: int, col: int, offset: int, dtype):
     from graphgrad.backend import to_dtype
-    from graphgrad.tensor.creation import _leaf
+    from graphgrad.tensor import Tensor
     rows, cols = pick(row, offset, col)
     out = xp.stack([rows, cols]).astype(xp.int64 if dtype is None else to_dtype(dtype).np)
-    return _leaf(out.reshape(2, -1))
+    return Tensor._make(out.reshape(2, -1))
 
 
 def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor
-from graphgrad.tensor.creation import _leaf
 
 __all__ = ["buffer", "written", "new_state", "grad_array", "axpy", "lerp", "real_view",
            "decay"]
@@ -38,7 +37,7 @@ def written(*tensors: Tensor) -> None:
 
 def new_state(array) -> Tensor:
     """A state tensor (momentum buffer, moment estimate) owning ``array``."""
-    return _leaf(array)
+    return Tensor._make(array)
 
 
 def grad_array(p: Tensor, maximize: bool):

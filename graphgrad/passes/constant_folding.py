@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from graphgrad.backend import xp
 from graphgrad.graph import Graph, Interpreter, Node
 from graphgrad.graph.interpreter import as_tensor
-from graphgrad.tensor.dispatch import current_interpreter
+from graphgrad.tensor.modes import current_mode
 
 from .purity import handed_out, has_side_effects
 from .rebuild import GraphPass, Rebuild
@@ -52,7 +52,7 @@ def eager() -> Iterator[None]:
     """Run ops eagerly: every interpreter on the dispatch stack is stepped over for the
     duration (``lowered``, innermost first) and put back afterwards."""
     with contextlib.ExitStack() as stack:
-        while (top := current_interpreter()) is not None:
+        while (top := current_mode()) is not None:
             stack.enter_context(top.lowered())
         yield
 

@@ -15,7 +15,7 @@ from graphgrad.func.pytree import tree_flatten, tree_unflatten
 from graphgrad.graph import Graph as IRGraph
 from graphgrad.graph import GraphBuilder, Symbol, builder_of, merge_specs, symbol
 from graphgrad.graph.node import Node
-from graphgrad.tensor.dispatch import current_interpreter
+from graphgrad.tensor.modes import current_mode
 
 from .graph import get_default_graph
 from .tensors import convert_to_tensor
@@ -24,7 +24,7 @@ __all__ = ["cond", "control_dependencies", "group", "identity", "no_op"]
 
 
 def _current_builder() -> GraphBuilder:
-    top = current_interpreter()
+    top = current_mode()
     if isinstance(top, GraphBuilder):
         return top
     return builder_of(get_default_graph().ir)
@@ -74,7 +74,7 @@ def cond(pred, true_fn: Callable | None = None, false_fn: Callable | None = None
     if not callable(false_fn):
         raise TypeError("false_fn must be callable.")
     b = _current_builder()
-    with b.active() if current_interpreter() is not b else contextlib.nullcontext():
+    with b.active() if current_mode() is not b else contextlib.nullcontext():
         pred = convert_to_tensor(pred)
         spec = pred._node.spec
         if spec.shape is not None and len(spec.shape) != 0:
@@ -143,6 +143,6 @@ def no_op(name: str | None = None) -> Symbol:
 def identity(x, name: str | None = None) -> Symbol:
     """A new node equal to ``x`` (inside control_dependencies it gets the dependency)."""
     b = _current_builder()
-    with b.active() if current_interpreter() is not b else contextlib.nullcontext():
+    with b.active() if current_mode() is not b else contextlib.nullcontext():
         from graphgrad.ops import REGISTRY
         return REGISTRY["Clone"].apply(convert_to_tensor(x))

@@ -12,7 +12,7 @@ from graphgrad.backend import to_dtype, xp
 from graphgrad.graph import GraphBuilder, Symbol, symbol
 from graphgrad.graph.random_node import DEFAULT_GRAPH_SEED, add_random
 from graphgrad.ops import REGISTRY
-from graphgrad.tensor.dispatch import current_interpreter
+from graphgrad.tensor.modes import current_mode
 
 from .graph import get_default_graph
 from .tensors import constant, convert_to_tensor, np_dtype
@@ -52,7 +52,7 @@ def _op(fn):
         for k in list(kwargs):
             if k in _TENSOR_ARGS:
                 kwargs[k] = _tensorize(kwargs[k])
-        if isinstance(current_interpreter(), GraphBuilder):
+        if isinstance(current_mode(), GraphBuilder):
             return fn(*args, **kwargs)
         with get_default_graph().building():
             return fn(*args, **kwargs)
@@ -258,7 +258,7 @@ def argmax(input, axis=None, name=None):  # noqa: A002 - TF's name
 @_op
 def shape(input, name=None, out_type=None):  # noqa: A002 - TF's name
     """The shape as an int64 vector known at run time (TF: int32 by default)."""
-    return current_interpreter().shape_of(input)
+    return current_mode().shape_of(input)
 
 
 @_op
@@ -324,7 +324,7 @@ def _dims_of(shape) -> list:
 
 
 def _random(dist: str, shape, dtype, params: dict, seed, name):
-    b = current_interpreter()
+    b = current_mode()
     sym = symbol(add_random(b, dist, _dims_of(shape), np_dtype(dtype), params,
                             _seed_pair(seed), name))
     return sym

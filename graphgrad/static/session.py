@@ -16,7 +16,7 @@ from graphgrad.func.pytree import tree_flatten, tree_unflatten
 from graphgrad.graph import GraphBuilder, Interpreter, Scheduler, Symbol, needed_nodes, tf_shape
 from graphgrad.graph.node import Node
 from graphgrad.tensor import Tensor, Value
-from graphgrad.tensor.dispatch import current_interpreter
+from graphgrad.tensor.modes import current_mode
 
 from .graph import Graph, get_default_graph
 
@@ -94,9 +94,7 @@ class Session:
         if not _shape_fits(arr.shape, spec.shape):
             raise ValueError(f"Cannot feed value of shape {tuple(arr.shape)!r} for Tensor "
                              f"{key.name!r}, which has shape {tf_shape(spec.shape)!r}")
-        t = Tensor.__new__(Tensor)
-        Tensor.__init__(t, arr)
-        return node, t
+        return node, Tensor(arr)
 
     def plan(self, fetch_nodes: tuple, fed: frozenset) -> list[Node]:
         key = (fetch_nodes, fed)
@@ -125,10 +123,10 @@ class Session:
         with contextlib.ExitStack() as stack:
             # run below any graph builder (``with g.as_default()`` keeps one on the
             # dispatch stack): the steps compute, and no worker thread touches the stack
-            top = current_interpreter()
+            top = current_mode()
             while isinstance(top, GraphBuilder):
                 stack.enter_context(top.lowered())
-                top = current_interpreter()
+                top = current_mode()
             self.interpreter.execute(plan, env)
         out = [_numpy(env[n]) for n in nodes]
         return tree_unflatten(out, spec)

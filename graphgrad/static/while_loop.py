@@ -19,7 +19,7 @@ from graphgrad.func.pytree import tree_flatten, tree_unflatten
 from graphgrad.graph import Spec, symbol, tf_shape
 from graphgrad.graph.node import Node
 from graphgrad.ops import REGISTRY
-from graphgrad.tensor.dispatch import current_interpreter
+from graphgrad.tensor.modes import current_mode
 
 from .control_flow import _build, _current_builder, _unify
 from .tensors import constant, convert_to_tensor
@@ -47,7 +47,7 @@ def while_loop(cond: Callable, body: Callable, loop_vars, shape_invariants=None,
     invariants = None if shape_invariants is None else _shape_leaves(
         [shape_invariants] if single else shape_invariants, structure)
     b = _current_builder()
-    with b.active() if current_interpreter() is not b else contextlib.nullcontext():
+    with b.active() if current_mode() is not b else contextlib.nullcontext():
         init = [b.node_of(convert_to_tensor(v), literal_ok=False) for v in leaves]
         specs = [i.spec for i in init] if invariants is None else [
             _invariant_spec(i, s) for i, s in zip(init, invariants, strict=True)]

@@ -8,7 +8,9 @@ from typing import Any
 from graphgrad.backend import get_default_dtype, to_dtype, xp
 
 from .device import check_device
-from .value import Tensor, Value, _leaf
+from .modes import active_modes
+from .tensor import Tensor
+from .value import Value
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange",
            "linspace", "eye", "rand", "randn", "randint", "randperm", "zeros_like",
@@ -135,8 +137,7 @@ def random_tensor(draw, shape: tuple, dtype, requires_grad: bool = False,
     """A tensor of ``draw(rng, shape)`` samples. Inside vmap the level's ``randomness``
     decides: "error" raises, "same" draws once for all examples, "different" draws one
     sample per example (a batched tensor)."""
-    from .dispatch import _stack
-    levels = [i for i in _stack if hasattr(i, "randomness")]
+    levels = [m for m in active_modes() if m.randomness is not None]
     rng = _rng(generator)
 
     def sample(shape, lower):
@@ -146,7 +147,7 @@ def random_tensor(draw, shape: tuple, dtype, requires_grad: bool = False,
                 raise RuntimeError(_RANDOM_ERROR)
             if level.randomness == "different":
                 return level.batched_random(lambda s, below=lower[:k]: sample(s, below), shape)
-        return _leaf(draw(rng, shape).astype(dtype))
+        return Tensor._make(draw(rng, shape).astype(dtype))
 
     t = sample(tuple(shape), levels)
     if requires_grad:
@@ -155,7 +156,7 @@ def random_tensor(draw, shape: tuple, dtype, requires_grad: bool = False,
 
 
 def _new(arr, requires_grad: bool) -> Tensor:
-    t = _leaf(arr)
+    t = Tensor._make(arr)
     if requires_grad:
         if arr.dtype.kind not in "fc":  # the factory keyword's wording, as in PyTorch
             raise RuntimeError("Only Tensors of floating point and complex dtype can require "
@@ -183,7 +184,7 @@ def as_tensor(data: Any, dtype=None, device=None) -> Tensor:
     if isinstance(data, Tensor) and (dtype is None or to_dtype(dtype) == data.dtype):
         return data
     if isinstance(data, xp.ndarray) and (dtype is None or to_dtype(dtype).np == data.dtype):
-        return _leaf(data)
+        return Tensor._make(data)
     return tensor(data, dtype=dtype)
 
 
@@ -193,7 +194,7 @@ def from_numpy(array) -> Tensor:
         raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
     from graphgrad.backend import from_numpy_dtype
     from_numpy_dtype(array.dtype)  # raises PyTorch's message for unsupported dtypes
-    return _leaf(array)
+    return Tensor._make(array)
 
 
 def _size(size: tuple) -> tuple:
