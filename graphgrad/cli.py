@@ -28,7 +28,7 @@ Commands:
 
 
 def _count_nodes(t) -> int:
-    from graphgrad.autograd.engine import toposort
+    from graphgrad.tensor.toposort import toposort
     return len(toposort([t])) if t.requires_grad else 0
 
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from graphgrad.backend import from_numpy_dtype, stand_in, xp
+from graphgrad.backend import stand_in, xp
+from graphgrad.ops.unbroadcast import unbroadcast
 from graphgrad.tensor import Tensor, Value, active_modes, set_grad_mode
-from graphgrad.tensor.views import refresh_if_stale
+from graphgrad.tensor.toposort import toposort
+from graphgrad.tensor.views import identity_at, refresh_if_stale
 
 __all__ = ["backward", "grad"]
 
@@ -34,65 +36,13 @@ _HINT = (" Hint: enable anomaly detection to find the operation that failed to c
 
 # ---- the graph walk ------------------------------------------------------------------
 
-def _resolve(p: Value, version: int) -> Value:
-    """The identity ``p`` had at ``version``: an in-place op after the edge was made
-    rebased ``p``, and its earlier self lives on in ``ext.previous``."""
-    e = p._extras
-    while e is not None and e.rebased_at > version:
-        p = e.previous
-        e = p._extras
-    return p
-
-
 def _edges(node: Value):
     """(input position, parent node) for each input that requires grad."""
     sv = node._saved_versions
     for i, p in enumerate(node.inputs):
         if isinstance(p, Value) and p._requires_grad:
-            yield i, (_resolve(p, sv[i] if sv is not None else 0) if p._extras is not None else p)
-
-
-def _as_recorded(node: Value, p: Value) -> Value:
-    """Input ``p`` of ``node`` as the node recorded it (see ``_resolve``). Every position
-    holding ``p`` was recorded at the same version, so the first one tells."""
-    sv = node._saved_versions
-    if sv is None:
-        return _resolve(p, 0)
-    for i, q in enumerate(node.inputs):
-        if q is p:
-            return _resolve(p, sv[i])
-    return p
-
-
-def toposort(roots: Sequence[Value]) -> list[Value]:
-    """Nodes reachable from ``roots`` (through inputs that require grad), each after all
-    of its inputs. Iterative DFS: no recursion limit on deep graphs. Each node on the
-    stack keeps an iterator over its inputs, resumed when its child is done."""
-    order: list[Value] = []
-    seen: set[int] = set()
-    for root in roots:
-        if id(root) in seen:
-            continue
-        seen.add(id(root))
-        nodes = [root]
-        inputs = [iter(root.inputs)]
-        while inputs:
-            for p in inputs[-1]:
-                if isinstance(p, Value) and p._requires_grad:
-                    if p._extras is not None:
-                        p = _as_recorded(nodes[-1], p)
-                    if id(p) not in seen:
-                        seen.add(id(p))
-                        if p.op is None:  # a leaf is done at once: no push and pop
-                            order.append(p)
-                            continue
-                        nodes.append(p)
-                        inputs.append(iter(p.inputs))
-                        break
-            else:
-                inputs.pop()
-                order.append(nodes.pop())
-    return order
+            yield i, (identity_at(p, sv[i] if sv is not None else 0) if p._extras is not None
+                      else p)
 
 
 class Freed(tuple):
@@ -160,28 +110,6 @@ def _check_saved_inputs(node: Value, sv: tuple | None) -> None:
                 raise _modified_error(p, current, expected)
 
 
-def _fit(ct: Tensor, p: Value, node: Value) -> Tensor:
-    """Reduce a cotangent to its input's shape and dtype: the one place gradients are
-    un-broadcast."""
-    shape = p._array.shape
-    cs = ct._array.shape
-    if cs != shape:
-        lead = len(cs) - len(shape)
-        if lead < 0 or any(s != 1 and s != c for s, c in zip(shape, cs[lead:], strict=True)):
-            raise RuntimeError(f"graphgrad internal error: {node.op.__name__}Backward0 returned "
-                               f"a gradient of shape {tuple(cs)} for an input of shape "
-                               f"{tuple(shape)}")
-        dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
-                                          if s == 1 and cs[lead + i] != 1)
-        if dims:
-            ct = ct.sum(dim=dims, keepdim=True)
-        if ct._array.shape != shape:
-            ct = ct.reshape(shape)
-    if ct._array.dtype != p._array.dtype:
-        ct = ct.to(from_numpy_dtype(p._array.dtype))
-    return ct
-
-
 # ---- the pass ------------------------------------------------------------------------
 
 def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_graph: bool,
@@ -234,9 +162,9 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
                     continue
                 a, c = p._array, ct._array
                 if a.shape != c.shape or a.dtype != c.dtype:
-                    ct = _fit(ct, p, node)
+                    ct = unbroadcast(ct, a.shape, a.dtype, op.__name__)
                 if p._extras is not None:
-                    p = _resolve(p, sv[i] if sv is not None else 0)
+                    p = identity_at(p, sv[i] if sv is not None else 0)
                 pid = id(p)
                 if pid in grads:
                     grads[pid] = grads[pid] + ct

@@ -17,7 +17,7 @@ import weakref
 from graphgrad import ops
 from graphgrad.autograd import enable_grad
 from graphgrad.autograd import grad as autograd_grad
-from graphgrad.autograd.engine import toposort
+from graphgrad.tensor.toposort import toposort
 from graphgrad.autograd.forward_ad import active_levels, dual_level, make_dual, unpack_dual
 from graphgrad.tensor import Value, eye, zeros_like
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from graphgrad.backend import xp
+from graphgrad.ops.unbroadcast import unbroadcast
 from graphgrad.tensor import Value
 
 from .builder import GraphBuilder, building
@@ -32,18 +33,13 @@ from .interpreter import Interpreter
 from .node import Node
 from .spec import Spec
 from .symbol import Symbol, symbol
-from .vjp_node import VjpFn, WhileGradFn, fit, function_of
+from .vjp_node import VjpFn, WhileGradFn, function_of
 
 __all__ = ["grad"]
 
 
 def _differentiable(spec) -> bool:
     return isinstance(spec, Spec) and xp.dtype(spec.dtype).kind in "fc"
-
-
-def _fit(ct, spec: Spec):
-    """Reduce a cotangent to its input's shape and dtype (the one un-broadcast place)."""
-    return fit(ct, spec.shape, spec.dtype)
 
 
 def zeros(spec: Spec, like=None):
@@ -182,7 +178,7 @@ def _accumulate(cts: dict, inputs, ins, reach) -> None:
             b = b or current_mode()
             ct = symbol(b.node_of(ct if isinstance(ct, Value) else _const(xp.asarray(ct)),
                                   literal_ok=False))
-        ct = _fit(ct, i.spec)
+        ct = unbroadcast(ct, i.spec.shape, i.spec.dtype)
         cts[i] = cts[i] + ct if i in cts else ct
 
 

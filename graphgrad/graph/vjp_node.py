@@ -23,32 +23,13 @@ import threading
 from collections.abc import Callable, Sequence
 
 from graphgrad.backend import xp
+from graphgrad.ops.unbroadcast import unbroadcast
 from graphgrad.tensor import Tensor, Value, set_grad_mode
 
 from .node import Dyn
 
-__all__ = ["run_vjp_rule", "fit", "RuleFn", "WhileGradFn", "VjpFn", "function_of",
+__all__ = ["run_vjp_rule", "RuleFn", "WhileGradFn", "VjpFn", "function_of",
            "while_grad_replay"]
-
-
-def fit(ct, shape: tuple, dtype):
-    """Reduce a cotangent to ``shape`` and ``dtype``: the one un-broadcast rule, on
-    Symbols (static shapes) and tensors alike."""
-    cs = ct.shape
-    if shape is None or cs is None:
-        return ct
-    shape, cs = tuple(shape), tuple(cs)
-    if cs != shape:
-        lead = len(cs) - len(shape)
-        dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
-                                          if s == 1 and cs[lead + i] != 1)
-        if dims:
-            ct = ct.sum(dim=dims, keepdim=True)
-        if tuple(ct.shape) != shape and None not in shape:
-            ct = ct.reshape(shape)
-    if xp.dtype(ct._array.dtype) != xp.dtype(dtype):
-        ct = ct.to(xp.dtype(dtype))
-    return ct
 
 
 def _differentiable(t) -> bool:
@@ -122,7 +103,7 @@ class RuleFn(_RunTimeFn):
                 continue
             if not isinstance(ct, Value):
                 ct = Tensor(xp.asarray(ct, a._array.dtype))
-            res.append(fit(ct, a._array.shape, a._array.dtype))
+            res.append(unbroadcast(ct, a._array.shape, a._array.dtype, self.op.__name__))
         return tuple(res)
 
 
@@ -192,7 +173,7 @@ class VjpFn(_RunTimeFn):
         if pairs:
             found = grad([o for o, _ in pairs], targets, [c for _, c in pairs],
                          create_graph=tracking, allow_unused=True)
-        return tuple(_zeros_like(t) if f is None else fit(f, t._array.shape, t._array.dtype)
+        return tuple(_zeros_like(t) if f is None else unbroadcast(f, t._array.shape, t._array.dtype)
                      for f, t in zip(found, targets, strict=True))
 
 

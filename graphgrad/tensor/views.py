@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["mark_view", "views_follow_grad", "refresh_if_stale", "refresh_view",
            "old_identity", "take_history", "rebase", "saved_versions", "bump_version",
-           "root_base"]
+           "root_base", "identity_at", "input_as_recorded"]
 
 
 def saved_versions(args: tuple) -> tuple:
@@ -44,6 +44,28 @@ def bump_version(t: Value) -> int:
         t._version_counter = [0]
     t._version_counter[0] += 1
     return t._version_counter[0]
+
+
+def identity_at(p: Value, version: int) -> Value:
+    """The identity ``p`` had at ``version``: an in-place op after an edge to ``p`` was
+    made rebased ``p``, and its earlier self lives on in ``extras.previous``."""
+    e = p._extras
+    while e is not None and e.rebased_at > version:
+        p = e.previous
+        e = p._extras
+    return p
+
+
+def input_as_recorded(node: Value, p: Value) -> Value:
+    """Input ``p`` of ``node`` as the node recorded it (see ``identity_at``). Every
+    position holding ``p`` was recorded at the same version, so the first one tells."""
+    sv = node._saved_versions
+    if sv is None:
+        return identity_at(p, 0)
+    for i, q in enumerate(node.inputs):
+        if q is p:
+            return identity_at(p, sv[i])
+    return p
 
 
 def mark_view(t: Value, op, args: tuple, params: dict) -> None:
