@@ -117,7 +117,8 @@ def test_the_generic_toposort_orders_the_tensor_graph_as_autograd_does():
         vals.append(a * b.sin() if rng.random() < 0.5 else a + b * 0.5)
     root = sum(v.sum() for v in vals[-5:])
     want = engine_toposort([root])
-    got = toposort([root], lambda t: [p for p in t.inputs if isinstance(p, Value) and p._requires_grad])
+    got = toposort([root], lambda t: [p for p in t.inputs
+                                      if isinstance(p, Value) and p._requires_grad])
     assert [id(t) for t in got] == [id(t) for t in want]
 
 
