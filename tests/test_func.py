@@ -6,6 +6,7 @@ registry (cases in ``jvp_vmap_cases.py``)."""
 
 from __future__ import annotations
 
+import re
 import warnings
 import zlib
 
@@ -1109,27 +1110,43 @@ def _shared_floats(example):
             if np.asarray(a).dtype.kind == "f" and i not in example.nograd]
 
 
-def _torch_runs(case, ex) -> bool:
-    """The forward oracle's business comes first: skip examples torch itself rejects."""
+def _torch_refusal(case, ex) -> str | None:
+    """The forward oracle's business comes first: why torch itself rejects the example,
+    or None when it runs."""
     try:
         case.torch_fn(*[torch.tensor(np.asarray(a)) for a in ex.arrays], **ex.static)
-    except Exception:  # noqa: BLE001
-        return False
-    return True
+    except Exception as e:  # noqa: BLE001 - any refusal: the example is not checked here
+        return f"torch rejects the example: {type(e).__name__}: {e}"
+    return None
+
+
+def _skip_if_nothing_was_checked(name: str, unchecked: list[str], checked: int) -> None:
+    """A case none of whose drawn examples could be compared is a visible skip naming the
+    case and why, never a silent pass."""
+    if not checked:
+        reasons = "; ".join(sorted(set(unchecked))) or "no example was drawn"
+        pytest.skip(f"{name}: no example was checked ({reasons})")
 
 
 @pytest.mark.skipif(not SHARED_CASES, reason="tests/op_cases.py is not available")
 @pytest.mark.parametrize("case", [c for c in SHARED_CASES if c.grad], ids=lambda c: c.name)
 def test_shared_case_jvp_matches_torch(case):
-    _shared_jvp(case)
+    unchecked, checked = [], []
+    _shared_jvp(case, unchecked, checked)
+    _skip_if_nothing_was_checked(case.name, unchecked, len(checked))
 
 
 @SHARED_SETTINGS
 @given(data=st.data())
-def _shared_jvp(case, data):
+def _shared_jvp(case, unchecked, checked, data):
     ex = data.draw(case.inputs)
     diff = _shared_floats(ex)
-    if not diff or not _torch_runs(case, ex):
+    if not diff:
+        unchecked.append("no float input that takes a tangent")
+        return
+    refusal = _torch_refusal(case, ex)
+    if refusal is not None:
+        unchecked.append(refusal)
         return
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     tangents = [rng.standard_normal(np.shape(ex.arrays[i])) for i in diff]
@@ -1146,6 +1163,7 @@ def _shared_jvp(case, data):
 
     close(run(gg, case.gg_fn, F.jvp), run(torch, case.torch_fn, TF.jvp), rtol=case.rtol,
           atol=case.atol)
+    checked.append(ex)
 
 
 def _shared_batch(example, dims, rng):
@@ -1174,15 +1192,23 @@ def _shared_dims(example, variant):
 @pytest.mark.parametrize("case", SHARED_CASES, ids=lambda c: c.name)
 @pytest.mark.parametrize("variant", ["all0", "floats_last"])
 def test_shared_case_vmap_matches_torch(case, variant):
-    _shared_vmap(case, variant)
+    unchecked, checked = [], []
+    _shared_vmap(case, variant, unchecked, checked)
+    _skip_if_nothing_was_checked(f"{case.name}[{variant}]", unchecked, len(checked))
 
 
 @SHARED_SETTINGS
 @given(data=st.data())
-def _shared_vmap(case, variant, data):
+def _shared_vmap(case, variant, unchecked, checked, data):
     ex = data.draw(case.inputs)
     dims = _shared_dims(ex, variant)
-    if all(d is None for d in dims) or not _torch_runs(case, ex):
+    if all(d is None for d in dims):
+        unchecked.append("the case has no array input" if not dims else
+                         "no input is mapped: floats_last maps float inputs only")
+        return
+    refusal = _torch_refusal(case, ex)
+    if refusal is not None:
+        unchecked.append(refusal)
         return
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     arrays = _shared_batch(ex, dims, rng)
@@ -1193,13 +1219,30 @@ def _shared_vmap(case, variant, data):
     except Exception as e:  # noqa: BLE001 - dynamic shapes, .item(): torch cannot vmap it
         if str(e).startswith(_TORCH_INDEX_PUT_BUG):
             ref = _per_example(case, ex, arrays, dims)
-        else:
-            with pytest.raises(Exception):  # noqa: B017 - graphgrad must refuse as well
+        else:  # graphgrad must refuse as well, with PyTorch's error where it shares it
+            error, message = _VMAP_REFUSALS.get(case.name, (type(e), re.escape(str(e))))
+            with pytest.raises(error, match=message):
                 gfn(*[gg.tensor(a) for a in arrays])
+            checked.append(ex)
             return
     if isinstance(ref, torch.Tensor):
         ref = _per_example_if_torch_vmap_differs(case, ex, arrays, dims, ref)
     close(gfn(*[gg.tensor(a) for a in arrays]), ref, rtol=case.rtol, atol=case.atol)
+    checked.append(ex)
+
+
+# where torch's vmap refuses a case, graphgrad raises torch's exception type with torch's
+# message, except for these cases, whose refusal graphgrad words (or types) its own way
+_DYNAMIC_MASK = "vmap: We do not support batching operators that can support dynamic shape"
+_DYNAMIC_NONZERO = "vmap: nonzero has a data-dependent output shape, which cannot be batched"
+_VMAP_REFUSALS = {
+    "masked_select": (RuntimeError, re.escape(_DYNAMIC_MASK)),  # torch: "...over `mask`..."
+    "nonzero": (RuntimeError, re.escape(_DYNAMIC_NONZERO)),  # torch: "...aten::nonzero"
+    "nonzero_tuple": (RuntimeError, re.escape(_DYNAMIC_NONZERO)),  # torch: no batching rule
+    # torch raises RuntimeError "When vmap-ing torch.nn.functional.one_hot, please provide
+    # an explicit positive num_classes argument."
+    "one_hot": (NotImplementedError, re.escape("vmap: one_hot needs an explicit num_classes")),
+}
 
 
 # torch's vmap of x[..., i] = v with a batched index after a slice lays the indexed

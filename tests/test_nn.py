@@ -1,5 +1,9 @@
-"""graphgrad.nn against PyTorch with copied weights: module forward and backward, losses,
-init statistics, and the Module API (registration, state_dict, repr, train/eval, to)."""
+"""graphgrad.nn against PyTorch with copied weights: module forward and backward,
+Linear, Embedding, unfold/fold, init statistics, and the Module API (registration,
+state_dict, repr, train/eval, to, hooks' registration names, load_state_dict).
+Losses, layers, normalisation, attention, recurrent layers, hooks, containers and
+nn.utils have their own test_nn_*.py files."""
+
 
 from __future__ import annotations
 
@@ -9,20 +13,12 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 import torch
+from helpers import ATOL, RTOL, copy_weights, rand
 
 import graphgrad as gg
 from graphgrad import nn
 from graphgrad.nn import functional as F
 from graphgrad.nn import init
-from graphgrad.ops.nll import NllLoss
-
-RTOL, ATOL = 1e-10, 1e-12
-
-
-def copy_weights(gg_mod: nn.Module, t_mod: torch.nn.Module) -> None:
-    """Make gg_mod's parameters and buffers equal to t_mod's (same state_dict names)."""
-    state = {k: gg.tensor(v.detach().numpy().copy()) for k, v in t_mod.state_dict().items()}
-    gg_mod.load_state_dict(state)
 
 
 def compare(gg_mod, t_mod, *inputs, grad_inputs=True):
@@ -41,10 +37,6 @@ def compare(gg_mod, t_mod, *inputs, grad_inputs=True):
     for name, p in gg_mod.named_parameters():
         np.testing.assert_allclose(p.grad.numpy(), t_params[name].grad.numpy(), RTOL, ATOL,
                                    err_msg=name)
-
-
-def rand(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape)
 
 
 MODULES = [
@@ -121,74 +113,6 @@ def test_linear_errors_match_torch(shapes):
     assert str(t_err.value) in str(g_err.value)
 
 
-def _under_interpreter(fn):
-    """Run ``fn`` with a pass-through interpreter on the dispatch stack, as under a
-    tracer."""
-    from graphgrad.tensor import Mode, dispatch, pop_mode, push_mode
-
-    class PassThrough(Mode):
-        def process(self, op, args, params):
-            with self.lowered():
-                return dispatch(op, args, params)
-    interp = PassThrough()
-    push_mode(interp)
-    try:
-        return fn()
-    finally:
-        pop_mode(interp)
-
-
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_cross_entropy_training_case_is_one_nll_loss_op(dtype):
-    """Class indices, mean, nothing weighted or ignored: log_softmax then one NllLoss op
-    (PyTorch's NllLossBackward0), eagerly and under an interpreter, with the loss,
-    gradient and Hessian-vector product of the general gather path and of PyTorch."""
-    rng = np.random.default_rng(3)
-    x0 = rng.standard_normal((6, 4)).astype(dtype)
-    t = gg.tensor(rng.integers(0, 4, 6))
-    v0 = rng.standard_normal((6, 4)).astype(dtype)
-    v = gg.tensor(v0)
-
-    def run(loss_fn):
-        x = gg.tensor(x0, requires_grad=True)
-        loss = loss_fn(x)
-        (g,) = gg.autograd.grad(loss, x, create_graph=True)
-        (hv,) = gg.autograd.grad((g * v).sum(), x)
-        return loss, g, hv
-    plain = run(lambda x: F.cross_entropy(x, t))
-    traced = _under_interpreter(lambda: run(lambda x: F.cross_entropy(x, t)))
-    general = run(lambda x: F.cross_entropy(x, t, reduction="sum") / 6)  # a gather
-    assert repr(plain[0].grad_fn).startswith("<NllLossBackward0")
-    assert repr(traced[0].grad_fn).startswith("<NllLossBackward0")
-    assert not repr(general[0].grad_fn).startswith("<NllLossBackward0")
-    tol = 1e-6 if dtype == "float32" else 1e-14
-    for other in (traced, general):
-        for a, b in zip(plain, other, strict=True):
-            assert a.dtype == b.dtype == getattr(gg, dtype)
-            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=tol,
-                                       atol=tol)
-    tx = torch.tensor(x0, requires_grad=True)
-    loss = torch.nn.functional.cross_entropy(tx, torch.tensor(t.numpy()))
-    (tg,) = torch.autograd.grad(loss, tx, create_graph=True)
-    (thv,) = torch.autograd.grad((tg * torch.tensor(v0)).sum(), tx)
-    for a, b in zip(plain, (loss, tg, thv), strict=True):
-        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=tol, atol=tol)
-
-
-def test_nll_loss_training_case_errors():
-    """The one-op path checks what the general path checks, with the same words."""
-    logp = gg.tensor(np.log(np.full((3, 4), 0.25)), requires_grad=True)
-    with pytest.raises(IndexError, match="Target 4 is out of bounds"):
-        F.nll_loss(logp, gg.tensor([0, 4, 1]))
-    with pytest.raises(IndexError, match="Target -2 is out of bounds"):
-        F.nll_loss(logp, gg.tensor([0, -2, 1]))
-    with pytest.raises(RuntimeError, match="integer dtype"):
-        NllLoss.apply(logp, gg.tensor([0.0, 1.0, 1.0]))
-    with pytest.raises(ValueError, match=r"target of shape \(3,\)"):
-        NllLoss.apply(logp, gg.tensor([0, 1]))
-    assert np.isnan(F.nll_loss(gg.zeros(0, 4), gg.zeros(0, dtype=gg.int64)).item())
-
-
 def test_embedding_matches_torch():
     t_mod = torch.nn.Embedding(10, 3, padding_idx=2).double()
     gg_mod = nn.Embedding(10, 3, padding_idx=2).double()
@@ -197,36 +121,6 @@ def test_embedding_matches_torch():
     compare(gg_mod, t_mod, idx, grad_inputs=False)
     assert np.all(gg_mod.weight.grad.numpy()[2] == 0)
     assert np.all(nn.Embedding(5, 2, padding_idx=0).weight.detach().numpy()[0] == 0)
-
-
-LOSSES = [
-    ("mse", lambda m: m.MSELoss(), "float"),
-    ("mse_sum", lambda m: m.MSELoss(reduction="sum"), "float"),
-    ("l1", lambda m: m.L1Loss(), "float"),
-    ("huber", lambda m: m.HuberLoss(delta=0.5), "float"),
-    ("cross_entropy", lambda m: m.CrossEntropyLoss(), "class"),
-    ("cross_entropy_smooth", lambda m: m.CrossEntropyLoss(label_smoothing=0.1), "class"),
-    ("cross_entropy_none", lambda m: m.CrossEntropyLoss(reduction="none"), "class"),
-    ("nll", lambda m: m.NLLLoss(), "class"),
-    ("bce_logits", lambda m: m.BCEWithLogitsLoss(), "binary"),
-]
-
-
-@pytest.mark.parametrize("name,make,kind", LOSSES, ids=[c[0] for c in LOSSES])
-def test_loss_matches_torch(name, make, kind):
-    x = rand(6, 4)
-    if kind == "float":
-        target = rand(6, 4, seed=3)
-    elif kind == "class":
-        target = np.array([0, 3, 1, 1, 2, 0])
-    else:
-        target = (rand(6, 4, seed=3) > 0).astype(np.float64)
-    gx, tx = gg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-    lg, lt = make(nn)(gx, gg.tensor(target)), make(torch.nn)(tx, torch.tensor(target))
-    np.testing.assert_allclose(lg.detach().numpy(), lt.detach().numpy(), RTOL, ATOL)
-    lg.sum().backward()
-    lt.sum().backward()
-    np.testing.assert_allclose(gx.grad.numpy(), tx.grad.numpy(), RTOL, ATOL)
 
 
 def test_functional_unfold_fold_match_torch():
@@ -491,51 +385,6 @@ def test_replacing_a_submodule_or_parameter_keeps_its_place():
     assert results[0] == results[1]
 
 
-def _loss_and_grad(lib, fn, x0, rest):
-    x = lib.tensor(x0, requires_grad=True)
-    loss = fn(lib.nn.functional, x, *rest(lib))
-    loss.backward()
-    return loss.item(), x.grad.tolist()
-
-
-@pytest.mark.parametrize("name", ["all_ignored", "all_ignored_smoothing", "zero_weights",
-                                  "smooth_l1_beta0", "embedding_padding"])
-def test_loss_edge_cases_match_torch(name):
-    """All targets ignored: nan loss, zero gradient (zero class weights: nan gradient, as in
-    PyTorch); smooth_l1 with beta 0 is L1; an embedding's padding row keeps its values
-    and gets no gradient."""
-    x0 = np.array([[1.0, 2.0], [3.0, 4.0], [0.5, -1.0]])
-    cases = {
-        "all_ignored": (lambda fn_, x, t: fn_.cross_entropy(x, t),
-                        lambda m: (m.tensor([-100, -100, -100]),)),
-        "all_ignored_smoothing": (lambda fn_, x, t: fn_.cross_entropy(x, t, label_smoothing=0.1),
-                                  lambda m: (m.tensor([-100, -100, -100]),)),
-        "zero_weights": (lambda fn_, x, t, w: fn_.cross_entropy(x, t, weight=w),
-                         lambda m: (m.tensor([0, 1, 1]),
-                                    m.tensor([0.0, 0.0], dtype=m.float64))),
-        "smooth_l1_beta0": (lambda fn_, x, t: fn_.smooth_l1_loss(x, t, beta=0.0),
-                            lambda m: (m.tensor(np.zeros((3, 2))),)),
-        "embedding_padding": (lambda fn_, w, i: (fn_.embedding(i, w, padding_idx=0)
-                                               * (w.detach() + 1)[i]).sum(),
-                              lambda m: (m.tensor([0, 1, 0, 2]),)),
-    }
-    fn, rest = cases[name]
-    with np.errstate(all="ignore"):
-        got = _loss_and_grad(gg, fn, x0, rest)
-    want = _loss_and_grad(torch, fn, x0, rest)
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-12, equal_nan=True)
-    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, equal_nan=True)
-
-
-def test_loss_parameter_errors_use_torch_wording():
-    for lib in (torch, gg):
-        F = lib.nn.functional
-        with pytest.raises(RuntimeError, match="does not support negative values for beta"):
-            F.smooth_l1_loss(lib.ones(2), lib.zeros(2), beta=-1.0)
-        with pytest.raises(RuntimeError, match="non-positive values for delta"):
-            F.huber_loss(lib.ones(2), lib.zeros(2), delta=0.0)
-
-
 def test_inplace_activations_and_implicit_softmax_dim_match_torch():
     """``inplace=True`` overwrites the input (and is refused on a leaf that requires grad);
     softmax/log_softmax without ``dim`` pick PyTorch's deprecated implicit dim, warning."""
@@ -587,30 +436,6 @@ def test_register_names_are_checked_as_torch():
         assert said[0] == said[1]
 
 
-def test_legacy_size_average_and_reduce_flags_set_the_reduction():
-    """PyTorch still honours size_average/reduce (with a deprecation warning): sum or
-    per-element losses, not a silently different mean."""
-    import warnings
-    outs = []
-    for lib in (torch, gg):
-        a, b = lib.tensor([1.0, 2.0, 3.0]), lib.zeros(3)
-        logits, t = lib.tensor([[1.0, 2.0], [0.5, -1.0]]), lib.tensor([0, 1])
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            vals = [lib.nn.MSELoss(size_average=False)(a, b),
-                    lib.nn.functional.mse_loss(a, b, size_average=False),
-                    lib.nn.L1Loss(reduce=False)(a, b),
-                    lib.nn.CrossEntropyLoss(size_average=False)(logits, t),
-                    lib.nn.functional.nll_loss(logits.log_softmax(1), t, reduce=False),
-                    lib.nn.BCEWithLogitsLoss(size_average=False)(a, b),
-                    lib.nn.SmoothL1Loss(size_average=False)(a, b)]
-        outs.append(([np.asarray(v.tolist()) for v in vals],
-                     sorted({str(w.message) for w in caught})))
-    for got, want in zip(outs[1][0], outs[0][0], strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-6)
-    assert outs[0][1] == outs[1][1]
-
-
 @pytest.mark.parametrize("make", ["ELU(inplace=True)", "SiLU(inplace=True)",
                                   "LeakyReLU(0.1, inplace=True)", "ReLU(inplace=True)"])
 def test_inplace_activation_after_an_op_trains(make):
@@ -625,20 +450,6 @@ def test_inplace_activation_after_an_op_trains(make):
         outs.append((y.detach().numpy(), g.detach().numpy(), h.numpy()))
     for got, want in zip(outs[1], outs[0], strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12)
-
-
-def test_binary_cross_entropy_at_saturated_probabilities_has_torch_gradients():
-    """p exactly 0 or 1 (a float32 sigmoid of a large logit): PyTorch's finite gradient
-    (p - t) / max(p (1 - p), 1e-12), not 0 * inf = nan; one BinaryCrossEntropy op."""
-    outs = []
-    for lib in (torch, gg):
-        p = lib.tensor([0.0, 1.0, 0.5, 0.3], dtype=lib.float64, requires_grad=True)
-        t = lib.tensor([1.0, 0.0, 1.0, 0.2], dtype=lib.float64)
-        loss = lib.nn.functional.binary_cross_entropy(p, t)
-        loss.backward()
-        outs.append((loss.item(), p.grad.numpy()))
-    np.testing.assert_allclose(outs[1][0], outs[0][0], rtol=1e-12)
-    np.testing.assert_allclose(outs[1][1], outs[0][1], rtol=1e-12)
 
 
 def test_load_state_dict_assign_and_non_tensor_entries_as_torch():

@@ -1,6 +1,9 @@
-"""graphgrad.optim against PyTorch step by step: same float64 model and data, copied
-weights, five steps, parameters equal to 1e-6 (in fact to rounding); LBFGS on Rosenbrock;
-learning-rate schedules; optimizer state_dict round trips."""
+"""graphgrad.optim's SGD, Adam, AdamW and LBFGS against PyTorch step by step: same
+float64 (and float32) model and data, copied weights, parameters equal to rounding;
+a CNN's training steps; complex parameters; param groups; LBFGS on Rosenbrock;
+optimizer state_dict round trips. Other optimizers: test_optim_adaptive.py; the
+Optimizer API: test_optim_api.py; schedulers: test_lr_scheduler.py."""
+
 
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ import torch
 
 import graphgrad as gg
 from graphgrad import nn, optim
-from graphgrad.optim import lr_scheduler
 
 STEPS = 5
 
@@ -302,29 +304,3 @@ def test_lbfgs_fits_a_network_like_torch():
         for _ in range(2):
             opt.step(closure)
     _assert_same(g_model, t_model, 1e-7)
-
-
-SCHEDULERS = [
-    ("step", lambda s, o: s.StepLR(o, step_size=3, gamma=0.5)),
-    ("cosine", lambda s, o: s.CosineAnnealingLR(o, T_max=5, eta_min=0.01)),
-    ("lambda", lambda s, o: s.LambdaLR(o, lambda e: 1 / (1 + e))),
-    ("multistep", lambda s, o: s.MultiStepLR(o, milestones=[2, 5, 5], gamma=0.3)),
-    ("exponential", lambda s, o: s.ExponentialLR(o, gamma=0.9)),
-]
-
-
-@pytest.mark.parametrize("name,make", SCHEDULERS, ids=[s[0] for s in SCHEDULERS])
-def test_scheduler_matches_torch(name, make):
-    g_opt = optim.SGD([gg.zeros(1, requires_grad=True)], lr=0.2)
-    t_opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.2)
-    gs, ts = make(lr_scheduler, g_opt), make(torch.optim.lr_scheduler, t_opt)
-    g_lrs, t_lrs = [], []
-    for _ in range(14):  # past T_max: the cosine goes back up, as PyTorch's does
-        g_opt.step()
-        t_opt.step()
-        gs.step()
-        ts.step()
-        g_lrs.append(gs.get_last_lr()[0])
-        t_lrs.append(ts.get_last_lr()[0])
-    np.testing.assert_allclose(g_lrs, t_lrs, rtol=1e-13, atol=1e-15)
-    assert g_opt.param_groups[0]["lr"] == g_lrs[-1]

@@ -1,18 +1,24 @@
-"""The parallel scheduler: the lecture's A/B/C dependency-edge example read from the
-execution log, and results equal to the sequential interpreter on random DAGs with
-the log respecting every data and control edge."""
+"""The parallel scheduler: the lecture's A/B/C dependency-edge example read from what
+the scheduler decided (which nodes were in progress together, in which order nodes
+started and ended; no wall-clock timing), and results equal to the sequential
+interpreter on random DAGs with the log respecting every data and control edge."""
 
 from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
 
 import numpy as np
 import pytest
 
 import graphgrad as gg
 from graphgrad.graph import Graph, Interpreter, Scheduler, Spec, overlaps
+from graphgrad.graph.scheduler import LogEntry
 from graphgrad.ops import REGISTRY
 
 F64 = np.dtype(np.float64)
-N = 400
+N = 8
+BARRIER_TIMEOUT_S = 30.0  # only a schedule that never runs A and B together waits this long
 
 
 def abc_graph(edge: bool) -> Graph:
@@ -31,30 +37,73 @@ def abc_graph(edge: bool) -> Graph:
     return g.verify()
 
 
+class RecordingScheduler(Scheduler):
+    """A Scheduler whose node runs record ("start"/"end", node) events, in the order the
+    workers reach them, and can make chosen nodes wait at a barrier once started."""
+
+    def __init__(self, graph, workers: int, rendezvous: Iterable[str] = ()):
+        super().__init__(graph, workers=workers)
+        self.events: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self._rendezvous = set(rendezvous)
+        self._barrier = threading.Barrier(len(self._rendezvous) or 1, timeout=BARRIER_TIMEOUT_S)
+
+    def run_node(self, node, env):
+        with self._lock:
+            self.events.append(("start", node.name))
+        if node.name in self._rendezvous:
+            self._barrier.wait()  # returns once every rendezvous node has started
+        value = super().run_node(node, env)
+        with self._lock:
+            self.events.append(("end", node.name))
+        return value
+
+    def at(self, kind: str, name: str) -> int:
+        return self.events.index((kind, name))
+
+
 @pytest.fixture(scope="module")
 def inputs():
     rng = np.random.default_rng(0)
     return [gg.tensor(rng.standard_normal((N, N)) / N) for _ in range(2)]
 
 
-def test_abc_overlaps_without_the_edge_and_serializes_with_it(inputs):
+def test_abc_runs_a_and_b_together_without_the_edge(inputs):
+    """Without the control edge A and B are both ready at once, so the two workers take
+    one each: both start before either ends. The barrier inside A and B only opens when
+    both have started; a scheduler that ran them one after the other breaks it."""
     expected = Interpreter(abc_graph(False)).run(*inputs)[0].numpy()
-    free = Scheduler(abc_graph(False), workers=2)
-    for _ in range(5):  # a loaded machine may start one worker late: retry a few times
+    free = RecordingScheduler(abc_graph(False), workers=2, rendezvous=("A", "B"))
+    try:
         out = free.run(*inputs)[0]
-        np.testing.assert_array_equal(out.numpy(), expected)
-        both = {free.entry("A").worker, free.entry("B").worker} == {0, 1}
-        if both and (overlaps(free.entry("A2"), free.entry("B2"))
-                     or overlaps(free.entry("A"), free.entry("B"))):
-            break
-    else:
-        pytest.fail(f"A and B never overlapped on 2 workers: {free.log}")
-
-    tied = Scheduler(abc_graph(True), workers=2)
-    out = tied.run(*inputs)[0]
-    assert tied.entry("B").start >= tied.entry("A2").end  # the dependency edge holds
-    assert tied.entry("C").start >= max(tied.entry("A2").end, tied.entry("B2").end)
+    except threading.BrokenBarrierError:
+        pytest.fail(f"A and B were not in progress together on 2 workers: {free.events}")
     np.testing.assert_array_equal(out.numpy(), expected)
+    assert max(free.at("start", "A"), free.at("start", "B")) < min(
+        free.at("end", "A"), free.at("end", "B")), free.events
+    assert {free.entry("A").worker, free.entry("B").worker} == {0, 1}
+
+
+def test_abc_serializes_b_after_a_with_the_edge(inputs):
+    """With the control edge B -> A2, B starts only after A2 ended, and C only after both
+    of its inputs ended, although a second worker is free all along."""
+    expected = Interpreter(abc_graph(False)).run(*inputs)[0].numpy()
+    tied = RecordingScheduler(abc_graph(True), workers=2)
+    out = tied.run(*inputs)[0]
+    np.testing.assert_array_equal(out.numpy(), expected)
+    assert tied.at("end", "A") < tied.at("start", "A2") < tied.at("end", "A2") \
+        < tied.at("start", "B"), tied.events
+    assert tied.at("end", "B") < tied.at("start", "B2"), tied.events
+    assert max(tied.at("end", "A2"), tied.at("end", "B2")) < tied.at("start", "C"), tied.events
+    ran = sorted(name for kind, name in tied.events if kind == "start")
+    assert ran == sorted(e.node for e in tied.log) == ["A", "A2", "B", "B2", "C", "output"]
+
+
+def test_overlaps_reads_the_log_entries():
+    a = LogEntry("a", 0, 0.0, 2.0)
+    assert overlaps(a, LogEntry("b", 1, 1.0, 3.0)) and overlaps(LogEntry("b", 1, 1.0, 3.0), a)
+    assert not overlaps(a, LogEntry("c", 1, 2.0, 3.0))  # one ends as the other starts
+    assert not overlaps(a, LogEntry("d", 1, 5.0, 6.0))
 
 
 def _random_dag(rng: np.random.Generator, n: int) -> Graph:

@@ -397,7 +397,7 @@ def test_strategy_error():
            r'Otherwise, prefer to use "reverse-mode".')
     with pytest.raises(AssertionError, match=msg):  # torch asserts
         TAF.jacobian(lambda a: a, torch.ones(3), strategy="sideways")
-    with pytest.raises((AssertionError, ValueError), match=msg):
+    with pytest.raises(ValueError, match=msg):  # torch's wording; a check survives -O
         GAF.jacobian(lambda a: a, gg.ones(3), strategy="sideways")
 
 
