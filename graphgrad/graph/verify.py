@@ -1,4 +1,5 @@
-"""Layer ``graph``: the verifier and the one topological sort of the IR.
+"""Layer ``graph``: the verifier, and the IR's topological order (graphgrad's one sort,
+``tensor.toposort``, over data and control edges).
 
 ``verify(graph)`` checks, for the graph and every sub-graph: each input is a node of
 the same graph (no dangling edges), no cycle through data or control edges, the list

@@ -46,7 +46,7 @@ from .trace_values import TracedInt, TracedNumber, TracedTensor, plain, warn_at
 __all__ = ["Tracer", "record", "Capture", "ExternalCallError"]
 
 _I64 = xp.dtype(xp.int64)
-_RNG = creation._rng.__code__    # every random draw of graphgrad goes through it
+_RNG = creation.rng_of.__code__    # every random draw of graphgrad goes through it
 _LIKE = creation._like.__code__  # zeros_like & co.: the shape of the array, as ints
 _RANDOM_LIKE = frozenset(f.__code__ for f in (creation.rand_like, creation.randn_like,
                                                creation.randint_like))
@@ -275,7 +275,7 @@ class Tracer(Mode):
         traced sizes given (``randn(x.shape[0], 3)``)."""
         out = sample(shape)
         draw = describe_draw(draw_frame(sys._getframe(1)))
-        if draw is None:  # a user's Generator: frozen, with the warning given at _rng
+        if draw is None:  # a user's Generator: frozen, with the warning given at rng_of
             return out
         if draw.like is not None and self.mine(draw.like):
             dims = [self.node_of(self.size(draw.like, k)) for k in range(len(draw.shape))]

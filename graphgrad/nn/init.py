@@ -76,8 +76,8 @@ def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0,
 def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0,
                   b: float = 2.0, generator: Generator | None = None) -> Tensor:
     """Normal samples redrawn until they fall in [a, b]."""
-    from graphgrad.tensor.creation import _rng
-    rng = _rng(generator)
+    from graphgrad.tensor.creation import rng_of
+    rng = rng_of(generator)
     arr = rng.normal(mean, std, tensor._array.shape)
     bad = (arr < a) | (arr > b)
     while bad.any():
@@ -109,10 +109,10 @@ def eye_(tensor: Tensor) -> Tensor:
 
 def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
     """A (semi-)orthogonal matrix from the QR decomposition of a normal sample."""
-    from graphgrad.tensor.creation import _rng
+    from graphgrad.tensor.creation import rng_of
     rows = tensor.shape[0]
     cols = tensor.numel() // rows
-    flat = _rng(generator).normal(0.0, 1.0, (rows, cols))
+    flat = rng_of(generator).normal(0.0, 1.0, (rows, cols))
     if rows < cols:
         flat = flat.T
     q, r = xp.linalg.qr(flat)

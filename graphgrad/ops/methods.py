@@ -149,14 +149,14 @@ def _copy_(self, src, non_blocking=False):
 
 
 def _uniform_(self, a=0.0, b=1.0, *, generator=None):
-    from graphgrad.tensor.creation import _rng
-    return fill_inplace(self, Tensor._make(_rng(generator).uniform(a, b, self._array.shape)
+    from graphgrad.tensor.creation import rng_of
+    return fill_inplace(self, Tensor._make(rng_of(generator).uniform(a, b, self._array.shape)
                                     .astype(self._array.dtype)), "uniform_")
 
 
 def _normal_(self, mean=0.0, std=1.0, *, generator=None):
-    from graphgrad.tensor.creation import _rng
-    return fill_inplace(self, Tensor._make(_rng(generator).normal(mean, std, self._array.shape)
+    from graphgrad.tensor.creation import rng_of
+    return fill_inplace(self, Tensor._make(rng_of(generator).normal(mean, std, self._array.shape)
                                     .astype(self._array.dtype)), "normal_")
 
 

@@ -57,7 +57,9 @@ def initial_seed() -> int:
     return default_generator.initial_seed()
 
 
-def _rng(generator: Generator | None):
+def rng_of(generator: Generator | None):
+    """The NumPy generator behind ``generator`` (default: the global one); every random
+    draw of graphgrad goes through here (jit.trace recognises draws by it)."""
     return (generator or default_generator).rng
 
 
@@ -138,7 +140,7 @@ def random_tensor(draw, shape: tuple, dtype, requires_grad: bool = False,
     decides: "error" raises, "same" draws once for all examples, "different" draws one
     sample per example (a batched tensor)."""
     levels = [m for m in active_modes() if m.randomness is not None]
-    rng = _rng(generator)
+    rng = rng_of(generator)
 
     def sample(shape, lower):
         for k in range(len(lower) - 1, -1, -1):
@@ -292,7 +294,7 @@ def randint(low, high=None, size=None, *, generator: Generator | None = None, dt
 def randperm(n: int, *, generator: Generator | None = None, dtype=None,
              device=None) -> Tensor:
     check_device(device)
-    return _new(_rng(generator).permutation(n).astype(_dt(dtype, xp.int64)), False)
+    return _new(rng_of(generator).permutation(n).astype(_dt(dtype, xp.int64)), False)
 
 
 def _like(t: Tensor, dtype):
