@@ -30,7 +30,7 @@ from typing import Any
 from graphgrad.nn import Module
 
 from . import config
-from .backends import BACKENDS, lookup_backend, register_backend
+from graphgrad.backends import BACKENDS, lookup_backend, register_backend
 from .capture import Unsupported
 from .eval_frame import BreakRecord, CompiledFunction, forget_all
 from .stats import counters

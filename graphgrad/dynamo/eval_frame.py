@@ -22,7 +22,7 @@ from typing import Any
 from graphgrad.graph import needed_nodes
 
 from . import config
-from .backends import lookup_backend
+from graphgrad.backends import lookup_backend
 from .capture import Capture, Templatizer, Unsupported
 from .codegen import Codegen
 from .frame import VERSION_OK, Frame, bind_arguments, code_info, live_locals
