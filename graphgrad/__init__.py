@@ -61,8 +61,9 @@ import builtins  # noqa: E402
 import importlib as _importlib  # noqa: E402
 
 # The capture frontends sit above everything else and are loaded on first use, which
-# keeps ``import graphgrad`` fast: graphgrad.fx, .jit, .dynamo, .compiler, .capture.
-_LAZY_MODULES = ("fx", "jit", "dynamo", "compiler", "capture", "passes")
+# keeps ``import graphgrad`` fast: graphgrad.fx, .jit, .dynamo, .compiler, .capture; the
+# graph passes and backends too (graphgrad.passes, graphgrad.backends).
+_LAZY_MODULES = ("fx", "jit", "dynamo", "compiler", "capture", "passes", "backends")
 
 
 def __getattr__(name: str):

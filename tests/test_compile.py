@@ -34,7 +34,7 @@ def _ops(graph) -> list[str]:
 
 def _recording_print_backend():
     """The "print" backend, plus a list of the graphs it was handed."""
-    from graphgrad.dynamo.backends import print_backend
+    from graphgrad.backends import print_backend
     handed = []
 
     def backend(graph, example_inputs):
@@ -184,6 +184,32 @@ def test_decorator_forms_and_backend_callable():
     np.testing.assert_allclose(g(x).numpy(), x.exp().numpy())
     with pytest.raises(ValueError, match="Invalid backend"):
         gg.compile(g, backend="nope")
+
+
+def test_backends_are_one_registry_wherever_they_are_reached():
+    """The backends are the ``graphgrad.backends`` layer; ``graphgrad.dynamo`` and
+    ``graphgrad.compiler`` hand out the same registry, and a registered backend is one
+    ``graphgrad.compile`` finds by name."""
+    import graphgrad.backends as backends
+    from graphgrad import dynamo
+
+    assert gg.backends is backends and dynamo.BACKENDS is backends.BACKENDS
+    assert dynamo.lookup_backend("eager") is backends.eager
+    assert {"eager", "print", "default"} <= set(gg.compiler.list_backends())
+    ran = []
+
+    def mine(graph, example_inputs):
+        ran.append(graph)
+        return backends.eager(graph, example_inputs)
+
+    dynamo.register_backend("_test_mine", mine)
+    try:
+        f = gg.compile(lambda x: x.sin() * 2, backend="_test_mine")
+        x = gg.randn(3)
+        np.testing.assert_allclose(f(x).numpy(), (x.sin() * 2).numpy())
+        assert len(ran) == 1
+    finally:
+        del backends.BACKENDS["_test_mine"]
 
 
 def test_unsupported_python_version_runs_eagerly(monkeypatch):
@@ -360,7 +386,7 @@ def test_default_backend_runs_the_graph_optimized_by_the_passes():
     """The default backend hands its graph to graphgrad.passes.optimize first: a repeated
     expression is computed once (capture itself leaves out what the result does not
     need); values and gradients are eager's."""
-    from graphgrad.dynamo.backends import default
+    from graphgrad.backends import default
 
     ran = []
 

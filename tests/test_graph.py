@@ -14,6 +14,7 @@ import graphgrad as gg
 from graphgrad import graph as G
 from graphgrad.graph import Graph, GraphError, Interpreter, Spec
 from graphgrad.ops import REGISTRY
+from graphgrad.passes import grad as graph_grad
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
@@ -246,7 +247,7 @@ def test_graph_grad_equals_eager_autograd(seed):
     fn = _random_program(rng, 8)
     x, y = rng.standard_normal((3, 4)), rng.standard_normal((4,))
     g = G.trace(fn, x, y)
-    gx, gy = G.grad(g, [g.outputs[0]], g.inputs)
+    gx, gy = graph_grad(g, [g.outputs[0]], g.inputs)
     g.set_outputs([g.outputs[0], gx, gy])
     g.verify()
     out = Interpreter(g).run(gg.tensor(x), gg.tensor(y))
@@ -267,8 +268,8 @@ def test_second_order_with_unknown_dims_equals_eager_autograd(seed):
     fn = _random_program(rng, 8)
     g = G.trace(fn, Spec((None, 4), F64), Spec((4,), F64))
     xn, yn = g.inputs
-    (gx,) = G.grad(g, [g.outputs[0]], [xn])
-    hx, hy = G.grad(g, [gx], [xn, yn], grad_outputs=[gg.ones(3, 4, dtype=gg.float64)])
+    (gx,) = graph_grad(g, [g.outputs[0]], [xn])
+    hx, hy = graph_grad(g, [gx], [xn, yn], grad_outputs=[gg.ones(3, 4, dtype=gg.float64)])
     g.set_outputs([gx, *(h if h is not None else gx for h in (hx, hy))])
     g.verify()
     assert any(n.target_name.endswith("BackwardBackward") for n in g.nodes)
@@ -287,8 +288,8 @@ def test_second_order_with_unknown_dims_equals_eager_autograd(seed):
 
 def test_second_order_by_extending_twice():
     g = G.trace(lambda x: (x * x * x).sum(), np.ones(3))
-    (gx,) = G.grad(g, [g.outputs[0]], g.inputs)
-    (gxx,) = G.grad(g, [gx], g.inputs, grad_outputs=[gg.ones(3, dtype=gg.float64)])
+    (gx,) = graph_grad(g, [g.outputs[0]], g.inputs)
+    (gxx,) = graph_grad(g, [gx], g.inputs, grad_outputs=[gg.ones(3, dtype=gg.float64)])
     g.set_outputs([gx, gxx])
     g.verify()
     x = np.array([1., 2., 3.])
@@ -305,7 +306,7 @@ def test_grad_refuses_a_node_kind_it_cannot_differentiate():
     y = g.call(REGISTRY["Sin"], [m], {}, Spec((2,), F64), name="y")
     with pytest.raises(NotImplementedError,
                        match=r"cannot differentiate call_module node 'layer' \(layer\)"):
-        G.grad(g, [y], [x], grad_outputs=[gg.ones(2, dtype=gg.float64)])
+        graph_grad(g, [y], [x], grad_outputs=[gg.ones(2, dtype=gg.float64)])
 
 
 def test_exec_code_with_control_flow_and_gradients_equals_interpreter():
@@ -379,7 +380,7 @@ def test_graphs_that_went_through_graph_grad_are_freed():
     refs = []
     for _ in range(3):
         g = G.trace(lambda x: (x * x).sum(), np.ones(3))
-        G.grad(g, [g.outputs[0]], g.inputs)
+        graph_grad(g, [g.outputs[0]], g.inputs)
         refs.append(weakref.ref(g))
     del g
     gc.collect()

@@ -71,7 +71,7 @@ def _with_gradients(graph: Graph) -> Graph:
     with respect to every input, by graph differentiation: the outputs become
     (outputs..., gradients...)."""
     outs = list(graph.outputs)
-    grads = G.grad(graph, [outs[0]], graph.inputs)
+    grads = P.grad(graph, [outs[0]], graph.inputs)
     graph.set_outputs([*outs, *(g for g in grads if g is not None)])
     graph.verify()
     return graph
@@ -564,8 +564,8 @@ def test_optimize_graphs_with_unknown_dims_and_run_time_vjp_nodes():
         return ((x * y).sin() + (x * y).sin() * 1).sum() + (y * 2.0).sum()
     g = G.trace(fn, Spec((None, 4), F64), Spec((4,), F64))
     xn, yn = g.inputs
-    (gx,) = G.grad(g, [g.outputs[0]], [xn])
-    hx, hy = G.grad(g, [gx], [xn, yn], grad_outputs=[gg.ones(3, 4, dtype=gg.float64)])
+    (gx,) = P.grad(g, [g.outputs[0]], [xn])
+    hx, hy = P.grad(g, [gx], [xn, yn], grad_outputs=[gg.ones(3, 4, dtype=gg.float64)])
     g.set_outputs([gx, hx, hy])
     g.verify()
     new, report = P.optimize(g)

@@ -7,8 +7,10 @@ tensor-dependent branch or a call it must not trace (NumPy, ``random``, ``print`
 graph break: the graph so far runs, the breaking operation runs for real, and capture
 goes on from there. The result is a tree of guarded segments per function, cached, so
 a later call costs a guard check plus the compiled graphs. See ``eval_frame`` for the
-runtime, ``interpreter``/``handlers`` for the bytecode, ``capture`` for guards and
-templates.
+runtime, ``interpreter`` (``BytecodeInterpreter``; its opcodes in ``opcodes_stack``,
+``opcodes_values``, ``opcodes_flow``) for the bytecode, ``capture`` for guards and
+templates. The backends that turn each captured graph into a callable live in
+``graphgrad.backends``.
 
 What runs eagerly instead of being captured (never a wrong result): a function using
 ``try``/``except``/``finally``, generators or ``async`` (as a whole when it is the
@@ -28,9 +30,9 @@ from typing import Any
 from graphgrad.nn import Module
 
 from . import config
-from .backends import BACKENDS, lookup_backend, register_backend
+from graphgrad.backends import BACKENDS, lookup_backend, register_backend
 from .capture import Unsupported
-from .eval_frame import _CODE_CACHE, BreakRecord, CompiledFunction, all_compiled
+from .eval_frame import BreakRecord, CompiledFunction, forget_all
 from .stats import counters
 
 __all__ = ["compile", "CompiledFunction", "OptimizedModule", "Unsupported", "reset",
@@ -90,7 +92,5 @@ def compile(fn: Callable | None = None, *, backend: str | Callable = "default",
 
 def reset() -> None:
     """Forget every cached graph and zero the counters (``torch._dynamo.reset``)."""
-    for cf in all_compiled():
-        cf.reset()
-    _CODE_CACHE.clear()
+    forget_all()
     counters.clear()

@@ -22,18 +22,18 @@ from typing import Any
 from graphgrad.graph import needed_nodes
 
 from . import config
-from .backends import lookup_backend
+from graphgrad.backends import lookup_backend
 from .capture import Capture, Templatizer, Unsupported
 from .codegen import Codegen
-from .frame import VERSION_OK, Frame, code_info, live_locals
+from .frame import VERSION_OK, Frame, bind_arguments, code_info, live_locals
 from .guards import Pool
-from .interpreter import EagerStep, Interpreter, Return, _bind, _ExtCell
+from .interpreter import BytecodeInterpreter, EagerStep, Return
+from .opcodes_flow import ACTIVE_EXITS, unwind_withs
 from .stats import counters
 from .structure import rebuild, template_key
-from .handlers import ACTIVE_EXITS, unwind_withs
-from .values import Arg, Item, Kw, Obj, Slot, SlotRef, Source, SrcRef
+from .values import Arg, ExtCell, Item, Kw, Obj, Slot, SlotRef, Source, SrcRef
 
-__all__ = ["CompiledFunction", "Segment", "BreakRecord", "all_compiled"]
+__all__ = ["CompiledFunction", "Segment", "BreakRecord", "all_compiled", "forget_all"]
 
 _ALL: list = []   # weak registry for reset() (weakref.WeakSet cannot hold plain callables)
 # (code, globals, backend, fullgraph, dynamic) -> cached root segments, shared by every
@@ -44,6 +44,13 @@ _WARNED_VERSION = False
 
 def all_compiled() -> list:
     return [r() for r in _ALL if r() is not None]
+
+
+def forget_all() -> None:
+    """Forget the segments of every compiled function and the cache they share."""
+    for cf in all_compiled():
+        cf.reset()
+    _CODE_CACHE.clear()
 
 
 class BreakRecord:
@@ -304,13 +311,13 @@ class CompiledFunction:
         code = fn.__code__
         pos = [SrcRef(Arg(i, f"arg{i}")) for i in range(len(a))]
         kws = {name: SrcRef(Kw(name)) for name in k}
-        bound = _bind(code, fn.__name__, fn.__defaults__, fn.__kwdefaults__, pos, kws)
+        bound = bind_arguments(code, fn.__defaults__, fn.__kwdefaults__, pos, kws)
         f = Frame(code, fn.__globals__, fn)
         for name, v in bound.items():
             f.locals[name] = _rename(v, name)
         if fn.__closure__:
             for cname, cell in zip(code.co_freevars, fn.__closure__, strict=True):
-                f.cells[cname] = _ExtCell(cell, fn)
+                f.cells[cname] = ExtCell(cell, fn)
         return [f]
 
     def _capture(self, template, children, parent, a, k, s):
@@ -328,7 +335,7 @@ class CompiledFunction:
         frames: list = []
         try:
             frames = cap.instantiate(template)
-            interp = Interpreter(cap, frames)
+            interp = BytecodeInterpreter(cap, frames)
             try:
                 interp.run()
             except Return as r:
@@ -394,7 +401,7 @@ class CompiledFunction:
         cap = Capture("concrete", a, k, s, False, concrete=True)
         frames = cap.instantiate(template)
         try:
-            Interpreter(cap, frames).run()
+            BytecodeInterpreter(cap, frames).run()
         except Return as r:
             return r.value
         raise AssertionError("concrete interpretation ended without a return")

@@ -6,18 +6,23 @@ index of the next one, the value stack, locals and cells (by name, which keeps t
 ``code_info`` disassembles a code object once and checks every opcode against the
 supported set, so that unsupported bytecode is found *before* anything runs
 (a top-level function then runs eagerly; an inlined callee becomes an eager call).
+``bind_arguments`` binds a call's arguments to a code object's parameters, as CPython
+does when it makes a frame.
 """
 
 from __future__ import annotations
 
 import dis
+import inspect
 import sys
 import types
 from typing import Any
 
-__all__ = ["Frame", "code_info", "SUPPORTED", "VERSION_OK", "CodeInfo"]
+__all__ = ["Frame", "code_info", "SUPPORTED", "VERSION_OK", "PY312", "CodeInfo",
+           "bind_arguments", "live_locals"]
 
 VERSION_OK = (3, 11) <= sys.version_info[:2] <= (3, 12)
+PY312 = sys.version_info >= (3, 12)
 
 _COMMON = {
     "RESUME", "NOP", "CACHE", "EXTENDED_ARG", "PRECALL", "COPY_FREE_VARS", "MAKE_CELL",
@@ -119,6 +124,57 @@ class Frame:
         f.globals, f.kw_names, f.fn = self.globals, self.kw_names, self.fn
         f.forced = None
         return f
+
+    def pop_n(self, n: int) -> list:
+        """The top ``n`` values of the stack, popped, bottom first."""
+        if n == 0:
+            return []
+        vals = self.stack[-n:]
+        del self.stack[-n:]
+        return vals
+
+    def jump(self, offset: int) -> None:
+        """Continue at the instruction at byte ``offset`` (``inst.argval`` of a jump)."""
+        self.pc = self.index[offset]
+
+
+def bind_arguments(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None,
+                   args: list, kwargs: dict) -> dict:
+    """Bind call arguments to the parameter names of ``code``, as CPython does."""
+    n = code.co_argcount
+    if not kwargs and len(args) == n and not code.co_kwonlyargcount \
+            and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+        return dict(zip(code.co_varnames[:n], args, strict=True))   # also names like ".0"
+    bound = _signature(code, defaults, kwdefaults).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None):
+    """The signature of a code object with the given defaults (no function needed)."""
+    P = inspect.Parameter
+    n = code.co_argcount
+    names = code.co_varnames
+    params = []
+    defaults = defaults or ()
+    first_default = n - len(defaults)
+    posonly = code.co_posonlyargcount
+    for i in range(n):
+        kind = P.POSITIONAL_ONLY if i < posonly else P.POSITIONAL_OR_KEYWORD
+        default = defaults[i - first_default] if i >= first_default else P.empty
+        params.append(P(names[i], kind, default=default))
+    i = n
+    kwonly = code.co_kwonlyargcount
+    var_pos = code.co_flags & inspect.CO_VARARGS
+    if var_pos:
+        params.append(P(names[n + kwonly], P.VAR_POSITIONAL))
+    for j in range(kwonly):
+        name = names[i + j]
+        d = (kwdefaults or {}).get(name, P.empty)
+        params.append(P(name, P.KEYWORD_ONLY, default=d))
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        params.append(P(names[n + kwonly + (1 if var_pos else 0)], P.VAR_KEYWORD))
+    return inspect.Signature(params)
 
 
 _NO_FALLTHROUGH = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT",

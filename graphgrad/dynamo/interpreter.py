@@ -1,8 +1,14 @@
-"""Layer ``dynamo``: the symbolic bytecode interpreter (CPython 3.11 and 3.12).
+"""Layer ``dynamo``: ``BytecodeInterpreter``, the symbolic interpreter of CPython 3.11
+and 3.12 bytecode (not ``graphgrad.graph.Interpreter``, which runs a Graph).
 
 It runs ``dis`` instructions over a stack of ``Frame``s. Tensors are graph ``Symbol``s
 (their ops become nodes of the capture's graph), Python values are computed for real,
-calls to Python functions are inlined as new frames. It stops at the end of a segment:
+calls to Python functions are inlined as new frames. Each opcode is a method named as
+the opcode, inherited from the mixins ``StackOpcodes`` (opcodes_stack.py),
+``ValueOpcodes`` (opcodes_values.py) and ``FlowOpcodes`` (opcodes_flow.py); this module
+holds the loop and the rules they share: values (``value_op``, ``binary``,
+``load_attr``) and calls (``call``: inline, run on graph values, fold, or break). The
+mixins import nothing from here. It stops at the end of a segment:
 
 * ``Return``: the outermost frame returned;
 * ``EagerStep``: something must run for real: a tensor-dependent branch (``bool`` of a
@@ -14,9 +20,7 @@ calls to Python functions are inlined as new frames. It stops at the end of a se
 from __future__ import annotations
 
 import dis
-import inspect
 import operator
-import sys
 import types
 from typing import Any
 
@@ -26,22 +30,15 @@ from graphgrad.tensor import Size, Tensor
 
 from . import config
 from .capture import Capture, SymFloat, SymInt, Unsupported, opaque
-from .frame import Frame, code_info
+from .frame import SUPPORTED, Frame, bind_arguments, code_info
+from .opcodes_flow import FlowOpcodes
+from .opcodes_stack import StackOpcodes
+from .opcodes_values import ValueOpcodes
 from .policy import TENSOR_EAGER_ATTRS, classify, is_graphgrad, is_inplace_name
-from .values import Cell, Extras, FuncV, ListIter
+from .values import INLINED, Extras, ExtCell, FuncV, ListIter
 
-__all__ = ["Interpreter", "Return", "EagerStep"]
+__all__ = ["BytecodeInterpreter", "Return", "EagerStep"]
 
-PY312 = sys.version_info >= (3, 12)
-_BINARY = {i: name for i, (name, _) in enumerate(dis._nb_ops)}
-_OPS = {"NB_ADD": operator.add, "NB_AND": operator.and_, "NB_FLOOR_DIVIDE": operator.floordiv,
-        "NB_LSHIFT": operator.lshift, "NB_MATRIX_MULTIPLY": operator.matmul,
-        "NB_MULTIPLY": operator.mul, "NB_REMAINDER": operator.mod, "NB_OR": operator.or_,
-        "NB_POWER": operator.pow, "NB_RSHIFT": operator.rshift,
-        "NB_SUBTRACT": operator.sub, "NB_TRUE_DIVIDE": operator.truediv,
-        "NB_XOR": operator.xor}
-_CMP = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
-        ">": operator.gt, ">=": operator.ge}
 _INT_OK = (operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod)
 
 
@@ -72,50 +69,7 @@ def _has_symbol(vals) -> bool:
     return False
 
 
-def _bind(code: types.CodeType, fn_name: str, defaults: tuple, kwdefaults: dict | None,
-          args: list, kwargs: dict) -> dict:
-    """Bind call arguments to parameter names, as CPython does."""
-    n = code.co_argcount
-    if not kwargs and len(args) == n and not code.co_kwonlyargcount \
-            and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
-        return dict(zip(code.co_varnames[:n], args, strict=True))   # also names like ".0"
-    sig = _signature(code, defaults, kwdefaults)
-    bound = sig.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return dict(bound.arguments)
-
-
-_SIGS: dict = {}
-
-
-def _signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None):
-    """The signature of a code object with the given defaults (no function needed)."""
-    P = inspect.Parameter
-    n = code.co_argcount
-    names = code.co_varnames
-    params = []
-    defaults = defaults or ()
-    first_default = n - len(defaults)
-    posonly = code.co_posonlyargcount
-    for i in range(n):
-        kind = P.POSITIONAL_ONLY if i < posonly else P.POSITIONAL_OR_KEYWORD
-        default = defaults[i - first_default] if i >= first_default else P.empty
-        params.append(P(names[i], kind, default=default))
-    i = n
-    kwonly = code.co_kwonlyargcount
-    var_pos = code.co_flags & inspect.CO_VARARGS
-    if var_pos:
-        params.append(P(names[n + kwonly], P.VAR_POSITIONAL))
-    for j in range(kwonly):
-        name = names[i + j]
-        d = (kwdefaults or {}).get(name, P.empty)
-        params.append(P(name, P.KEYWORD_ONLY, default=d))
-    if code.co_flags & inspect.CO_VARKEYWORDS:
-        params.append(P(names[n + kwonly + (1 if var_pos else 0)], P.VAR_KEYWORD))
-    return inspect.Signature(params)
-
-
-class Interpreter:
+class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
     """Interprets a stack of frames for one capture."""
 
     def __init__(self, cap: Capture, frames: list[Frame]):
@@ -137,7 +91,7 @@ class Interpreter:
             if self.steps > config.max_instructions:
                 raise Unsupported(f"more than {config.max_instructions} instructions "
                                   f"interpreted in one segment")
-            handler = _HANDLERS.get(inst.opname)
+            handler = HANDLERS.get(inst.opname)
             if handler is None:  # the prescan makes this unreachable; keep it honest
                 raise Unsupported(f"opcode {inst.opname}")
             pos = inst.positions
@@ -152,6 +106,14 @@ class Interpreter:
                 _check_stack_effect(f, inst, height)
 
     # ---- helpers -----------------------------------------------------------------------------
+
+    def return_value(self, value: Any) -> None:
+        """The top frame returns ``value`` to its caller (the outermost one: ``Return``)."""
+        frames = self.frames
+        frames.pop()
+        if not frames:
+            raise Return(value)
+        frames[-1].stack.append(value)
 
     def brk(self, kind: str, reason: str, fn: Any, args: tuple = (), kwargs: dict | None = None,
             mode: str = "push"):
@@ -447,7 +409,7 @@ class Interpreter:
     def call_function(self, fn: types.FunctionType, args: list, kwargs: dict) -> Any:
         closure = ()
         if fn.__closure__:
-            closure = tuple(_ExtCell(c, fn) for c in fn.__closure__)
+            closure = tuple(ExtCell(c, fn) for c in fn.__closure__)
         return self.inline(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
                            fn.__kwdefaults__, closure, args, kwargs, fn)
 
@@ -464,7 +426,7 @@ class Interpreter:
         if len(self.frames) >= config.max_inline_depth:
             raise Unsupported(f"inlining deeper than {config.max_inline_depth} frames")
         try:
-            bound = _bind(code, name, defaults, kwdefaults, args, kwargs)
+            bound = bind_arguments(code, defaults, kwdefaults, args, kwargs)
         except TypeError:
             if fn is not None:
                 return self.eager_call(fn, args, kwargs, f"bad arguments for {name}")
@@ -475,7 +437,11 @@ class Interpreter:
         for i, cname in enumerate(code.co_freevars):
             f.cells[cname] = closure[i]
         self.frames.append(f)
-        return _INLINED
+        return INLINED
+
+
+# opcode name -> handler: every supported opcode has its method (else this fails on import)
+HANDLERS = {name: getattr(BytecodeInterpreter, name) for name in SUPPORTED}
 
 
 _UNCHECKED = {"FOR_ITER", "PRECALL", "CALL", "END_FOR", "KW_NAMES"}
@@ -503,19 +469,6 @@ class _Break(Exception):  # noqa: N818 - a signal, not an error
     def __init__(self, kind, reason, fn, args, kwargs, mode):
         self.kind, self.reason, self.fn = kind, reason, fn
         self.args, self.kwargs, self.mode = args, kwargs, mode
-
-
-_INLINED = object()
-
-
-class _ExtCell(Cell):
-    """A closure cell of a real function: its contents are read (and guarded) on use."""
-
-    __slots__ = ("cell", "label")
-
-    def __init__(self, cell, fn):
-        self.cell = cell
-        self.label = f"{fn.__name__}.<closure>"
 
 
 class _SizeMethod:
@@ -615,5 +568,3 @@ def _has_real_tensor(v) -> bool:
         return any(_has_real_tensor(x) for x in v)
     return False
 
-
-from .handlers import HANDLERS as _HANDLERS  # noqa: E402 - the handlers use this module

@@ -8,7 +8,8 @@ objects and graph ``Symbol``s, and the *sources* that say where a runtime value 
   an ``nn.Module``): reading from it goes through its source so that every read is
   guarded; writing to it is a side effect and runs eagerly.
 * ``Cell``, ``FuncV``, ``ListIter``: the interpreter's own closure cells, functions made
-  by ``MAKE_FUNCTION`` and iterators, which can be copied into a frame template.
+  by ``MAKE_FUNCTION`` and iterators, which can be copied into a frame template;
+  ``ExtCell``: a closure cell of a real function, read (and guarded) on use.
 * ``SlotRef``/``SrcRef``/``IntOf``: template placeholders for runtime values.
 """
 
@@ -17,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["Source", "Arg", "Kw", "Slot", "Obj", "Glob", "Attr", "Item", "Extras", "Cell",
-           "FuncV", "ListIter", "SlotRef", "SrcRef", "IntOf", "NULL", "UNBOUND"]
+           "ExtCell", "FuncV", "ListIter", "SlotRef", "SrcRef", "IntOf", "NULL", "UNBOUND",
+           "INLINED"]
 
 
 class _Marker:
@@ -32,6 +34,7 @@ class _Marker:
 
 NULL = _Marker("NULL")        # the 3.11/3.12 call-protocol NULL
 UNBOUND = _Marker("UNBOUND")  # a local that has no value (3.12 LOAD_FAST_AND_CLEAR)
+INLINED = _Marker("INLINED")  # what a call returns when it pushed a frame (no value yet)
 
 
 class Source:
@@ -190,6 +193,16 @@ class Cell:
 
     def __init__(self, value: Any = UNBOUND):
         self.value = value
+
+
+class ExtCell(Cell):
+    """A closure cell of a real function: its contents are read (and guarded) on use."""
+
+    __slots__ = ("cell", "label")
+
+    def __init__(self, cell, fn):
+        self.cell = cell
+        self.label = f"{fn.__name__}.<closure>"
 
 
 class FuncV:

@@ -3,15 +3,19 @@
 ``Graph`` is a flat list of ``Node``s in topological order; nodes call ops of
 ``graphgrad.ops.REGISTRY`` (no second op set), carry data and control-dependency
 inputs, and hold sub-graphs for ``cond`` and ``while_loop``. ``GraphBuilder`` turns op
-calls on ``Symbol``s into nodes; ``grad`` differentiates a graph by extending it;
-``Interpreter`` runs one (``Scheduler`` on several threads); ``verify``, printing
-(table, Python) and DOT serve every producer: the static API and the capture frontends.
+calls on ``Symbol``s into nodes; ``Interpreter`` runs one (``Scheduler`` on several
+threads); ``verify``, printing (table, Python) and DOT serve every producer: the static
+API and the capture frontends.
+
+The ``vjp`` and ``while_grad`` node kinds (run-time derivatives, vjp_node.py) are here
+because the interpreter runs them; differentiating a graph, which makes them, is a
+layer up: ``graphgrad.passes.grad`` (passes/differentiate.py). What turns a graph into
+a compiled callable is in ``graphgrad.backends``.
 """
 
 from .builder import GraphBuilder, builder_of, building
 from .dot import have_dot, render, to_dot
 from .errors import FailedPreconditionError, GraphError, InvalidArgumentError, OpError
-from .grad import grad
 from .graph import Graph
 from .interpreter import Interpreter, needed_nodes
 from .node import IMPURE_KINDS, KINDS, Dyn, Node, is_impure
@@ -24,7 +28,7 @@ from .verify import propagate_specs, toposort, verify
 
 __all__ = ["Graph", "Node", "Dyn", "KINDS", "IMPURE_KINDS", "is_impure", "Spec", "Symbol",
            "symbol", "GraphBuilder",
-           "building", "builder_of", "grad", "Interpreter", "Scheduler", "LogEntry", "overlaps",
+           "building", "builder_of", "Interpreter", "Scheduler", "LogEntry", "overlaps",
            "verify", "toposort", "propagate_specs", "tabular", "python_code", "PythonCode",
            "is_dynamic", "dynamic_tuple_text",
            "to_dot", "render", "have_dot", "trace", "needed_nodes", "short", "tf_shape",

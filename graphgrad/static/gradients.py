@@ -1,10 +1,11 @@
 """Layer ``static``: ``gradients(ys, xs)``: the backward graph as more nodes of the
-default graph (graph extension by ``graphgrad.graph.grad``), to any order: the result
+default graph (graph extension by ``graphgrad.passes.grad``), to any order: the result
 can be differentiated again, also through ``cond`` and ``while_loop``."""
 
 from __future__ import annotations
 
-from graphgrad.graph import grad, symbol
+from graphgrad.graph import symbol
+from graphgrad.passes import grad
 
 from .graph import get_default_graph
 from .tensors import convert_to_tensor

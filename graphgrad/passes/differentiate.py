@@ -1,4 +1,4 @@
-"""Layer ``graph``: differentiation of a Graph by graph extension.
+"""Layer ``passes``: differentiation of a Graph by graph extension.
 
 ``grad(graph, outputs, inputs)`` walks the graph backwards and calls each op's vjp
 rule on Symbols while a GraphBuilder of the same graph is active: the rules are
@@ -13,10 +13,16 @@ TF's while-loop gradient keeps stacks), then runs the body's vjp graph - itself
 built by graph extension - from the last iteration back to the first. The walk is
 iterative over nodes; it recurses only into nested control flow, once per level.
 
-Run-time derivatives (vjp_node.py): a rule that needs dims or params known only at
-run time becomes a ``vjp`` node. Differentiating a ``vjp`` or ``while_grad`` node again
-gives another ``vjp`` node, which reruns the node's function under eager autograd, so
-``grad`` of a ``grad`` works to any order through every node kind.
+Run-time derivatives (``graphgrad/graph/vjp_node.py``): a rule that needs dims or
+params known only at run time becomes a ``vjp`` node. Differentiating a ``vjp`` or
+``while_grad`` node again gives another ``vjp`` node, which reruns the node's function
+under eager autograd, so ``grad`` of a ``grad`` works to any order through every node
+kind. Those node kinds and their run-time functions stay in ``graph``: the IR's
+interpreter and printer run them, and nothing in ``graph`` calls this module.
+
+Unlike the other passes, ``grad`` changes its argument: graph extension adds the
+backward nodes to the graph itself (the lecture's point: the backward pass is more
+graph), so that its result can be differentiated, optimized and run like any node.
 """
 
 from __future__ import annotations
@@ -24,16 +30,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from graphgrad.backend import xp
+from graphgrad.graph import Graph, GraphBuilder, Interpreter, Node, Spec, Symbol, building, symbol
+from graphgrad.graph.interpreter import as_tensor
+from graphgrad.graph.vjp_node import VjpFn, WhileGradFn, function_of
 from graphgrad.ops.unbroadcast import unbroadcast
 from graphgrad.tensor import Value
-
-from .builder import GraphBuilder, building
-from .graph import Graph
-from .interpreter import Interpreter
-from .node import Node
-from .spec import Spec
-from .symbol import Symbol, symbol
-from .vjp_node import VjpFn, WhileGradFn, function_of
 
 __all__ = ["grad"]
 
@@ -50,7 +51,6 @@ def zeros(spec: Spec, like=None):
 
 
 def _const(arr):
-    from .interpreter import as_tensor
     return as_tensor(arr)
 
 
@@ -123,12 +123,12 @@ def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs,
                 ins = op.vjp(g, symbol(node), *syms, **node.params)
             except TypeError as e:
                 raise NotImplementedError(
-                    f"graph.grad: the vjp rule of {op.__name__} (node {node.name!r}) failed "
+                    f"passes.grad: the vjp rule of {op.__name__} (node {node.name!r}) failed "
                     f"on symbolic inputs {[i.spec for i in node.input_nodes()]}: {e}. Rules "
                     f"that read unknown (None) dims need a static shape") from e
             _accumulate(cts, node.inputs, ins, reach)
         elif node.kind not in _NO_GRADIENT:
-            raise NotImplementedError(f"graph.grad: cannot differentiate {node.kind} node "
+            raise NotImplementedError(f"passes.grad: cannot differentiate {node.kind} node "
                                       f"{node.name!r} ({node.target_name})")
     return [results.get(x) for x in inputs]
 
@@ -191,7 +191,7 @@ def _refuse_impure(branch: Graph) -> None:
         for n in g.nodes:
             if n.kind == "random":
                 raise NotImplementedError(
-                    f"graph.grad: sub-graph {branch.name!r} draws random numbers (node "
+                    f"passes.grad: sub-graph {branch.name!r} draws random numbers (node "
                     f"{n.name!r}); its gradient would replay it with other draws. Draw "
                     f"outside the cond/while_loop and pass the values in")
             todo.extend(n.subgraphs.values())

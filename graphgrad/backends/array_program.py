@@ -1,12 +1,9 @@
-"""Layer ``dynamo``: the built-in backends. A backend is ``backend(graph, example_inputs)
--> callable`` (PyTorch's convention), the callable taking the graph's inputs and
-returning the tuple of its outputs.
+"""Layer ``backends``: the ``"default"`` backend, a Graph as one Python program.
 
-* ``"eager"``: the IR interpreter (``graphgrad.graph.Interpreter``);
-* ``"print"``: prints the graph as a table and as Python, then runs it like "eager"
-  (the lecture's demo of what the compiler is handed);
-* ``"default"``: the graph optimized by ``graphgrad.passes``, then its printed Python
-  program, exec'd once (no per-node interpretation: the fastest backend graphgrad has).
+``default(graph, example_inputs)``: the graph optimized by ``graphgrad.passes``, then its
+printed Python program, exec'd once (no per-node interpretation: the fastest backend
+graphgrad has); where no gradient is needed, ``array_program`` makes a program on the
+arrays themselves that calls each op's ``forward`` directly.
 """
 
 from __future__ import annotations
@@ -14,39 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from graphgrad.backend import xp
-from graphgrad.graph import (Graph, Interpreter, Node, dynamic_tuple_text, is_dynamic,
-                             python_code)
+from graphgrad.graph import Graph, Node, dynamic_tuple_text, is_dynamic, python_code
 from graphgrad.passes import optimize
 from graphgrad.tensor import Value, dispatch, is_grad_enabled
 from graphgrad.tensor.modes import current_mode
 from graphgrad.tensor import Tensor
 
-__all__ = ["lookup_backend", "register_backend", "BACKENDS", "eager", "print_backend",
-           "default"]
-
-
-class _NoWrap(Interpreter):
-    """The IR interpreter with Python scalars passed to ops as they are (a float read at
-    run time keeps Python-scalar semantics, as in eager code)."""
-
-    def run(self, *args, feeds=None):
-        g = self.graph
-        env = dict(zip(g.inputs, args, strict=True))
-        self.execute([n for n in g.nodes if n not in env], env)
-        out = g.output_node
-        return () if out is None else env[out]
-
-
-def eager(graph: Graph, example_inputs: list) -> Callable:
-    return _NoWrap(graph).run
-
-
-def print_backend(graph: Graph, example_inputs: list) -> Callable:
-    print(f"--- graph {graph.name}: {sum(n.kind not in ('placeholder', 'output') for n in graph)}"
-          f" ops ---")
-    print(graph.tabular())
-    print(graph.code)
-    return eager(graph, example_inputs)
+__all__ = ["default", "array_program"]
 
 
 def default(graph: Graph, example_inputs: list) -> Callable:
@@ -146,22 +117,3 @@ def _mixed(ns, body, out, n, ins, k):
     args = ", ".join(f"_T({a})" if a.startswith(("a", "t")) else a for a in ins[:n.nargs])
     body.append(f"{out} = _dispatch(_op{k}, ({args},), _pp{k})._array")
     return True
-
-
-BACKENDS: dict[str, Callable] = {"eager": eager, "print": print_backend, "default": default,
-                                 "inductor": default}
-
-
-def register_backend(name: str, fn: Callable) -> Callable:
-    BACKENDS[name] = fn
-    return fn
-
-
-def lookup_backend(backend) -> Callable:
-    if callable(backend):
-        return backend
-    try:
-        return BACKENDS[backend]
-    except KeyError:
-        raise ValueError(f"Invalid backend: {backend!r}, see `graphgrad.compiler.list_backends()` "
-                         f"for available backends ({', '.join(sorted(BACKENDS))})") from None

@@ -1,0 +1,39 @@
+"""Layer ``backends``: the backends that run a Graph node by node with the IR's
+interpreter (``graphgrad.graph.Interpreter``).
+
+* ``"eager"``: the interpreter, Python scalars handed to ops as they are;
+* ``"print"``: prints the graph as a table and as Python, then runs it like "eager"
+  (the lecture's demo of what the compiler is handed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from graphgrad.graph import Graph, Interpreter
+
+__all__ = ["eager", "print_backend"]
+
+
+class _NoWrap(Interpreter):
+    """The IR interpreter with Python scalars passed to ops as they are (a float read at
+    run time keeps Python-scalar semantics, as in eager code)."""
+
+    def run(self, *args, feeds=None):
+        g = self.graph
+        env = dict(zip(g.inputs, args, strict=True))
+        self.execute([n for n in g.nodes if n not in env], env)
+        out = g.output_node
+        return () if out is None else env[out]
+
+
+def eager(graph: Graph, example_inputs: list) -> Callable:
+    return _NoWrap(graph).run
+
+
+def print_backend(graph: Graph, example_inputs: list) -> Callable:
+    print(f"--- graph {graph.name}: {sum(n.kind not in ('placeholder', 'output') for n in graph)}"
+          f" ops ---")
+    print(graph.tabular())
+    print(graph.code)
+    return eager(graph, example_inputs)
