@@ -26,7 +26,7 @@ from .script_control import Undefined, build_cond
 from .script_values import ShapeValue, is_module
 
 if TYPE_CHECKING:
-    from .script_compiler import Frame
+    from .script_frames import Frame
 
 __all__ = ["Expressions", "BINOPS"]
 
