@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import graphgrad as gg
+import graphgrad.nn.functional as F
 from graphgrad.graph import Interpreter, python_code
 from graphgrad.jit import ScriptError, ScriptFunction, script
 from capture_corpus import CORPUS
@@ -185,6 +186,324 @@ def test_generic_graph_is_run_for_rank_free_functions_only():
     assert soft.graph is special
     y = gg.tensor(np.random.default_rng(1).standard_normal((2, 4, 6)))
     np.testing.assert_allclose(soft(y).numpy(), gg.softmax(y, dim=-1).numpy(), rtol=1e-12)
+
+
+# jit.script runs one generic graph for inputs of unknown rank when every op a call
+# applies to them is rank_free (the functions, methods and modules below were a hand list
+# of names before); calls that read the rank get a graph per rank.
+
+def _free_abs(x):
+    return gg.abs(x)
+
+
+def _free_acos(x):
+    return gg.acos(x.tanh() * 0.5)
+
+
+def _free_add(x):
+    return gg.add(x, x)
+
+
+def _free_asin(x):
+    return gg.asin(x.tanh() * 0.5)
+
+
+def _free_atan(x):
+    return gg.atan(x)
+
+
+def _free_atan2(x):
+    return gg.atan2(x, x + 2.0)
+
+
+def _free_ceil(x):
+    return gg.ceil(x)
+
+
+def _free_clamp(x):
+    return gg.clamp(x, -0.5, 0.5)
+
+
+def _free_clip(x):
+    return gg.clip(x, -0.5, 0.5)
+
+
+def _free_clone(x):
+    return x.clone()
+
+
+def _free_cos(x):
+    return gg.cos(x)
+
+
+def _free_cosh(x):
+    return gg.cosh(x)
+
+
+def _free_detach(x):
+    return x.detach()
+
+
+def _free_div(x):
+    return gg.div(x, 2.0)
+
+
+def _free_elu(x):
+    return F.elu(x)
+
+
+def _free_eq(x):
+    return gg.eq(x, 0.0)
+
+
+def _free_erf(x):
+    return gg.erf(x)
+
+
+def _free_exp(x):
+    return gg.exp(x)
+
+
+def _free_expm1(x):
+    return gg.expm1(x)
+
+
+def _free_floor(x):
+    return gg.floor(x)
+
+
+def _free_fmod(x):
+    return gg.fmod(x, 0.7)
+
+
+def _free_ge(x):
+    return gg.ge(x, 0.0)
+
+
+def _free_gelu(x):
+    return F.gelu(x)
+
+
+def _free_gt(x):
+    return gg.gt(x, 0.0)
+
+
+def _free_isfinite(x):
+    return gg.isfinite(x)
+
+
+def _free_isinf(x):
+    return gg.isinf(x)
+
+
+def _free_isnan(x):
+    return gg.isnan(x)
+
+
+def _free_le(x):
+    return gg.le(x, 0.0)
+
+
+def _free_leaky_relu(x):
+    return F.leaky_relu(x)
+
+
+def _free_log(x):
+    return gg.log(x.abs() + 1.0)
+
+
+def _free_log1p(x):
+    return gg.log1p(x)
+
+
+def _free_logical_and(x):
+    return gg.logical_and(x > 0, x < 1)
+
+
+def _free_logical_not(x):
+    return gg.logical_not(x > 0)
+
+
+def _free_logical_or(x):
+    return gg.logical_or(x > 0, x < -1)
+
+
+def _free_logical_xor(x):
+    return gg.logical_xor(x > 0, x < 1)
+
+
+def _free_lt(x):
+    return gg.lt(x, 0.0)
+
+
+def _free_maximum(x):
+    return gg.maximum(x, x * 0.5)
+
+
+def _free_minimum(x):
+    return gg.minimum(x, x * 0.5)
+
+
+def _free_mul(x):
+    return gg.mul(x, 2.0)
+
+
+def _free_ne(x):
+    return gg.ne(x, 0.0)
+
+
+def _free_neg(x):
+    return gg.neg(x)
+
+
+def _free_pow(x):
+    return gg.pow(x, 2.0)
+
+
+def _free_reciprocal(x):
+    return gg.reciprocal(x.abs() + 1.0)
+
+
+def _free_relu(x):
+    return gg.relu(x)
+
+
+def _free_remainder(x):
+    return gg.remainder(x, 0.7)
+
+
+def _free_round(x):
+    return gg.round(x)
+
+
+def _free_rsqrt(x):
+    return gg.rsqrt(x.abs() + 1.0)
+
+
+def _free_sigmoid(x):
+    return gg.sigmoid(x)
+
+
+def _free_sign(x):
+    return gg.sign(x)
+
+
+def _free_silu(x):
+    return F.silu(x)
+
+
+def _free_sin(x):
+    return gg.sin(x)
+
+
+def _free_sinh(x):
+    return gg.sinh(x)
+
+
+def _free_softplus(x):
+    return F.softplus(x)
+
+
+def _free_sqrt(x):
+    return gg.sqrt(x.abs() + 1.0)
+
+
+def _free_square(x):
+    return gg.square(x)
+
+
+def _free_sub(x):
+    return gg.sub(x, 1.0)
+
+
+def _free_tan(x):
+    return gg.tan(x)
+
+
+def _free_tanh(x):
+    return gg.tanh(x)
+
+
+def _free_true_divide(x):
+    return gg.true_divide(x, 2.0)
+
+
+def _free_trunc(x):
+    return gg.trunc(x)
+
+
+def _free_where(x):
+    return gg.where(x > 0, x, -x)
+
+
+def _bound_cat(x):
+    return gg.cat([x, x], dim=-1)
+
+
+def _bound_flatten(x):
+    return x.flatten()
+
+
+def _bound_layer_norm(x):
+    return F.layer_norm(x, (3,))
+
+
+def _bound_mean_dim(x):
+    return x.mean(dim=0)
+
+
+def _bound_numel(x):
+    return x * x.numel()
+
+
+def _bound_softmax(x):
+    return gg.softmax(x, dim=-1)
+
+
+def _bound_sum_dim(x):
+    return x.sum(dim=-1)
+
+
+def _bound_transpose(x):
+    return x.transpose(0, -1)
+
+
+_RANK_FREE_CALLS = {n[len('_free_'):]: f for n, f in list(globals().items())
+                    if n.startswith('_free_')}
+_RANK_BOUND_CALLS = {n[len('_bound_'):]: f for n, f in list(globals().items())
+                     if n.startswith('_bound_')}
+
+@pytest.mark.parametrize("name", sorted(_RANK_FREE_CALLS))
+def test_rank_free_calls_run_one_generic_graph(name):
+    call = _RANK_FREE_CALLS[name]
+    scripted = script(call)
+    assert scripted._generic.rank_bound is None, name
+    for shape in ((3,), (2, 3), (2, 1, 3)):
+        x = gg.tensor(np.random.default_rng(len(shape)).standard_normal(shape))
+        np.testing.assert_allclose(scripted(x).numpy(), call(x).numpy(), rtol=1e-12)
+    assert scripted.graph is scripted._generic.graph
+
+
+@pytest.mark.parametrize("name", sorted(_RANK_BOUND_CALLS))
+def test_calls_that_read_the_rank_get_a_graph_per_rank(name):
+    call = _RANK_BOUND_CALLS[name]
+    scripted = script(call)
+    assert scripted._generic.rank_bound, name
+    for shape in ((2, 3), (2, 1, 3)):
+        x = gg.tensor(np.random.default_rng(len(shape)).standard_normal(shape))
+        np.testing.assert_allclose(scripted(x).numpy(), call(x).numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("module", ["ReLU", "Tanh", "Sigmoid", "GELU", "SiLU",
+                                    "Softplus", "Identity", "LeakyReLU", "ELU"])
+def test_rank_free_modules_run_one_generic_graph(module):
+    m = getattr(gg.nn, module)()
+    scripted = script(m)
+    assert scripted._generic.rank_bound is None
+    for shape in ((3,), (4, 3), (2, 4, 3)):
+        x = gg.tensor(np.random.default_rng(len(shape)).standard_normal(shape))
+        np.testing.assert_allclose(scripted(x).detach().numpy(), m(x).detach().numpy(),
+                                   rtol=1e-12)
 
 
 # ---- control flow programs -----------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from graphgrad import ops
 from graphgrad.backend import xp
 from graphgrad.func.pytree import tree_flatten
-from graphgrad.graph import Spec, Symbol, symbol
+from graphgrad.graph import Node, Spec, Symbol, symbol
 from graphgrad.graph.interpreter import as_tensor
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
@@ -45,21 +45,6 @@ _PURE = {abs, min, max, sum, len, range, enumerate, zip, reversed, sorted, tuple
 # reductions over all elements (no dim): compiled on x.reshape(-1) when x's rank is unknown
 _FULL_REDUCE = {"sum", "mean", "prod", "amax", "amin", "max", "min", "norm", "std", "var",
                 "any", "all", "logsumexp_all", "count_nonzero"}
-# graphgrad functions, tensor methods and modules that never look at their input's rank
-# (elementwise ops and matmul): a graph built with them for inputs of unknown rank is
-# right for every rank
-_RANK_FREE = {"add", "sub", "mul", "div", "true_divide", "neg", "abs", "exp", "log", "log1p",
-              "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "sin", "cos", "tan",
-              "sinh", "cosh", "asin", "acos", "atan", "erf", "floor", "ceil", "round",
-              "trunc", "sign", "reciprocal", "pow", "where", "maximum", "minimum", "clamp",
-              "clip", "matmul", "mm", "lt", "le", "gt", "ge", "eq", "ne", "logical_and",
-              "logical_or", "logical_not", "logical_xor", "atan2", "fmod", "remainder",
-              "isnan", "isinf", "isfinite", "square", "softplus", "gelu", "silu",
-              "leaky_relu", "elu", "to", "float", "double", "clone", "detach",
-              "Linear", "ReLU", "Tanh", "Sigmoid", "GELU", "SiLU", "Softplus", "Identity",
-              "LeakyReLU", "ELU"}
-
-
 class Calls:
     """Mixin of ``Compiler``: calls, truth values."""
 
@@ -197,8 +182,7 @@ class Calls:
         owner = getattr(fn, "__self__", None)
         operands = [owner, *args] if isinstance(owner, Symbol) else list(args)
         unknown = self.generic and unknown_rank(operands, kwargs, self.flats)
-        if (name or getattr(fn, "__name__", type(fn).__name__)) not in _RANK_FREE:
-            self.needs_rank(operands + list(kwargs.values()), _text(e))
+        first = len(self.b.graph.nodes)
         rng = default_generator.rng
         state = rng.bit_generator.state
         try:
@@ -216,7 +200,24 @@ class Calls:
                            f"{_text(e)} draws random numbers that no random node of "
                            f"graphgrad's IR reproduces (a user's Generator, an "
                            f"initializer), so a scripted graph would freeze one draw")
+        if not self.rank_free(first, value):
+            self.needs_rank(operands + list(kwargs.values()), _text(e))
         return value
+
+    def rank_free(self, first: int, value) -> bool:
+        """Whether the call that added the graph's nodes from ``first`` on and returned
+        ``value`` is right for inputs of every rank: each op it applied to a value of
+        unknown rank is ``rank_free`` (an attribute of the op class: elementwise ops,
+        matmul), and it returned tensors, not Python values read from shapes."""
+        leaves, _ = tree_flatten(value)
+        if not all(isinstance(v, Symbol) for v in leaves):
+            return False
+        for node in self.b.graph.nodes[first:]:
+            if node.kind == "call" and not node.op.rank_free and any(
+                    isinstance(i, Node) and isinstance(i.spec, Spec) and i.spec.shape is None
+                    and i not in self.flats for i in node.inputs):
+                return False
+        return True
 
     def needs_shapes(self, args, e, err: Exception) -> Symbol:
         """graphgrad code read static shapes of an operand of unknown rank: note it (this

@@ -92,6 +92,9 @@ class Op:
     saves_inputs = True
     saves_output = False    # whether vjp reads the output
     holomorphic = False     # complex inputs give the analytic continuation (complex step)
+    # the result is right for inputs of every rank (elementwise ops, matmul): jit.script
+    # runs one generic graph for inputs of unknown rank only when each op is
+    rank_free = False
     jvp = None              # forward-mode rule, added by the forward-AD issue
     batch = None            # batching rule, added by the vmap issue
 

@@ -18,6 +18,8 @@ class _Elementwise(Op):
     """An op applied element by element to broadcast inputs. Its dtype rule runs
     ``forward`` on 0-d stand-ins, so it is exactly what eager execution gives."""
 
+    rank_free = True  # broadcasting works the same for every rank
+
     @classmethod
     def infer(cls, *specs, **params) -> Spec:
         shapes = [s.shape for s in specs if isinstance(s, Spec)]

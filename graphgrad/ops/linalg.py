@@ -16,6 +16,8 @@ __all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "outer", "inner"]
 class Matmul(Op):
     """NumPy/PyTorch ``matmul``: vectors, matrices, and batches that broadcast."""
 
+    rank_free = True
+
     @staticmethod
     def saves_inputs(a, b):  # a's gradient reads b, b's reads a
         return tuple(i for i, other in ((0, b), (1, a)) if needs_grad(other))
