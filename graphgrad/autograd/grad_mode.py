@@ -13,7 +13,7 @@ __all__ = ["no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "is_g
            "is_inference_mode_enabled"]
 
 
-class _GradMode:
+class GradModeBase:
     """Sets grad mode on enter and restores the previous mode on exit."""
 
     mode = True
@@ -83,7 +83,7 @@ def _generator_in_mode(fn, mode: bool):
     return wrapper
 
 
-class _NoArgsDecorator(_GradMode):
+class _NoArgsDecorator(GradModeBase):
     """Usable bare as a decorator too (``@no_grad`` as well as ``@no_grad()``)."""
 
     def __new__(cls, orig_func=None):
@@ -102,7 +102,7 @@ class enable_grad(_NoArgsDecorator):  # noqa: N801
     mode = True
 
 
-class inference_mode(_GradMode):  # noqa: N801
+class inference_mode(GradModeBase):  # noqa: N801
     """Like ``no_grad`` here (graphgrad has no separate inference tensors)."""
 
     def __new__(cls, mode=True):
@@ -115,7 +115,7 @@ class inference_mode(_GradMode):  # noqa: N801
         self.mode = not mode
 
 
-class set_grad_enabled(_GradMode):  # noqa: N801
+class set_grad_enabled(GradModeBase):  # noqa: N801
     """``set_grad_enabled(False)`` sets the mode at once (as a function) and restores the
     previous one when used as a context manager."""
 

@@ -25,7 +25,7 @@ import types
 from typing import Any
 
 from graphgrad.graph import Symbol
-from graphgrad.graph.symbol import _StandIn
+from graphgrad.graph.symbol import StandIn
 from graphgrad.tensor import Size, Tensor
 
 from . import config
@@ -551,8 +551,8 @@ def _leaks_stand_in(v) -> bool:
     """A real Tensor built around a Symbol's stand-in array (``Symbol.detach()`` makes
     one): its values are not the graph's; the call must run for real instead."""
     if isinstance(v, Tensor) and not isinstance(v, Symbol):
-        return isinstance(v._array, _StandIn)
-    if isinstance(v, _StandIn):
+        return isinstance(v._array, StandIn)
+    if isinstance(v, StandIn):
         return True
     if type(v) in (tuple, list):
         return any(_leaks_stand_in(x) for x in v)

@@ -186,9 +186,9 @@ class FlowOpcodes:
         if self.cap.concrete:
             f.stack.extend(enter_with(cm))
             return
-        from graphgrad.autograd.grad_mode import _GradMode
+        from graphgrad.autograd.grad_mode import GradModeBase
         obj = cm.obj if isinstance(cm, Extras) else cm
-        if not isinstance(obj, _GradMode):
+        if not isinstance(obj, GradModeBase):
             raise Unsupported(f"a with block on {type(obj).__name__} (only graphgrad's "
                               f"grad-mode context managers)")
         # entering runs for real: the segments of the block then run in that grad mode

@@ -21,7 +21,7 @@ __all__ = ["GraphModule"]
 _BASIC = (bool, int, float, complex, str, type(None))
 
 
-def _resolve(obj: Any, qualname: str) -> Any:
+def resolve_qualname(obj: Any, qualname: str) -> Any:
     for part in qualname.split("."):
         obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
     return obj
@@ -95,7 +95,7 @@ class GraphModule(Module):
         ``call_module`` target's module, looked up in this module now."""
         state: dict = {}
         for n in self.__dict__["_reads"]:
-            value = _resolve(self, n.params["target"])
+            value = resolve_qualname(self, n.params["target"])
             state[n if n.kind == "variable" else n.params["target"]] = value
         return state
 

@@ -21,7 +21,7 @@ from graphgrad.graph import Interpreter as GraphInterpreter
 from graphgrad.ops import Op
 from graphgrad.tensor import Value
 
-from .graph_module import GraphModule, _resolve
+from .graph_module import GraphModule, resolve_qualname
 from .proxy import Proxy
 from .tracer import Tracer
 
@@ -107,7 +107,7 @@ class Interpreter(GraphInterpreter):
                                f"was not passed in!") from None
 
     def get_attr(self, target: str, args: tuple, kwargs: dict) -> Any:
-        return _resolve(self.module, target)
+        return resolve_qualname(self.module, target)
 
     def call_function(self, target, args: tuple, kwargs: dict) -> Any:
         if isinstance(target, type) and issubclass(target, Op):
@@ -115,7 +115,7 @@ class Interpreter(GraphInterpreter):
         return target(*args, **kwargs)
 
     def call_module(self, target: str, args: tuple, kwargs: dict) -> Any:
-        return _resolve(self.module, target)(*args, **kwargs)
+        return resolve_qualname(self.module, target)(*args, **kwargs)
 
     def output(self, target: str, args: tuple, kwargs: dict) -> Any:
         return args
@@ -134,10 +134,11 @@ class Transformer(Interpreter):
         return self.tracer.proxy(self.tracer.graph.placeholder(self.current_node.spec, target))
 
     def get_attr(self, target: str, args: tuple, kwargs: dict) -> Any:
-        return self.tracer.proxy(self.tracer.get_attr(target, _resolve(self.module, target)))
+        value = resolve_qualname(self.module, target)
+        return self.tracer.proxy(self.tracer.get_attr(target, value))
 
     def call_module(self, target: str, args: tuple, kwargs: dict) -> Any:
-        return self.tracer.module_node(target, _resolve(self.module, target), args)
+        return self.tracer.module_node(target, resolve_qualname(self.module, target), args)
 
     def transform(self) -> GraphModule:
         """The GraphModule of the graph the hooks built."""

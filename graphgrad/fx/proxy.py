@@ -27,7 +27,7 @@ from math import prod
 
 from graphgrad.backend import xp
 from graphgrad.graph import Spec, Symbol
-from graphgrad.graph.symbol import _StandIn  # the Symbol stand-in a Proxy's refines
+from graphgrad.graph.symbol import StandIn  # the Symbol stand-in a Proxy's refines
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Size
 
@@ -50,7 +50,7 @@ def _unknown(proxy: Proxy, what: str) -> UnknownShapeError:
         UnknownShapeError)
 
 
-class ProxyArray(_StandIn):
+class ProxyArray(StandIn):
     """A Proxy's stand-in array. graphgrad code that reads metadata off the array itself
     (``zeros_like`` reads ``_array.shape``) gets only what is known, so that no tensor
     made from a guessed shape is frozen into the graph; reading its dtype is recorded

@@ -26,7 +26,7 @@ _BOOL = ("Using a `tf.Tensor` as a Python `bool` is not allowed. Use `if t is no
          "tf.cond to execute subgraphs conditioned on the value of a tensor.")
 
 
-class _StandIn(xp.ndarray):
+class StandIn(xp.ndarray):
     """The stand-in array: metadata only. NumPy math on it is a bug (a Symbol reached
     eager code): say so instead of computing on zeros."""
 
@@ -44,7 +44,7 @@ class _StandIn(xp.ndarray):
 
 def _stand_in(spec) -> xp.ndarray:
     shape = tuple(1 if d is None else d for d in (spec.shape or ()))
-    return stand_in(shape, spec.dtype, own=True).view(_StandIn)
+    return stand_in(shape, spec.dtype, own=True).view(StandIn)
 
 
 class Symbol(Tensor):
@@ -176,7 +176,7 @@ def symbol(node: Node, cls: type = Symbol) -> Symbol:
 
 
 def _stand_in_none():
-    return stand_in((), xp.float32, own=True).view(_StandIn)
+    return stand_in((), xp.float32, own=True).view(StandIn)
 
 
 _SKIP = {"__init__", "__new__", "__repr__", "__str__", "__hash__", "__bool__", "__array__",

@@ -4,7 +4,7 @@ a ``while_loop`` node, built from the statements of the user's source.
 
 Each branch, loop condition and loop body is compiled into its own sub-graph by a
 ``ScriptBuilder`` whose parent is the enclosing one, exactly as ``graphgrad.static``
-builds TF1's ``cond``/``while_loop`` (its ``_unify`` gives every sub-graph of a node the
+builds TF1's ``cond``/``while_loop`` (its ``unify_branches`` gives every sub-graph of a node the
 same captured inputs). What flows out of a branch are the variables it assigns (and,
 for an ``if`` containing a ``return``, the function's result: the statements after the
 ``if`` are compiled into both branches, the single-exit form); what a loop carries are
@@ -34,7 +34,7 @@ from graphgrad.graph import Graph, Spec, Symbol, is_impure, symbol
 from graphgrad.graph.interpreter import as_tensor
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
-from graphgrad.static.control_flow import _unify
+from graphgrad.static.control_flow import unify_branches
 
 from .script_values import ScriptBuilder, ShapeValue
 
@@ -356,7 +356,7 @@ def build_cond(comp, pred: Symbol, run_branch: Callable[[bool], list],
     subs[1].finish(leaves_f, likes)
     specs = tuple(merge_spec(x.spec, y.spec) for x, y in zip(subs[0].nodes, subs[1].nodes,
                                                              strict=True))
-    outer = _unify([subs[0].part(), subs[1].part()], 0)
+    outer = unify_branches([subs[0].part(), subs[1].part()], 0)
     outs: tuple = ()
     if specs or any(is_impure(n) for sub in subs for n in sub.graph.nodes):
         outs = comp.b.multi("cond", [pred, *[symbol(o) for o in outer]],
@@ -424,7 +424,7 @@ def build_while(comp, names: list[str], init: list, run_cond: Callable[[list], S
         if new == specs:
             break
         specs = new
-    outer = _unify([cs.part(), bs.part()], len(flat))
+    outer = unify_branches([cs.part(), bs.part()], len(flat))
     init_nodes = [to_node_value(comp.b, x) for x in flat]
     outs = comp.b.multi("while_loop", [*[symbol(n) for n in init_nodes],
                                        *[symbol(o) for o in outer]],

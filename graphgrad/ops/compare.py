@@ -5,7 +5,7 @@ from __future__ import annotations
 from graphgrad.backend import torch_promotion, xp
 
 from .base import NO_PARAMS
-from .elementwise import _WIDE, Elementwise
+from .elementwise import WIDE_DTYPES, Elementwise
 
 __all__ = ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
            "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where",
@@ -102,7 +102,7 @@ class Where(Elementwise):
                             f"with dtype {getattr(cond, 'dtype', type(cond).__name__)}")
         out = xp.asarray(xp.where(cond, a, b))
         # mixed dtypes, or two Python numbers (NumPy's float64)
-        if out.dtype in _WIDE or any(getattr(v, "dtype", out.dtype) != out.dtype
+        if out.dtype in WIDE_DTYPES or any(getattr(v, "dtype", out.dtype) != out.dtype
                                      for v in (a, b)):
             cast = torch_promotion(out.dtype, [a, b])
             if cast is not None:

@@ -25,7 +25,7 @@ from .base import Op, Spec, normalize_dim
 from .reduce import MaxMin
 from .batching import all_to_front
 from .compare import where
-from .reduce import _along_dim_batched
+from .reduce import along_dim_batched
 from .triangular import Triu
 
 __all__ = ["cumprod", "cummax", "cummin"]
@@ -85,7 +85,7 @@ class Cumprod(Op):
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):
-        return _along_dim_batched(cls, vals[0], bdims[0], dim), 0
+        return along_dim_batched(cls, vals[0], bdims[0], dim), 0
 
 
 class CumprodBackward(Op):
@@ -192,7 +192,7 @@ class _RunningExtremumIndices(Op):
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):
-        return _along_dim_batched(cls, vals[0], bdims[0], dim), 0
+        return along_dim_batched(cls, vals[0], bdims[0], dim), 0
 
 
 class CummaxIndices(_RunningExtremumIndices):

@@ -53,7 +53,7 @@ def trace(input):
 def diag_embed(input, offset: int = 0, dim1: int = -2, dim2: int = -1):
     """Square matrices with the last dim of ``input`` on their ``offset``-th diagonal,
     zeros elsewhere; the two new dims are ``dim1`` and ``dim2`` of the result."""
-    from .index import _T, IndexPut
+    from .index import TENSOR_SLOT, IndexPut
     ndim = input.ndim + 1
     d1, d2 = normalize_dim(dim1, ndim, "diag_embed"), normalize_dim(dim2, ndim, "diag_embed")
     if d1 == d2:
@@ -61,7 +61,7 @@ def diag_embed(input, offset: int = 0, dim1: int = -2, dim2: int = -1):
     n = input.shape[-1] + abs(offset)
     rows, cols = _diagonal_positions(n, n, offset)
     zeros = input.new_zeros(*input.shape[:-1], n, n)
-    out = IndexPut.apply(zeros, input, rows, cols, spec=(Ellipsis, _T, _T),
+    out = IndexPut.apply(zeros, input, rows, cols, spec=(Ellipsis, TENSOR_SLOT, TENSOR_SLOT),
                          accumulate=False)
     # the matrix dims are last; move them to dim1 and dim2, the others keep their order
     rest = [d for d in range(ndim) if d not in (d1, d2)]

@@ -11,7 +11,7 @@ from .batching import align, logical_ndim
 __all__ = ["Elementwise", "Diagonal"]
 
 
-_WIDE = (xp.dtype(xp.float64), xp.dtype(xp.int64), xp.dtype(xp.complex128))
+WIDE_DTYPES = (xp.dtype(xp.float64), xp.dtype(xp.int64), xp.dtype(xp.complex128))
 
 
 class _Elementwise(Op):

@@ -22,7 +22,7 @@ __all__ = ["getitem", "index_put", "gather", "scatter_add", "one_hot", "nonzero"
            "index_select", "masked_fill", "take_along_dim", "parse_index", "masked_select",
            "select", "narrow"]
 
-_T = "T"
+TENSOR_SLOT = "T"  # where an index tensor stands in a spec (see ``parse_index``)
 
 
 def parse_index(index) -> tuple[tuple, list]:
@@ -39,10 +39,10 @@ def parse_index(index) -> tuple[tuple, list]:
                 warnings.warn("indexing with dtype graphgrad.uint8 is now deprecated, please "
                               "use a dtype graphgrad.bool instead.", UserWarning, stacklevel=3)
                 item = item != 0
-            spec.append(_T)
+            spec.append(TENSOR_SLOT)
             tensors.append(item)
         elif isinstance(item, bool):
-            spec.append(_T)
+            spec.append(TENSOR_SLOT)
             tensors.append(Tensor._make(xp.asarray(item)))
         elif isinstance(item, int) or item is None or item is Ellipsis:
             spec.append(item)
@@ -56,7 +56,7 @@ def parse_index(index) -> tuple[tuple, list]:
                 else:
                     raise IndexError("tensors used as indices must be long, int, byte or bool "
                                      "tensors")
-            spec.append(_T)
+            spec.append(TENSOR_SLOT)
             tensors.append(Tensor._make(arr))
         elif hasattr(item, "__index__"):
             spec.append(int(item.__index__()))
@@ -75,7 +75,7 @@ def build_index(spec: tuple, arrays) -> tuple:
     it = iter(arrays)
     out = []
     for s in spec:
-        if s == _T and isinstance(s, str):
+        if s == TENSOR_SLOT and isinstance(s, str):
             out.append(next(it))
         elif isinstance(s, tuple):
             out.append(slice(s[1], s[2], s[3]))
@@ -106,7 +106,7 @@ def _check_bounds(a, idx: tuple) -> None:
 def _advanced_split(spec: tuple) -> bool:
     """True when the index tensors are separated by other items: NumPy then puts the
     broadcast index dims first instead of in place."""
-    where_t = [i for i, s in enumerate(spec) if s == _T and isinstance(s, str)]
+    where_t = [i for i, s in enumerate(spec) if s == TENSOR_SLOT and isinstance(s, str)]
     return bool(where_t) and where_t[-1] - where_t[0] + 1 != len(where_t)
 
 
@@ -114,7 +114,7 @@ def _index_ndim(arrays) -> int:
     return max((a.ndim if a.dtype != xp.bool_ else 1 for a in arrays), default=0)
 
 
-_FULL = ("slice", None, None, None)
+FULL_SLICE = ("slice", None, None, None)
 _BOOL_MASK = ("vmap: We do not support batching operators that can support dynamic shape. "
               "Attempting to batch over indexing with a boolean mask.")
 
@@ -138,7 +138,7 @@ class _BatchedIndex:
                         for v, d in zip(vals, bdims, strict=True)]
         batch = Tensor._make(xp.arange(size, dtype=xp.int64).reshape(size, *([1] * rank)))
         self.tensors.insert(0, batch)
-        self.spec = (_T, *spec)
+        self.spec = (TENSOR_SLOT, *spec)
         examples = [xp.zeros(v.shape[1:] if d is not None else v.shape, v._array.dtype)
                     if v._array.dtype != xp.bool_ else v._array
                     for v, d in zip(vals, bdims, strict=True)]
@@ -157,14 +157,14 @@ class _BatchedIndex:
         consumed = 0
         it = iter(examples)
         for s in spec:
-            if s == _T and isinstance(s, str):
+            if s == TENSOR_SLOT and isinstance(s, str):
                 e = next(it)
                 consumed += e.ndim if e.dtype == xp.bool_ else 1
             elif s is not Ellipsis:
                 consumed += 1
         before = 0
         for s in spec:
-            if s == _T and isinstance(s, str):
+            if s == TENSOR_SLOT and isinstance(s, str):
                 break
             if s is Ellipsis:
                 before += len(example_shape) - consumed
@@ -220,7 +220,7 @@ class Getitem(Op):
             index = _BatchedIndex(tuple(a.shape[1:]), spec, vals[1:], bdims[1:], size)
             return index.to_logical(cls.apply(a, *index.tensors, spec=index.spec)), 0
         a = to_front(vals[0], bdims[0])
-        out = cls.apply(a, *vals[1:], spec=(_FULL, *spec))
+        out = cls.apply(a, *vals[1:], spec=(FULL_SLICE, *spec))
         bdim = _index_ndim([v._array for v in vals[1:]]) if _advanced_split(spec) else 0
         return out, bdim
 
@@ -286,7 +286,7 @@ class IndexPut(Op):
             example = xp.broadcast_to(xp.zeros((), base._array.dtype), base.shape[1:])
             rank = example[build_index(spec, [v._array for v in vals[2:]])].ndim
             values = align(values, bdims[1], rank)
-        out = cls.apply(base, values, *vals[2:], spec=(_FULL, *spec), accumulate=accumulate)
+        out = cls.apply(base, values, *vals[2:], spec=(FULL_SLICE, *spec), accumulate=accumulate)
         return out, 0
 
 
@@ -294,7 +294,7 @@ def getitem(input, index):
     spec, tensors = parse_index(index)
     if _ints_among_index_tensors(tensors, spec):
         return _ints_first(input, spec, tensors)
-    return _getitem(input, spec, tensors)
+    return apply_getitem(input, spec, tensors)
 
 
 def _is_int_scalar(t) -> bool:
@@ -317,25 +317,26 @@ def _ints_first(input, spec: tuple, tensors: list):
     basic, basic_tensors, rest, rest_tensors = [], [], [], []
     it = iter(tensors)
     for s in spec:
-        if s == _T and isinstance(s, str):
+        if s == TENSOR_SLOT and isinstance(s, str):
             t = next(it)
             if _is_int_scalar(t):
-                basic.append(_T)
+                basic.append(TENSOR_SLOT)
                 basic_tensors.append(t)
                 continue
             # a bool mask stands for as many dims as it has
-            basic += [_FULL] * (t.ndim if t._array.dtype == xp.bool_ else 1)
-            rest.append(_T)
+            basic += [FULL_SLICE] * (t.ndim if t._array.dtype == xp.bool_ else 1)
+            rest.append(TENSOR_SLOT)
             rest_tensors.append(t)
         elif type(s) is int:
             basic.append(s)
         else:
             basic.append(s)
-            rest.append(s if s is Ellipsis else _FULL)  # a None's new axis now exists
-    return _getitem(_getitem(input, tuple(basic), basic_tensors), tuple(rest), rest_tensors)
+            rest.append(s if s is Ellipsis else FULL_SLICE)  # a None's new axis now exists
+    inner = apply_getitem(input, tuple(basic), basic_tensors)
+    return apply_getitem(inner, tuple(rest), rest_tensors)
 
 
-def _getitem(input, spec: tuple, tensors: list):
+def apply_getitem(input, spec: tuple, tensors: list):
     if None in spec:
         # numpy puts new axes where None stands; index without them, then reshape
         no_none = tuple(s for s in spec if s is not None)

@@ -20,19 +20,18 @@ gives the permutation from NumPy's result dims to PyTorch's, which lays ``v`` ou
 from __future__ import annotations
 
 from graphgrad.backend import xp
-from graphgrad.tensor import Value
-from graphgrad.tensor import Tensor
+from graphgrad.tensor import Tensor, Value
 
-from .index import _FULL, Getitem, IndexPut, _getitem, build_index, parse_index
+from .index import (FULL_SLICE, TENSOR_SLOT, Getitem, IndexPut, apply_getitem, build_index,
+                    parse_index)
 from .inplace import apply_inplace, setitem_name
 
 __all__ = ["torch_order", "getitem", "setitem"]
 
-_T = "T"  # where an index tensor stands in a spec (see ``index.parse_index``)
 
 
 def _is_tensor(s) -> bool:
-    return isinstance(s, str) and s == _T
+    return isinstance(s, str) and s == TENSOR_SLOT
 
 
 def _items(spec: tuple, index_arrays, ndim: int) -> tuple[list[tuple[str, int]], int]:
@@ -80,7 +79,7 @@ def torch_order(spec: tuple, index_arrays, ndim: int) -> tuple | None:
     """The permutation ``p`` with ``torch_result = numpy_result.permute(p)`` for the
     index ``spec`` (with its index arrays) of a tensor with ``ndim`` dims, or None when
     both put the dims in the same place."""
-    if _T not in spec:
+    if TENSOR_SLOT not in spec:
         return None
     items, trailing = _items(spec, index_arrays, ndim)
     numpy_at = _placement(items, ("tensor", "int"))
@@ -122,20 +121,20 @@ def _two_steps(spec: tuple, tensors: list, ndim: int) -> tuple:
             t = next(it)
             is_bool = t._array.dtype == xp.bool_
             if t.ndim == 0 and not is_bool:  # an int: PyTorch selects with it first
-                basic.append(_T)
+                basic.append(TENSOR_SLOT)
                 basic_tensors.append(t)
                 continue
             if t.ndim:  # a mask stands for as many dims as it has; a 0-d one for none
-                basic += [_FULL] * (t.ndim if is_bool else 1)
-            rest.append(_T)
+                basic += [FULL_SLICE] * (t.ndim if is_bool else 1)
+            rest.append(TENSOR_SLOT)
             rest_tensors.append(t)
         elif s is Ellipsis:
             basic.append(s)
-            rest += [_FULL] * (ndim - _consumed(spec, tensors))  # an empty one: no gap
+            rest += [FULL_SLICE] * (ndim - _consumed(spec, tensors))  # an empty one: no gap
         else:
             basic.append(s)
             if type(s) is not int:
-                rest.append(_FULL)  # a slice, or a None's new axis
+                rest.append(FULL_SLICE)  # a slice, or a None's new axis
     return tuple(basic), basic_tensors, tuple(rest), rest_tensors
 
 
@@ -143,11 +142,11 @@ def getitem(input, index):
     """``input[index]`` with PyTorch's placement of the index tensors' dims."""
     spec, tensors = parse_index(index)
     if not tensors:
-        return _getitem(input, spec, tensors)
+        return apply_getitem(input, spec, tensors)
     if all(t.ndim for t in tensors) and all(type(s) is tuple or _is_tensor(s) for s in spec):
         return Getitem.apply(input, *tensors, spec=spec)  # slices and tensors: they agree
     basic, basic_tensors, rest, rest_tensors = _two_steps(spec, tensors, input.ndim)
-    return Getitem.apply(_getitem(input, basic, basic_tensors), *rest_tensors, spec=rest)
+    return Getitem.apply(apply_getitem(input, basic, basic_tensors), *rest_tensors, spec=rest)
 
 
 def _fit(value, target: tuple):

@@ -279,7 +279,7 @@ class _SoftmaxBase(Op):
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):
-        return _along_dim_batched(cls, vals[0], bdims[0], dim), 0
+        return along_dim_batched(cls, vals[0], bdims[0], dim), 0
 
 
 class Softmax(_SoftmaxBase):
@@ -351,12 +351,12 @@ class Cumsum(Op):
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):
-        return _along_dim_batched(cls, vals[0], bdims[0], dim), 0
+        return along_dim_batched(cls, vals[0], bdims[0], dim), 0
 
 
 # ---- user functions ------------------------------------------------------------------
 
-def _along_dim_batched(op, a, bdim, dim: int):
+def along_dim_batched(op, a, bdim, dim: int):
     """Apply an op along ``dim`` of each example: the batch goes first; a 0-d example
     gets a dim of its own for the op and loses it after."""
     a = to_front(a, bdim)

@@ -23,14 +23,14 @@ from .tensors import convert_to_tensor
 __all__ = ["cond", "control_dependencies", "group", "identity", "no_op"]
 
 
-def _current_builder() -> GraphBuilder:
+def current_builder() -> GraphBuilder:
     top = current_mode()
     if isinstance(top, GraphBuilder):
         return top
     return builder_of(get_default_graph().ir)
 
 
-def _build(fn: Callable, name: str, parent: GraphBuilder, args: list = ()) -> tuple:
+def build_branch(fn: Callable, name: str, parent: GraphBuilder, args: list = ()) -> tuple:
     """Run ``fn`` on a fresh sub-graph whose inputs are placeholders like ``args`` (nodes,
     or (Spec, name) pairs): returns (graph, builder, result structure, nodes,
     placeholders)."""
@@ -46,7 +46,7 @@ def _build(fn: Callable, name: str, parent: GraphBuilder, args: list = ()) -> tu
     return g, sb, spec, nodes, phs
 
 
-def _unify(parts: list, nfixed: int) -> list[Node]:
+def unify_branches(parts: list, nfixed: int) -> list[Node]:
     """Give every sub-graph the same inputs: its own ``nfixed`` first, then one
     placeholder per outer node captured by any of them, in one order."""
     outer: list[Node] = []
@@ -73,7 +73,7 @@ def cond(pred, true_fn: Callable | None = None, false_fn: Callable | None = None
         raise TypeError("true_fn must be callable.")
     if not callable(false_fn):
         raise TypeError("false_fn must be callable.")
-    b = _current_builder()
+    b = current_builder()
     with b.active() if current_mode() is not b else contextlib.nullcontext():
         pred = convert_to_tensor(pred)
         spec = pred._node.spec
@@ -84,8 +84,8 @@ def cond(pred, true_fn: Callable | None = None, false_fn: Callable | None = None
         if spec.dtype.kind != "b":
             raise TypeError(f"pred must be a scalar bool tensor, got dtype {spec.dtype.name}")
         base = name or "cond"
-        t = _build(lambda: _returns(true_fn(), "true_fn"), f"{base}_then", b)
-        f = _build(lambda: _returns(false_fn(), "false_fn"), f"{base}_else", b)
+        t = build_branch(lambda: _returns(true_fn(), "true_fn"), f"{base}_then", b)
+        f = build_branch(lambda: _returns(false_fn(), "false_fn"), f"{base}_else", b)
         if t[2] != f[2]:
             raise ValueError(f"Incompatible return values of true_fn and false_fn: The two "
                              f"structures don't have the same nested structure.\n\nFirst "
@@ -96,7 +96,7 @@ def cond(pred, true_fn: Callable | None = None, false_fn: Callable | None = None
                 raise TypeError(f"Outputs of true_fn and false_fn must have the same type: "
                                 f"{a.spec.dtype.name}, {c.spec.dtype.name}")
             specs.append(merge_specs(a.spec, c.spec))
-        outer = _unify([t, f], 0)
+        outer = unify_branches([t, f], 0)
         outs = b.multi("cond", [pred, *[symbol(o) for o in outer]],
                        {"then": t[0], "else": f[0]}, tuple(specs), name=base)
     result = tree_unflatten(outs, t[2])
@@ -114,7 +114,7 @@ def _returns(res, which: str):
 @contextlib.contextmanager
 def control_dependencies(control_inputs) -> Iterator[None]:
     """Ops created inside the block run after ``control_inputs``."""
-    b = _current_builder()
+    b = current_builder()
     if control_inputs is None:
         saved, b.control = b.control, []
         try:
@@ -131,7 +131,7 @@ def control_dependencies(control_inputs) -> Iterator[None]:
 
 def group(*inputs, name: str | None = None) -> Symbol:
     """A no-op that runs after all ``inputs``."""
-    b = _current_builder()
+    b = current_builder()
     deps = [b.node_of(i, literal_ok=False) for i in inputs] + list(b.deps())
     return symbol(b.graph.add("group", name or "group_deps", deps=tuple(dict.fromkeys(deps))))
 
@@ -142,7 +142,7 @@ def no_op(name: str | None = None) -> Symbol:
 
 def identity(x, name: str | None = None) -> Symbol:
     """A new node equal to ``x`` (inside control_dependencies it gets the dependency)."""
-    b = _current_builder()
+    b = current_builder()
     with b.active() if current_mode() is not b else contextlib.nullcontext():
         from graphgrad.ops import REGISTRY
         return REGISTRY["Clone"].apply(convert_to_tensor(x))

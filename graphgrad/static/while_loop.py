@@ -21,7 +21,7 @@ from graphgrad.graph.node import Node
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor.modes import current_mode
 
-from .control_flow import _build, _current_builder, _unify
+from .control_flow import build_branch, current_builder, unify_branches
 from .tensors import constant, convert_to_tensor
 
 __all__ = ["while_loop"]
@@ -46,7 +46,7 @@ def while_loop(cond: Callable, body: Callable, loop_vars, shape_invariants=None,
         raise ValueError("No loop variables provided")
     invariants = None if shape_invariants is None else _shape_leaves(
         [shape_invariants] if single else shape_invariants, structure)
-    b = _current_builder()
+    b = current_builder()
     with b.active() if current_mode() is not b else contextlib.nullcontext():
         init = [b.node_of(convert_to_tensor(v), literal_ok=False) for v in leaves]
         specs = [i.spec for i in init] if invariants is None else [
@@ -63,14 +63,14 @@ def while_loop(cond: Callable, body: Callable, loop_vars, shape_invariants=None,
             specs.insert(0, counter._node.spec)
         base = name or "while"
         args = [(s, i.name) for s, i in zip(specs, init, strict=True)]
-        c = _build(user_cond, f"{base}_cond", b, args)
-        bd = _build(user_body, f"{base}_body", b, args)
+        c = build_branch(user_cond, f"{base}_cond", b, args)
+        bd = build_branch(user_body, f"{base}_body", b, args)
         _check_body(init, specs, bd[3], maximum_iterations is not None)
         if len(c[3]) != 1 or c[3][0].spec.dtype.kind != "b" or c[3][0].spec.shape not in (
                 (), None):
             raise TypeError(f"while_loop: cond must return one scalar bool tensor, got "
                             f"{', '.join(tf_shape(o.spec.shape) for o in c[3])}")
-        outer = _unify([c, bd], len(init))
+        outer = unify_branches([c, bd], len(init))
         outs = b.multi("while_loop", [*[symbol(i) for i in init], *[symbol(o) for o in outer]],
                        {"cond": c[0], "body": bd[0]}, tuple(specs),
                        params={"n": len(init), "back_prop": bool(back_prop)}, name=base)
