@@ -10,7 +10,7 @@ from graphgrad.tensor import Tensor, empty
 from .. import functional as F
 from .. import init
 from ..parameter import Parameter
-from ..functional import _single
+from ..functional.convolution import single
 from ..patches import _pair
 from .module import Module
 
@@ -55,7 +55,7 @@ class _ConvNd(Module):
         self.reset_parameters()
 
     def _tuple(self, v, name: str) -> tuple:
-        return _pair(v, name) if self._n == 2 else (_single(v),)
+        return _pair(v, name) if self._n == 2 else (single(v),)
 
     def reset_parameters(self) -> None:
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))

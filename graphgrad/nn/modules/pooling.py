@@ -7,6 +7,7 @@ from __future__ import annotations
 from graphgrad.tensor import Tensor
 
 from .. import functional as F
+from ..functional.convolution import single
 from .module import Module
 
 __all__ = ["MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d",
@@ -94,9 +95,9 @@ class AvgPool1d(AvgPool2d):
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True) -> None:
-        super().__init__((F._single(kernel_size),),
-                         None if stride is None else (F._single(stride),),
-                         (F._single(padding),), ceil_mode, count_include_pad)
+        super().__init__((single(kernel_size),),
+                         None if stride is None else (single(stride),),
+                         (single(padding),), ceil_mode, count_include_pad)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,

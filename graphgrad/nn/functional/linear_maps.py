@@ -1,0 +1,26 @@
+"""Layer ``nn``: ``nn.functional``'s ``linear`` (one fused op for a matrix of examples) and
+``bilinear``."""
+
+from __future__ import annotations
+
+
+from graphgrad.ops.linalg import Linear
+
+__all__ = ["linear", "bilinear"]
+
+
+def linear(input, weight, bias=None):
+    """``input @ weight.T + bias``: one fused op for a matrix of examples (the training
+    case; PyTorch's addmm), the composite for other ranks."""
+    if input.ndim == 2 and weight.ndim == 2:
+        return Linear.apply(input, weight) if bias is None else Linear.apply(input, weight, bias)
+    out = input @ weight.mT if weight.ndim > 1 else input @ weight
+    return out + bias if bias is not None else out
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """``y_k = x1^T W_k x2 + b_k`` for weight (out, in1, in2)."""
+    # (..., 1, 1, in1) @ (out, in1, in2) -> (..., out, 1, in2), then dot with x2
+    left = input1.unsqueeze(-2).unsqueeze(-2) @ weight
+    out = (left.squeeze(-2) * input2.unsqueeze(-2)).sum(dim=-1)
+    return out + bias if bias is not None else out
