@@ -1022,3 +1022,40 @@ def test_grad_mode_decorators_on_generators_and_bare():
             inside = list(gen_grad())
         outs.append((first, between, rest, inside, bare(), bare_inference()))
     assert outs[0] == outs[1] == (False, True, [False], [True], False, False)
+
+
+# ---- hooks must keep the gradient's size and type (PyTorch's checks) ---------------------
+
+def _changes_size(g):
+    return g.sum().reshape(1)
+
+
+def _changes_type(g):
+    return g.double()
+
+
+def _returns_a_number(g):
+    return 5
+
+
+@pytest.mark.parametrize("hook", [_changes_size, _changes_type, _returns_a_number])
+@pytest.mark.parametrize("leaf", [True, False])
+def test_a_hook_that_changes_the_gradient_raises_as_in_torch(hook, leaf):
+    import torch
+
+    def run(lib):
+        x = lib.ones(3, requires_grad=True)
+        y = x if leaf else x * 2
+        y.register_hook(lambda g: hook(g))
+        (y * 2).sum().backward()
+    try:
+        run(torch)
+    except (RuntimeError, TypeError) as e:  # the oracle's type and wording
+        t_err = e
+    else:
+        pytest.fail("torch accepted the hook")
+    with pytest.raises(type(t_err)) as g_err:
+        run(gg)
+    want = str(t_err).replace("<lambda>", "").replace("torch.", "")
+    got = str(g_err.value).replace("<lambda>", "").replace("graphgrad.", "")
+    assert got == want

@@ -110,6 +110,20 @@ def _check_saved_inputs(node: Value, sv: tuple | None) -> None:
                 raise _modified_error(p, current, expected)
 
 
+def _checked_hook_result(hook, g: Tensor, new) -> Tensor:
+    """A tensor hook may replace the gradient only by one of the same size and type
+    (PyTorch's checks and wording)."""
+    if not isinstance(new, Value):
+        raise TypeError(f"expected Variable, but hook returned '{type(new).__name__}'")
+    name = getattr(hook, "__name__", type(hook).__name__)
+    if new._array.dtype != g._array.dtype:
+        raise RuntimeError(f"hook '{name}' has changed the type of value (was {_type_str(g)} "
+                           f"got {_type_str(new)})")
+    if new._array.shape != g._array.shape:
+        raise RuntimeError(f"hook '{name}' has changed the size of value")
+    return new
+
+
 # ---- the pass ------------------------------------------------------------------------
 
 def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_graph: bool,
@@ -140,7 +154,7 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
                 for hook in list(ext.hooks):
                     replaced = hook(g)
                     if replaced is not None:
-                        g = replaced
+                        g = _checked_hook_result(hook, g, replaced)
             if target_ids is not None:
                 if id(node) in target_ids:
                     results[id(node)] = (node, g)

@@ -11,6 +11,7 @@ jvp over its columns (jacfwd): one batched pass, not a Python loop.
 from __future__ import annotations
 
 import contextlib
+import threading
 import functools
 import weakref
 
@@ -83,23 +84,31 @@ def _diff_args(args: tuple, argnums: tuple):
 
 # leaves the transforms made for themselves, by id (tensors compare elementwise)
 _FRESH: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_depth = [0]  # how many transforms are running: only the outermost releases graphs
+class _Depth(threading.local):
+    """How many transforms are running in this thread: only the outermost releases
+    graphs (per thread, like the dispatch stack)."""
+
+    def __init__(self):
+        self.n = 0
+
+
+_depth = _Depth()
 
 
 @contextlib.contextmanager
 def _transform():
-    _depth[0] += 1
+    _depth.n += 1
     try:
         yield
     finally:
-        _depth[0] -= 1
+        _depth.n -= 1
 
 
 def _private(t) -> bool:
     """True when nothing outside the transforms can differentiate ``t``: no transform
     encloses this one, no forward-AD level is active (the graph would carry tangents),
     and ``t``'s graph leads only to leaves the transforms made for themselves."""
-    if not isinstance(t, Value) or not t.requires_grad or _depth[0] or active_levels():
+    if not isinstance(t, Value) or not t.requires_grad or _depth.n or active_levels():
         return False
     for node in toposort([t]):
         if node.op is None and node.requires_grad and _FRESH.get(id(node)) is not node:

@@ -9,6 +9,7 @@ static functions and by any Symbol's Tensor methods.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 
 from graphgrad.graph import Graph as IRGraph
@@ -30,12 +31,12 @@ class Graph:
     @contextlib.contextmanager
     def as_default(self) -> Iterator[Graph]:
         """Make this the default graph; inside, graphgrad ops on its tensors add nodes."""
-        _STACK.append(self)
+        _STACK.stack.append(self)
         try:
             with building(self.ir):
                 yield self
         finally:
-            _STACK.remove(self)
+            _STACK.stack.remove(self)
 
     def building(self):
         return building(self.ir)
@@ -57,17 +58,26 @@ class Graph:
         return f"<graphgrad.static.Graph: {len(self.ir.nodes)} nodes>"
 
 
-_STACK: list[Graph] = []
+class _Defaults(threading.local):
+    """The ``as_default`` graphs of this thread, innermost last: TF keeps the default
+    graph stack per thread, while the global default graph is the process's."""
+
+    def __init__(self):
+        self.stack: list[Graph] = []
+
+
+_STACK = _Defaults()
 _DEFAULT = [Graph()]
 
 
 def get_default_graph() -> Graph:
-    return _STACK[-1] if _STACK else _DEFAULT[0]
+    stack = _STACK.stack
+    return stack[-1] if stack else _DEFAULT[0]
 
 
 def reset_default_graph() -> None:
     """A fresh global default graph (TF: not allowed inside a ``with g.as_default()``)."""
-    if _STACK:
+    if _STACK.stack:
         raise AssertionError("Do not use tf.reset_default_graph() to clear nested graphs. If "
                              "you need a cleared graph, exit the nesting and create a new "
                              "graph.")

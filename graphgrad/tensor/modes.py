@@ -12,11 +12,12 @@ does not care: ``process`` (an op call), ``process_inplace`` (an in-place write)
 tensor turned into a Python number), ``randomness`` and ``batched_random`` (random
 draws under vmap). Nothing outside this module touches the
 stack itself; the state is in one object (``_state``) that ``dispatch`` reads on the
-hot path.
+hot path. That state is per thread (see ``_State``).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -24,11 +25,11 @@ __all__ = ["Mode", "push_mode", "pop_mode", "current_mode", "active_modes", "is_
            "is_grad_enabled", "set_grad_mode"]
 
 
-class _State:
+class _State(threading.local):
     """What is active: the stack of modes, its top (read by ``dispatch`` on every op
-    call) and grad mode."""
-
-    __slots__ = ("stack", "top", "grad_enabled")
+    call) and grad mode. One per thread, as PyTorch's grad mode: a thread's ``no_grad``
+    or vmap level is invisible to the others, and a new thread starts in the default
+    state (``__init__`` runs again in each thread that reads it)."""
 
     def __init__(self):
         self.stack: list[Mode] = []
