@@ -35,7 +35,9 @@ RANK = {layer: i for i, names in enumerate(RANKS) for layer in names}
 # ops go through dispatch in `tensor`, which is downward.)
 ALLOWED_UPWARD = {("tensor/tensor.py", "autograd"),
                   # autograd.functional's vectorize=True batches its passes with vmap
-                  ("autograd/functional.py", "func")}
+                  ("autograd/functional.py", "func"),
+                  # a custom Function's generate_vmap_rule=True runs its forward under vmap
+                  ("autograd/function.py", "func")}
 
 
 def _layer_of_module(dotted: str) -> str | None:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from graphgrad.backend import stand_in, xp
 from graphgrad.ops.unbroadcast import unbroadcast
 from graphgrad.tensor import Tensor, Value, active_modes, set_grad_mode
+from graphgrad.tensor.grad_fn import op_backward_name
 from graphgrad.tensor.toposort import toposort
 from graphgrad.tensor.views import identity_at, refresh_if_stale
 
@@ -60,8 +61,8 @@ def _type_str(t: Value) -> str:
     return "graphgrad." + names.get(t._array.dtype.name, t._array.dtype.name)
 
 
-def _modified_error(t: Value, current: int, expected: int) -> RuntimeError:
-    which = f", which is output 0 of {t.op.__name__}Backward0," if t.op is not None else ""
+def modified_error(t: Value, current: int, expected: int) -> RuntimeError:
+    which = f", which is output 0 of {op_backward_name(t.op)}," if t.op is not None else ""
     return RuntimeError(
         "one of the variables needed for gradient computation has been modified by an inplace "
         f"operation: [{_type_str(t)} {list(t._array.shape)}]{which} is at version {current}; "
@@ -92,7 +93,7 @@ def _check_saved(node: Value) -> None:
             current = vc[0] if vc is not None else 0
             expected = ext.rebased_at if ext is not None else 0
             if current != expected:
-                raise _modified_error(node, current, expected)
+                raise modified_error(node, current, expected)
 
 
 def _check_saved_inputs(node: Value, sv: tuple | None) -> None:
@@ -107,7 +108,7 @@ def _check_saved_inputs(node: Value, sv: tuple | None) -> None:
             current = p._version_counter[0] if p._version_counter is not None else 0
             expected = sv[i] if sv is not None else 0
             if current != expected:
-                raise _modified_error(p, current, expected)
+                raise modified_error(p, current, expected)
 
 
 def _checked_hook_result(hook, g: Tensor, new) -> Tensor:

@@ -154,7 +154,9 @@ class _Emitter:
             return f"_var({(n.target or n).name!r})"
         if n.kind == "call":
             op = n.op.__name__
-            self.glb[op] = REGISTRY[op].apply
+            if REGISTRY.get(op) is not n.op:  # a custom autograd.Function's own op
+                op += "Function"
+            self.glb[op] = n.op.apply
             parts = args[:n.nargs]
             for key, v in n.params.items():
                 if is_dynamic(v):
@@ -216,6 +218,9 @@ def python_code(graph: Graph, state: dict | None = None, name: str = "forward") 
     head = [f"# graph {graph.name!r}: {graph.count()} nodes"] + [f"# {h}" for h in graph.header]
     head += [f"# {op} = graphgrad.ops.REGISTRY[{op!r}].apply" for op in sorted(
         k for k in e.glb if k in REGISTRY)]
+    head += [f"# {op} = {e.glb[op].__self__.function.__qualname__}.apply (autograd.Function)"
+             for op in sorted(k for k in e.glb if k.endswith("Function") and k not in REGISTRY
+                              and hasattr(getattr(e.glb[k], "__self__", None), "function"))]
     src = "\n".join(head) + "\n" + "\n\n".join(e.funcs)
     glb = dict(e.glb)
     exec(compile(src, f"<graph {graph.name}>", "exec"), glb)  # noqa: S102 - our own program

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from graphgrad.backend import get_default_dtype, xp
 
+from .grad_fn import op_backward_name
+
 _PREFIX = "tensor("
 
 
@@ -74,7 +76,7 @@ def tensor_repr(t) -> str:
             or (kind == xp.complex64 and default == xp.float32)):
         suffix.append(f"dtype={t.dtype!r}")
     if t.op is not None and t._requires_grad:
-        suffix.append(f"grad_fn=<{t.op.__name__}Backward0>")
+        suffix.append(f"grad_fn=<{op_backward_name(t.op)}>")
     elif t._requires_grad:
         suffix.append("requires_grad=True")
     return _PREFIX + body + "".join(", " + s for s in suffix) + ")"

@@ -34,7 +34,9 @@ class RemovableHandle:
 
 
 def op_backward_name(op) -> str:
-    return f"{op.__name__}Backward0"
+    """``MulBackward0`` for graphgrad's ops; a custom ``autograd.Function`` names its own
+    (``ExpBackward``, as PyTorch)."""
+    return getattr(op, "backward_name", None) or f"{op.__name__}Backward0"
 
 
 class BackwardNode:
