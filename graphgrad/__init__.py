@@ -22,10 +22,26 @@ from . import utils
 from .serialization import load, save
 from . import graph
 from . import static
+from . import torch_compat
+from .torch_compat import (BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor,
+                           HalfTensor, IntTensor, LongTensor, ShortTensor, accelerator, amp,
+                           autocast, cuda, get_default_device, install_as_torch,
+                           set_default_device)
+from . import backends  # the graph backends (~2 ms); torch.backends' flags join them below
 
 # gradcheck lives in numdiff (above autograd); PyTorch users look for it in autograd
 autograd.gradcheck = numdiff.gradcheck
 autograd.gradgradcheck = numdiff.gradgradcheck
+# torch.backends.cudnn & co (torch_compat/backends) next to graphgrad's graph backends, so
+# `torch.backends.cudnn.benchmark = True` works after `import graphgrad as torch`; and the
+# CPU build's nn.DataParallel, nn.parallel and utils.benchmark where PyTorch has them
+backends.cuda = torch_compat.backends.cuda
+backends.cudnn = torch_compat.backends.cudnn
+backends.mps = torch_compat.backends.mps
+backends.mkldnn = torch_compat.backends.mkldnn
+nn.parallel = torch_compat.parallel
+nn.DataParallel = torch_compat.parallel.DataParallel
+utils.benchmark = torch_compat.benchmark
 
 half = float16
 float = float32  # noqa: A001 - PyTorch's aliases
@@ -62,8 +78,8 @@ import importlib as _importlib  # noqa: E402
 
 # The capture frontends sit above everything else and are loaded on first use, which
 # keeps ``import graphgrad`` fast: graphgrad.fx, .jit, .dynamo, .compiler, .capture; the
-# graph passes and backends too (graphgrad.passes, graphgrad.backends).
-_LAZY_MODULES = ("fx", "jit", "dynamo", "compiler", "capture", "passes", "backends")
+# graph passes too (graphgrad.passes).
+_LAZY_MODULES = ("fx", "jit", "dynamo", "compiler", "capture", "passes")
 
 
 def __getattr__(name: str):

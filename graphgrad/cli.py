@@ -24,6 +24,7 @@ Commands:
                    (writes a CSV and a log-log plot)
   capture          capture one function every way graphgrad can (static, fx, jit.trace,
                    jit.script, compile) and tabulate what each did, checked against eager
+  run              run an unmodified PyTorch program on graphgrad (import torch -> graphgrad)
 """
 
 
@@ -147,6 +148,20 @@ def capture(args: argparse.Namespace) -> int:
     return 0
 
 
+def run(args: argparse.Namespace) -> int:
+    """Run SCRIPT as `python SCRIPT ARGS...` would, with every `import torch` and
+    `import torch.X.Y` (also in the modules it imports) resolved to graphgrad's modules:
+    torch.nn is graphgrad.nn. sys.argv is [SCRIPT, ARGS...], the script's folder comes
+    first on sys.path, it runs as __main__, and the command exits with its exit code
+    (0 when it ends normally, 1 with its traceback when it raises). A torch module or
+    attribute graphgrad lacks is an error saying it is not in graphgrad yet. CUDA, MPS
+    and other accelerators answer as in a CPU-only PyTorch build. Also:
+    python -m graphgrad.run SCRIPT [ARGS...]; in a notebook, graphgrad.install_as_torch().
+    """
+    from graphgrad.run import run_script
+    return run_script(args.script, args.args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="graphgrad", description=_DESCRIPTION,
@@ -200,6 +215,14 @@ def build_parser() -> argparse.ArgumentParser:
                                      "jit.trace, jit.script, compile")
     c.add_argument("--graphs", action="store_true", help="also print each graph as Python")
     c.set_defaults(func=capture)
+    r = sub.add_parser("run", help="run an unmodified PyTorch program on graphgrad",
+                       description=inspect.cleandoc(run.__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("script", metavar="SCRIPT", help="the PyTorch program (a .py file)")
+    r.add_argument("args", metavar="ARGS", nargs=argparse.REMAINDER,
+                   help="passed to the program as sys.argv[1:], unchanged, options "
+                        "included (default: none)")
+    r.set_defaults(func=run)
     return parser
 
 

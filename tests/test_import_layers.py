@@ -25,7 +25,8 @@ RANKS = [
     ["static"],
     ["fx", "jit", "dynamo"],
     ["capture", "compiler"],
-    ["train"],
+    ["torch_compat"],
+    ["train", "run"],
     ["cli"],
 ]
 RANK = {layer: i for i, names in enumerate(RANKS) for layer in names}
