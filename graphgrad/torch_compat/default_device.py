@@ -1,7 +1,9 @@
 """Layer ``torch_compat``: ``torch.set_default_device`` / ``torch.get_default_device``.
-graphgrad computes on the CPU only, so the default device is always the CPU; naming
-another one raises as a CPU-only PyTorch build does (``"cuda"``: AssertionError "Torch not
-compiled with CUDA enabled") rather than being recorded and ignored."""
+graphgrad computes on the CPU only, so the default device is always the CPU. Naming
+another one raises at once: a CPU-only PyTorch build accepts ``"cuda"`` here and raises
+AssertionError "Torch not compiled with CUDA enabled" at the next tensor it makes;
+graphgrad cannot record a CUDA default and honour it later, so it raises that error
+now rather than ignore the request."""
 
 from __future__ import annotations
 

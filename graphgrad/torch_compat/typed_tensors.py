@@ -22,7 +22,7 @@ class _TypedTensorMeta(type):
 
     def __call__(cls, *args) -> Tensor:
         if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
-            return empty(*args, dtype=cls.dtype)  # sizes (none: a 0-element tensor)
+            return empty(*(args or (0,)), dtype=cls.dtype)  # sizes; none: 0 elements
         if len(args) == 1 and isinstance(args[0], Size):
             return empty(*args[0], dtype=cls.dtype)
         if len(args) == 1:
