@@ -85,6 +85,8 @@ _LAZY_MODULES = ("fx", "jit", "dynamo", "compiler", "capture", "passes")
 def __getattr__(name: str):
     if name in _LAZY_MODULES:
         return _importlib.import_module(f".{name}", __name__)
+    if name == "onnx":  # graphgrad's own once it has one, else the CPU stand-in
+        return _importlib.import_module(torch_compat.importer.graphgrad_name("torch.onnx"))
     if name == "compile":
         return _importlib.import_module(".dynamo", __name__).compile
     raise AttributeError(f"module 'graphgrad' has no attribute '{name}'")

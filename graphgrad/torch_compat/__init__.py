@@ -8,8 +8,8 @@
   amp.py), typed_tensors.py (``torch.FloatTensor``...), benchmark.py
   (``torch.utils.benchmark``), parallel.py (``torch.nn.parallel``), onnx.py.
 
-It sits above nn (DataParallel is a Module) and below the capture frontends' users
-(train, cli, run)."""
+It sits above the capture frontends (it aliases them, and DataParallel is an nn.Module)
+and below ``run`` and ``cli``, which use it."""
 
 from . import accelerator, amp, backends, benchmark, cuda, parallel
 from .autocast import autocast
