@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "tests" / "programs"
 # compared line by line with real PyTorch
 COMPARED = ["mlp_functional", "from_imports", "dataloader", "scheduler", "nanogpt_probe",
-            "grad_scaler_cpu"]
+            "grad_scaler_cpu", "mnist_cnn"]
 NUMBER = re.compile(r"-?(?:\d+\.\d*|\d+)(?:e[+-]?\d+)?|-?inf|nan")
 
 

@@ -327,6 +327,11 @@ def test_torch_names_map_to_graphgrad_modules():
     assert graphgrad_name("torch.backends.cudnn") == "graphgrad.torch_compat.backends.cudnn"
     assert graphgrad_name("torch.backends") == "graphgrad.backends"
     assert graphgrad_name("torch.cuda.amp") == "graphgrad.torch_compat.cuda.amp"
+    assert graphgrad_name("torch._dynamo") == "graphgrad.dynamo"
+    assert graphgrad_name("torch._dynamo.config") == "graphgrad.dynamo.config"
+    with pytest.raises(ModuleNotFoundError, match=r"^torch.cuda.nope is not in graphgrad yet "
+                       r"\(graphgrad.torch_compat.cuda has no 'nope' module\)$"):
+        graphgrad_name("torch.cuda.nope")
     with pytest.raises(ModuleNotFoundError) as err:
         graphgrad_name("torch.distributions")
     assert str(err.value) == ("torch.distributions is not in graphgrad yet (graphgrad has no "

@@ -17,9 +17,12 @@ import sys
 
 __all__ = ["install_as_torch", "uninstall_as_torch", "graphgrad_name", "STAND_INS"]
 
-# torch paths graphgrad serves from this package because graphgrad has no module of that
-# name (or, for torch.backends.*, because graphgrad.backends holds the graph backends)
+# torch paths graphgrad serves under another name: its own module where only the name
+# differs (torch._dynamo), else a stand-in of this package because graphgrad has no module
+# of that name (or, for torch.backends.*, because graphgrad.backends is the graph backends).
+# A child of an entry maps under the entry's target (torch._dynamo.config).
 STAND_INS = {
+    "torch._dynamo": "graphgrad.dynamo",
     "torch.accelerator": "graphgrad.torch_compat.accelerator",
     "torch.amp": "graphgrad.torch_compat.amp",
     "torch.cuda": "graphgrad.torch_compat.cuda",
@@ -52,9 +55,12 @@ def graphgrad_name(torch_name: str) -> str:
         return own
     if torch_name in STAND_INS:
         return STAND_INS[torch_name]
-    parent = ".".join(["graphgrad", *parts[1:-1]])
-    raise ModuleNotFoundError(f"{torch_name} is not in graphgrad yet ({parent} has no "
-                              f"{parts[-1]!r} module)", name=torch_name)
+    parent, _, leaf = torch_name.rpartition(".")
+    served = "graphgrad" if parent == "torch" else graphgrad_name(parent)
+    if parent in STAND_INS and _exists(f"{served}.{leaf}"):
+        return f"{served}.{leaf}"
+    raise ModuleNotFoundError(f"{torch_name} is not in graphgrad yet ({served} has no "
+                              f"{leaf!r} module)", name=torch_name)
 
 
 class _AliasLoader(importlib.abc.Loader):
