@@ -145,6 +145,9 @@ assert sys.modules["torch.autograd.functional"] is graphgrad.autograd.functional
 assert torch.backends.cudnn is graphgrad.torch_compat.backends.cudnn
 assert DataParallel is graphgrad.nn.DataParallel and GradScaler is torch.cuda.amp.GradScaler
 assert graphgrad.__spec__.name == "graphgrad" and graphgrad.nn.__name__ == "graphgrad.nn"
+graphgrad.torch_compat.uninstall_as_torch()
+assert not any(n == "torch" or n.startswith("torch.") for n in sys.modules)
+assert not any(type(f).__name__ == "TorchAliasFinder" for f in sys.meta_path)
 print("ok")
 """
     out = _python("-c", code)
