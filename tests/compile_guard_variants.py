@@ -210,7 +210,7 @@ def run_variant(v: Variant, torch) -> dict:
     """Run one variant; ``torch`` is the framework module (graphgrad)."""
     import types
     src, _ = _TEMPLATES[v.template]
-    ns: dict = {"torch": torch, "nn": torch.nn, "types": types}
+    ns: dict = {"__name__": "guard_variant", "torch": torch, "nn": torch.nn, "types": types}
     exec(compile(src, f"<template {v.template}>", "exec"), ns)  # noqa: S102 - our source
     target = ns["make"]()
     arg_obj = None

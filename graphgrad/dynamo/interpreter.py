@@ -26,6 +26,8 @@ from typing import Any
 
 from graphgrad.graph import Symbol
 from graphgrad.graph.symbol import StandIn
+from graphgrad.nn import Module
+from graphgrad.nn.modules.hooks import ModuleHooks
 from graphgrad.tensor import Size, Tensor
 
 from . import config
@@ -35,7 +37,7 @@ from .opcodes_flow import FlowOpcodes
 from .opcodes_stack import StackOpcodes
 from .opcodes_values import ValueOpcodes
 from .policy import TENSOR_EAGER_ATTRS, classify, is_graphgrad, is_inplace_name
-from .values import INLINED, Extras, ExtCell, FuncV, ListIter
+from .values import INLINED, Attr, Extras, ExtCell, FuncV, ListIter
 
 __all__ = ["BytecodeInterpreter", "Return", "EagerStep"]
 
@@ -206,7 +208,8 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
             method = getattr(type(o), name, None)
             if isinstance(method, types.FunctionType) and not is_graphgrad(method) \
                     and name not in getattr(o, "__dict__", ()):
-                return types.MethodType(method, obj)   # self stays an Extras: its reads guarded
+                return types.MethodType(self.class_method(obj, name), obj)   # self stays an
+                # Extras: its reads are guarded
             return cap.read_attr(obj, name)
         if isinstance(obj, Symbol):
             if name in TENSOR_EAGER_ATTRS:
@@ -235,7 +238,20 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
         if isinstance(obj, (types.FunctionType, type)) and name in ("__code__", "__globals__",
                                                                       "__closure__"):
             raise Unsupported(f"function attribute {name}")
+        if isinstance(obj, type):
+            return cap.class_attr(obj, name)
         return getattr(obj, name)
+
+    def class_method(self, obj: Extras, name: str) -> types.FunctionType:
+        """The function ``type(obj).name`` that ``obj.name`` finds on the class, with the
+        whole lookup guarded: no instance attribute shadows it, and the class's is the
+        same function (monkeypatching either recompiles)."""
+        cap = self.cap
+        if not cap.concrete:
+            cap.guards.add("absent", Attr(obj.source, name), (obj.source, name), cap.where)
+            return cap.wrap(getattr(type(obj.obj), name), Attr(Attr(obj.source, "__class__"),
+                                                                name))
+        return getattr(type(obj.obj), name)
 
     def sym_shape(self, sym: Symbol) -> tuple:
         from graphgrad.ops import REGISTRY  # noqa: F401 - registry filled before use
@@ -260,14 +276,14 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
         """Call ``fn``: inline it, call it for real on graph values, fold it, or break."""
         if isinstance(fn, Extras):
             obj = fn.obj
-            from graphgrad.nn import Module
-            if isinstance(obj, Module):
+            if isinstance(obj, Module) and type(obj).__call__ is Module.__call__ \
+                    and self.no_hooks(fn):
+                if "forward" in getattr(obj, "__dict__", ()):   # replaced on the instance
+                    return self.call(self.cap.read_attr(fn, "forward"), args, kwargs)
                 forward = type(obj).forward
-                hooks = [getattr(obj, h, None) for h in ("_forward_hooks",
-                                                         "_forward_pre_hooks")]
-                if type(obj).__call__ is Module.__call__ and not any(hooks) \
-                        and isinstance(forward, types.FunctionType):
-                    return self.call_function(forward, [fn, *args], kwargs)
+                if isinstance(forward, types.FunctionType):
+                    return self.call_function(self.class_method(fn, "forward"),
+                                              [fn, *args], kwargs)
             # the Extras itself: the object is fetched from its source at run time
             return self.eager_call(fn, args, kwargs, f"a call of a {type(obj).__name__} "
                                    f"object")
@@ -301,6 +317,24 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
             if type(owner) in (list, dict, set, tuple, str, int, float, slice, range):
                 return self.fold(fn, args, kwargs)
         return self.by_policy(fn, args, kwargs)
+
+    def no_hooks(self, mod: Extras) -> bool:
+        """The module has no hooks to run around its forward (guarded: a hook added
+        later recompiles). PyTorch skips these guards (``skip_nnmodule_hook_guards``) and
+        ignores hooks added after compiling; graphgrad keeps them, since a silently
+        skipped hook is a wrong result and a recompile only costs time."""
+        cap = self.cap
+        hooks = getattr(mod.obj, "_hooks", None)
+        src = Attr(mod.source, "_hooks")
+        if hooks is None:
+            cap.wrap(None, src)
+            return True
+        lists = [(kind, getattr(hooks, kind)) for kind in ModuleHooks.__slots__]
+        if any(lst for _, lst in lists):
+            return False   # the module is called for real, hooks and all
+        for kind, lst in lists:
+            cap.guards.add("len", Attr(src, kind), (type(lst), 0), cap.where)
+        return True
 
     def by_policy(self, fn: Any, args: list, kwargs: dict) -> Any:
         kind = classify(fn)
@@ -339,6 +373,8 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
                 (int if type(args[0]) is SymInt else float)
             return issubclass(tp, args[1]) if not isinstance(args[1], tuple) else \
                 any(issubclass(tp, c) for c in args[1])
+        if fn is type and len(args) == 1 and isinstance(args[0], Extras):
+            return cap.wrap(type(args[0].obj), Attr(args[0].source, "__class__"))
         if fn is type and len(args) == 1 and isinstance(args[0], Symbol):
             return cap.eager_type(args[0]) if type(args[0]) is Symbol else \
                 (int if type(args[0]) is SymInt else float)
@@ -410,8 +446,9 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
         closure = ()
         if fn.__closure__:
             closure = tuple(ExtCell(c, fn) for c in fn.__closure__)
-        return self.inline(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
-                           fn.__kwdefaults__, closure, args, kwargs, fn)
+        defaults, kwdefaults = self.cap.function_parts(fn)
+        return self.inline(fn.__code__, fn.__globals__, fn.__name__, defaults, kwdefaults,
+                           closure, args, kwargs, fn)
 
     def inline(self, code, globals_, name, defaults, kwdefaults, closure, args, kwargs, fn):
         info = code_info(code)
