@@ -27,7 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import functools
+
 from graphgrad.nn import Module
+from graphgrad.nn.modules.hooks import call_with_hooks
 
 from . import config
 from graphgrad.backends import BACKENDS, lookup_backend, register_backend
@@ -50,7 +53,24 @@ class OptimizedModule(Module):
         self.__dict__["_compiled"] = compiled
 
     def forward(self, *args, **kwargs):
-        return self.__dict__["_compiled"](self._orig_mod, *args, **kwargs)
+        # what ``mod(*args)`` would run, checked on every call (PyTorch compiles
+        # ``mod.__call__``): a forward replaced on the instance is compiled in its turn,
+        # and the module's hooks run around the compiled forward
+        mod = self.__dict__["_modules"]["_orig_mod"]
+        d = self.__dict__
+        own = mod.__dict__.get("forward")
+        if own is None:
+            compiled = d["_compiled"]
+            fwd = functools.partial(compiled, mod)
+        else:
+            if d.get("_own_forward", (None,))[0] is not own:
+                d["_own_forward"] = (own, CompiledFunction(own, d["_compiled"].backend,
+                                                           d["_compiled"].fullgraph,
+                                                           d["_compiled"].dynamic))
+            fwd = d["_own_forward"][1]
+        if mod._hooks is None:
+            return fwd(*args, **kwargs)
+        return call_with_hooks(mod, args, kwargs, forward=fwd)
 
     def __getattr__(self, name: str) -> Any:
         try:
