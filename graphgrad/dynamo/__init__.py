@@ -36,11 +36,12 @@ from . import config
 from graphgrad.backends import BACKENDS, lookup_backend, register_backend
 from .capture import Unsupported
 from .eval_frame import BreakRecord, CompiledFunction, forget_all
+from .exc import FailOnRecompileLimitHit, RecompileError
 from .stats import counters
 
 __all__ = ["compile", "CompiledFunction", "OptimizedModule", "Unsupported", "reset",
            "counters", "config", "BACKENDS", "register_backend", "lookup_backend",
-           "BreakRecord"]
+           "BreakRecord", "RecompileError", "FailOnRecompileLimitHit"]
 
 
 class OptimizedModule(Module):

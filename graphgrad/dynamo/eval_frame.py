@@ -25,6 +25,7 @@ from . import config
 from graphgrad.backends import lookup_backend
 from .capture import Capture, Templatizer, Unsupported
 from .codegen import Codegen
+from .recompile import recompile_reason
 from .frame import VERSION_OK, Frame, bind_arguments, code_info, live_locals
 from .guards import Pool
 from .interpreter import BytecodeInterpreter, EagerStep, Return
@@ -283,16 +284,8 @@ class CompiledFunction:
             return self.fn(*a, **k)
         if self.roots:
             failed = self.roots[0].guards.first_failure(a, k, ())
-            reason = f"guard failed: {failed.text}{_now(failed, a, k)}" if failed is not None \
-                else "guards failed"
-            if len(self.roots) >= config.recompile_limit:
-                if not self._limit_warned:
-                    self._limit_warned = True
-                    warnings.warn(
-                        f"graphgrad.compile: {self.__qualname__} hit the recompile limit "
-                        f"({config.recompile_limit}); the last recompile was caused by: "
-                        f"{reason}. Calls that fit no cached entry now run eagerly.",
-                        RuntimeWarning, stacklevel=3)
+            reason = recompile_reason(self, failed, a, k)
+            if reason is None:   # past the recompile limit: run eagerly
                 counters["eager_fallbacks"] += 1
                 return self.fn(*a, **k)
             counters["recompiles"] += 1
@@ -531,20 +524,6 @@ class CompiledFunction:
 
 
 _EAGER = object()
-
-
-def _now(guard, a, k) -> str:
-    """What the guarded value is now (for the recompile message)."""
-    from .capture import eval_source
-    try:
-        v = eval_source(guard.source, a, k, ())
-    except Exception:  # noqa: BLE001 - gone altogether: say so
-        return " (now missing)"
-    if hasattr(v, "_array"):
-        return f" (now {type(v).__name__} shape={tuple(v._array.shape)} " \
-               f"dtype={v._array.dtype} requires_grad={bool(v.requires_grad)})"
-    text = repr(v)
-    return f" (now {text[:60]})"
 
 
 def _rename(v, name: str):
