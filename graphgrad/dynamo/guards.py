@@ -53,11 +53,15 @@ class Pool:
 
 
 class Guard:
-    __slots__ = ("kind", "source", "expected", "text", "where")
+    """One condition: ``code`` over ``a``/``k``/``s`` and the pool's names, ``text`` for
+    messages. ``expected`` is None for an identity guard (it must not keep its object)."""
 
-    def __init__(self, kind: str, source: Source, expected: Any, text: str, where: str):
+    __slots__ = ("kind", "source", "expected", "text", "where", "code")
+
+    def __init__(self, kind: str, source: Source, expected: Any, text: str, where: str,
+                 code: str):
         self.kind, self.source, self.expected = kind, source, expected
-        self.text, self.where = text, where
+        self.text, self.where, self.code = text, where, code
 
     def __repr__(self) -> str:
         return self.text
@@ -140,17 +144,16 @@ class GuardSet:
             return
         self._seen.add(key)
         text = _KINDS[kind][0](str(source), expected)
-        self.guards.append(Guard(kind, source, expected, text, where))
+        code = _KINDS[kind][1](source.expr(self.pool), expected, self.pool)
+        self.guards.append(Guard(kind, source, None if kind == "id" else expected, text,
+                                 where, code))
 
     def __len__(self) -> int:
         return len(self.guards)
 
-    def code_part(self, g: Guard) -> str:
-        return _KINDS[g.kind][1](g.source.expr(self.pool), g.expected, self.pool)
-
     def compile(self):
         """The guard function ``(a, k, s) -> bool`` (any error while checking: False)."""
-        parts = [f"({self.code_part(g)})" for g in self.guards] or ["True"]
+        parts = [f"({g.code})" for g in self.guards] or ["True"]
         src = ("def _guard(a, k, s):\n    try:\n        return " + " and ".join(parts)
                + "\n    except Exception:\n        return False\n")
         ns = dict(self.pool.ns)
@@ -162,7 +165,7 @@ class GuardSet:
     def first_failure(self, a: tuple, k: dict, s: tuple) -> Guard | None:
         """The first guard that does not hold for these runtime values."""
         for g in self.guards:
-            src = f"lambda a, k, s: {self.code_part(g)}"
+            src = f"lambda a, k, s: {g.code}"
             check = eval(src, dict(self.pool.ns))  # noqa: S307 - our own code
             try:
                 ok = check(a, k, s)

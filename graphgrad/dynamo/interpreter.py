@@ -20,6 +20,7 @@ mixins import nothing from here. It stops at the end of a segment:
 from __future__ import annotations
 
 import dis
+import inspect
 import operator
 import types
 from typing import Any
@@ -207,7 +208,8 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
                     _BoundExt(obj, name)
             method = getattr(type(o), name, None)
             if isinstance(method, types.FunctionType) and not is_graphgrad(method) \
-                    and name not in getattr(o, "__dict__", ()):
+                    and name not in getattr(o, "__dict__", ()) \
+                    and not isinstance(inspect.getattr_static(type(o), name), staticmethod):
                 return types.MethodType(self.class_method(obj, name), obj)   # self stays an
                 # Extras: its reads are guarded
             return cap.read_attr(obj, name)
