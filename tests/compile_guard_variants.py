@@ -175,6 +175,60 @@ def make():
 """, ["OBJ.alpha = V", "OBJ.lin = nn.Linear(3, 3)",
       "OBJ.lin.weight = nn.Parameter(torch.ones(3, 3) * V)",
       "torch.nn.init.constant_(OBJ.lin.bias, V)"]),
+    "super_and_descriptors": ("""
+class Base(nn.Module):
+    k = 2.0
+    def forward(self, x):
+        return x * 2.0
+class C(Base):
+    @staticmethod
+    def st(x):
+        return x + 1.0
+    @classmethod
+    def cm(cls, x):
+        return x * cls.k
+    @property
+    def p(self):
+        return self.k * 3.0
+    def forward(self, x):
+        return super().forward(x) + self.st(x) + self.cm(x) + self.p
+def make():
+    return C()
+""", ["Base.forward = lambda self, x: x * V", "C.st = staticmethod(lambda x: x - V)",
+      "Base.k = V", "C.cm = classmethod(lambda cls, x: x + V)"]),
+    "module_globals": ("""
+mymod = types.ModuleType("mymod")
+mymod.val = 2.0
+GT = torch.ones(3)
+def deco(fn):
+    def wrapper(*a):
+        return fn(*a)
+    wrapper.inner = fn
+    return wrapper
+@deco
+def helper(x, a=2.0):
+    return x * a
+def f(x):
+    return helper(x) * mymod.val + GT
+def make():
+    return f
+""", ["mymod.val = V", "GT.mul_(V)", "GT = torch.full((3,), V)",
+      "helper.inner.__defaults__ = (V,)"]),
+    "containers_and_buffers": ("""
+class C(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(3, 3)])
+        self.register_buffer("b", torch.ones(3))
+        self.sizes = [1.0, 2.0]
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x + self.b * self.sizes[0]
+def make():
+    return C()
+""", ["OBJ.layers.append(nn.Linear(3, 3))", "OBJ.b = torch.full((3,), V)",
+      "OBJ.sizes[0] = V", "OBJ.b.add_(V)"]),
 }
 
 _VALUES = (0.5, -1.5, 3.0, 7.25)
@@ -244,6 +298,7 @@ def measure(sample: list[Variant] | None = None) -> dict:
     import graphgrad
     todo = variants() if sample is None else sample
     stale, wrong, insensitive, errors = [], [], [], []
+    totals = dict.fromkeys(_COUNTED, 0)   # what the compiler did, over all variants
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for v in todo:
@@ -253,6 +308,8 @@ def measure(sample: list[Variant] | None = None) -> dict:
             except Exception as e:  # noqa: BLE001 - counted and named in the report
                 errors.append(f"{v.name}: {type(e).__name__}: {e}")
                 continue
+            for key in _COUNTED:
+                totals[key] += graphgrad.compiler.counters[key]
             if r["stale"]:
                 stale.append(v.name)
             if r["wrong_before"]:
@@ -263,8 +320,11 @@ def measure(sample: list[Variant] | None = None) -> dict:
     return {"variants": len(todo), "templates": len({v.template for v in todo}),
             "stale": len(stale), "wrong_before_mutation": len(wrong),
             "insensitive": len(insensitive), "errors": len(errors),
-            "stale_by_template": _by_template(stale), "stale_examples": stale[:20],
+            "compiler": totals, "stale_by_template": _by_template(stale), "stale_examples": stale[:20],
             "error_examples": errors[:10], "insensitive_examples": insensitive[:10]}
+
+
+_COUNTED = ("graphs", "recompiles", "cache_hits", "graph_breaks", "eager_fallbacks")
 
 
 def _by_template(names: list[str]) -> dict:

@@ -58,6 +58,7 @@ def test_generated_variants_are_never_stale():
     assert out["insensitive"] == 0, out["insensitive_examples"]   # each mutation matters
     assert out["wrong_before_mutation"] == 0
     assert out["stale"] == 0, out["stale_examples"]
+    assert out["compiler"]["eager_fallbacks"] == 0   # every call ran compiled graphs
 
 
 # ---- each mutation kind recompiles once, and only when something changed ------------------------
