@@ -320,7 +320,8 @@ def measure(sample: list[Variant] | None = None) -> dict:
     return {"variants": len(todo), "templates": len({v.template for v in todo}),
             "stale": len(stale), "wrong_before_mutation": len(wrong),
             "insensitive": len(insensitive), "errors": len(errors),
-            "compiler": totals, "stale_by_template": _by_template(stale), "stale_examples": stale[:20],
+            "compiler": totals, "stale_by_template": _by_template(stale),
+            "stale_examples": stale[:20],
             "error_examples": errors[:10], "insensitive_examples": insensitive[:10]}
 
 
