@@ -310,3 +310,18 @@ def test_error_on_recompile():
     f(x, 1)
     with pytest.raises(RecompileError, match="Recompiling function _scale"):
         f(x, 2)
+
+
+def test_a_compiled_function_with_defaults_is_freed():
+    def make():
+        def f(x, a=2.0):
+            return x * a
+        return f
+
+    f = make()
+    cf = gg.compile(f)
+    cf(gg.ones(2))
+    ref = weakref.ref(f)
+    del f, cf
+    gc.collect()
+    assert ref() is None
