@@ -20,14 +20,20 @@ NumPy; everything on Python versions other than 3.11 and 3.12 (with one warning)
 Python ints and bools are specialized (guarded by value), a float made by an eager call
 is a graph input; shapes are static until a recompile shows a size changing (or
 ``dynamic=True``).
+
+Guards cover everything a graph read (see ``guards``): globals, class attributes through
+instances and classes (with no instance shadow), the code, defaults and closure cells of
+inlined functions, methods replaced on an instance or a class, ``training`` flags and
+module hooks (which PyTorch does not guard). Modules are guarded by type and their
+parameters are graph inputs, so instances of a class share graphs; identity guards hold
+weak references; the recompile limits are Dynamo's (``recompile``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
-
-import functools
 
 from graphgrad.nn import Module
 from graphgrad.nn.modules.hooks import call_with_hooks
@@ -57,17 +63,16 @@ class OptimizedModule(Module):
         # what ``mod(*args)`` would run, checked on every call (PyTorch compiles
         # ``mod.__call__``): a forward replaced on the instance is compiled in its turn,
         # and the module's hooks run around the compiled forward
-        mod = self.__dict__["_modules"]["_orig_mod"]
         d = self.__dict__
+        mod = d["_modules"]["_orig_mod"]
         own = mod.__dict__.get("forward")
         if own is None:
-            compiled = d["_compiled"]
-            fwd = functools.partial(compiled, mod)
+            fwd = functools.partial(d["_compiled"], mod)
         else:
             if d.get("_own_forward", (None,))[0] is not own:
-                d["_own_forward"] = (own, CompiledFunction(own, d["_compiled"].backend,
-                                                           d["_compiled"].fullgraph,
-                                                           d["_compiled"].dynamic))
+                cf = d["_compiled"]
+                d["_own_forward"] = (own, CompiledFunction(own, cf.backend, cf.fullgraph,
+                                                           cf.dynamic))
             fwd = d["_own_forward"][1]
         if mod._hooks is None:
             return fwd(*args, **kwargs)

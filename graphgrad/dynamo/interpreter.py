@@ -212,8 +212,8 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
             if isinstance(method, types.FunctionType) and not is_graphgrad(method) \
                     and name not in getattr(o, "__dict__", ()) \
                     and not isinstance(inspect.getattr_static(type(o), name), staticmethod):
-                return types.MethodType(self.class_method(obj, name), obj)   # self stays an
-                # Extras: its reads are guarded
+                # (self stays an Extras: its reads are guarded)
+                return types.MethodType(self.class_method(obj, name), obj)
             return cap.read_attr(obj, name)
         if isinstance(obj, Symbol):
             if name in TENSOR_EAGER_ATTRS:
