@@ -325,3 +325,56 @@ def test_a_compiled_function_with_defaults_is_freed():
     del f, cf
     gc.collect()
     assert ref() is None
+
+
+def test_compile_counts_match_torch_dynamo():
+    """PyTorch as the oracle of when to recompile: a recompile limit of 3 with 6 distinct
+    strings compiles 3 times (every result right), and 4 instances of a module class
+    compile once."""
+    torch = pytest.importorskip("torch")
+
+    def count(lib, reset, set_limit):
+        n = [0]
+
+        def backend(graph, examples):
+            n[0] += 1
+            return Counting()(graph, examples) if lib is gg else graph.forward
+
+        def g(x, s):
+            return x * len(s)
+
+        class M(lib.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = lib.nn.Linear(3, 3)
+
+            def forward(self, x):
+                return self.lin(x).relu()
+
+        reset()
+        set_limit(3)
+        cg = lib.compile(g, backend=backend)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            outs = [cg(lib.ones(2), "a" * (i + 1))[0].item() for i in range(6)]
+        limited = n[0]
+        set_limit(8)
+        for _ in range(4):
+            m = M()
+            x = lib.ones(2, 3)
+            np.testing.assert_allclose(lib.compile(m, backend=backend)(x).detach().numpy(),
+                                       m(x).detach().numpy(), rtol=1e-6)
+        return limited, n[0] - limited, outs
+
+    ours = count(gg, compiler.reset, lambda v: setattr(config, "recompile_limit", v))
+    dynamo = torch._dynamo
+    old = dynamo.config.recompile_limit
+
+    def set_theirs(v):
+        dynamo.config.recompile_limit = v
+    try:
+        theirs = count(torch, dynamo.reset, set_theirs)
+    finally:
+        dynamo.config.recompile_limit = old
+        dynamo.reset()
+    assert ours == theirs == (3, 1, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
