@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# template name -> (source defining ``make()`` -> the callable to compile, and its
-# ``args(x)``), the mutations (statements; ``V`` is replaced by a value)
+# template name -> (source defining ``make()``: the callable to compile, and optionally
+# ``make_arg()``: a second argument, ``ARG``), the mutations (statements run in the
+# template's namespace, where ``OBJ`` is the compiled target; ``V`` is replaced by a value)
 _TEMPLATES: dict[str, tuple[str, list[str]]] = {
     "class_attr_via_instance": ("""
 class C(nn.Module):
@@ -50,6 +51,8 @@ def f(x, o):
     return x * type(o).k + o.__class__.k * o.w
 def make():
     return f
+def make_arg():
+    return C()
 """, ["C.k = V", "ARG.w = V", "ARG.__class__.k = V"]),
     "helper_defaults": ("""
 def helper(x, a=2.0, *, b=1.25):
@@ -134,6 +137,8 @@ def f(x, o):
     return o.combine(x) + 1.0
 def make():
     return f
+def make_arg():
+    return C()
 """, ["C.combine = lambda self, x: x * V", "Base.combine = lambda self, x: x + V",
       "ARG.combine = lambda x: x - V"]),
     "training_flags": ("""
@@ -229,6 +234,22 @@ def make():
     return C()
 """, ["OBJ.layers.append(nn.Linear(3, 3))", "OBJ.b = torch.full((3,), V)",
       "OBJ.sizes[0] = V", "OBJ.b.add_(V)"]),
+    "other_instance": ("""
+class C(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.k = 2.0
+    def forward(self, x):
+        return self.lin(x) * self.k
+def f(x, m):
+    return m(x) + 1.0
+def make():
+    return f
+def make_arg():
+    return C()
+""", ["ARG = C()", "ARG = C(); ARG.k = V", "ARG = C(); ARG.lin = nn.Linear(3, 3, bias=False)",
+      "ARG = C(); ARG.register_forward_hook(lambda m, a, out: out * V)"]),
 }
 
 _VALUES = (0.5, -1.5, 3.0, 7.25)
@@ -267,16 +288,14 @@ def run_variant(v: Variant, torch) -> dict:
     ns: dict = {"__name__": "guard_variant", "torch": torch, "nn": torch.nn, "types": types}
     exec(compile(src, f"<template {v.template}>", "exec"), ns)  # noqa: S102 - our source
     target = ns["make"]()
-    arg_obj = None
-    if v.template in ("class_attr_via_type", "class_method_patched"):
-        arg_obj = ns["C"]()
-    ns["OBJ"], ns["ARG"] = target, arg_obj
+    ns["OBJ"] = target
+    ns["ARG"] = ns["make_arg"]() if "make_arg" in ns else None
     compiled = torch.compile(target, backend=v.backend)
     x = torch.tensor(np.linspace(-1.0, 1.0, int(np.prod(v.shape))).reshape(v.shape),
                      dtype=torch.float32)
-    args = (x,) if arg_obj is None else (x, arg_obj)
 
     def both():
+        args = (x,) if ns["ARG"] is None else (x, ns["ARG"])   # (a mutation may rebind it)
         return (_array(compiled(*args)), _array(target(*args)))
 
     c0, e0 = both()
