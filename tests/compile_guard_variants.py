@@ -163,10 +163,11 @@ class Holder:
     val = 1.0
 H = Holder()
 def f(x):
-    return gfun(x) * G + H.val
+    return gfun(x) * G + H.val + min(G, 10.0)
 def make():
     return f
-""", ["G = V", "gfun = lambda x: x - V", "H.val = V", "Holder.val = V", "H = Holder(); H.val = V"]),
+""", ["G = V", "gfun = lambda x: x - V", "H.val = V", "Holder.val = V", "H = Holder(); H.val = V",
+      "min = lambda a, b: V"]),
     "module_state": ("""
 class C(nn.Module):
     def __init__(self):

@@ -268,6 +268,8 @@ class Capture:
         b = g.get("__builtins__", __builtins__)
         b = b.__dict__ if isinstance(b, types.ModuleType) else b
         if name in b:
+            if not self.concrete:   # a global of that name defined later shadows it
+                self.guards.add("no_global", Glob(g, name), (g, name), self.where)
             return b[name]
         raise NameError(f"name {name!r} is not defined")
 

@@ -93,6 +93,9 @@ _KINDS = {
     # (``is ... is not None``: a dead weak reference never matches)
     "id": (lambda src, x: f"{src} is {_short(x)}",
            lambda e, x, p: f"{e} is {p.weak(x)} is not None"),
+    # a builtin was read: no global of its name shadows it; ``x`` is (globals, name)
+    "no_global": (lambda src, x: f"{src} is not defined (a builtin)",
+                  lambda e, x, p: f"{x[1]!r} not in {p(x[0])}"),
     # the lookup of ``name`` on an object found it on the class: no instance shadow;
     # ``x`` is (the object's source, the name)
     "absent": (lambda src, x: f"{x[1]!r} not in {x[0]}.__dict__",
