@@ -210,8 +210,8 @@ class CompiledFunction:
         roots = self.roots
         for i, node in enumerate(roots):
             if node.guard(a, k, ()):
-                if i:
-                    roots.insert(0, roots.pop(i))
+                if i and i < len(roots) and roots[i] is node:   # (a collection may have
+                    roots.insert(0, roots.pop(i))   # dropped dead entries meanwhile)
                 t = node.term
                 if t.ret:   # the common case, a function without graph breaks
                     counters["cache_hits"] += 1
