@@ -153,7 +153,7 @@ def test_recompile_limit_falls_back_to_eager_and_names_the_guard():
             for n in range(6):
                 assert f(x, n)[0].item() == n
         assert counters["recompiles"] == 2 and counters["eager_fallbacks"] == 3
-        msg = [str(m.message) for m in w if "recompile limit" in str(m.message)]
+        msg = [str(m.message) for m in w if "recompile_limit" in str(m.message)]
         assert len(msg) == 1 and "n == 2" in msg[0]
     finally:
         config.recompile_limit = old

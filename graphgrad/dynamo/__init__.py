@@ -20,24 +20,34 @@ NumPy; everything on Python versions other than 3.11 and 3.12 (with one warning)
 Python ints and bools are specialized (guarded by value), a float made by an eager call
 is a graph input; shapes are static until a recompile shows a size changing (or
 ``dynamic=True``).
+
+Guards cover everything a graph read (see ``guards``): globals, class attributes through
+instances and classes (with no instance shadow), the code, defaults and closure cells of
+inlined functions, methods replaced on an instance or a class, ``training`` flags and
+module hooks (which PyTorch does not guard). Modules are guarded by type and their
+parameters are graph inputs, so instances of a class share graphs; identity guards hold
+weak references; the recompile limits are Dynamo's (``recompile``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from graphgrad.nn import Module
+from graphgrad.nn.modules.hooks import call_with_hooks
 
 from . import config
 from graphgrad.backends import BACKENDS, lookup_backend, register_backend
 from .capture import Unsupported
 from .eval_frame import BreakRecord, CompiledFunction, forget_all
+from .exc import FailOnRecompileLimitHit, RecompileError
 from .stats import counters
 
 __all__ = ["compile", "CompiledFunction", "OptimizedModule", "Unsupported", "reset",
            "counters", "config", "BACKENDS", "register_backend", "lookup_backend",
-           "BreakRecord"]
+           "BreakRecord", "RecompileError", "FailOnRecompileLimitHit"]
 
 
 class OptimizedModule(Module):
@@ -50,7 +60,23 @@ class OptimizedModule(Module):
         self.__dict__["_compiled"] = compiled
 
     def forward(self, *args, **kwargs):
-        return self.__dict__["_compiled"](self._orig_mod, *args, **kwargs)
+        # what ``mod(*args)`` would run, checked on every call (PyTorch compiles
+        # ``mod.__call__``): a forward replaced on the instance is compiled in its turn,
+        # and the module's hooks run around the compiled forward
+        d = self.__dict__
+        mod = d["_modules"]["_orig_mod"]
+        own = mod.__dict__.get("forward")
+        if own is None:
+            fwd = functools.partial(d["_compiled"], mod)
+        else:
+            if d.get("_own_forward", (None,))[0] is not own:
+                cf = d["_compiled"]
+                d["_own_forward"] = (own, CompiledFunction(own, cf.backend, cf.fullgraph,
+                                                           cf.dynamic))
+            fwd = d["_own_forward"][1]
+        if mod._hooks is None:
+            return fwd(*args, **kwargs)
+        return call_with_hooks(mod, args, kwargs, forward=fwd)
 
     def __getattr__(self, name: str) -> Any:
         try:

@@ -19,9 +19,11 @@ from typing import Any
 import numpy as np
 
 from graphgrad.graph import Graph, GraphBuilder, Spec, Symbol, symbol
+from graphgrad.nn import Module
 from graphgrad.tensor import Tensor, Value
 
 from .guards import GuardSet
+from .policy import user_code
 from .structure import rebuild
 from .values import (Arg, Attr, Extras, Glob, IntOf, Item, Kw, Obj, Slot, SlotRef, Source, SrcRef,
                      rebase)
@@ -94,6 +96,8 @@ class Capture:
         self.eager_types: dict[Any, type] = {}     # placeholder node -> the tensor's type
         self.where = ""                   # user location of the instruction being run
         self.slot_names: dict[int, str] = {}   # for placeholder names
+        self.raw_sources: dict[int, Source] = {}   # id(class) -> where it was read
+        self.fn_parts: dict[int, tuple] = {}       # id(function) -> guarded defaults
 
     # ---- runtime values in --------------------------------------------------------------
 
@@ -157,14 +161,57 @@ class Capture:
             # one each call, fetched from its source when used; reads from it are guarded
             self.guards.add("type", source, t, self.where)
             return Extras(value, source)
+        if isinstance(value, types.MethodType) and isinstance(value.__func__,
+                                                                types.FunctionType):
+            # a bound method stored on an instance (``obj.f = MethodType(g, obj)``): its
+            # function and its self, each read through its source
+            fn = self.wrap(value.__func__, Attr(source, "__func__"))
+            return types.MethodType(fn, self.wrap(value.__self__, Attr(source, "__self__")))
         if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and not isinstance(
                 getattr(value, "__self__", None), types.ModuleType):
             return value   # bound to an object whose identity was guarded where it was read
+        if isinstance(value, Module):
+            # modules by type, not identity (Dynamo's inlined nn modules): every read from
+            # one is guarded through its source, its parameters are graph inputs, so all
+            # instances of a class share the cached graphs and none is kept alive
+            self.guards.add("type", source, t, self.where)
+            return Extras(value, source)
         self.guards.add("id", source, value, self.where)
-        if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type,
-                              types.MethodType, np.dtype)):
+        if isinstance(value, types.FunctionType):
+            self._guard_function(value, source)
+            return value
+        if isinstance(value, type):
+            self.raw_sources.setdefault(id(value), source)   # its attributes are read guarded
+            return value
+        if isinstance(value, (types.BuiltinFunctionType, np.dtype)):
             return value   # immutable: its identity says everything
         return Extras(value, source)
+
+    def _guard_function(self, fn: types.FunctionType, source: Source) -> None:
+        """A Python function the capture may inline: what inlining reads of it (its code,
+        its defaults; closure cells are read on use) is guarded through its source, and
+        the defaults are bound as the guarded trace values (``function_parts``)."""
+        if id(fn) in self.fn_parts or not user_code(fn):
+            return
+        self.guards.add("id", Attr(source, "__code__"), fn.__code__, self.where)
+        defaults = self.wrap(fn.__defaults__, Attr(source, "__defaults__"))
+        kwdefaults = self.realize(self.wrap(fn.__kwdefaults__, Attr(source, "__kwdefaults__")))
+        self.fn_parts[id(fn)] = (fn, defaults, kwdefaults)
+
+    def function_parts(self, fn: types.FunctionType) -> tuple:
+        """``(defaults, kwdefaults)`` to inline ``fn`` with (guarded when read from a source)."""
+        got = self.fn_parts.get(id(fn))
+        if got is not None and got[0] is fn:
+            return got[1], got[2]
+        return fn.__defaults__, fn.__kwdefaults__
+
+    def class_attr(self, cls: type, name: str) -> Any:
+        """``cls.name`` of a class read from a source: guarded (a class is mutable)."""
+        src = self.raw_sources.get(id(cls))
+        value = getattr(cls, name)
+        if src is None or self.concrete or not user_code(cls):
+            return value
+        return self.wrap(value, Attr(src, name))
 
     def wrap_symint(self, value: Any, source: Source) -> Any:
         if self.concrete:
@@ -221,6 +268,8 @@ class Capture:
         b = g.get("__builtins__", __builtins__)
         b = b.__dict__ if isinstance(b, types.ModuleType) else b
         if name in b:
+            if not self.concrete:   # a global of that name defined later shadows it
+                self.guards.add("no_global", Glob(g, name), (g, name), self.where)
             return b[name]
         raise NameError(f"name {name!r} is not defined")
 

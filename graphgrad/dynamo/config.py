@@ -3,9 +3,21 @@
 Change them at run time: ``graphgrad.dynamo.config.recompile_limit = 4``.
 """
 
-# cached root entries per compiled function before it falls back to eager (Dynamo's
-# cache_size_limit); also the most variants kept after one graph break
+import sys
+import types
+
+# cached root entries per code object before new guard failures run eagerly (Dynamo's
+# recompile_limit, alias cache_size_limit); also the most variants kept after one graph
+# break. Module instances of one class share entries (they are guarded by type).
 recompile_limit: int = 8
+# recompiles of all code objects together before every new one runs eagerly (alias
+# accumulated_cache_size_limit)
+accumulated_recompile_limit: int = 256
+# raise FailOnRecompileLimitHit instead of running eagerly past the limit (alias
+# fail_on_cache_limit_hit)
+fail_on_recompile_limit_hit: bool = False
+# raise RecompileError on any recompile
+error_on_recompile: bool = False
 # deepest chain of inlined Python calls
 max_inline_depth: int = 32
 # instructions one segment may interpret (a long Python loop is unrolled into the graph)
@@ -20,3 +32,22 @@ automatic_dynamic_shapes: bool = True
 suppress_errors: bool = True
 # check every handler's stack effect against dis.stack_effect (a bug detector; tests)
 check_stack_effect: bool = False
+
+
+# PyTorch's old names, read and written through to the new ones
+_ALIASES = {"cache_size_limit": "recompile_limit",
+            "accumulated_cache_size_limit": "accumulated_recompile_limit",
+            "fail_on_cache_limit_hit": "fail_on_recompile_limit_hit"}
+
+
+class _Config(types.ModuleType):
+    def __getattr__(self, name: str):
+        if name in _ALIASES:
+            return getattr(self, _ALIASES[name])
+        raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(_ALIASES.get(name, name), value)
+
+
+sys.modules[__name__].__class__ = _Config

@@ -25,13 +25,14 @@ from . import config
 from graphgrad.backends import lookup_backend
 from .capture import Capture, Templatizer, Unsupported
 from .codegen import Codegen
+from .recompile import recompile_reason
 from .frame import VERSION_OK, Frame, bind_arguments, code_info, live_locals
 from .guards import Pool
 from .interpreter import BytecodeInterpreter, EagerStep, Return
 from .opcodes_flow import ACTIVE_EXITS, unwind_withs
 from .stats import counters
 from .structure import rebuild, template_key
-from .values import Arg, ExtCell, Item, Kw, Obj, Slot, SlotRef, Source, SrcRef
+from .values import Arg, Attr, ExtCell, Item, Kw, Obj, Slot, SlotRef, Source, SrcRef
 
 __all__ = ["CompiledFunction", "Segment", "BreakRecord", "all_compiled", "forget_all"]
 
@@ -152,13 +153,9 @@ class CompiledFunction:
         self.mode = mode
         self.dynamic = dynamic
         self._dyn: Any = True if dynamic else set()
-        # the cache lives with the code object (as Dynamo's): compiling one function
-        # twice shares it. A closure's guards name its own cells, so it keeps its own.
-        key = (fn.__code__, id(fn.__globals__), id(self.backend), fullgraph, dynamic)
-        if share and fn.__closure__ is None:
-            self.roots: list[Segment] = _CODE_CACHE.setdefault(key, [])
-        else:
-            self.roots = []
+        self._share = share
+        self.roots: list[Segment] = []
+        self._attach()
         self._by_template: dict = {}     # template key -> segments captured from it
         self.graphs: list = []           # every graph handed to the backend, in order
         self.breaks: list[BreakRecord] = []
@@ -169,6 +166,21 @@ class CompiledFunction:
         if len(_ALL) > 256:   # forget the compiled functions that are gone
             _ALL[:] = [r for r in _ALL if r() is not None]
         _ALL.append(weakref.ref(self))
+
+    def _attach(self) -> None:
+        """Pick the cache for the function's current code. It lives with the code object
+        (as Dynamo's): compiling one function twice shares it. A closure's guards name
+        its own cells and a function with defaults its own defaults, so those keep their
+        own."""
+        fn = self.fn
+        self._code = fn.__code__
+        key = (fn.__code__, id(fn.__globals__), id(self.backend), self.fullgraph, self.dynamic)
+        if self._share and fn.__closure__ is None and fn.__defaults__ is None \
+                and fn.__kwdefaults__ is None:
+            self.roots = _CODE_CACHE.setdefault(key, [])
+        else:
+            self.roots = []
+        self._by_template = {}
 
     def reset(self) -> None:
         self.roots.clear()
@@ -189,14 +201,17 @@ class CompiledFunction:
         counters["calls"] += 1
         if self.bound_self is not None:
             a = (self.bound_self, *a)
+        if self.fn.__code__ is not self._code:   # ``fn.__code__ = ...``: another cache
+            self._attach()
+            self.eager_reason = None
         if self.eager_reason is not None:
             counters["eager_fallbacks"] += 1
             return self.fn(*a, **k)
         roots = self.roots
         for i, node in enumerate(roots):
             if node.guard(a, k, ()):
-                if i:
-                    roots.insert(0, roots.pop(i))
+                if i and i < len(roots) and roots[i] is node:   # (a collection may have
+                    roots.insert(0, roots.pop(i))   # dropped dead entries meanwhile)
                 t = node.term
                 if t.ret:   # the common case, a function without graph breaks
                     counters["cache_hits"] += 1
@@ -269,16 +284,8 @@ class CompiledFunction:
             return self.fn(*a, **k)
         if self.roots:
             failed = self.roots[0].guards.first_failure(a, k, ())
-            reason = f"guard failed: {failed.text}{_now(failed, a, k)}" if failed is not None \
-                else "guards failed"
-            if len(self.roots) >= config.recompile_limit:
-                if not self._limit_warned:
-                    self._limit_warned = True
-                    warnings.warn(
-                        f"graphgrad.compile: {self.__qualname__} hit the recompile limit "
-                        f"({config.recompile_limit}); the last recompile was caused by: "
-                        f"{reason}. Calls that fit no cached entry now run eagerly.",
-                        RuntimeWarning, stacklevel=3)
+            reason = recompile_reason(self, failed, a, k)
+            if reason is None:   # past the recompile limit: run eagerly
                 counters["eager_fallbacks"] += 1
                 return self.fn(*a, **k)
             counters["recompiles"] += 1
@@ -311,7 +318,14 @@ class CompiledFunction:
         code = fn.__code__
         pos = [SrcRef(Arg(i, f"arg{i}")) for i in range(len(a))]
         kws = {name: SrcRef(Kw(name)) for name in k}
-        bound = bind_arguments(code, fn.__defaults__, fn.__kwdefaults__, pos, kws)
+        # defaults are read through the function (guarded: ``fn.__defaults__ = ...``
+        # recompiles)
+        own = Obj(fn, fn.__name__)
+        defaults = None if fn.__defaults__ is None else tuple(
+            SrcRef(Item(Attr(own, "__defaults__"), i)) for i in range(len(fn.__defaults__)))
+        kwdefaults = None if fn.__kwdefaults__ is None else {
+            name: SrcRef(Item(Attr(own, "__kwdefaults__"), name)) for name in fn.__kwdefaults__}
+        bound = bind_arguments(code, defaults, kwdefaults, pos, kws)
         f = Frame(code, fn.__globals__, fn)
         for name, v in bound.items():
             f.locals[name] = _rename(v, name)
@@ -332,6 +346,9 @@ class CompiledFunction:
         if is_root:
             cap.guards.add("len", _Whole("a"), (tuple, len(a)))
             cap.guards.add("keys", _Whole("k"), (dict, tuple(k)))
+            own = Obj(self.fn, self.fn.__name__)   # which parameters have defaults
+            cap.wrap(self.fn.__defaults__, Attr(own, "__defaults__"))
+            cap.realize(cap.wrap(self.fn.__kwdefaults__, Attr(own, "__kwdefaults__")))
         frames: list = []
         try:
             frames = cap.instantiate(template)
@@ -361,6 +378,8 @@ class CompiledFunction:
             children.append(seg)
             if parent.key is not None:
                 self._by_template.setdefault(parent.key, []).append(seg)
+                seg.guards.own(self._by_template[parent.key], seg)
+        seg.guards.own(children, seg)   # gone with the objects its guards name
         return seg
 
     def _shared(self, term: EagerTerm, a, k, s):
@@ -505,20 +524,6 @@ class CompiledFunction:
 
 
 _EAGER = object()
-
-
-def _now(guard, a, k) -> str:
-    """What the guarded value is now (for the recompile message)."""
-    from .capture import eval_source
-    try:
-        v = eval_source(guard.source, a, k, ())
-    except Exception:  # noqa: BLE001 - gone altogether: say so
-        return " (now missing)"
-    if hasattr(v, "_array"):
-        return f" (now {type(v).__name__} shape={tuple(v._array.shape)} " \
-               f"dtype={v._array.dtype} requires_grad={bool(v.requires_grad)})"
-    text = repr(v)
-    return f" (now {text[:60]})"
 
 
 def _rename(v, name: str):

@@ -43,7 +43,7 @@ _COMMON = {
     "POP_JUMP_BACKWARD_IF_NOT_NONE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE",
     "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP",
     "GET_ITER", "FOR_ITER", "END_FOR", "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS",
-    "LOAD_ASSERTION_ERROR",
+    "LOAD_ASSERTION_ERROR", "LOAD_SUPER_ATTR",
     # reached only when an exception propagates (3.12 comprehension cleanup, the cleanup
     # of a with block), never run
     "RERAISE", "BEFORE_WITH", "PUSH_EXC_INFO", "WITH_EXCEPT_START", "POP_EXCEPT",

@@ -4,10 +4,15 @@ A guard is one Python condition on a source (``type(a[0]) is Tensor and ...``). 
 segment's guards are joined with ``and`` into one lambda ``(a, k, s) -> bool``, made by
 ``exec`` once (Dynamo's ``CheckFunctionManager`` scheme); the parts are kept so that a
 failing call can name the guard that changed (the recompile message, ``explain``).
+
+Identity guards hold their object through a weak reference (as Dynamo's do): a cached
+segment never keeps a model alive, and when the object dies the segment is dropped
+from every list that holds it (``GuardSet.own``).
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from .values import Source
@@ -18,9 +23,11 @@ __all__ = ["Pool", "GuardSet", "Guard"]
 class Pool:
     """Names for the objects generated code refers to (bound as globals of the code)."""
 
-    def __init__(self):
+    def __init__(self, on_dead=None):
         self.ns: dict[str, Any] = {}
         self._ids: dict[int, str] = {}
+        self._weak: dict[int, str] = {}
+        self._on_dead = on_dead
 
     def __call__(self, obj: Any) -> str:
         name = self._ids.get(id(obj))
@@ -30,13 +37,31 @@ class Pool:
             self.ns[name] = obj
         return name
 
+    def weak(self, obj: Any) -> str:
+        """An expression for ``obj`` through a weak reference (``None`` once it is gone);
+        a strong name for objects that cannot be referenced weakly (ints, tuples)."""
+        name = self._weak.get(id(obj))
+        if name is not None:
+            return name
+        try:
+            ref = weakref.ref(obj, self._on_dead)
+        except TypeError:
+            return self(obj)
+        name = self._weak[id(obj)] = f"_w{len(self._weak)}()"
+        self.ns[name[:-2]] = ref
+        return name
+
 
 class Guard:
-    __slots__ = ("kind", "source", "expected", "text", "where")
+    """One condition: ``code`` over ``a``/``k``/``s`` and the pool's names, ``text`` for
+    messages. ``expected`` is None for an identity guard (it must not keep its object)."""
 
-    def __init__(self, kind: str, source: Source, expected: Any, text: str, where: str):
+    __slots__ = ("kind", "source", "expected", "text", "where", "code")
+
+    def __init__(self, kind: str, source: Source, expected: Any, text: str, where: str,
+                 code: str):
         self.kind, self.source, self.expected = kind, source, expected
-        self.text, self.where = text, where
+        self.text, self.where, self.code = text, where, code
 
     def __repr__(self) -> str:
         return self.text
@@ -65,7 +90,16 @@ _KINDS = {
     "tensor": (_tensor_text, _tensor_code),
     "equals": (lambda src, x: f"{src} == {x!r}",
                lambda e, x, p: f"type({e}) is {p(type(x))} and {e} == {p(x)}"),
-    "id": (lambda src, x: f"{src} is {_short(x)}", lambda e, x, p: f"{e} is {p(x)}"),
+    # (``is ... is not None``: a dead weak reference never matches)
+    "id": (lambda src, x: f"{src} is {_short(x)}",
+           lambda e, x, p: f"{e} is {p.weak(x)} is not None"),
+    # a builtin was read: no global of its name shadows it; ``x`` is (globals, name)
+    "no_global": (lambda src, x: f"{src} is not defined (a builtin)",
+                  lambda e, x, p: f"{x[1]!r} not in {p(x[0])}"),
+    # the lookup of ``name`` on an object found it on the class: no instance shadow;
+    # ``x`` is (the object's source, the name)
+    "absent": (lambda src, x: f"{x[1]!r} not in {x[0]}.__dict__",
+               lambda e, x, p: f"{x[1]!r} not in getattr({x[0].expr(p)}, '__dict__', ())"),
     "len": (lambda src, x: f"len({src}) == {x[1]} ({x[0].__name__})",
             lambda e, x, p: f"type({e}) is {p(x[0])} and len({e}) == {x[1]}"),
     "keys": (lambda src, x: f"{src}.keys() == {list(x[1])!r}",
@@ -92,7 +126,20 @@ class GuardSet:
     def __init__(self):
         self.guards: list[Guard] = []
         self._seen: set = set()
-        self.pool = Pool()
+        self.pool = Pool(self._died)
+        self.dead = False
+        self._owners: list = []   # (list, item): where the segment of these guards is kept
+
+    def own(self, holder: list, item: Any) -> None:
+        """``item`` (the segment guarded by this set) is kept in ``holder``: drop it from
+        there when an object a guard names weakly dies."""
+        self._owners.append((holder, item))
+
+    def _died(self, _ref) -> None:
+        self.dead = True
+        for holder, item in self._owners:
+            holder[:] = [x for x in holder if x is not item]
+        self._owners.clear()
 
     def add(self, kind: str, source: Source, expected: Any, where: str = "") -> None:
         key = (kind, source)
@@ -100,17 +147,16 @@ class GuardSet:
             return
         self._seen.add(key)
         text = _KINDS[kind][0](str(source), expected)
-        self.guards.append(Guard(kind, source, expected, text, where))
+        code = _KINDS[kind][1](source.expr(self.pool), expected, self.pool)
+        self.guards.append(Guard(kind, source, None if kind == "id" else expected, text,
+                                 where, code))
 
     def __len__(self) -> int:
         return len(self.guards)
 
-    def code_part(self, g: Guard) -> str:
-        return _KINDS[g.kind][1](g.source.expr(self.pool), g.expected, self.pool)
-
     def compile(self):
         """The guard function ``(a, k, s) -> bool`` (any error while checking: False)."""
-        parts = [f"({self.code_part(g)})" for g in self.guards] or ["True"]
+        parts = [f"({g.code})" for g in self.guards] or ["True"]
         src = ("def _guard(a, k, s):\n    try:\n        return " + " and ".join(parts)
                + "\n    except Exception:\n        return False\n")
         ns = dict(self.pool.ns)
@@ -122,7 +168,7 @@ class GuardSet:
     def first_failure(self, a: tuple, k: dict, s: tuple) -> Guard | None:
         """The first guard that does not hold for these runtime values."""
         for g in self.guards:
-            src = f"lambda a, k, s: {self.code_part(g)}"
+            src = f"lambda a, k, s: {g.code}"
             check = eval(src, dict(self.pool.ns))  # noqa: S307 - our own code
             try:
                 ok = check(a, k, s)

@@ -20,13 +20,15 @@ mixins import nothing from here. It stops at the end of a segment:
 from __future__ import annotations
 
 import dis
+import inspect
 import operator
 import types
 from typing import Any
 
 from graphgrad.graph import Symbol
-from graphgrad.graph.symbol import StandIn
-from graphgrad.tensor import Size, Tensor
+from graphgrad.nn import Module
+from graphgrad.nn.modules.hooks import ModuleHooks
+from graphgrad.tensor import Size
 
 from . import config
 from .capture import Capture, SymFloat, SymInt, Unsupported, opaque
@@ -35,7 +37,10 @@ from .opcodes_flow import FlowOpcodes
 from .opcodes_stack import StackOpcodes
 from .opcodes_values import ValueOpcodes
 from .policy import TENSOR_EAGER_ATTRS, classify, is_graphgrad, is_inplace_name
-from .values import INLINED, Extras, ExtCell, FuncV, ListIter
+from .callables import (FUNCTIONAL, INPLACE_NAME, BoundExt, EagerMethod, InplaceMethod,
+                        MethodCall, SizeMethod, SuperOf, has_real_tensor, has_symint,
+                        leaks_stand_in, mutating)
+from .values import INLINED, Attr, Extras, ExtCell, FuncV, ListIter
 
 __all__ = ["BytecodeInterpreter", "Return", "EagerStep"]
 
@@ -127,7 +132,7 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
             if isinstance(fn, types.MethodType):   # (a Symbol's methods wrap Tensor's)
                 fn, args = getattr(fn.__func__, "__wrapped__", fn.__func__), (owner, *args)
             elif isinstance(fn, types.BuiltinMethodType):
-                fn, args = _MethodCall(fn.__name__), (owner, *args)
+                fn, args = MethodCall(fn.__name__), (owner, *args)
         raise _Break(kind, reason, fn, args, kwargs or {}, mode)
 
     def value_op(self, fn, *args, reason: str | None = None):
@@ -139,7 +144,7 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
         args = tuple(cap.realize(a) for a in args)
         try:
             out = fn(*args)
-            if _leaks_stand_in(out):
+            if leaks_stand_in(out):
                 raise TypeError("the result is not a graph value")
             return out
         except Unsupported:
@@ -167,8 +172,8 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
             else:
                 return self.brk("unsupported-value-op", "arithmetic on a run-time Python "
                                 "number", fn, (a, b))
-        if isinstance(a, Symbol) and fn in _INPLACE_NAME:
-            return self.inplace(a, _INPLACE_NAME[fn], (b,), fn)
+        if isinstance(a, Symbol) and fn in INPLACE_NAME:
+            return self.inplace(a, INPLACE_NAME[fn], (b,), fn)
         return self.value_op(fn, a, b)
 
     def inplace(self, t: Symbol, name: str, args: tuple, fn) -> Any:
@@ -178,7 +183,7 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
         op = node.op
         if node.kind == "call" and not getattr(op, "view", False) \
                 and not self._has_views(node):
-            out_fn = _FUNCTIONAL.get(name)
+            out_fn = FUNCTIONAL.get(name)
             if out_fn is not None:
                 new = self.value_op(out_fn, t, *args)
                 if isinstance(new, Symbol) and new.shape == t.shape and \
@@ -201,12 +206,14 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
         if isinstance(obj, Extras):
             o = obj.obj
             if isinstance(o, (list, dict)):
-                return getattr(cap.realize(obj), name) if not _mutating(o, name) else \
-                    _BoundExt(obj, name)
+                return getattr(cap.realize(obj), name) if not mutating(o, name) else \
+                    BoundExt(obj, name)
             method = getattr(type(o), name, None)
             if isinstance(method, types.FunctionType) and not is_graphgrad(method) \
-                    and name not in getattr(o, "__dict__", ()):
-                return types.MethodType(method, obj)   # self stays an Extras: its reads guarded
+                    and name not in getattr(o, "__dict__", ()) \
+                    and not isinstance(inspect.getattr_static(type(o), name), staticmethod):
+                # (self stays an Extras: its reads are guarded)
+                return types.MethodType(self.class_method(obj, name), obj)
             return cap.read_attr(obj, name)
         if isinstance(obj, Symbol):
             if name in TENSOR_EAGER_ATTRS:
@@ -214,28 +221,43 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
                             "_base"):
                     return self.brk("unsupported-value-op", f"tensor attribute .{name} is only "
                              f"known at run time", getattr, (obj, name))
-                return _EagerMethod(obj, name)
+                return EagerMethod(obj, name)
             if obj.shape is not None and None in tuple(obj.shape):
                 if name == "shape":
                     return self.sym_shape(obj)
                 if name in ("size", "numel"):   # dynamic dims: sizes as graph values
-                    return _SizeMethod(self, obj, name)
+                    return SizeMethod(self, obj, name)
             if is_inplace_name(name):
-                return _InplaceMethod(obj, name)
+                return InplaceMethod(obj, name)
             try:
                 out = getattr(obj, name)
-                if _leaks_stand_in(out):
+                if leaks_stand_in(out):
                     raise TypeError("the attribute is not a graph value")
                 return out
             except TypeError as e:
                 return self.brk("unsupported-value-op", f"tensor attribute .{name}: {e}", getattr,
                          (obj, name))
+        if isinstance(obj, SuperOf):
+            return obj.attr(cap, name)
         if isinstance(obj, FuncV):
             raise Unsupported(f"attribute {name} of a function made inside the traced code")
         if isinstance(obj, (types.FunctionType, type)) and name in ("__code__", "__globals__",
                                                                       "__closure__"):
             raise Unsupported(f"function attribute {name}")
+        if isinstance(obj, type):
+            return cap.class_attr(obj, name)
         return getattr(obj, name)
+
+    def class_method(self, obj: Extras, name: str) -> types.FunctionType:
+        """The function ``type(obj).name`` that ``obj.name`` finds on the class, with the
+        whole lookup guarded: no instance attribute shadows it, and the class's is the
+        same function (monkeypatching either recompiles)."""
+        cap = self.cap
+        if not cap.concrete:
+            cap.guards.add("absent", Attr(obj.source, name), (obj.source, name), cap.where)
+            return cap.wrap(getattr(type(obj.obj), name), Attr(Attr(obj.source, "__class__"),
+                                                                name))
+        return getattr(type(obj.obj), name)
 
     def sym_shape(self, sym: Symbol) -> tuple:
         from graphgrad.ops import REGISTRY  # noqa: F401 - registry filled before use
@@ -260,32 +282,34 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
         """Call ``fn``: inline it, call it for real on graph values, fold it, or break."""
         if isinstance(fn, Extras):
             obj = fn.obj
-            from graphgrad.nn import Module
-            if isinstance(obj, Module):
+            if isinstance(obj, Module) and type(obj).__call__ is Module.__call__ \
+                    and self.no_hooks(fn):
+                if "forward" in getattr(obj, "__dict__", ()):   # replaced on the instance
+                    return self.call(self.cap.read_attr(fn, "forward"), args, kwargs)
                 forward = type(obj).forward
-                hooks = [getattr(obj, h, None) for h in ("_forward_hooks",
-                                                         "_forward_pre_hooks")]
-                if type(obj).__call__ is Module.__call__ and not any(hooks) \
-                        and isinstance(forward, types.FunctionType):
-                    return self.call_function(forward, [fn, *args], kwargs)
+                if isinstance(forward, types.FunctionType):
+                    return self.call_function(self.class_method(fn, "forward"),
+                                              [fn, *args], kwargs)
             # the Extras itself: the object is fetched from its source at run time
             return self.eager_call(fn, args, kwargs, f"a call of a {type(obj).__name__} "
                                    f"object")
         if isinstance(fn, FuncV):
             return self.inline(fn.code, fn.globals, fn.name, fn.defaults, fn.kwdefaults,
                                fn.closure, args, kwargs, None)
-        if isinstance(fn, _BoundExt):   # the object is fetched at run time, from its source
-            return self.eager_call(_MethodCall(fn.name), [fn.ext, *args], kwargs,
+        if fn is super and not args and not kwargs:
+            return self.zero_arg_super()
+        if isinstance(fn, BoundExt):   # the object is fetched at run time, from its source
+            return self.eager_call(MethodCall(fn.name), [fn.ext, *args], kwargs,
                                    f"{type(fn.ext.obj).__name__}.{fn.name} changes an object "
                                    f"the caller can see")
-        if isinstance(fn, _SizeMethod):
+        if isinstance(fn, SizeMethod):
             return fn(*args, **kwargs)
-        if isinstance(fn, _InplaceMethod):
-            return self.inplace(fn.obj, fn.name, tuple(args), _MethodCall(fn.name)) \
+        if isinstance(fn, InplaceMethod):
+            return self.inplace(fn.obj, fn.name, tuple(args), MethodCall(fn.name)) \
                 if not kwargs else self.brk("unsupported-value-op", f"in-place {fn.name}",
-                                            _MethodCall(fn.name), (fn.obj, *args), kwargs)
-        if isinstance(fn, _EagerMethod):
-            return self.eager_call(_MethodCall(fn.name), [fn.obj, *args], kwargs,
+                                            MethodCall(fn.name), (fn.obj, *args), kwargs)
+        if isinstance(fn, EagerMethod):
+            return self.eager_call(MethodCall(fn.name), [fn.obj, *args], kwargs,
                                    f"Tensor.{fn.name} needs the tensor's value or changes its "
                                    f"state")
         if isinstance(fn, types.MethodType):
@@ -301,6 +325,38 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
             if type(owner) in (list, dict, set, tuple, str, int, float, slice, range):
                 return self.fold(fn, args, kwargs)
         return self.by_policy(fn, args, kwargs)
+
+    def zero_arg_super(self) -> Any:
+        """``super()`` in an inlined method: the class from its ``__class__`` cell and the
+        first argument, as CPython finds them in the frame."""
+        f = self.frames[-1]
+        cell = f.cells.get("__class__")
+        cls = None if cell is None else \
+            (cell.cell.cell_contents if isinstance(cell, ExtCell) else cell.value)
+        first = f.locals.get(f.code.co_varnames[0]) if f.code.co_argcount else None
+        if not isinstance(cls, type) or first is None:
+            raise Unsupported("super() outside a method")
+        if self.cap.concrete:
+            return super(cls, first)
+        return SuperOf(cls, first)
+
+    def no_hooks(self, mod: Extras) -> bool:
+        """The module has no hooks to run around its forward (guarded: a hook added
+        later recompiles). PyTorch skips these guards (``skip_nnmodule_hook_guards``) and
+        ignores hooks added after compiling; graphgrad keeps them, since a silently
+        skipped hook is a wrong result and a recompile only costs time."""
+        cap = self.cap
+        hooks = getattr(mod.obj, "_hooks", None)
+        src = Attr(mod.source, "_hooks")
+        if hooks is None:
+            cap.wrap(None, src)
+            return True
+        lists = [(kind, getattr(hooks, kind)) for kind in ModuleHooks.__slots__]
+        if any(lst for _, lst in lists):
+            return False   # the module is called for real, hooks and all
+        for kind, lst in lists:
+            cap.guards.add("len", Attr(src, kind), (type(lst), 0), cap.where)
+        return True
 
     def by_policy(self, fn: Any, args: list, kwargs: dict) -> Any:
         kind = classify(fn)
@@ -339,13 +395,15 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
                 (int if type(args[0]) is SymInt else float)
             return issubclass(tp, args[1]) if not isinstance(args[1], tuple) else \
                 any(issubclass(tp, c) for c in args[1])
+        if fn is type and len(args) == 1 and isinstance(args[0], Extras):
+            return cap.wrap(type(args[0].obj), Attr(args[0].source, "__class__"))
         if fn is type and len(args) == 1 and isinstance(args[0], Symbol):
             return cap.eager_type(args[0]) if type(args[0]) is Symbol else \
                 (int if type(args[0]) is SymInt else float)
         if fn is len and len(args) == 1 and isinstance(args[0], Symbol) and args[0].shape \
                 and args[0].shape[0] is None:
             return self.sym_shape(args[0])[0]
-        if any(isinstance(a, (_EagerMethod, _BoundExt)) for a in (*args, *kwargs.values())):
+        if any(isinstance(a, (EagerMethod, BoundExt)) for a in (*args, *kwargs.values())):
             raise Unsupported(f"{getattr(fn, '__name__', fn)} of a bound method")
         if any(isinstance(a, (FuncV, ListIter)) for a in (*args, *kwargs.values())):
             return self.eager_call(fn, args, kwargs, f"{getattr(fn, '__name__', fn)} of a "
@@ -373,7 +431,7 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
     def native(self, fn: Any, args: list, kwargs: dict) -> Any:
         """A graphgrad function called for real on graph values (ops become nodes)."""
         cap = self.cap
-        if any(isinstance(a, (_EagerMethod, _BoundExt)) for a in (*args, *kwargs.values())):
+        if any(isinstance(a, (EagerMethod, BoundExt)) for a in (*args, *kwargs.values())):
             raise Unsupported(f"{getattr(fn, '__name__', fn)} of a bound method")
         if any(isinstance(a, (FuncV, ListIter)) or opaque(a)
                for a in (*args, *kwargs.values())):
@@ -382,13 +440,13 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
         real = [cap.realize(a) for a in args]
         kw = {key: cap.realize(v) for key, v in kwargs.items()}
         name = getattr(fn, "__name__", "")
-        if name in ("reshape", "view") and _has_symint((*real, *kw.values())):
+        if name in ("reshape", "view") and has_symint((*real, *kw.values())):
             from graphgrad.ops import REGISTRY
             shape = tuple(real[0]) if len(real) == 1 and isinstance(real[0], tuple) else \
                 tuple(real)
             with cap.builder.active():
                 return REGISTRY["Reshape"].apply(fn.__self__, shape=shape)
-        if _has_symint((*real, *kw.values())):
+        if has_symint((*real, *kw.values())):
             return self.eager_call(fn, args, kwargs, f"{name} of a dynamic size")
         dynamic_in = any(isinstance(a, Symbol) and a.shape is not None and None in a.shape
                          for a in (*real, *kw.values()))
@@ -400,7 +458,7 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
             del cap.graph.nodes[before:]  # unfinished work is dropped (pure nodes only)
             return self.eager_call(fn, real, kw, f"{getattr(fn, '__qualname__', name)} "
                                    f"cannot run on graph values ({type(e).__name__}: {e})")
-        if dynamic_in and _has_real_tensor(out) or _leaks_stand_in(out):
+        if dynamic_in and has_real_tensor(out) or leaks_stand_in(out):
             del cap.graph.nodes[before:]
             return self.eager_call(fn, real, kw, f"{name} of a graph value makes a tensor "
                                    f"outside the graph")
@@ -410,8 +468,9 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
         closure = ()
         if fn.__closure__:
             closure = tuple(ExtCell(c, fn) for c in fn.__closure__)
-        return self.inline(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
-                           fn.__kwdefaults__, closure, args, kwargs, fn)
+        defaults, kwdefaults = self.cap.function_parts(fn)
+        return self.inline(fn.__code__, fn.__globals__, fn.__name__, defaults, kwdefaults,
+                           closure, args, kwargs, fn)
 
     def inline(self, code, globals_, name, defaults, kwdefaults, closure, args, kwargs, fn):
         info = code_info(code)
@@ -469,102 +528,3 @@ class _Break(Exception):  # noqa: N818 - a signal, not an error
     def __init__(self, kind, reason, fn, args, kwargs, mode):
         self.kind, self.reason, self.fn = kind, reason, fn
         self.args, self.kwargs, self.mode = args, kwargs, mode
-
-
-class _SizeMethod:
-    """``x.size``/``x.numel`` of a tensor with dynamic dims: sizes are graph values."""
-
-    __slots__ = ("interp", "obj", "name")
-
-    def __init__(self, interp, obj, name):
-        self.interp, self.obj, self.name = interp, obj, name
-
-    def __call__(self, dim=None):
-        shape = self.interp.sym_shape(self.obj)
-        if self.name == "size":
-            return shape if dim is None else shape[dim]
-        out = 1
-        for d in shape:
-            out = self.interp.binary(operator.mul, out, d)
-        return out
-
-
-class _BoundExt:
-    __slots__ = ("ext", "name")
-
-    def __init__(self, ext: Extras, name: str):
-        self.ext, self.name = ext, name
-
-
-class _EagerMethod:
-    """``tensor.item`` and friends: called for real."""
-
-    __slots__ = ("obj", "name")
-
-    def __init__(self, obj, name):
-        self.obj, self.name = obj, name
-
-    def __call__(self, *args, **kwargs):
-        return getattr(self.obj, self.name)(*args, **kwargs)
-
-
-class _InplaceMethod(_EagerMethod):
-    __slots__ = ()
-
-
-class _MethodCall:
-    """``lambda obj, *a, **k: obj.name(*a, **k)`` that prints well."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name):
-        self.name = name
-
-    def __call__(self, obj, *args, **kwargs):
-        return getattr(obj, self.name)(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<method {self.name}>"
-
-
-_INPLACE_NAME = {operator.iadd: "add_", operator.isub: "sub_", operator.imul: "mul_",
-                 operator.itruediv: "div_"}
-_FUNCTIONAL = {"add_": operator.add, "sub_": operator.sub, "mul_": operator.mul,
-               "div_": operator.truediv}
-
-
-def _mutating(obj, name: str) -> bool:
-    return name in ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
-                    "update", "setdefault", "popitem", "__setitem__", "__delitem__")
-
-
-def _has_symint(vals) -> bool:
-    for v in vals:
-        if type(v) is SymInt:
-            return True
-        if type(v) in (tuple, list) and _has_symint(v):
-            return True
-    return False
-
-
-def _leaks_stand_in(v) -> bool:
-    """A real Tensor built around a Symbol's stand-in array (``Symbol.detach()`` makes
-    one): its values are not the graph's; the call must run for real instead."""
-    if isinstance(v, Tensor) and not isinstance(v, Symbol):
-        return isinstance(v._array, StandIn)
-    if isinstance(v, StandIn):
-        return True
-    if type(v) in (tuple, list):
-        return any(_leaks_stand_in(x) for x in v)
-    if type(v) is dict:
-        return any(_leaks_stand_in(x) for x in v.values())
-    return False
-
-
-def _has_real_tensor(v) -> bool:
-    if isinstance(v, Tensor) and not isinstance(v, Symbol):
-        return True
-    if type(v) in (tuple, list):
-        return any(_has_real_tensor(x) for x in v)
-    return False
-

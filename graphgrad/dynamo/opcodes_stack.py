@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .callables import SuperOf
 from .capture import Unsupported
 from .frame import PY312
 from .values import NULL, UNBOUND, Attr, Cell, ExtCell, FuncV, Obj
@@ -131,6 +132,19 @@ class StackOpcodes:
         if PY312 and inst.arg & 1:
             f.stack.append(NULL)
         f.stack.append(self.load_attr(obj, inst.argval))
+
+    def LOAD_SUPER_ATTR(self, f, inst):   # 3.12: ``super().name`` (either form)
+        obj = f.stack.pop()
+        cls = f.stack.pop()
+        sup = f.stack.pop()
+        if sup is not super or not isinstance(cls, type):
+            raise Unsupported("LOAD_SUPER_ATTR of something other than super")
+        if inst.arg & 1:
+            f.stack.append(NULL)
+        if self.cap.concrete:
+            f.stack.append(getattr(super(cls, obj), inst.argval))
+            return
+        f.stack.append(SuperOf(cls, obj).attr(self.cap, inst.argval))
 
     def LOAD_METHOD(self, f, inst):
         obj = f.stack.pop()

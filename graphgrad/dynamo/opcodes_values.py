@@ -103,9 +103,12 @@ class ValueOpcodes:
 
     def IS_OP(self, f, inst):
         cap = self.cap
-        b = cap.realize_identity(f.stack.pop())
-        a = cap.realize_identity(f.stack.pop())
+        bv, av = f.stack.pop(), f.stack.pop()
+        b, a = cap.realize_identity(bv), cap.realize_identity(av)
         same = a is b
+        if type(av) is Extras and type(bv) is Extras and not cap.concrete:
+            # (modules are guarded by type only: whether two are one must be guarded)
+            cap.guards.add("alias" if same else "distinct", av.source, bv.source, cap.where)
         if isinstance(a, Symbol) and isinstance(b, Symbol) and not cap.concrete:
             cap.guard_identity(a, b, same)   # two inputs: whether they are one tensor
         f.stack.append((not same) if inst.arg else same)

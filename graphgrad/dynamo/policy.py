@@ -19,7 +19,7 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["classify", "PURE_BUILTINS", "TENSOR_EAGER_ATTRS"]
+__all__ = ["classify", "user_code", "PURE_BUILTINS", "TENSOR_EAGER_ATTRS"]
 
 PURE_BUILTINS = frozenset(id(f) for f in (
     len, isinstance, issubclass, range, abs, min, max, int, float, bool, str, tuple, list,
@@ -62,6 +62,13 @@ def _module_of(fn: Any) -> str:
 def is_graphgrad(fn: Any) -> bool:
     mod = _module_of(fn)
     return mod == "graphgrad" or mod.startswith("graphgrad.")
+
+
+def user_code(obj: Any) -> bool:
+    """A function or class of the user's (not graphgrad's, the standard library's or
+    NumPy's): the capture reads into it, so what it reads there is guarded."""
+    mod = _module_of(obj)
+    return not is_graphgrad(obj) and mod.split(".")[0] not in _RUN_FOR_REAL
 
 
 def is_inplace_name(name: str) -> bool:

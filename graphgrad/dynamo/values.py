@@ -15,6 +15,7 @@ objects and graph ``Symbol``s, and the *sources* that say where a runtime value 
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 __all__ = ["Source", "Arg", "Kw", "Slot", "Obj", "Glob", "Attr", "Item", "Extras", "Cell",
@@ -92,17 +93,26 @@ class Slot(Source):
 
 
 class Obj(Source):
-    """A fixed object, held by the guard code itself (a closure cell, a module)."""
+    """A fixed object (a closure cell, a module, the compiled function), held through a
+    weak reference where it can be, here and in generated code (a cache entry must not
+    keep a function or model alive)."""
+
+    __slots__ = ("_ref", "label")
 
     def __init__(self, obj: Any, label: str = ""):
         self.key = id(obj)
-        self.obj = obj
+        try:
+            self._ref = weakref.ref(obj)
+        except TypeError:   # (cells, tuples): held strongly
+            self._ref = lambda: obj
         self.label = label or type(obj).__name__
 
-    __slots__ = ("obj", "label")
+    @property
+    def obj(self) -> Any:
+        return self._ref()
 
     def expr(self, pool) -> str:
-        return pool(self.obj)
+        return pool.weak(self.obj)
 
     def __str__(self) -> str:
         return self.label

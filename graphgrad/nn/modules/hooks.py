@@ -63,8 +63,9 @@ def add_hook(hooks: list, fn: Callable, prepend: bool, with_kwargs: bool = False
     return RemovableHandle(hooks, entry)
 
 
-def call_with_hooks(module, args: tuple, kwargs: dict):
-    """``module.forward(*args, **kwargs)`` with the module's hooks around it."""
+def call_with_hooks(module, args: tuple, kwargs: dict, forward: Callable | None = None):
+    """``module.forward(*args, **kwargs)`` (or ``forward``'s: a compiled one) with the
+    module's hooks around it."""
     hooks: ModuleHooks = module._hooks
     for h in list(hooks.forward_pre):
         if h.with_kwargs:
@@ -85,7 +86,7 @@ def call_with_hooks(module, args: tuple, kwargs: dict):
     result = None
     called = set()
     try:
-        result = module.forward(*args, **kwargs)
+        result = (module.forward if forward is None else forward)(*args, **kwargs)
         for h in list(hooks.forward):
             called.add(id(h))
             out = h.fn(module, args, kwargs, result) if h.with_kwargs else \
