@@ -49,7 +49,7 @@ def _legendre(lib, base, once):
 
 
 def _cube_setup_context(lib, base, once):
-    class Cube(base):  # the tutorial's cube, one output (graphgrad has no more yet)
+    class Cube(base):  # the tutorial's cube, with one output
         @staticmethod
         def forward(x):
             return x ** 3
@@ -341,3 +341,182 @@ def test_captured_graphs_run_the_function_as_one_node_with_its_backward(capture)
     if capture == "trace":
         assert "_ScaledFunction(x" in fn.code
         assert sum(n.op is _Scaled._op for n in fn.graph.nodes if n.kind == "call") == 1
+
+
+# ---- several outputs -----------------------------------------------------------------
+
+def _cube_two_outputs(lib, base, once):
+    class MyCube(base):  # the tutorial's cube: the result and its derivative
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(x):
+            return x ** 3, 3 * x ** 2
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0], output[1])
+            ctx.save_for_forward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad_output, grad_dx):
+            x, dx = ctx.saved_tensors
+            return grad_output * dx + grad_dx * 6 * x
+
+        @staticmethod
+        def jvp(ctx, tx):
+            (x,) = ctx.saved_tensors
+            return 3 * x ** 2 * tx, 6 * x * tx
+    return MyCube
+
+
+def _sort_with_indices(lib, base, once):
+    class Sort(base):  # a float output and an integer one marked non-differentiable
+        @staticmethod
+        def forward(ctx, x):
+            values, indices = x.sort()
+            ctx.mark_non_differentiable(indices)
+            ctx.save_for_backward(indices)
+            return values, indices
+
+        @staticmethod
+        def backward(ctx, g_values, g_indices):
+            (indices,) = ctx.saved_tensors
+            return g_values[indices.argsort()]
+    return Sort
+
+
+def _run_both(g_fn, t_fn, body):
+    return body(gg, g_fn), body(torch, t_fn)
+
+
+def test_several_outputs_values_gradients_and_second_order_match_torch():
+    g_fn, t_fn = _both(_cube_two_outputs)
+
+    def body(lib, fn):
+        x = lib.tensor([1.0, -2.0, 0.5], dtype=lib.float64, requires_grad=True)
+        r, dx = fn.apply(x)
+        (g,) = lib.autograd.grad((r * lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64)).sum()
+                                 + dx.sum(), x, create_graph=True)
+        (gg2,) = lib.autograd.grad(g.pow(2).sum(), x)
+        x.grad = None
+        fn.apply(x)[1].sum().backward()  # one output used: the other's gradient is zero
+        return [a.detach().numpy() for a in (r, dx, g, gg2, x.grad)]
+    for a, b in zip(*_run_both(g_fn, t_fn, body), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_several_outputs_under_forward_ad_and_vmap_match_torch():
+    g_fn, t_fn = _both(_cube_two_outputs)
+
+    def body(lib, fn):
+        x = lib.tensor(np.arange(6.0).reshape(2, 3) - 2, dtype=lib.float64)
+        _, tangents = lib.func.jvp(fn.apply, (x,), (lib.ones_like(x),))
+        batched = lib.func.vmap(fn.apply)(x)
+        jac = lib.func.jacrev(lambda a: fn.apply(a)[1])(x[0])
+        return [t.numpy() for t in (*tangents, *batched, jac)]
+    for a, b in zip(*_run_both(g_fn, t_fn, body), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_non_differentiable_integer_output_is_returned_as_it_is():
+    g_fn, t_fn = _both(_sort_with_indices)
+
+    def body(lib, fn):
+        x = lib.tensor([3.0, -1.0, 2.0], dtype=lib.float64, requires_grad=True)
+        values, indices = fn.apply(x)
+        (values * lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64)).sum().backward()
+        return (values.detach().numpy(), indices.numpy(), indices.requires_grad,
+                values.requires_grad, x.grad.numpy())
+    g, t = _run_both(g_fn, t_fn, body)
+    for a, b in zip(g, t, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert g[1].dtype == np.int64
+
+
+def _two_out_graph(x):
+    r, dx = _CubeTwo.apply(x)
+    return r + dx
+
+
+_CubeTwo = _cube_two_outputs(gg, gg.autograd.Function, gg_function.once_differentiable)
+
+
+@pytest.mark.parametrize("capture", ["trace", "compile"])
+def test_captured_graphs_unpack_several_outputs(capture):
+    fn = (gg.jit.trace(_two_out_graph, (gg.ones(3, dtype=gg.float64),)) if capture == "trace"
+          else gg.compile(_two_out_graph))
+    for values in ([0.0, 1.0, -1.0], [2.0, 0.5, 0.0]):
+        v = np.array(values)
+        x = gg.tensor(values, dtype=gg.float64, requires_grad=True)
+        out = fn(x)
+        np.testing.assert_allclose(out.detach().numpy(), v ** 3 + 3 * v ** 2, rtol=1e-12)
+        out.sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), 3 * v ** 2 + 6 * v, rtol=1e-12)
+
+
+# ---- inputs written in place (mark_dirty) ----------------------------------------------
+
+def _mul_inplace(lib, base, once):
+    class MulInplace(base):
+        @staticmethod
+        def forward(ctx, x, y):
+            x.mul_(y)
+            ctx.mark_dirty(x)
+            ctx.save_for_backward(x, y)
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            out, y = ctx.saved_tensors
+            return g * y, g * out / y
+    return MulInplace
+
+
+def test_mark_dirty_returns_the_input_with_new_history_as_torch():
+    g_fn, t_fn = _both(_mul_inplace)
+
+    def body(lib, fn):
+        a = lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64, requires_grad=True)
+        y = lib.tensor([2.0, 3.0, 4.0], dtype=lib.float64, requires_grad=True)
+        x = a * 1
+        before = x._version
+        out = fn.apply(x, y)
+        (out * out).sum().backward()
+        return out is x, x._version - before, a.grad.numpy(), y.grad.numpy(), x.detach().numpy()
+    g, t = _run_both(g_fn, t_fn, body)
+    assert g[:2] == t[:2] == (True, 2)
+    for a, b in zip(g[2:], t[2:], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["leaf", "saved_before", "not_returned"])
+def test_mark_dirty_errors_match_torch(case):
+    def run(lib, fn):
+        if case == "leaf":
+            fn.apply(lib.ones(2, requires_grad=True), lib.ones(2))
+        elif case == "saved_before":
+            b = lib.tensor([1.0, 2.0], requires_grad=True)
+            x = b * 1
+            z = x * x
+            fn.apply(x, lib.tensor([2.0, 2.0]))
+            z.sum().backward()
+        else:
+            class Bad(lib.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    x.add_(1)
+                    ctx.mark_dirty(x)
+                    return x * 2
+
+                @staticmethod
+                def backward(ctx, g):
+                    return g
+            Bad.apply(lib.ones(2) * 1)
+    g_fn, t_fn = _both(_mul_inplace)
+    with pytest.raises(RuntimeError) as t_err:
+        run(torch, t_fn)
+    with pytest.raises(RuntimeError) as g_err:
+        run(gg, g_fn)
+    first = str(t_err.value).split(":")[0].split("[")[0]
+    assert str(g_err.value).startswith(first)
