@@ -101,6 +101,8 @@ def _fsync_directory(directory: str) -> None:
 
 def _save_atomically(entries: dict, path: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):  # PyTorch's check and wording
+        raise RuntimeError(f"Parent directory {os.path.dirname(path) or '.'} does not exist.")
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
     # os.open with 0o666 lets the umask decide the mode, as open(path, "wb") would.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
