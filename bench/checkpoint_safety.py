@@ -31,7 +31,8 @@ BEFORE_REV = "4de84d9"  # main when issue 14 started: serialization.py wrote in 
 # first array is written, tells the parent and blocks reading stdin: the parent then kills
 # it at that exact point, with no sleeps or timing involved.
 _CHILD = r"""
-import sys, importlib.util
+import sys, signal, importlib.util
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, even if started ignored
 import numpy as np, numpy.lib.format as fmt
 import graphgrad as gg
 path, module_file = sys.argv[1], sys.argv[2]
@@ -96,7 +97,11 @@ def interrupted_save(directory: str, how: str, module_file: str | None = None) -
             child.kill()
             raise RuntimeError(f"the child never reached the write: {child.stderr.read()}")
         child.send_signal(getattr(signal, how))
-        _, stderr = child.communicate()
+        try:  # a guard against a hang, not a timing measure: the kill is immediate
+            _, stderr = child.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            raise
         error = (stderr.strip().splitlines() or [f"killed ({how})"])[-1]
     elif how == "ENOSPC":
         import numpy.lib.format as fmt

@@ -22,7 +22,7 @@ import json
 import os
 import secrets
 import zipfile
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from graphgrad.backend import from_numpy_dtype, xp
 from graphgrad.tensor import Tensor, from_numpy
@@ -298,7 +298,7 @@ def load(f: str | os.PathLike | IO[bytes], map_location=None, weights_only: bool
     limit = MAX_LOAD_BYTES if max_bytes is None else max_bytes
     name = os.fspath(f) if isinstance(f, (str, os.PathLike)) else getattr(f, "name", repr(f))
 
-    def fail(what: str):
+    def fail(what: str) -> NoReturn:
         raise CheckpointError(f"graphgrad.load: {name}: {what}")
 
     fh = open(f, "rb") if isinstance(f, (str, os.PathLike)) else f  # FileNotFoundError as is

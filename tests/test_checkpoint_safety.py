@@ -343,3 +343,25 @@ def test_failed_load_leaves_module_untouched(tmp_path):
         model.load_state_dict(load(tmp_path / "ckpt.pt"))
     for k, v in model.state_dict().items():
         assert np.array_equal(v.detach().numpy(), before[k])
+
+
+def test_train_keeps_the_old_checkpoint_when_its_save_fails(tmp_path, monkeypatch):
+    """``graphgrad train`` writes its checkpoint with ``save``: a full disk while it writes
+    leaves the previous run's checkpoint loadable and unchanged."""
+    pytest.importorskip("sklearn")
+    from graphgrad.train import train_digits
+
+    first = train_digits(epochs=0, quiet=True, out_dir=tmp_path, plot=False)
+    old = (Path(first["checkpoint"])).read_bytes()
+    write_array = np.lib.format.write_array
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np.lib.format, "write_array", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        train_digits(epochs=0, quiet=True, out_dir=tmp_path, plot=False, seed=1)
+    monkeypatch.setattr(np.lib.format, "write_array", write_array)
+    assert Path(first["checkpoint"]).read_bytes() == old
+    assert sorted(os.listdir(tmp_path)) == [Path(first["checkpoint"]).name]
+    assert load(first["checkpoint"])["config"]["seed"] == 0
