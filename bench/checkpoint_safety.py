@@ -4,9 +4,10 @@ and how much memory does loading a zip bomb take. Prints one JSON object.
     PYTHONPATH=. python bench/checkpoint_safety.py [--before REV] [--bomb-mib 1024]
 
 "Before" runs the same interrupted saves against ``graphgrad/serialization.py`` as of git
-revision REV (the code before this work) and loads the bomb the way that code did, with
-``np.load`` of every entry. The harness functions here are also what
-tests/test_checkpoint_safety.py uses, so the test and the measure cannot drift apart.
+revision REV (the code before this work) and loads the bomb with that code's ``load``
+(or, without git, the way it did: ``np.load`` of every entry). The harness functions
+here are also what tests/test_checkpoint_safety.py uses, so the test and the measure
+cannot drift apart.
 """
 
 from __future__ import annotations
@@ -201,8 +202,10 @@ def main() -> None:
         write_bomb(bomb, (inflated // 8,), inflated)
         report["bomb_file_bytes"] = os.path.getsize(bomb)
         report["bomb_inflated_bytes"] = inflated
-        for label, fn in (("before", lambda: load_all_entries(bomb)),
-                          ("after", lambda: gg.load(bomb))):
+        # before: the old code's own load when git has it, else its np.load of every entry
+        before = (lambda: serialization_module(old).load(bomb)) if old else (
+            lambda: load_all_entries(bomb))
+        for label, fn in (("before", before), ("after", lambda: gg.load(bomb))):
             peak, outcome = peak_bytes(fn)
             report[f"bomb_peak_mib_{label}"] = round(peak / 2**20, 2)
             report[f"bomb_outcome_{label}"] = outcome
