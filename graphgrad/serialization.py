@@ -281,7 +281,7 @@ def _read_checkpoint(zf: zipfile.ZipFile, fail, max_bytes: int) -> Any:
     for name, is_tensor in refs.items():
         if is_tensor:
             try:
-                from_numpy_dtype(heads[name][2])
+                from_numpy_dtype(heads[name][2].newbyteorder("="))
             except TypeError:
                 fail(f"entry {name!r} has dtype {heads[name][2].str!r}, which no tensor has")
     arrays = {name: reader.array(name, h) for name, h in heads.items()}

@@ -323,6 +323,12 @@ def test_torch_file_and_other_npz_are_refused(tmp_path):
             load(tmp_path / name)
 
 
+def test_big_endian_entry_loads_as_native(tmp_path):
+    path = _craft(tmp_path / "be.npz", _root(_ref(0)), {"t0": np.arange(4.0).astype(">f8")})
+    back = load(path)
+    assert back.dtype == gg.float64 and np.array_equal(back.numpy(), np.arange(4.0))
+
+
 def test_compressed_and_lzma_entries(tmp_path):
     """Compression is allowed within MAX_COMPRESSION_RATIO (a user may have re-zipped)."""
     rng = np.random.default_rng(0)
