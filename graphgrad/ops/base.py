@@ -17,13 +17,14 @@ Data are positional; parameters are keyword-only and hashable. Subclassing regis
 
 from __future__ import annotations
 
+import re
 from typing import Any, NamedTuple
 
 from graphgrad.backend import from_numpy_dtype, stand_in, xp
 from graphgrad.tensor import Value, dispatch
 
 __all__ = ["Op", "REGISTRY", "Spec", "spec_of", "broadcast_shapes", "NO_PARAMS", "fmt_shape",
-           "saved_inputs"]
+           "saved_inputs", "torch_error_type"]
 
 REGISTRY: dict[str, type[Op]] = {}
 NO_PARAMS: dict = {}  # shared, never mutated: the params of every op call without any
@@ -136,24 +137,99 @@ class Op:
 
     @classmethod
     def explain_failure(cls, err: Exception, args: tuple, params: dict) -> Exception:
-        """Turn a failure inside ``forward`` into an error naming the op, shapes and dtypes."""
-        name = cls.__name__.lower()
+        """Turn a failure inside ``forward`` into an error naming the op, shapes and dtypes,
+        of the type PyTorch raises (NumPy's own types and wording never reach the user).
+        It must never fail itself: it runs on every bad input."""
+        name = _SNAKE.sub("_", cls.__name__).lower()  # LogSoftmax -> log_softmax
+        for i, a in enumerate(args):  # PyTorch's argument parser refuses these first
+            if isinstance(a, (str, bytes, list, tuple, dict, set)):
+                return TypeError(f"{name}(): argument {i} must be Tensor, not "
+                                 f"{type(a).__name__}")
         try:
             cls.infer(*[spec_of(a) for a in args], **params)
         except (RuntimeError, ValueError, TypeError, IndexError) as rule_err:
-            msg = str(rule_err)
-            if not msg.startswith(name):
-                msg = f"{name}: {msg}"
-            return type(rule_err)(msg)
+            err, params = rule_err, None  # the rule's own message says enough
         except Exception:  # noqa: BLE001 - the original error is more telling then
             pass
-        described = ", ".join(
-            f"{fmt_shape(a._array.shape)} {from_numpy_dtype(a._array.dtype).name}"
-            if isinstance(a, Value) else repr(a) for a in args)
-        return type(err)(f"{name}: {err} (inputs: {described}"
-                         + (f"; {params}" if params else "") + ")") \
-            if isinstance(err, (RuntimeError, ValueError, TypeError, IndexError)) \
-            else RuntimeError(f"{name}: {type(err).__name__}: {err} (inputs: {described})")
+        msg = _numpy_reworded(name, err, args)
+        if not msg.startswith(name):
+            msg = f"{name}: {msg}"
+        if params is not None:
+            described = ", ".join(
+                f"{fmt_shape(a._array.shape)} {from_numpy_dtype(a._array.dtype).name}"
+                if isinstance(a, Value) else _short_repr(a) for a in args)
+            msg += f" (inputs: {described}" + (f"; {params}" if params else "") + ")"
+        return torch_error_type(err)(msg)
+
+
+_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+# NumPy's refusals that PyTorch words its own way (bool arithmetic)
+_BOOL_MESSAGES = {
+    "boolean subtract": "Subtraction, the `-` operator, with two bool tensors is not supported. "
+                        "Use the `^` or `logical_xor()` operator instead.",
+    "boolean negative": "Negation, the `-` operator, on a bool tensor is not supported. If you "
+                        "are trying to invert a mask, use the `~` or `logical_not()` operator "
+                        "instead.",
+}
+# graphgrad's own messages start with the op's name and a colon; NumPy's never do
+_OWN_MESSAGE = re.compile(r"^[A-Za-z_][\w.]*(\(\))?: ")
+
+
+def torch_error_type(err: Exception) -> type:
+    """The exception type PyTorch raises where NumPy (or Python) raised ``err``: NumPy's
+    AxisError is PyTorch's IndexError (dimension out of range); its ValueErrors
+    (broadcasting, empty reductions), ufunc type errors ("no loop"), overflow and division
+    by zero are PyTorch's RuntimeError. graphgrad's own checks already raise PyTorch's type."""
+    if isinstance(err, xp.exceptions.AxisError):
+        return IndexError
+    t = type(err)
+    if _no_loop(err) or any(f in str(err) for f in _BOOL_MESSAGES):
+        return RuntimeError
+    if t in (RuntimeError, IndexError, TypeError, NotImplementedError):
+        return t
+    if t is ValueError and _OWN_MESSAGE.match(str(err)):
+        return ValueError  # a graphgrad check that mirrors a PyTorch ValueError
+    return RuntimeError
+
+
+def _no_loop(err: Exception) -> bool:
+    """NumPy has no kernel for these dtypes (PyTorch: RuntimeError "not implemented for")."""
+    msg = str(err)
+    return isinstance(err, TypeError) and (type(err) is not TypeError
+                                           or "not supported for the input types" in msg
+                                           or "did not contain a loop" in msg)
+
+
+def _numpy_reworded(name: str, err: Exception, args: tuple) -> str:
+    """``err``'s message, with NumPy's wording replaced by PyTorch's where they differ."""
+    msg = str(err)
+    arrays = [a._array for a in args if isinstance(a, Value)]
+    for fragment, torch_msg in _BOOL_MESSAGES.items():
+        if fragment in msg:
+            return torch_msg
+    if "could not be broadcast" in msg:
+        try:
+            broadcast_shapes(name, *[xp.shape(a._array if isinstance(a, Value) else a)
+                                     for a in args])
+        except RuntimeError as e:
+            return str(e)
+        except Exception:  # noqa: BLE001 - keep the generic wording below
+            pass
+        return f"{name}: the shapes {', '.join(fmt_shape(a.shape) for a in arrays)} cannot " \
+               "be broadcast together"
+    if _no_loop(err):
+        dts = ", ".join(f"'{from_numpy_dtype(a.dtype).name}'" for a in arrays)
+        return f'"{name}" not implemented for {dts}'
+    if isinstance(err, xp.exceptions.AxisError):
+        return msg.replace("axis", "dimension").replace("array of dimension", "tensor of dimension")
+    if isinstance(err, ZeroDivisionError) or not msg:
+        return type(err).__name__ + (f": {msg}" if msg else "")  # PyTorch: "ZeroDivisionError"
+    return msg
+
+
+def _short_repr(a) -> str:
+    r = repr(a)
+    return r if len(r) <= 60 else r[:57] + "..."
 
 
 def saved_inputs(op, inputs: tuple, params: dict):

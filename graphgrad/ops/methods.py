@@ -31,14 +31,24 @@ from .inplace import apply_inplace, fill_inplace
 _Add, _Sub, _Mul, _Div, _Pow = A.Add, A.Sub, A.Mul, A.Div, A.Pow
 
 
+# operands no op takes: the operator returns NotImplemented, so Python tries the other
+# side and then raises its own TypeError ("unsupported operand type(s) for +: 'Tensor' and
+# 'str'"), as PyTorch does
+_FOREIGN = (str, bytes, list, tuple, dict, set, type(None))
+
+
 def _rev(op):
     def method(self, other):
+        if isinstance(other, _FOREIGN):
+            return NotImplemented
         return dispatch(op, (other, self), NO_PARAMS)
     return method
 
 
 def _fwd(op):
     def method(self, other):
+        if isinstance(other, _FOREIGN):
+            return NotImplemented
         return dispatch(op, (self, other), NO_PARAMS)
     return method
 
@@ -57,6 +67,8 @@ def _ne(self, other):
 
 def _logical_or_bitwise(logical, bitwise):
     def method(self, other):
+        if isinstance(other, _FOREIGN):
+            return NotImplemented
         a = self._array.dtype == xp.bool_
         b = other._array.dtype == xp.bool_ if isinstance(other, Value) else isinstance(other, bool)
         return dispatch(logical if a and b else bitwise, (self, other), NO_PARAMS)
