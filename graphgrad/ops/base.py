@@ -241,6 +241,11 @@ def saved_inputs(op, inputs: tuple, params: dict):
 
 
 def normalize_dim(dim: int, ndim: int, op: str = "") -> int:
+    if not isinstance(dim, int):
+        if not hasattr(dim, "__index__") or isinstance(dim, (float, bool)):
+            raise TypeError(f"{op}(): argument 'dim' (position 2) must be int, not "
+                            f"{type(dim).__name__}")
+        dim = dim.__index__()
     lo, hi = (-ndim, ndim - 1) if ndim else (-1, 0)
     if not lo <= dim <= hi:
         raise IndexError(f"{op + ': ' if op else ''}Dimension out of range (expected to be in "

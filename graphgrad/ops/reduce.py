@@ -152,23 +152,34 @@ class _Extremum(_Reduce):
         return (expand_back(g, a.shape, dim, keepdim) * share,)
 
 
-def _empty_check(name, a, dim):
-    if a.size == 0 and (builtins.any(a.shape[d] == 0 for d in dim) or not dim):
-        raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() "
-                         f"== 0. Specify the reduction dim with the 'dim' argument.")
+def _empty_check(name: str, shape: tuple, dim) -> None:
+    """PyTorch's refusal to take an extremum over nothing: ``dim`` None is a reduction of
+    the whole tensor that the user asked for without naming a dim."""
+    if dim is None:
+        if 0 in shape:
+            if name.startswith("arg"):
+                raise IndexError(f"{name}(): Expected reduction dim to be specified for "
+                                 f"input.numel() == 0.")
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
+                               f"input.numel() == 0. Specify the reduction dim with the 'dim' "
+                               f"argument.")
+        return
+    for d in (dim,) if isinstance(dim, int) else dim:
+        if shape[d] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
 
 
 class Amax(_Extremum):
     @staticmethod
     def forward(a, *, dim, keepdim):
-        _empty_check("amax", a, dim)
+        _empty_check("amax", a.shape, dim)
         return xp.asarray(xp.amax(a, axis=dim, keepdims=keepdim))
 
 
 class Amin(_Extremum):
     @staticmethod
     def forward(a, *, dim, keepdim):
-        _empty_check("amin", a, dim)
+        _empty_check("amin", a.shape, dim)
         return xp.asarray(xp.amin(a, axis=dim, keepdims=keepdim))
 
 
@@ -182,6 +193,7 @@ class _ArgExtremum(Op):
 
     @classmethod
     def forward(cls, a, *, dim, keepdim):
+        _empty_check(cls.__name__.lower(), a.shape, dim)
         if dim is None:
             return xp.asarray(cls._find(a), dtype=xp.int64)
         return cls._find(a, axis=dim, keepdims=keepdim).astype(xp.int64)
@@ -289,7 +301,8 @@ class Softmax(_SoftmaxBase):
     def forward(a, *, dim):
         if a.dtype.kind not in "fc":
             raise RuntimeError(f"softmax: expected a floating point tensor, got {a.dtype}")
-        e = xp.exp(a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True))
+        # initial: an empty slice has no maximum, and softmax of nothing is nothing
+        e = xp.exp(a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True, initial=-xp.inf))
         return e / xp.add.reduce(e, axis=dim, keepdims=True)
 
     @staticmethod
@@ -309,7 +322,7 @@ class LogSoftmax(_SoftmaxBase):
     def forward(a, *, dim):
         if a.dtype.kind not in "fc":
             raise RuntimeError(f"log_softmax: expected a floating point tensor, got {a.dtype}")
-        s = a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True)
+        s = a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True, initial=-xp.inf)
         return s - xp.log(xp.add.reduce(xp.exp(s), axis=dim, keepdims=True))
 
     @staticmethod
@@ -317,7 +330,7 @@ class LogSoftmax(_SoftmaxBase):
         # g - softmax(a) * sum(g), the ops applied directly (not through g.sum, g - ...):
         # this rule runs in every classifier's training step, where the methods'
         # argument handling shows
-        total = Sum.apply(g, dim=(dim,), keepdim=True)
+        total = Sum.apply(g, dim=(dim,) if g.ndim else (), keepdim=True)  # a 0-d tensor: itself
         return (Sub.apply(g, Mul.apply(Exp.apply(out), total)),)
 
     @staticmethod
@@ -399,13 +412,17 @@ def prod(input, dim=None, keepdim: bool = False, *, dtype=None):
     return Prod.apply(input, **params)
 
 
-def amax(input, dim=(), keepdim: bool = False):
+def amax(input, dim=(), keepdim: bool = False, *, _name: str = "amax"):
     """Maximum over ``dim`` (all dims when ``dim`` is () or None); ties share the gradient."""
+    if dim in ((), None, []):
+        _empty_check(_name, tuple(input.shape), None)
     return Amax.apply(input, dim=_dims(input, dim, "amax"),
                       keepdim=keepdim)
 
 
-def amin(input, dim=(), keepdim: bool = False):
+def amin(input, dim=(), keepdim: bool = False, *, _name: str = "amin"):
+    if dim in ((), None, []):
+        _empty_check(_name, tuple(input.shape), None)
     return Amin.apply(input, dim=_dims(input, dim, "amin"),
                       keepdim=keepdim)
 
@@ -427,6 +444,7 @@ def _select_extremum(input, dim, keepdim, arg, name):
     d = normalize_dim(dim, input.ndim, name) if input.ndim else 0
     if input.ndim == 0:
         return MaxMin(input, arg(input))
+    _empty_check(name, tuple(input.shape), d)
     indices = arg(input, d, True)
     # gather picks one element per slice, so the gradient goes to that index only,
     # as PyTorch's max(dim) does (amax shares among ties instead)
@@ -440,13 +458,13 @@ def max(input, dim=None, keepdim: bool = False):
     """``max(x)``: the largest element; ``max(x, dim)``: (values, indices);
     ``max(x, other)``: elementwise maximum."""
     if dim is None:
-        return amax(input)
+        return amax(input, _name="max")
     return _select_extremum(input, dim, keepdim, argmax, "max")
 
 
 def min(input, dim=None, keepdim: bool = False):
     if dim is None:
-        return amin(input)
+        return amin(input, _name="min")
     return _select_extremum(input, dim, keepdim, argmin, "min")
 
 
