@@ -188,12 +188,6 @@ def _type(self, dtype=None):
     return U.cast(self, dtype)
 
 
-def _view(self, *shape):
-    if len(shape) == 1 and not isinstance(shape[0], (int, tuple, list)):
-        return U.cast(self, shape[0])  # view(dtype): reinterpretation is not supported
-    return S.reshape(self, *shape)
-
-
 def _T(self):
     return S.permute(self, *reversed(range(self.ndim))) if self.ndim > 1 else self
 
@@ -272,7 +266,7 @@ _METHODS = {
         "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "swapaxes",
         "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to", "repeat", "tile",
         "flip", "movedim", "ravel")},
-    "view": _view, "view_as": lambda self, other: S.reshape(self, *other.shape),
+    "view": S.view, "view_as": lambda self, other: S.view(self, *other.shape),
     "reshape_as": lambda self, other: S.reshape(self, *other.shape),
     "contiguous": _contiguous, "is_contiguous": _is_contiguous,
     # indexing and joining
