@@ -20,7 +20,7 @@ from .batching import align, all_to_front, batch_size, materialize, to_front
 
 __all__ = ["getitem", "index_put", "gather", "scatter_add", "one_hot", "nonzero",
            "index_select", "masked_fill", "take_along_dim", "parse_index", "masked_select",
-           "select", "narrow"]
+           "select", "narrow", "check_index_range"]
 
 TENSOR_SLOT = "T"  # where an index tensor stands in a spec (see ``parse_index``)
 
@@ -357,8 +357,38 @@ def select(input, dim: int, index: int):
 
 
 def narrow(input, dim: int, start: int, length: int):
+    """``length`` elements from ``start`` along ``dim``; a negative ``start`` counts from
+    the end. PyTorch's checks, in its order."""
+    if input.ndim == 0:
+        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+    if length < 0:
+        raise RuntimeError("narrow(): length must be non-negative.")
     d = normalize_dim(dim, input.ndim, "narrow")
+    size = input.shape[d]
+    if not -size <= start <= size:
+        raise IndexError(f"start out of range (expected to be in range of [{-size}, {size}], "
+                         f"but got {start})")
+    if start < 0:
+        start += size
+    if start > size - length:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size "
+                           f"({size}).")
     return getitem(input, (slice(None),) * d + (slice(start, start + length),))
+
+
+def check_index_range(index, size: int, dim: int | None = None) -> None:
+    """PyTorch's index_select/embedding refuse an index outside ``[0, size)`` (a negative
+    index does not count from the end there, unlike ``x[i]``). ``dim`` 1 of a tensor of
+    two or more dims takes PyTorch's other kernel, with its other message."""
+    arr = index._array
+    if not arr.size:
+        return
+    bad = (arr < 0) | (arr >= size)
+    if bad.any():
+        if dim == 1:
+            raise RuntimeError(f"INDICES element is out of DATA bounds, id={int(arr[bad][0])} "
+                               f"axis_dim={size}")
+        raise IndexError("index out of range in self")
 
 
 def _along_axis_index(index, dim: int) -> tuple:
@@ -366,6 +396,16 @@ def _along_axis_index(index, dim: int) -> tuple:
     grids = list(xp.indices(index.shape, sparse=True))
     grids[dim] = index
     return tuple(grids)
+
+
+def _check_along_dim(index, shape: tuple, dim: int) -> None:
+    """gather/scatter: every index within ``[0, shape[dim])`` (no counting from the end)."""
+    if index.size:
+        size = shape[dim] if shape else 1
+        bad = (index < 0) | (index >= size)
+        if bad.any():
+            raise RuntimeError(f"index {int(index[bad].flat[0])} is out of bounds for dimension "
+                               f"{dim} with size {size}")
 
 
 class Gather(Op):
@@ -380,7 +420,7 @@ class Gather(Op):
         if index.dtype != xp.int64 and index.dtype.kind in "iu":
             index = index.astype(xp.int64)
         if index.dtype != xp.int64:
-            raise RuntimeError("gather(): Expected dtype int64 for index")
+            raise RuntimeError("gather(): Expected dtype int32/int64 for index")
         if index.ndim != a.ndim:
             raise RuntimeError("Index tensor must have the same number of dimensions as input "
                                "tensor")
@@ -389,6 +429,7 @@ class Gather(Op):
                 raise RuntimeError(f"Size does not match at dimension {d} expected index "
                                    f"{list(index.shape)} to be smaller than self "
                                    f"{list(a.shape)} apart from dimension {dim}")
+        _check_along_dim(index, a.shape, dim)
         return a[_along_axis_index(index, dim)]
 
     @staticmethod
@@ -415,6 +456,9 @@ class ScatterAdd(Op):
 
     @staticmethod
     def forward(base, index, src, *, dim):
+        if index.dtype.kind not in "iu":
+            raise RuntimeError("scatter(): Expected dtype int32/int64 for index")
+        _check_along_dim(index, base.shape, dim)
         out = base.copy()
         src = src[tuple(slice(0, s) for s in index.shape)] if src.shape != index.shape else src
         xp.add.at(out, _along_axis_index(index, dim), src)
@@ -520,7 +564,20 @@ def nonzero(input, *, as_tuple: bool = False):
 
 def index_select(input, dim: int, index):
     d = normalize_dim(dim, input.ndim, "index_select")
-    return getitem(input, (slice(None),) * d + (index,))
+    if not isinstance(index, Value):
+        raise TypeError(f"index_select(): argument 'index' (position 3) must be Tensor, not "
+                        f"{type(index).__name__}")
+    if index.ndim > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    if index._array.dtype not in (xp.int32, xp.int64):
+        raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
+    check_index_range(index, input.shape[d] if input.ndim else 1, d if input.ndim > 1 else None)
+    if input.ndim == 0:  # a 0-d tensor has one element to pick, as a 1-d tensor would
+        if index.numel() != 1:
+            raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got "
+                               f"{index.numel()} value(s)")
+        return getitem(input.reshape(1), (index.reshape(-1),)).reshape(index.shape)
+    return getitem(input, (slice(None),) * d + (index.reshape(-1),))
 
 
 # the C type names PyTorch's masked_fill message prints
