@@ -13,6 +13,7 @@ import warnings
 from graphgrad.backend import xp
 from graphgrad.tensor import Value
 from graphgrad.tensor import Tensor
+from graphgrad.tensor.creation import check_scalar_fits
 
 from .arithmetic import needs_grad
 from .base import Op, Spec, normalize_dim
@@ -25,8 +26,26 @@ __all__ = ["getitem", "index_put", "gather", "scatter_add", "one_hot", "nonzero"
 TENSOR_SLOT = "T"  # where an index tensor stands in a spec (see ``parse_index``)
 
 
+_SEQUENCE_AS_TUPLE = (
+    "Using a non-tuple sequence for multidimensional indexing is deprecated and will be "
+    "changed in pytorch 2.9; use x[tuple(seq)] instead of x[seq]. In pytorch 2.9 this will be "
+    "interpreted as tensor index, x[torch.tensor(seq)], which will result either in an error or "
+    "a different result")
+
+
+def _sequence_as_tuple(index) -> bool:
+    """PyTorch's (and old NumPy's) rule: a list shorter than 32 holding a sequence, slice,
+    tensor, None or Ellipsis is a tuple of indices, one per dim (deprecated)."""
+    return isinstance(index, list) and len(index) < 32 and any(
+        isinstance(i, (Value, list, tuple, slice, range, str)) or i is None or i is Ellipsis
+        for i in index)
+
+
 def parse_index(index) -> tuple[tuple, list]:
     """Split a Python index into (hashable spec, list of index tensors)."""
+    if _sequence_as_tuple(index):
+        warnings.warn(_SEQUENCE_AS_TUPLE, UserWarning, stacklevel=3)
+        index = tuple(index)
     if not isinstance(index, tuple):
         index = (index,)
     spec, tensors = [], []
@@ -48,8 +67,13 @@ def parse_index(index) -> tuple[tuple, list]:
             spec.append(item)
         elif isinstance(item, slice):
             spec.append(("slice", _as_int(item.start), _as_int(item.stop), _as_int(item.step)))
-        elif isinstance(item, (list, xp.ndarray, range)):
-            arr = xp.asarray(item)
+        elif isinstance(item, (list, tuple, xp.ndarray, range)):  # a sequence: a tensor
+            try:
+                arr = xp.asarray(item)
+            except ValueError:  # ragged, or holding tensors
+                raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long "
+                                 f"or byte Variables are valid indices (got "
+                                 f"{type(item).__name__})") from None
             if arr.dtype.kind not in "biu":
                 if arr.size == 0:
                     arr = arr.astype(xp.int64)
@@ -602,6 +626,7 @@ def masked_fill(input, mask, value):
         if value._array.dtype != dtype:
             value = value.to(dtype)
     else:
+        check_scalar_fits(value, dtype)
         value = Tensor._make(xp.asarray(value).astype(dtype))
     return where(mask, value, input)
 

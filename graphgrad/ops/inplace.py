@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor, Value, active_modes, is_grad_enabled
+from graphgrad.tensor.creation import check_scalar_fits
 from graphgrad.tensor.views import (bump_version, old_identity, rebase, root_base,
                                     views_follow_grad)
 
@@ -233,9 +234,11 @@ def _fill_array(t: Tensor, value, name: str) -> None:
         _write(t, xp.broadcast_to(src, xp.broadcast_shapes(src.shape, t._array.shape)), name)
     if not t._array.flags.writeable:
         _write(t, t._array, name)  # raises the read-only error
-    t._array[...] = src
+    with xp.errstate(invalid="ignore"):  # NaN into an int tensor: INT_MIN, silently as in PyTorch
+        t._array[...] = src
 
 
 def fill_inplace(t: Tensor, value, name: str = "fill_") -> Tensor:
     """``t[...] = value`` (a number or a tensor broadcast to t's shape)."""
+    check_scalar_fits(value, t._array.dtype)
     return apply_inplace(t, _fill, value, name=name)

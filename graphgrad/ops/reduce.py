@@ -96,6 +96,9 @@ class Mean(_Reduce):
             raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be "
                                f"either a floating point or complex dtype. Got: "
                                f"{a.dtype.name.capitalize()}")
+        if not a.size:  # the mean of nothing is NaN, without NumPy's warning (PyTorch has none)
+            with xp.errstate(all="ignore"):
+                return xp.asarray(xp.add.reduce(a, axis=dim, keepdims=keepdim, dtype=dtype) / 0)
         return xp.asarray(xp.mean(a, axis=dim, keepdims=keepdim, dtype=dtype))
 
     @staticmethod

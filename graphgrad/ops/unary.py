@@ -374,7 +374,11 @@ class Cast(Elementwise):
 
     @staticmethod
     def forward(a, *, dtype):
-        return xp.asarray(a).astype(dtype)
+        a = xp.asarray(a)
+        if a.dtype.kind in "fc" and xp.dtype(dtype).kind in "iu":
+            with xp.errstate(invalid="ignore"):  # NaN and inf become INT_MIN silently, as
+                return a.astype(dtype)            # in PyTorch's casts
+        return a.astype(dtype)
 
     @staticmethod
     def holomorphic(*, dtype) -> bool:

@@ -227,6 +227,36 @@ def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     return _new(xp.empty(_size(size), _dt(dtype)), requires_grad)
 
 
+# the C++ type names PyTorch's "cannot be converted" message prints
+_C_TYPES = {"int64": "int64_t", "int32": "int", "int16": "int16_t", "int8": "int8_t",
+            "uint8": "uint8_t", "float64": "double", "float32": "float", "float16": "c10::Half"}
+
+
+def check_scalar_fits(value, np_dtype) -> None:
+    """PyTorch's refusal to store a Python number its dtype cannot hold (NaN or infinity in
+    an integer tensor, a finite value past the dtype's range, a complex number with an
+    imaginary part in a real tensor): fill_, x[i] = v, masked_fill, full. A bool tensor
+    takes anything; uint8 takes -255..255 (negatives wrap, as in C++)."""
+    dt = xp.dtype(np_dtype)
+    if dt.kind == "b" or dt.kind == "c" or isinstance(value, bool) \
+            or not isinstance(value, (int, float, complex)):
+        return
+    if isinstance(value, complex):
+        fits = value.imag == 0
+        value = value.real
+    else:
+        fits = True
+    if dt.kind in "iu":
+        info = xp.iinfo(dt)
+        low = -int(info.max) if dt.kind == "u" else int(info.min)
+        fits = fits and value == value and low <= value <= int(info.max)  # NaN != NaN
+    elif dt.kind == "f":
+        fits = fits and not (abs(value) > float(xp.finfo(dt).max) and abs(value) != float("inf"))
+    if not fits:
+        raise RuntimeError(f"value cannot be converted to type {_C_TYPES.get(dt.name, dt.name)} "
+                           f"without overflow")
+
+
 def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     check_device(device)
     if dtype is None:
@@ -235,6 +265,7 @@ def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False)
         dtype = dtype if dtype is not None else get_default_dtype().np
     else:
         dtype = to_dtype(dtype).np
+    check_scalar_fits(fill_value, dtype)
     return _new(xp.full(_size((size,)), fill_value, dtype), requires_grad)
 
 
@@ -254,6 +285,8 @@ def arange(start, end=None, step=1, dtype=None, device=None,
 def linspace(start, end, steps: int, dtype=None, device=None,
              requires_grad: bool = False) -> Tensor:
     check_device(device)
+    if dtype is not None and to_dtype(dtype).np == xp.bool_:
+        raise NotImplementedError('"linspace_cpu" not implemented for \'Bool\'')
     return _new(xp.linspace(start, end, steps).astype(_dt(dtype)), requires_grad)
 
 
