@@ -220,6 +220,9 @@ def _numpy_reworded(name: str, err: Exception, args: tuple) -> str:
     if _no_loop(err):
         dts = ", ".join(f"'{from_numpy_dtype(a.dtype).name}'" for a in arrays)
         return f'"{name}" not implemented for {dts}'
+    too_many = re.match(r"too many indices for array: array is (\d+)-dimensional", msg)
+    if too_many:
+        return f"too many indices for tensor of dimension {too_many.group(1)}"
     if isinstance(err, xp.exceptions.AxisError):
         return msg.replace("axis", "dimension").replace("array of dimension", "tensor of dimension")
     if isinstance(err, ZeroDivisionError) or not msg:
@@ -243,8 +246,7 @@ def saved_inputs(op, inputs: tuple, params: dict):
 def normalize_dim(dim: int, ndim: int, op: str = "") -> int:
     if not isinstance(dim, int):
         if not hasattr(dim, "__index__") or isinstance(dim, (float, bool)):
-            raise TypeError(f"{op}(): argument 'dim' (position 2) must be int, not "
-                            f"{type(dim).__name__}")
+            raise TypeError(f"{op}(): argument 'dim' must be int, not {type(dim).__name__}")
         dim = dim.__index__()
     lo, hi = (-ndim, ndim - 1) if ndim else (-1, 0)
     if not lo <= dim <= hi:

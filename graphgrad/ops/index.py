@@ -13,7 +13,7 @@ import warnings
 from graphgrad.backend import xp
 from graphgrad.tensor import Value
 from graphgrad.tensor import Tensor
-from graphgrad.tensor.creation import check_scalar_fits
+from graphgrad.tensor.creation import fitted_scalar
 
 from .arithmetic import needs_grad
 from .base import Op, Spec, normalize_dim
@@ -600,7 +600,7 @@ def index_select(input, dim: int, index):
         if index.numel() != 1:
             raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got "
                                f"{index.numel()} value(s)")
-        return getitem(input.reshape(1), (index.reshape(-1),)).reshape(index.shape)
+        return getitem(input.reshape(1), (index.reshape(-1),)).reshape(())
     return getitem(input, (slice(None),) * d + (index.reshape(-1),))
 
 
@@ -626,7 +626,7 @@ def masked_fill(input, mask, value):
         if value._array.dtype != dtype:
             value = value.to(dtype)
     else:
-        check_scalar_fits(value, dtype)
+        value = fitted_scalar(value, dtype)
         value = Tensor._make(xp.asarray(value).astype(dtype))
     return where(mask, value, input)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor, Value, active_modes, is_grad_enabled
-from graphgrad.tensor.creation import check_scalar_fits
+from graphgrad.tensor.creation import fitted_scalar
 from graphgrad.tensor.views import (bump_version, old_identity, rebase, root_base,
                                     views_follow_grad)
 
@@ -240,5 +240,5 @@ def _fill_array(t: Tensor, value, name: str) -> None:
 
 def fill_inplace(t: Tensor, value, name: str = "fill_") -> Tensor:
     """``t[...] = value`` (a number or a tensor broadcast to t's shape)."""
-    check_scalar_fits(value, t._array.dtype)
+    value = fitted_scalar(value, t._array.dtype)
     return apply_inplace(t, _fill, value, name=name)

@@ -6,6 +6,8 @@ from ``tensor`` to ``ops`` runs the other way: ops fill in the class).
 
 from __future__ import annotations
 
+from numbers import Number
+
 from graphgrad.backend import to_dtype, xp
 from graphgrad.tensor import Tensor, Value, dispatch
 
@@ -31,15 +33,19 @@ from .inplace import apply_inplace, fill_inplace
 _Add, _Sub, _Mul, _Div, _Pow = A.Add, A.Sub, A.Mul, A.Div, A.Pow
 
 
-# operands no op takes: the operator returns NotImplemented, so Python tries the other
-# side and then raises its own TypeError ("unsupported operand type(s) for +: 'Tensor' and
-# 'str'"), as PyTorch does
-_FOREIGN = (str, bytes, list, tuple, dict, set, type(None))
+def _foreign(other) -> bool:
+    """An operand no op takes (a string, a list, None, an object of another library): the
+    operator returns NotImplemented, so Python tries the other side and then raises its own
+    TypeError ("unsupported operand type(s) for +: 'Tensor' and 'str'"), as PyTorch does."""
+    return not isinstance(other, _OPERANDS) and not hasattr(type(other), "__float__")
+
+
+_OPERANDS = (Value, Number, xp.ndarray)
 
 
 def _rev(op):
     def method(self, other):
-        if isinstance(other, _FOREIGN):
+        if _foreign(other):
             return NotImplemented
         return dispatch(op, (other, self), NO_PARAMS)
     return method
@@ -47,7 +53,7 @@ def _rev(op):
 
 def _fwd(op):
     def method(self, other):
-        if isinstance(other, _FOREIGN):
+        if _foreign(other):
             return NotImplemented
         return dispatch(op, (self, other), NO_PARAMS)
     return method
@@ -67,7 +73,7 @@ def _ne(self, other):
 
 def _logical_or_bitwise(logical, bitwise):
     def method(self, other):
-        if isinstance(other, _FOREIGN):
+        if _foreign(other):
             return NotImplemented
         a = self._array.dtype == xp.bool_
         b = other._array.dtype == xp.bool_ if isinstance(other, Value) else isinstance(other, bool)

@@ -232,15 +232,16 @@ _C_TYPES = {"int64": "int64_t", "int32": "int", "int16": "int16_t", "int8": "int
             "uint8": "uint8_t", "float64": "double", "float32": "float", "float16": "c10::Half"}
 
 
-def check_scalar_fits(value, np_dtype) -> None:
+def fitted_scalar(value, np_dtype):
     """PyTorch's refusal to store a Python number its dtype cannot hold (NaN or infinity in
     an integer tensor, a finite value past the dtype's range, a complex number with an
     imaginary part in a real tensor): fill_, x[i] = v, masked_fill, full. A bool tensor
-    takes anything; uint8 takes -255..255 (negatives wrap, as in C++)."""
+    takes anything; uint8 takes -255..255 (negatives wrap, as in C++). Returns the value to
+    store."""
     dt = xp.dtype(np_dtype)
     if dt.kind == "b" or dt.kind == "c" or isinstance(value, bool) \
             or not isinstance(value, (int, float, complex)):
-        return
+        return value
     if isinstance(value, complex):
         fits = value.imag == 0
         value = value.real
@@ -255,6 +256,9 @@ def check_scalar_fits(value, np_dtype) -> None:
     if not fits:
         raise RuntimeError(f"value cannot be converted to type {_C_TYPES.get(dt.name, dt.name)} "
                            f"without overflow")
+    if dt.kind == "u" and value < 0:
+        return int(value) % (int(xp.iinfo(dt).max) + 1)
+    return value
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
@@ -265,7 +269,7 @@ def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False)
         dtype = dtype if dtype is not None else get_default_dtype().np
     else:
         dtype = to_dtype(dtype).np
-    check_scalar_fits(fill_value, dtype)
+    fill_value = fitted_scalar(fill_value, dtype)
     return _new(xp.full(_size((size,)), fill_value, dtype), requires_grad)
 
 
