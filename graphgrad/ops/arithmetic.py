@@ -166,7 +166,7 @@ class Pow(Elementwise):
     @staticmethod
     def forward(a, b):
         if type(b) is xp.ndarray and b.dtype.kind in "iu" and xp.result_type(a, b).kind in "iu":
-            return _integer_power(xp.asarray(a), b)
+            return _integer_power(a, b)  # (a Python int base stays weakly typed)
         out = xp.power(a, b)
         if xp.result_type(a, b) == xp.bool_:  # NumPy has no bool loop (int8); PyTorch keeps bool
             return out.astype(xp.bool_)
