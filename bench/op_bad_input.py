@@ -227,7 +227,8 @@ def classify(fn) -> tuple[str, str]:
     t_out, t_err = _run(fn, torch)
     g_out, g_err = _run(fn, gg)
     if t_err is not None and g_err is not None:
-        if type(t_err) is not type(g_err) or RAW.search(str(g_err)):
+        if type(t_err) is not type(g_err) or (RAW.search(str(g_err))
+                                               and str(t_err) not in str(g_err)):
             return "unhelpful_error", f"torch {type(t_err).__name__}: {str(t_err)[:90]} | " \
                                       f"graphgrad {type(g_err).__name__}: {str(g_err)[:120]}"
         return "agree", ""

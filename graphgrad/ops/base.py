@@ -24,7 +24,8 @@ from graphgrad.backend import from_numpy_dtype, stand_in, xp
 from graphgrad.tensor import Value, dispatch
 
 __all__ = ["Op", "REGISTRY", "Spec", "spec_of", "broadcast_shapes", "NO_PARAMS", "fmt_shape",
-           "saved_inputs", "torch_error_type"]
+           "saved_inputs", "torch_error_type", "int_arg",
+           "scalar_name", "SCALAR_NAMES"]
 
 REGISTRY: dict[str, type[Op]] = {}
 NO_PARAMS: dict = {}  # shared, never mutated: the params of every op call without any
@@ -183,7 +184,9 @@ def torch_error_type(err: Exception) -> type:
     if isinstance(err, xp.exceptions.AxisError):
         return IndexError
     t = type(err)
-    if _no_loop(err) or any(f in str(err) for f in _BOOL_MESSAGES):
+    if _no_loop(err):
+        return NotImplementedError  # PyTorch's "... not implemented for 'Float'"
+    if any(f in str(err) for f in _BOOL_MESSAGES):
         return RuntimeError
     if t in (RuntimeError, IndexError, TypeError, NotImplementedError):
         return t
@@ -218,8 +221,8 @@ def _numpy_reworded(name: str, err: Exception, args: tuple) -> str:
         return f"{name}: the shapes {', '.join(fmt_shape(a.shape) for a in arrays)} cannot " \
                "be broadcast together"
     if _no_loop(err):
-        dts = ", ".join(f"'{from_numpy_dtype(a.dtype).name}'" for a in arrays)
-        return f'"{name}" not implemented for {dts}'
+        dtype = scalar_name(arrays[0].dtype) if arrays else type(args[0]).__name__
+        return f'"{name}_cpu" not implemented for \'{dtype}\''
     too_many = re.match(r"too many indices for array: array is (\d+)-dimensional", msg)
     if too_many:
         return f"too many indices for tensor of dimension {too_many.group(1)}"
@@ -241,6 +244,26 @@ def saved_inputs(op, inputs: tuple, params: dict):
     if callable(s):
         return s(*inputs, **params)
     return s
+
+
+# PyTorch's ScalarType names, which its messages print
+SCALAR_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
+                "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+                "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+
+
+def scalar_name(np_dtype) -> str:
+    name = xp.dtype(np_dtype).name
+    return SCALAR_NAMES.get(name, name)
+
+
+def int_arg(value, op: str, arg: str, position: int) -> int:
+    """``value`` as an int, or PyTorch's argument-parser TypeError naming ``arg``."""
+    if isinstance(value, bool) or not isinstance(value, int) and (
+            not hasattr(value, "__index__") or isinstance(value, float)):
+        raise TypeError(f"{op}(): argument '{arg}' (position {position}) must be int, not "
+                        f"{type(value).__name__}")
+    return value if isinstance(value, int) else value.__index__()
 
 
 def normalize_dim(dim: int, ndim: int, op: str = "") -> int:

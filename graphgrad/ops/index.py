@@ -16,7 +16,7 @@ from graphgrad.tensor import Tensor
 from graphgrad.tensor.creation import fitted_scalar
 
 from .arithmetic import needs_grad
-from .base import Op, Spec, normalize_dim
+from .base import Op, Spec, normalize_dim, int_arg
 from .batching import align, all_to_front, batch_size, materialize, to_front
 
 __all__ = ["getitem", "index_put", "gather", "scatter_add", "one_hot", "nonzero",
@@ -376,6 +376,7 @@ def index_put(input, indices, values, accumulate: bool = False):
 
 
 def select(input, dim: int, index: int):
+    index = int_arg(index, "select", "index", 2)
     d = normalize_dim(dim, input.ndim, "select")
     return getitem(input, (slice(None),) * d + (index,))
 

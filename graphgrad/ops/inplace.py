@@ -23,7 +23,7 @@ from graphgrad.tensor.views import (bump_version, old_identity, rebase, root_bas
                                     views_follow_grad)
 
 from .arithmetic import needs_grad
-from .base import saved_inputs
+from .base import broadcast_shapes, saved_inputs
 
 __all__ = ["apply_inplace", "fill_inplace", "setitem_name", "check_allowed", "write_back_of",
            "keep_if_saved", "inplace_error_of_vmap"]
@@ -229,7 +229,7 @@ def _fill(old: Tensor, value) -> Tensor:
 
 def _fill_array(t: Tensor, value, name: str) -> None:
     src = value._array if isinstance(value, Value) else value
-    if isinstance(value, Value) and xp.broadcast_shapes(src.shape, t._array.shape) \
+    if isinstance(value, Value) and broadcast_shapes(name, t._array.shape, src.shape) \
             != t._array.shape:
         _write(t, xp.broadcast_to(src, xp.broadcast_shapes(src.shape, t._array.shape)), name)
     if not t._array.flags.writeable:

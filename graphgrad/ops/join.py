@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from graphgrad.backend import result_float_dtype, xp
 
-from .base import Op, Spec, normalize_dim
+from .base import Op, Spec, normalize_dim, int_arg
 from .batching import all_to_front, to_front
 from .index import getitem
 
@@ -158,6 +158,10 @@ def cat(tensors, dim: int = 0):
     tensors = tuple(tensors)
     if not tensors:
         raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be "
+                               f"concatenated")
     # PyTorch skips 1-d empty tensors in cat (legacy behaviour kept for compatibility)
     kept = tuple(t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)) or tensors[:1]
     d = normalize_dim(dim, kept[0].ndim, "cat")
@@ -216,6 +220,7 @@ def split(tensor, split_size_or_sections, dim: int = 0):
 
 
 def chunk(input, chunks: int, dim: int = 0):
+    chunks = int_arg(chunks, "chunk", "chunks", 1)
     if chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
     d = normalize_dim(dim, input.ndim, "chunk")

@@ -159,6 +159,9 @@ def _zero_(self):
 
 
 def _fill_(self, value):
+    if isinstance(value, Value) and value.ndim:
+        raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
+                           f"{value.ndim} dimensions.")
     return fill_inplace(self, value, "fill_")
 
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from graphgrad.backend import result_float_dtype, xp
 
 from .arithmetic import Mul, Sub
-from .base import Op, Spec, normalize_dim, normalize_dims
+from .base import Op, Spec, normalize_dim, normalize_dims, scalar_name
 from .batching import to_front
 from .compare import where
 from .unary import Exp
@@ -297,13 +297,21 @@ class _SoftmaxBase(Op):
         return along_dim_batched(cls, vals[0], bdims[0], dim), 0
 
 
+def _not_implemented(name: str, a, dim: int):
+    """PyTorch has no softmax kernel for integer and bool tensors; its message names the
+    kernel (the last dim has its own)."""
+    kernel = f"{name}_lastdim_kernel_impl" if dim == a.ndim - 1 or a.ndim == 0 else \
+        f"{name}_kernel_impl"
+    raise NotImplementedError(f'"{kernel}" not implemented for \'{scalar_name(a.dtype)}\'')
+
+
 class Softmax(_SoftmaxBase):
     holomorphic = True
 
     @staticmethod
     def forward(a, *, dim):
         if a.dtype.kind not in "fc":
-            raise RuntimeError(f"softmax: expected a floating point tensor, got {a.dtype}")
+            _not_implemented("softmax", a, dim)
         # initial: an empty slice has no maximum, and softmax of nothing is nothing
         e = xp.exp(a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True, initial=-xp.inf))
         return e / xp.add.reduce(e, axis=dim, keepdims=True)
@@ -324,7 +332,7 @@ class LogSoftmax(_SoftmaxBase):
     @staticmethod
     def forward(a, *, dim):
         if a.dtype.kind not in "fc":
-            raise RuntimeError(f"log_softmax: expected a floating point tensor, got {a.dtype}")
+            _not_implemented("log_softmax", a, dim)
         s = a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True, initial=-xp.inf)
         return s - xp.log(xp.add.reduce(xp.exp(s), axis=dim, keepdims=True))
 
@@ -472,13 +480,24 @@ def min(input, dim=None, keepdim: bool = False):
 
 
 def argmax(input, dim=None, keepdim: bool = False):
-    d = None if dim is None else normalize_dim(dim, input.ndim, "argmax") if input.ndim else None
+    _no_bool(input, "argmax")
+    d = None if dim is None else normalize_dim(dim, input.ndim, "argmax")
+    if input.ndim == 0:
+        d = None  # the one element: its index is 0 whatever the (valid) dim
     return Argmax.apply(input, dim=d, keepdim=keepdim)
 
 
 def argmin(input, dim=None, keepdim: bool = False):
-    d = None if dim is None else normalize_dim(dim, input.ndim, "argmin") if input.ndim else None
+    _no_bool(input, "argmin")
+    d = None if dim is None else normalize_dim(dim, input.ndim, "argmin")
+    if input.ndim == 0:
+        d = None  # the one element: its index is 0 whatever the (valid) dim
     return Argmin.apply(input, dim=d, keepdim=keepdim)
+
+
+def _no_bool(input, name: str) -> None:
+    if input._array.dtype == xp.bool_:
+        raise RuntimeError(f"{name}(): does not support bool input")
 
 
 def _correction(unbiased, correction):

@@ -7,7 +7,7 @@ import math
 
 from graphgrad.backend import xp
 
-from .base import Op, Spec, normalize_dim
+from .base import Op, Spec, normalize_dim, scalar_name
 from .batching import align, to_front
 
 __all__ = ["reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose",
@@ -66,6 +66,10 @@ class Reshape(_Movement):
             if -1 in shape:
                 shape = tuple(None if s == -1 else s for s in shape)
             return Spec(tuple(shape), a.dtype)
+        for i, s in enumerate(shape):
+            if s is not None and s < -1:
+                raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape "
+                                   f"{list(shape)}")
         if -1 in shape:
             if known == 0 or numel % known:
                 raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
@@ -199,12 +203,6 @@ class Flip(_Linear):
         return cls.apply(a, dims=tuple(d + 1 for d in dims)), 0
 
 
-# PyTorch's ScalarType names, which its view(dtype) messages print
-_SCALAR_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
-                 "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
-                 "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
-
-
 class ViewDtype(Op):
     """``tensor.view(dtype)``: the same bytes read as another dtype, a view (writes through
     either show in the other). A different element size scales the last dim. Not
@@ -221,8 +219,7 @@ class ViewDtype(Op):
         old_size, new_size = a.dtype.itemsize, new.itemsize
         if old_size == new_size:
             return a.view(new)
-        what = (f"to view {_SCALAR_NAMES.get(a.dtype.name, a.dtype.name)} as "
-                f"{_SCALAR_NAMES.get(new.name, new.name)} (different element sizes)")
+        what = f"to view {scalar_name(a.dtype)} as {scalar_name(new)} (different element sizes)"
         if a.ndim == 0:
             raise RuntimeError(f"self.dim() cannot be 0 {what}")
         strides = [st // old_size for st in a.strides]
@@ -341,9 +338,9 @@ def permute(input, *dims):
 
 def transpose(input, dim0: int, dim1: int):
     nd = input.ndim
+    d0, d1 = normalize_dim(dim0, nd, "transpose"), normalize_dim(dim1, nd, "transpose")
     if nd == 0:
         return input
-    d0, d1 = normalize_dim(dim0, nd, "transpose"), normalize_dim(dim1, nd, "transpose")
     dims = list(range(nd))
     dims[d0], dims[d1] = dims[d1], dims[d0]
     return Permute.apply(input, dims=tuple(dims))

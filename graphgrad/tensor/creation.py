@@ -199,13 +199,20 @@ def from_numpy(array) -> Tensor:
     return Tensor._make(array)
 
 
-def _size(size: tuple) -> tuple:
+def _size(size: tuple, negative: str | None = None) -> tuple:
+    """The sizes as ints; a negative one is PyTorch's RuntimeError (``negative``: the
+    factory's own message, where it has one)."""
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = tuple(size[0])
     try:
-        return tuple(int(s) for s in size)
+        size = tuple(int(s) for s in size)
     except TypeError:
         raise TypeError(f"size must be a sequence of ints, got {size!r}") from None
+    for s in size:
+        if s < 0:
+            raise RuntimeError(negative or f"Trying to create tensor with negative dimension "
+                                           f"{s}: {list(size)}")
+    return size
 
 
 def _dt(dtype, default=None):
@@ -214,7 +221,8 @@ def _dt(dtype, default=None):
 
 def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     check_device(device)
-    return _new(xp.zeros(_size(size), _dt(dtype)), requires_grad)
+    return _new(xp.zeros(_size(size, "zeros: Dimension size must be non-negative."),
+                         _dt(dtype)), requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
@@ -283,7 +291,23 @@ def arange(start, end=None, step=1, dtype=None, device=None,
         dtype = xp.int64 if is_int else get_default_dtype().np
     else:
         dtype = to_dtype(dtype).np
+    _check_range(start, end, step)
     return _new(xp.arange(start, end, step).astype(dtype), requires_grad)
+
+
+def _check_range(start, end, step) -> None:
+    """PyTorch's checks of arange's arguments, in its order."""
+    import math
+    for v in (start, end, step):
+        if isinstance(v, (str, bytes)) or v is None or isinstance(v, (list, tuple)):
+            raise TypeError(f"arange() received an invalid combination of arguments - got "
+                            f"({', '.join(type(a).__name__ for a in (start, end, step))})")
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    if not (math.isfinite(start) and math.isfinite(end)):
+        raise RuntimeError(f"unsupported range: {start} -> {end}")
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
 
 
 def linspace(start, end, steps: int, dtype=None, device=None,
@@ -291,12 +315,22 @@ def linspace(start, end, steps: int, dtype=None, device=None,
     check_device(device)
     if dtype is not None and to_dtype(dtype).np == xp.bool_:
         raise NotImplementedError('"linspace_cpu" not implemented for \'Bool\'')
+    if isinstance(steps, int) and steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
     return _new(xp.linspace(start, end, steps).astype(_dt(dtype)), requires_grad)
 
 
 def eye(n: int, m: int | None = None, dtype=None, device=None,
         requires_grad: bool = False) -> Tensor:
     check_device(device)
+    for name, v, pos in (("n", n, 1), ("m", m, 2)):
+        if v is None and name == "m":
+            continue
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError(f"eye(): argument '{name}' (position {pos}) must be int, not "
+                            f"{type(v).__name__}")
+        if v < 0:
+            raise RuntimeError(f"{name} must be greater or equal to 0, got {v}")
     return _new(xp.eye(n, m, dtype=_dt(dtype)), requires_grad)
 
 
