@@ -186,7 +186,7 @@ def _caller(name, where, combo, arrays):
 # ---- classification ----------------------------------------------------------------------
 
 RAW = re.compile(r"could not be broadcast|AxisError|did not contain a loop|ufunc|numpy|"
-                 r"zero-size array|attempt to get arg|object has no attribute|NoneType|"
+                 r"zero-size array|attempt to get arg|object has no attribute|object is not|"
                  r"setting an array element|__init__\(\)|inhomogeneous|not supported between|"
                  r"unsupported operand type\(s\) for [^:]*: 'int' and 'tuple'|axis \d|"
                  r"array of dimension|cannot reshape array|broadcast_to|ZeroDivisionError: "

@@ -143,8 +143,11 @@ class Op:
         It must never fail itself: it runs on every bad input."""
         name = _SNAKE.sub("_", cls.__name__).lower()  # LogSoftmax -> log_softmax
         for i, a in enumerate(args):  # PyTorch's argument parser refuses these first
-            if isinstance(a, (str, bytes, list, tuple, dict, set)):
-                return TypeError(f"{name}(): argument {i} must be Tensor, not "
+            if isinstance(a, (str, bytes, list, tuple, dict, set)) or (
+                    a is None and isinstance(err, TypeError) and "NoneType" in str(err)):
+                what = f"'{('input', 'other')[i]}' (position {i + 1})" if len(args) == 2 \
+                    else f"{i + 1}"
+                return TypeError(f"{name}(): argument {what} must be Tensor, not "
                                  f"{type(a).__name__}")
         try:
             cls.infer(*[spec_of(a) for a in args], **params)

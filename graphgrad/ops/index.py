@@ -442,7 +442,7 @@ class Gather(Op):
 
     @staticmethod
     def forward(a, index, *, dim):
-        if index.dtype != xp.int64 and index.dtype.kind in "iu":
+        if index.dtype != xp.int64 and (index.dtype.kind in "iu" or not index.size):
             index = index.astype(xp.int64)
         if index.dtype != xp.int64:
             raise RuntimeError("gather(): Expected dtype int32/int64 for index")
@@ -523,6 +523,10 @@ def gather(input, dim: int, index, *, sparse_grad: bool = False):
 def take_along_dim(input, indices, dim=None):
     if dim is None:
         return gather(input.reshape(-1), 0, indices.reshape(-1))
+    if input.ndim != indices.ndim:
+        raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same "
+                           f"number of dimensions, but got {input.ndim} dimensions for input, "
+                           f"and {indices.ndim} dimensions for indices")
     return gather(input, dim, indices)
 
 

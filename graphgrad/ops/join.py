@@ -198,6 +198,8 @@ def pad(input, pad, mode: str = "constant", value=None):
 def split(tensor, split_size_or_sections, dim: int = 0):
     """Pieces of ``split_size`` along ``dim`` (the last may be smaller), or of the listed
     sizes."""
+    if tensor.ndim == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor")
     d = normalize_dim(dim, tensor.ndim, "split")
     size = tensor.shape[d]
     if isinstance(split_size_or_sections, int):
@@ -205,7 +207,7 @@ def split(tensor, split_size_or_sections, dim: int = 0):
         if step <= 0 and size:
             raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got "
                                f"dimension size of {size}")
-        bounds = [(s, min(s + step, size)) for s in range(0, size, step)] or [(0, 0)]
+        bounds = [(s, min(s + step, size)) for s in range(0, size, step)] if size else [(0, 0)]
     else:
         sections = list(split_size_or_sections)
         if sum(sections) != size:

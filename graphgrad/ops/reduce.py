@@ -416,6 +416,11 @@ def mean(input, dim=None, keepdim: bool = False, *, dtype=None):
 
 
 def prod(input, dim=None, keepdim: bool = False, *, dtype=None):
+    if dim is not None and not isinstance(dim, int):  # PyTorch's prod takes one dim
+        raise TypeError(f"prod() received an invalid combination of arguments - got (Tensor, "
+                        f"{type(dim).__name__}), but expected one of: (Tensor input, *, "
+                        f"torch.dtype dtype = None), (Tensor input, int dim, bool keepdim = "
+                        f"False, *, torch.dtype dtype = None)")
     from graphgrad.backend import to_dtype
     params = {"dim": _dims(input, dim, "prod"), "keepdim": keepdim}
     if dtype is not None:
@@ -470,29 +475,38 @@ def max(input, dim=None, keepdim: bool = False):
     ``max(x, other)``: elementwise maximum."""
     if dim is None:
         return amax(input, _name="max")
-    return _select_extremum(input, dim, keepdim, argmax, "max")
+    return _select_extremum(input, dim, keepdim, _argmax, "max")
 
 
 def min(input, dim=None, keepdim: bool = False):
     if dim is None:
         return amin(input, _name="min")
-    return _select_extremum(input, dim, keepdim, argmin, "min")
+    return _select_extremum(input, dim, keepdim, _argmin, "min")
 
 
 def argmax(input, dim=None, keepdim: bool = False):
-    _no_bool(input, "argmax")
-    d = None if dim is None else normalize_dim(dim, input.ndim, "argmax")
+    _no_bool(input, "argmax")  # (max(x, dim) takes bools: it does not come this way)
+    return _argmax(input, dim, keepdim)
+
+
+def _arg_extremum(op, input, dim, keepdim: bool):
+    d = None if dim is None else normalize_dim(dim, input.ndim, op.__name__.lower())
     if input.ndim == 0:
         d = None  # the one element: its index is 0 whatever the (valid) dim
-    return Argmax.apply(input, dim=d, keepdim=keepdim)
+    return op.apply(input, dim=d, keepdim=keepdim)
+
+
+def _argmax(input, dim=None, keepdim: bool = False):
+    return _arg_extremum(Argmax, input, dim, keepdim)
+
+
+def _argmin(input, dim=None, keepdim: bool = False):
+    return _arg_extremum(Argmin, input, dim, keepdim)
 
 
 def argmin(input, dim=None, keepdim: bool = False):
     _no_bool(input, "argmin")
-    d = None if dim is None else normalize_dim(dim, input.ndim, "argmin")
-    if input.ndim == 0:
-        d = None  # the one element: its index is 0 whatever the (valid) dim
-    return Argmin.apply(input, dim=d, keepdim=keepdim)
+    return _argmin(input, dim, keepdim)
 
 
 def _no_bool(input, name: str) -> None:
@@ -510,6 +524,8 @@ def var(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=Non
     """Variance over ``dim`` with Bessel's ``correction`` (default 1)."""
     if isinstance(dim, bool):  # var(x, False): the old unbiased positional form
         dim, unbiased = None, dim
+    if input._array.dtype.kind not in "fc":
+        raise RuntimeError("std and var only support floating point and complex dtypes")
     dims = _dims(input, dim, "var")
     n = 1
     for d in dims:

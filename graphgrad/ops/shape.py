@@ -401,7 +401,13 @@ def broadcast_tensors(*tensors):
 
 
 def repeat(input, *repeats):
-    return Repeat.apply(input, repeats=_shape_arg(repeats))
+    repeats = _shape_arg(repeats)
+    padded = (1,) * (len(repeats) - input.ndim) + tuple(input.shape)
+    shape = [s * r for s, r in zip(padded, repeats, strict=False)]
+    if any(s < 0 for s in shape) and len(repeats) >= input.ndim:
+        raise RuntimeError(f"Trying to create tensor with negative dimension "
+                           f"{next(s for s in shape if s < 0)}: {shape}")
+    return Repeat.apply(input, repeats=repeats)
 
 
 def tile(input, *dims):
