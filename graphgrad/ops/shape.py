@@ -66,10 +66,7 @@ class Reshape(_Movement):
             if -1 in shape:
                 shape = tuple(None if s == -1 else s for s in shape)
             return Spec(tuple(shape), a.dtype)
-        for i, s in enumerate(shape):
-            if s is not None and s < -1:
-                raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape "
-                                   f"{list(shape)}")
+        _check_sizes(shape)
         if -1 in shape:
             if known == 0 or numel % known:
                 raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
@@ -263,8 +260,17 @@ def _distinct_dims(dims, ndim: int, op: str) -> tuple:
     return dims
 
 
+def _check_sizes(shape: tuple) -> None:
+    """-1 is the one size to infer; NumPy would take any negative size for it."""
+    for i, s in enumerate(shape):
+        if s is not None and s < -1:
+            raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape {list(shape)}")
+
+
 def reshape(input, *shape):
-    return Reshape.apply(input, shape=_shape_arg(shape))
+    shape = _shape_arg(shape)
+    _check_sizes(shape)
+    return Reshape.apply(input, shape=shape)
 
 
 def view(input, *shape):
@@ -275,6 +281,7 @@ def view(input, *shape):
         from graphgrad.backend import to_dtype
         return ViewDtype.apply(input, dtype=to_dtype(shape[0]).np)
     shape = _shape_arg(shape)
+    _check_sizes(shape)
     arr = input._array
     if not arr.flags.c_contiguous and arr.size:
         try:
