@@ -406,8 +406,8 @@ def check_index_range(index, size: int, dim: int | None = None) -> None:
     index does not count from the end there, unlike ``x[i]``). ``dim`` 1 of a tensor of
     two or more dims takes PyTorch's other kernel, with its other message."""
     arr = index._array
-    if not arr.size:
-        return
+    if type(arr) is not xp.ndarray or not arr.size:
+        return  # a symbolic index (a graph being built): its values are not known yet
     bad = (arr < 0) | (arr >= size)
     if bad.any():
         if dim == 1:
