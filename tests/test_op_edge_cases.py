@@ -224,7 +224,19 @@ CASES = [
     ("take_along_dim_ranks", lambda m: m.ones(4, 3).take_along_dim(m.tensor([0]), 1)),
     ("gather_empty_float_index", lambda m: m.ones(4).gather(0, m.tensor([]))),
     ("mul_none", lambda m: m.mul(m.ones(3), None)),
+    ("sum_float_dim_type", lambda m: _type_only(m, lambda: m.ones(3).sum(1.5))),
+    ("var_float_dim_of_ints_type", lambda m: _type_only(m, lambda: m.ones(3, dtype=m.int64)
+                                                        .var(1.5))),
 ]
+
+
+def _type_only(m, fn):
+    """The exception type alone, where PyTorch's message lists its overloads."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the outcome under test
+        return type(e).__name__
+    return "returned"
 
 
 def _setitem(t, index, value):

@@ -287,6 +287,9 @@ def normalize_dims(dim, ndim: int, op: str = "") -> tuple:
         return tuple(range(ndim))
     if isinstance(dim, int):
         dim = (dim,)
+    elif isinstance(dim, str) or not hasattr(dim, "__iter__"):
+        raise TypeError(f"{op}(): argument 'dim' must be tuple of ints, not "
+                        f"{type(dim).__name__}")
     out = tuple(sorted({normalize_dim(d, ndim, op) for d in dim}))
     if ndim == 0:  # dim 0 (or -1) of a 0-d tensor is the tensor itself: nothing to reduce
         return ()

@@ -525,9 +525,9 @@ def var(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=Non
     """Variance over ``dim`` with Bessel's ``correction`` (default 1)."""
     if isinstance(dim, bool):  # var(x, False): the old unbiased positional form
         dim, unbiased = None, dim
+    dims = _dims(input, dim, "var")
     if input._array.dtype.kind not in "fc":
         raise RuntimeError("std and var only support floating point and complex dtypes")
-    dims = _dims(input, dim, "var")
     n = 1
     for d in dims:
         n *= input.shape[d]
