@@ -217,7 +217,6 @@ CASES = [
     ("tile_negative_of_empty", lambda m: m.ones(0, 3).tile(-2, 6)),
     ("std_of_ints", lambda m: m.ones(3, dtype=m.int64).std()),
     ("var_of_bools", lambda m: m.ones(3, 4, dtype=m.bool).var(1)),
-    ("prod_tuple_dim", lambda m: m.prod(m.ones(3, 4), (0, 1))),
     ("split_0d", lambda m: m.tensor(1.).split(1)),
     ("split_empty_zero", lambda m: m.ones(0, 3).split(0)),
     ("split_zero", lambda m: m.ones(3).split(0)),

@@ -416,12 +416,6 @@ def mean(input, dim=None, keepdim: bool = False, *, dtype=None):
 
 
 def prod(input, dim=None, keepdim: bool = False, *, dtype=None):
-    if dim is not None and not isinstance(dim, int):  # PyTorch's prod takes one dim
-        raise TypeError(f"prod() received an invalid combination of arguments - got (Tensor, "
-                        f"{type(dim).__name__}), but expected one of:\n"
-                        f" * (Tensor input, *, torch.dtype dtype = None)\n"
-                        f" * (Tensor input, int dim, bool keepdim = False, *, torch.dtype "
-                        f"dtype = None, Tensor out = None)\n")
     from graphgrad.backend import to_dtype
     params = {"dim": _dims(input, dim, "prod"), "keepdim": keepdim}
     if dtype is not None:
