@@ -223,6 +223,14 @@ CASES = [
     ("take_along_dim_ranks", lambda m: m.ones(4, 3).take_along_dim(m.tensor([0]), 1)),
     ("gather_empty_float_index", lambda m: m.ones(4).gather(0, m.tensor([]))),
     ("mul_none", lambda m: m.mul(m.ones(3), None)),
+    ("fill_str_type", lambda m: _type_only(m, lambda: m.ones(3).fill_("a"))),
+    ("fill_none_type", lambda m: _type_only(m, lambda: m.ones(3).fill_(None))),
+    ("masked_fill_list_type", lambda m: _type_only(m, lambda: m.ones(3).masked_fill(
+        m.ones(3, dtype=m.bool), [1, 2]))),
+    ("clamp_str_type", lambda m: _type_only(m, lambda: m.ones(3).clamp(2, "a"))),
+    ("linspace_none_type", lambda m: _type_only(m, lambda: m.linspace(0, None, 3))),
+    ("linspace_float_steps_type", lambda m: _type_only(m, lambda: m.linspace(0, 1, 1.5))),
+    ("linspace_tensor_ends", lambda m: m.linspace(m.tensor(0.), m.tensor(1.), 3)),
     ("sum_float_dim_type", lambda m: _type_only(m, lambda: m.ones(3).sum(1.5))),
     ("var_float_dim_of_ints_type", lambda m: _type_only(m, lambda: m.ones(3, dtype=m.int64)
                                                         .var(1.5))),

@@ -13,7 +13,7 @@ import warnings
 from graphgrad.backend import xp
 from graphgrad.tensor import Value
 from graphgrad.tensor import Tensor
-from graphgrad.tensor.creation import fitted_scalar
+from graphgrad.tensor.creation import fitted_scalar, invalid_arguments, is_number
 
 from .arithmetic import needs_grad
 from .base import Op, Spec, normalize_dim, int_arg
@@ -618,6 +618,9 @@ def masked_fill(input, mask, value):
     """``input`` with ``value`` where ``mask`` is True, in ``input``'s dtype (a float
     value in an int tensor is truncated, as in PyTorch); both broadcast."""
     from .compare import where
+    if not (isinstance(value, Value) or is_number(value)):
+        raise invalid_arguments("masked_fill", (mask, value), ("Tensor mask, Tensor value",
+                                                             "Tensor mask, Number value"))
     mask_dtype = mask._array.dtype if isinstance(mask, Value) else None
     if mask_dtype != xp.bool_:
         name = _C_NAMES.get(mask_dtype.name, mask_dtype.name) if mask_dtype else "float"

@@ -10,6 +10,7 @@ from numbers import Number
 
 from graphgrad.backend import to_dtype, xp
 from graphgrad.tensor import Tensor, Value, dispatch
+from graphgrad.tensor.creation import invalid_arguments, is_number
 
 from . import arithmetic as A
 from . import compare as C
@@ -159,6 +160,8 @@ def _zero_(self):
 
 
 def _fill_(self, value):
+    if not (isinstance(value, Value) or is_number(value)):
+        raise invalid_arguments("fill_", (value,), ("Tensor value", "Number value"))
     if isinstance(value, Value) and value.ndim:
         raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
                            f"{value.ndim} dimensions.")

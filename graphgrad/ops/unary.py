@@ -509,6 +509,10 @@ def square(input):
 def clamp(input, min=None, max=None):
     """Clamp to ``[min, max]``; bounds may be numbers or tensors."""
     from graphgrad.tensor import Value
+    from graphgrad.tensor.creation import invalid_arguments, is_number
+    if not all(b is None or isinstance(b, Value) or is_number(b) for b in (min, max)):
+        raise invalid_arguments("clamp", (min, max), ("Tensor min = None, Tensor max = None",
+                                                      "Number min = None, Number max = None"))
     if isinstance(min, Value) or isinstance(max, Value):
         from .arithmetic import maximum, minimum
         out = input

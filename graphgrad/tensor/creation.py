@@ -240,6 +240,18 @@ _C_TYPES = {"int64": "int64_t", "int32": "int", "int16": "int16_t", "int8": "int
             "uint8": "uint8_t", "float64": "double", "float32": "float", "float16": "c10::Half"}
 
 
+def invalid_arguments(fn: str, args: tuple, overloads: tuple[str, ...]) -> TypeError:
+    """PyTorch's argument-parser error for arguments no overload of ``fn`` takes."""
+    got = ", ".join(type(a).__name__ if not isinstance(a, Tensor) else "Tensor" for a in args)
+    return TypeError(f"{fn}() received an invalid combination of arguments - got ({got}), but "
+                     f"expected one of:\n" + "".join(f" * ({o})\n" for o in overloads))
+
+
+def is_number(v) -> bool:
+    return isinstance(v, (int, float, complex)) or type(v).__module__ == "numpy" and \
+        hasattr(v, "dtype")
+
+
 def fitted_scalar(value, np_dtype):
     """PyTorch's refusal to store a Python number its dtype cannot hold (NaN or infinity in
     an integer tensor, a finite value past the dtype's range, a complex number with an
@@ -313,6 +325,12 @@ def _check_range(start, end, step) -> None:
 def linspace(start, end, steps: int, dtype=None, device=None,
              requires_grad: bool = False) -> Tensor:
     check_device(device)
+    if not (is_number(start) or isinstance(start, Tensor)) or not (
+            is_number(end) or isinstance(end, Tensor)) or isinstance(steps, bool) \
+            or not isinstance(steps, int):
+        raise invalid_arguments("linspace", (start, end, steps), (
+            "Tensor start, Tensor end, int steps", "Number start, Tensor end, int steps",
+            "Tensor start, Number end, int steps", "Number start, Number end, int steps"))
     if dtype is not None and to_dtype(dtype).np == xp.bool_:
         raise NotImplementedError('"linspace_cpu" not implemented for \'Bool\'')
     if isinstance(steps, int) and steps < 0:
