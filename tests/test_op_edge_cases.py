@@ -231,6 +231,11 @@ CASES = [
     ("linspace_none_type", lambda m: _type_only(m, lambda: m.linspace(0, None, 3))),
     ("linspace_float_steps_type", lambda m: _type_only(m, lambda: m.linspace(0, 1, 1.5))),
     ("linspace_tensor_ends", lambda m: m.linspace(m.tensor(0.), m.tensor(1.), 3)),
+    ("full_str", lambda m: m.full((3, 0), "a")),
+    ("full_none", lambda m: m.full((4, 3), None)),
+    ("amin_0d_repeated_dims", lambda m: m.tensor(1.).amin((0, 0))),
+    ("sum_repeated_dims", lambda m: m.ones(2, 3).sum((1, -1))),
+    ("logsumexp_0d_repeated_dims", lambda m: m.tensor(1.).logsumexp((0, -1))),
     ("sum_float_dim_type", lambda m: _type_only(m, lambda: m.ones(3).sum(1.5))),
     ("var_float_dim_of_ints_type", lambda m: _type_only(m, lambda: m.ones(3, dtype=m.int64)
                                                         .var(1.5))),

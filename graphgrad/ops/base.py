@@ -290,9 +290,12 @@ def normalize_dims(dim, ndim: int, op: str = "") -> tuple:
     elif isinstance(dim, str) or not hasattr(dim, "__iter__"):
         raise TypeError(f"{op}(): argument 'dim' must be tuple of ints, not "
                         f"{type(dim).__name__}")
-    out = tuple(sorted({normalize_dim(d, ndim, op) for d in dim}))
+    seen = []
+    for d in dim:
+        d = normalize_dim(d, ndim, op)
+        if d in seen:
+            raise RuntimeError(f"{op}: dim {d} appears multiple times in the list of dims")
+        seen.append(d)
     if ndim == 0:  # dim 0 (or -1) of a 0-d tensor is the tensor itself: nothing to reduce
         return ()
-    if len(out) != len(dim):
-        raise RuntimeError(f"{op}: dim {dim} appears multiple times in the list of dims")
-    return out
+    return tuple(sorted(seen))

@@ -289,6 +289,9 @@ def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False)
         dtype = dtype if dtype is not None else get_default_dtype().np
     else:
         dtype = to_dtype(dtype).np
+    if not (is_number(fill_value) or isinstance(fill_value, Tensor)):
+        raise TypeError(f"full(): argument 'fill_value' (position 2) must be Number, not "
+                        f"{type(fill_value).__name__}")
     fill_value = fitted_scalar(fill_value, dtype)
     return _new(xp.full(_size((size,)), fill_value, dtype), requires_grad)
 
