@@ -25,7 +25,7 @@ from graphgrad.tensor import Value, dispatch
 
 __all__ = ["Op", "REGISTRY", "Spec", "spec_of", "broadcast_shapes", "NO_PARAMS", "fmt_shape",
            "saved_inputs", "torch_error_type", "int_arg",
-           "scalar_name", "SCALAR_NAMES"]
+           "scalar_name", "SCALAR_NAMES", "C_NAMES"]
 
 REGISTRY: dict[str, type[Op]] = {}
 NO_PARAMS: dict = {}  # shared, never mutated: the params of every op call without any
@@ -253,6 +253,12 @@ def saved_inputs(op, inputs: tuple, params: dict):
 SCALAR_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
                 "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
                 "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+
+
+# the C type names some PyTorch messages print (masked_fill, matmul)
+C_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32": "int",
+           "int16": "short int", "int8": "signed char", "uint8": "unsigned char",
+           "float16": "c10::Half"}
 
 
 def scalar_name(np_dtype) -> str:

@@ -16,7 +16,7 @@ from graphgrad.tensor import Tensor
 from graphgrad.tensor.creation import fitted_scalar, invalid_arguments, is_number
 
 from .arithmetic import needs_grad
-from .base import Op, Spec, normalize_dim, int_arg
+from .base import C_NAMES, Op, Spec, normalize_dim, int_arg
 from .batching import align, all_to_front, batch_size, materialize, to_front
 
 __all__ = ["getitem", "index_put", "gather", "scatter_add", "one_hot", "nonzero",
@@ -609,11 +609,6 @@ def index_select(input, dim: int, index):
     return getitem(input, (slice(None),) * d + (index.reshape(-1),))
 
 
-# the C type names PyTorch's masked_fill message prints
-_C_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32": "int",
-            "int16": "short int", "int8": "signed char", "uint8": "unsigned char"}
-
-
 def masked_fill(input, mask, value):
     """``input`` with ``value`` where ``mask`` is True, in ``input``'s dtype (a float
     value in an int tensor is truncated, as in PyTorch); both broadcast."""
@@ -623,7 +618,7 @@ def masked_fill(input, mask, value):
                                                              "Tensor mask, Number value"))
     mask_dtype = mask._array.dtype if isinstance(mask, Value) else None
     if mask_dtype != xp.bool_:
-        name = _C_NAMES.get(mask_dtype.name, mask_dtype.name) if mask_dtype else "float"
+        name = C_NAMES.get(mask_dtype.name, mask_dtype.name) if mask_dtype else "float"
         raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with "
                            f"dtype {name}")
     dtype = input._array.dtype
