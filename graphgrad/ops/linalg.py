@@ -5,29 +5,12 @@ from __future__ import annotations
 from graphgrad.backend import result_float_dtype, xp
 
 from .arithmetic import needs_grad
-from .base import C_NAMES, Op, Spec, broadcast_shapes, fmt_shape, scalar_name, spec_of
+from .base import Op, Spec, broadcast_shapes, fmt_shape, spec_of
 from .batching import align, logical_ndim, to_front
 from .reduce import Sum
 from .shape import Permute
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "outer", "inner"]
-
-
-def _dtype_mismatch(a, b):
-    """PyTorch refuses to multiply matrices of two dtypes; each kernel says it its way."""
-    if a.ndim == 1 and b.ndim == 1:
-        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found "
-                           f"{scalar_name(a.dtype)} and {scalar_name(b.dtype)}")
-    if b.ndim == 1:
-        raise RuntimeError(f"addmv input tensors must have the same dtype, but got "
-                           f"{scalar_name(b.dtype)}, {scalar_name(a.dtype)}, and "
-                           f"{scalar_name(b.dtype)}")
-    if b.ndim == 2:
-        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
-                           f"{C_NAMES.get(a.dtype.name, a.dtype.name)} != "
-                           f"{C_NAMES.get(b.dtype.name, b.dtype.name)}")
-    raise RuntimeError(f"expected scalar type {scalar_name(a.dtype)} but found "
-                       f"{scalar_name(b.dtype)}")
 
 
 class Matmul(Op):
@@ -46,8 +29,6 @@ class Matmul(Op):
         if a.ndim == 0 or b.ndim == 0:
             raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are "
                                f"{a.ndim}D and {b.ndim}D")
-        if a.dtype != b.dtype and a.dtype.kind != "c" and b.dtype.kind != "c":
-            _dtype_mismatch(a, b)  # (a complex step may meet real weights: it goes on)
         return xp.matmul(a, b)
 
     @staticmethod
