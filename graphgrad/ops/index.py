@@ -17,6 +17,8 @@ from graphgrad.tensor.creation import fitted_scalar, invalid_arguments, is_numbe
 
 from .arithmetic import needs_grad
 from .base import C_NAMES, Op, Spec, normalize_dim, int_arg
+from .refusals import (SEQUENCE_AS_TUPLE, check_along_dim, check_index_range, narrow_dim,
+                       narrow_start, sequence_as_tuple)
 from .batching import align, all_to_front, batch_size, materialize, to_front
 
 __all__ = ["getitem", "index_put", "gather", "scatter_add", "one_hot", "nonzero",
@@ -26,25 +28,10 @@ __all__ = ["getitem", "index_put", "gather", "scatter_add", "one_hot", "nonzero"
 TENSOR_SLOT = "T"  # where an index tensor stands in a spec (see ``parse_index``)
 
 
-_SEQUENCE_AS_TUPLE = (
-    "Using a non-tuple sequence for multidimensional indexing is deprecated and will be "
-    "changed in pytorch 2.9; use x[tuple(seq)] instead of x[seq]. In pytorch 2.9 this will be "
-    "interpreted as tensor index, x[torch.tensor(seq)], which will result either in an error or "
-    "a different result")
-
-
-def _sequence_as_tuple(index) -> bool:
-    """PyTorch's (and old NumPy's) rule: a list shorter than 32 holding a sequence, slice,
-    tensor, None or Ellipsis is a tuple of indices, one per dim (deprecated)."""
-    return isinstance(index, list) and len(index) < 32 and any(
-        isinstance(i, (Value, list, tuple, slice, range, str)) or i is None or i is Ellipsis
-        for i in index)
-
-
 def parse_index(index) -> tuple[tuple, list]:
     """Split a Python index into (hashable spec, list of index tensors)."""
-    if _sequence_as_tuple(index):
-        warnings.warn(_SEQUENCE_AS_TUPLE, UserWarning, stacklevel=3)
+    if sequence_as_tuple(index):
+        warnings.warn(SEQUENCE_AS_TUPLE, UserWarning, stacklevel=3)
         index = tuple(index)
     if not isinstance(index, tuple):
         index = (index,)
@@ -384,36 +371,9 @@ def select(input, dim: int, index: int):
 def narrow(input, dim: int, start: int, length: int):
     """``length`` elements from ``start`` along ``dim``; a negative ``start`` counts from
     the end. PyTorch's checks, in its order."""
-    if input.ndim == 0:
-        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
-    if length < 0:
-        raise RuntimeError("narrow(): length must be non-negative.")
-    d = normalize_dim(dim, input.ndim, "narrow")
-    size = input.shape[d]
-    if not -size <= start <= size:
-        raise IndexError(f"start out of range (expected to be in range of [{-size}, {size}], "
-                         f"but got {start})")
-    if start < 0:
-        start += size
-    if start > size - length:
-        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size "
-                           f"({size}).")
+    d = narrow_dim(input, dim, start, length)
+    start = narrow_start(start, length, input.shape[d])
     return getitem(input, (slice(None),) * d + (slice(start, start + length),))
-
-
-def check_index_range(index, size: int, dim: int | None = None) -> None:
-    """PyTorch's index_select/embedding refuse an index outside ``[0, size)`` (a negative
-    index does not count from the end there, unlike ``x[i]``). ``dim`` 1 of a tensor of
-    two or more dims takes PyTorch's other kernel, with its other message."""
-    arr = index._array
-    if type(arr) is not xp.ndarray or not arr.size:
-        return  # a symbolic index (a graph being built): its values are not known yet
-    bad = (arr < 0) | (arr >= size)
-    if bad.any():
-        if dim == 1:
-            raise RuntimeError(f"INDICES element is out of DATA bounds, id={int(arr[bad][0])} "
-                               f"axis_dim={size}")
-        raise IndexError("index out of range in self")
 
 
 def _along_axis_index(index, dim: int) -> tuple:
@@ -421,16 +381,6 @@ def _along_axis_index(index, dim: int) -> tuple:
     grids = list(xp.indices(index.shape, sparse=True))
     grids[dim] = index
     return tuple(grids)
-
-
-def _check_along_dim(index, shape: tuple, dim: int) -> None:
-    """gather/scatter: every index within ``[0, shape[dim])`` (no counting from the end)."""
-    if index.size:
-        size = shape[dim] if shape else 1
-        bad = (index < 0) | (index >= size)
-        if bad.any():
-            raise RuntimeError(f"index {int(index[bad].flat[0])} is out of bounds for dimension "
-                               f"{dim} with size {size}")
 
 
 class Gather(Op):
@@ -454,7 +404,7 @@ class Gather(Op):
                 raise RuntimeError(f"Size does not match at dimension {d} expected index "
                                    f"{list(index.shape)} to be smaller than self "
                                    f"{list(a.shape)} apart from dimension {dim}")
-        _check_along_dim(index, a.shape, dim)
+        check_along_dim(index, a.shape, dim)
         return a[_along_axis_index(index, dim)]
 
     @staticmethod
@@ -483,7 +433,7 @@ class ScatterAdd(Op):
     def forward(base, index, src, *, dim):
         if index.dtype.kind not in "iu":
             raise RuntimeError("scatter(): Expected dtype int32/int64 for index")
-        _check_along_dim(index, base.shape, dim)
+        check_along_dim(index, base.shape, dim)
         out = base.copy()
         src = src[tuple(slice(0, s) for s in index.shape)] if src.shape != index.shape else src
         xp.add.at(out, _along_axis_index(index, dim), src)

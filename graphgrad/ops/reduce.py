@@ -13,9 +13,10 @@ from typing import NamedTuple
 from graphgrad.backend import result_float_dtype, xp
 
 from .arithmetic import Mul, Sub
-from .base import Op, Spec, normalize_dim, normalize_dims, scalar_name
+from .base import Op, Spec, normalize_dim, normalize_dims
 from .batching import to_front
 from .compare import where
+from .refusals import empty_check, no_bool, no_kernel
 from .unary import Exp
 
 __all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var",
@@ -155,34 +156,17 @@ class _Extremum(_Reduce):
         return (expand_back(g, a.shape, dim, keepdim) * share,)
 
 
-def _empty_check(name: str, shape: tuple, dim) -> None:
-    """PyTorch's refusal to take an extremum over nothing: ``dim`` None is a reduction of
-    the whole tensor that the user asked for without naming a dim."""
-    if dim is None:
-        if 0 in shape:
-            if name.startswith("arg"):
-                raise IndexError(f"{name}(): Expected reduction dim to be specified for "
-                                 f"input.numel() == 0.")
-            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
-                               f"input.numel() == 0. Specify the reduction dim with the 'dim' "
-                               f"argument.")
-        return
-    for d in (dim,) if isinstance(dim, int) else dim:
-        if shape[d] == 0:
-            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
-
-
 class Amax(_Extremum):
     @staticmethod
     def forward(a, *, dim, keepdim):
-        _empty_check("amax", a.shape, dim)
+        empty_check("amax", a.shape, dim)
         return xp.asarray(xp.amax(a, axis=dim, keepdims=keepdim))
 
 
 class Amin(_Extremum):
     @staticmethod
     def forward(a, *, dim, keepdim):
-        _empty_check("amin", a.shape, dim)
+        empty_check("amin", a.shape, dim)
         return xp.asarray(xp.amin(a, axis=dim, keepdims=keepdim))
 
 
@@ -196,7 +180,7 @@ class _ArgExtremum(Op):
 
     @classmethod
     def forward(cls, a, *, dim, keepdim):
-        _empty_check(cls.__name__.lower(), a.shape, dim)
+        empty_check(cls.__name__.lower(), a.shape, dim)
         if dim is None:
             return xp.asarray(cls._find(a), dtype=xp.int64)
         return cls._find(a, axis=dim, keepdims=keepdim).astype(xp.int64)
@@ -297,21 +281,13 @@ class _SoftmaxBase(Op):
         return along_dim_batched(cls, vals[0], bdims[0], dim), 0
 
 
-def _not_implemented(name: str, a, dim: int):
-    """PyTorch has no softmax kernel for integer and bool tensors; its message names the
-    kernel (the last dim has its own)."""
-    kernel = f"{name}_lastdim_kernel_impl" if dim == a.ndim - 1 or a.ndim == 0 else \
-        f"{name}_kernel_impl"
-    raise NotImplementedError(f'"{kernel}" not implemented for \'{scalar_name(a.dtype)}\'')
-
-
 class Softmax(_SoftmaxBase):
     holomorphic = True
 
     @staticmethod
     def forward(a, *, dim):
         if a.dtype.kind not in "fc":
-            _not_implemented("softmax", a, dim)
+            no_kernel("softmax", a, dim)
         # initial: an empty slice has no maximum, and softmax of nothing is nothing
         e = xp.exp(a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True, initial=-xp.inf))
         return e / xp.add.reduce(e, axis=dim, keepdims=True)
@@ -332,7 +308,7 @@ class LogSoftmax(_SoftmaxBase):
     @staticmethod
     def forward(a, *, dim):
         if a.dtype.kind not in "fc":
-            _not_implemented("log_softmax", a, dim)
+            no_kernel("log_softmax", a, dim)
         s = a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True, initial=-xp.inf)
         return s - xp.log(xp.add.reduce(xp.exp(s), axis=dim, keepdims=True))
 
@@ -426,14 +402,14 @@ def prod(input, dim=None, keepdim: bool = False, *, dtype=None):
 def amax(input, dim=(), keepdim: bool = False, *, _name: str = "amax"):
     """Maximum over ``dim`` (all dims when ``dim`` is () or None); ties share the gradient."""
     if dim in ((), None, []):
-        _empty_check(_name, tuple(input.shape), None)
+        empty_check(_name, tuple(input.shape), None)
     return Amax.apply(input, dim=_dims(input, dim, "amax"),
                       keepdim=keepdim)
 
 
 def amin(input, dim=(), keepdim: bool = False, *, _name: str = "amin"):
     if dim in ((), None, []):
-        _empty_check(_name, tuple(input.shape), None)
+        empty_check(_name, tuple(input.shape), None)
     return Amin.apply(input, dim=_dims(input, dim, "amin"),
                       keepdim=keepdim)
 
@@ -455,7 +431,7 @@ def _select_extremum(input, dim, keepdim, arg, name):
     d = normalize_dim(dim, input.ndim, name) if input.ndim else 0
     if input.ndim == 0:
         return MaxMin(input, arg(input))
-    _empty_check(name, tuple(input.shape), d)
+    empty_check(name, tuple(input.shape), d)
     indices = arg(input, d, True)
     # gather picks one element per slice, so the gradient goes to that index only,
     # as PyTorch's max(dim) does (amax shares among ties instead)
@@ -480,7 +456,7 @@ def min(input, dim=None, keepdim: bool = False):
 
 
 def argmax(input, dim=None, keepdim: bool = False):
-    _no_bool(input, "argmax")  # (max(x, dim) takes bools: it does not come this way)
+    no_bool(input, "argmax")  # (max(x, dim) takes bools: it does not come this way)
     return _argmax(input, dim, keepdim)
 
 
@@ -500,13 +476,8 @@ def _argmin(input, dim=None, keepdim: bool = False):
 
 
 def argmin(input, dim=None, keepdim: bool = False):
-    _no_bool(input, "argmin")
+    no_bool(input, "argmin")
     return _argmin(input, dim, keepdim)
-
-
-def _no_bool(input, name: str) -> None:
-    if input._array.dtype == xp.bool_:
-        raise RuntimeError(f"{name}(): does not support bool input")
 
 
 def _correction(unbiased, correction):
