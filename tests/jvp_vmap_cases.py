@@ -331,6 +331,8 @@ CASES += [
           in_dims=((None, None, 0), (None, 0, 0), (None, 0, None), (0, None, None))),
     _case("one_hot", "OneHot", lambda m, i: m.one_hot(i, num_classes=5),
           inputs(ints(3, high=5)), jvp=False),
+    _case("view_dtype", "ViewDtype", lambda m, x: x.view(m.int64) + 0, inputs(normal(*X)),
+          jvp=False),
     _case("nonzero", "Nonzero", lambda m, x: m.nonzero(x), inputs(bools(*X)), jvp=False,
           vmap_error=True),
 ]

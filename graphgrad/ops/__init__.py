@@ -2,7 +2,7 @@
 ops, shape/dtype rule), and the functions and Tensor methods that call them."""
 
 from . import arithmetic, bce, compare, index, join, linalg, nll, reduce, shape, unary  # noqa: F401
-from . import compound, contractions, cumulative, diagonals, einsum_notation  # noqa: F401
+from . import compound, contractions, cumulative, diagonals, einsum_notation, refusals  # noqa: F401
 from . import grids, logarithmic, shifts, sorting, triangular  # noqa: F401
 from .arithmetic import *  # noqa: F401,F403
 from .base import REGISTRY, NO_PARAMS, Op, Spec, spec_of  # noqa: F401

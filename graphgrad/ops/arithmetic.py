@@ -165,6 +165,8 @@ class Pow(Elementwise):
 
     @staticmethod
     def forward(a, b):
+        if type(b) is xp.ndarray and b.dtype.kind in "iu" and xp.result_type(a, b).kind in "iu":
+            return _integer_power(a, b)  # (a Python int base stays weakly typed)
         out = xp.power(a, b)
         if xp.result_type(a, b) == xp.bool_:  # NumPy has no bool loop (int8); PyTorch keeps bool
             return out.astype(xp.bool_)
@@ -310,11 +312,23 @@ def mul(input, other):
     return Mul.apply(input, other)
 
 
+def _integer_power(a, b):
+    """Integers to a tensor of integer powers, as PyTorch computes them: a negative power
+    gives 1 for a base of 1, +-1 for -1 (by parity), and 0 for any other base. (NumPy
+    refuses negative powers; PyTorch refuses only a negative Python number as power.)"""
+    negative = b < 0
+    if not negative.any():
+        return xp.power(a, b)
+    out = xp.power(a, xp.where(negative, 0, b))
+    at_negative = xp.where(a == 1, 1, xp.where(a == -1, xp.where(b % 2 == 0, 1, -1), 0))
+    return xp.where(negative, at_negative, out).astype(out.dtype)
+
+
 def div(input, other, *, rounding_mode: str | None = None):
     if rounding_mode is None:
         return Div.apply(input, other)
     if rounding_mode not in ("floor", "trunc"):
-        raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
+        raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
                          f"but found '{rounding_mode}'")
     return Div.apply(input, other, rounding_mode=rounding_mode)
 

@@ -17,13 +17,15 @@ Data are positional; parameters are keyword-only and hashable. Subclassing regis
 
 from __future__ import annotations
 
+import re
 from typing import Any, NamedTuple
 
 from graphgrad.backend import from_numpy_dtype, stand_in, xp
 from graphgrad.tensor import Value, dispatch
 
 __all__ = ["Op", "REGISTRY", "Spec", "spec_of", "broadcast_shapes", "NO_PARAMS", "fmt_shape",
-           "saved_inputs"]
+           "saved_inputs", "torch_error_type", "int_arg",
+           "scalar_name", "SCALAR_NAMES", "C_NAMES"]
 
 REGISTRY: dict[str, type[Op]] = {}
 NO_PARAMS: dict = {}  # shared, never mutated: the params of every op call without any
@@ -136,24 +138,107 @@ class Op:
 
     @classmethod
     def explain_failure(cls, err: Exception, args: tuple, params: dict) -> Exception:
-        """Turn a failure inside ``forward`` into an error naming the op, shapes and dtypes."""
-        name = cls.__name__.lower()
+        """Turn a failure inside ``forward`` into an error naming the op, shapes and dtypes,
+        of the type PyTorch raises (NumPy's own types and wording never reach the user).
+        It must never fail itself: it runs on every bad input."""
+        name = _SNAKE.sub("_", cls.__name__).lower()  # LogSoftmax -> log_softmax
+        for i, a in enumerate(args):  # PyTorch's argument parser refuses these first
+            if isinstance(a, (str, bytes, list, tuple, dict, set)) or (
+                    a is None and isinstance(err, TypeError) and "NoneType" in str(err)):
+                what = f"'{('input', 'other')[i]}' (position {i + 1})" if len(args) == 2 \
+                    else f"{i + 1}"
+                return TypeError(f"{name}(): argument {what} must be Tensor, not "
+                                 f"{type(a).__name__}")
         try:
             cls.infer(*[spec_of(a) for a in args], **params)
         except (RuntimeError, ValueError, TypeError, IndexError) as rule_err:
-            msg = str(rule_err)
-            if not msg.startswith(name):
-                msg = f"{name}: {msg}"
-            return type(rule_err)(msg)
+            err, params = rule_err, None  # the rule's own message says enough
         except Exception:  # noqa: BLE001 - the original error is more telling then
             pass
-        described = ", ".join(
-            f"{fmt_shape(a._array.shape)} {from_numpy_dtype(a._array.dtype).name}"
-            if isinstance(a, Value) else repr(a) for a in args)
-        return type(err)(f"{name}: {err} (inputs: {described}"
-                         + (f"; {params}" if params else "") + ")") \
-            if isinstance(err, (RuntimeError, ValueError, TypeError, IndexError)) \
-            else RuntimeError(f"{name}: {type(err).__name__}: {err} (inputs: {described})")
+        msg = _numpy_reworded(name, err, args)
+        if not msg.startswith(name):
+            msg = f"{name}: {msg}"
+        if params is not None:
+            described = ", ".join(
+                f"{fmt_shape(a._array.shape)} {from_numpy_dtype(a._array.dtype).name}"
+                if isinstance(a, Value) else _short_repr(a) for a in args)
+            msg += f" (inputs: {described}" + (f"; {params}" if params else "") + ")"
+        return torch_error_type(err)(msg)
+
+
+_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+# NumPy's refusals that PyTorch words its own way (bool arithmetic)
+_BOOL_MESSAGES = {
+    "boolean subtract": "Subtraction, the `-` operator, with two bool tensors is not supported. "
+                        "Use the `^` or `logical_xor()` operator instead.",
+    "boolean negative": "Negation, the `-` operator, on a bool tensor is not supported. If you "
+                        "are trying to invert a mask, use the `~` or `logical_not()` operator "
+                        "instead.",
+}
+# graphgrad's own messages start with the op's name and a colon; NumPy's never do
+_OWN_MESSAGE = re.compile(r"^[A-Za-z_][\w.]*(\(\))?: ")
+
+
+def torch_error_type(err: Exception) -> type:
+    """The exception type PyTorch raises where NumPy (or Python) raised ``err``: NumPy's
+    AxisError is PyTorch's IndexError (dimension out of range); its ValueErrors
+    (broadcasting, empty reductions), ufunc type errors ("no loop"), overflow and division
+    by zero are PyTorch's RuntimeError. graphgrad's own checks already raise PyTorch's type."""
+    if isinstance(err, xp.exceptions.AxisError):
+        return IndexError
+    t = type(err)
+    if _no_loop(err):
+        return NotImplementedError  # PyTorch's "... not implemented for 'Float'"
+    if any(f in str(err) for f in _BOOL_MESSAGES):
+        return RuntimeError
+    if t in (RuntimeError, IndexError, TypeError, NotImplementedError):
+        return t
+    if t is ValueError and _OWN_MESSAGE.match(str(err)):
+        return ValueError  # a graphgrad check that mirrors a PyTorch ValueError
+    return RuntimeError
+
+
+def _no_loop(err: Exception) -> bool:
+    """NumPy has no kernel for these dtypes (PyTorch: RuntimeError "not implemented for")."""
+    msg = str(err)
+    return isinstance(err, TypeError) and (type(err) is not TypeError
+                                           or "not supported for the input types" in msg
+                                           or "did not contain a loop" in msg)
+
+
+def _numpy_reworded(name: str, err: Exception, args: tuple) -> str:
+    """``err``'s message, with NumPy's wording replaced by PyTorch's where they differ."""
+    msg = str(err)
+    arrays = [a._array for a in args if isinstance(a, Value)]
+    for fragment, torch_msg in _BOOL_MESSAGES.items():
+        if fragment in msg:
+            return torch_msg
+    if "could not be broadcast" in msg:
+        try:
+            broadcast_shapes(name, *[xp.shape(a._array if isinstance(a, Value) else a)
+                                     for a in args])
+        except RuntimeError as e:
+            return str(e)
+        except Exception:  # noqa: BLE001 - keep the generic wording below
+            pass
+        return f"{name}: the shapes {', '.join(fmt_shape(a.shape) for a in arrays)} cannot " \
+               "be broadcast together"
+    if _no_loop(err):
+        dtype = scalar_name(arrays[0].dtype) if arrays else type(args[0]).__name__
+        return f'"{name}_cpu" not implemented for \'{dtype}\''
+    too_many = re.match(r"too many indices for array: array is (\d+)-dimensional", msg)
+    if too_many:
+        return f"too many indices for tensor of dimension {too_many.group(1)}"
+    if isinstance(err, xp.exceptions.AxisError):
+        return msg.replace("axis", "dimension").replace("array of dimension", "tensor of dimension")
+    if isinstance(err, ZeroDivisionError) or not msg:
+        return type(err).__name__ + (f": {msg}" if msg else "")  # PyTorch: "ZeroDivisionError"
+    return msg
+
+
+def _short_repr(a) -> str:
+    r = repr(a)
+    return r if len(r) <= 60 else r[:57] + "..."
 
 
 def saved_inputs(op, inputs: tuple, params: dict):
@@ -164,7 +249,37 @@ def saved_inputs(op, inputs: tuple, params: dict):
     return s
 
 
+# PyTorch's ScalarType names, which its messages print
+SCALAR_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
+                "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+                "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+
+
+# the C type names some PyTorch messages print (masked_fill, matmul)
+C_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32": "int",
+           "int16": "short int", "int8": "signed char", "uint8": "unsigned char",
+           "float16": "c10::Half"}
+
+
+def scalar_name(np_dtype) -> str:
+    name = xp.dtype(np_dtype).name
+    return SCALAR_NAMES.get(name, name)
+
+
+def int_arg(value, op: str, arg: str, position: int) -> int:
+    """``value`` as an int, or PyTorch's argument-parser TypeError naming ``arg``."""
+    if isinstance(value, bool) or not isinstance(value, int) and (
+            not hasattr(value, "__index__") or isinstance(value, float)):
+        raise TypeError(f"{op}(): argument '{arg}' (position {position}) must be int, not "
+                        f"{type(value).__name__}")
+    return value if isinstance(value, int) else value.__index__()
+
+
 def normalize_dim(dim: int, ndim: int, op: str = "") -> int:
+    if not isinstance(dim, int):
+        if not hasattr(dim, "__index__") or isinstance(dim, (float, bool)):
+            raise TypeError(f"{op}(): argument 'dim' must be int, not {type(dim).__name__}")
+        dim = dim.__index__()
     lo, hi = (-ndim, ndim - 1) if ndim else (-1, 0)
     if not lo <= dim <= hi:
         raise IndexError(f"{op + ': ' if op else ''}Dimension out of range (expected to be in "
@@ -178,9 +293,15 @@ def normalize_dims(dim, ndim: int, op: str = "") -> tuple:
         return tuple(range(ndim))
     if isinstance(dim, int):
         dim = (dim,)
-    out = tuple(sorted({normalize_dim(d, ndim, op) for d in dim}))
+    elif isinstance(dim, str) or not hasattr(dim, "__iter__"):
+        raise TypeError(f"{op}(): argument 'dim' must be tuple of ints, not "
+                        f"{type(dim).__name__}")
+    seen = []
+    for d in dim:
+        d = normalize_dim(d, ndim, op)
+        if d in seen:
+            raise RuntimeError(f"{op}: dim {d} appears multiple times in the list of dims")
+        seen.append(d)
     if ndim == 0:  # dim 0 (or -1) of a 0-d tensor is the tensor itself: nothing to reduce
         return ()
-    if len(out) != len(dim):
-        raise RuntimeError(f"{op}: dim {dim} appears multiple times in the list of dims")
-    return out
+    return tuple(sorted(seen))

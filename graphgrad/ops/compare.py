@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from graphgrad.backend import torch_promotion, xp
 
-from .base import NO_PARAMS
+from .base import NO_PARAMS, scalar_name
 from .elementwise import WIDE_DTYPES, Elementwise
 
 __all__ = ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
@@ -98,8 +98,8 @@ class Where(Elementwise):
     @staticmethod
     def forward(cond, a, b):
         if getattr(cond, "dtype", None) != xp.bool_:
-            raise TypeError(f"where expected condition to be a boolean tensor, but got a tensor "
-                            f"with dtype {getattr(cond, 'dtype', type(cond).__name__)}")
+            raise RuntimeError(f"where expected condition to be a boolean tensor, but got a "
+                               f"tensor with dtype {scalar_name(xp.asarray(cond).dtype)}")
         out = xp.asarray(xp.where(cond, a, b))
         # mixed dtypes, or two Python numbers (NumPy's float64)
         if out.dtype in WIDE_DTYPES or any(getattr(v, "dtype", out.dtype) != out.dtype

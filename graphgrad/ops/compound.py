@@ -11,6 +11,8 @@ from graphgrad.backend import from_numpy_dtype, xp
 from graphgrad.tensor import Value
 from graphgrad.tensor import Tensor
 
+from .base import C_NAMES, scalar_name
+
 __all__ = ["addmm", "addmv", "addbmm", "baddbmm", "addcmul", "addcdiv", "lerp", "nan_to_num"]
 
 
@@ -111,29 +113,17 @@ def _dtype_name(t) -> str:
     return from_numpy_dtype(t._array.dtype).name
 
 
-_C_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half"}
-# PyTorch's ScalarType names, as its "not implemented for 'Long'" messages print them
-_SCALAR_TYPES = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
-                 "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
-                 "bool": "Bool"}
-
-
-def scalar_type_name(t) -> str:
-    name = _dtype_name(t)
-    return _SCALAR_TYPES.get(name, name.capitalize())
-
-
 def lerp(input, end, weight):
     """``input + weight * (end - input)``, computed as PyTorch does: from ``end`` when
     ``|weight| >= 0.5`` (so a weight of 1 gives ``end`` exactly)."""
     from .compare import where
     for name, t in (("end", end), ("weight", weight)):
         if isinstance(t, Value) and t._array.dtype != input._array.dtype:
-            want, got = (_C_NAMES.get(_dtype_name(x), _dtype_name(x)) for x in (input, t))
+            want, got = (C_NAMES.get(_dtype_name(x), _dtype_name(x)) for x in (input, t))
             raise RuntimeError(f"expected dtype {want} for `{name}` but got dtype {got}")
     if input._array.dtype.kind not in "fc":
         raise NotImplementedError(f'"lerp_kernel_scalar" not implemented for '
-                                  f"'{scalar_type_name(input)}'")
+                                  f"'{scalar_name(input._array.dtype)}'")
     span = end - input
     if not isinstance(weight, Value):
         return input + weight * span if abs(weight) < 0.5 else end - span * (1 - weight)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor
 
-from .base import normalize_dim
+from .base import normalize_dim, int_arg
 
 __all__ = ["diagonal", "trace", "diag", "diag_embed"]
 
@@ -22,6 +22,7 @@ def diagonal(input, offset: int = 0, dim1: int = 0, dim2: int = 1):
     """The elements ``input[..., i, i + offset]`` of dims ``dim1`` and ``dim2`` (below the
     main diagonal for a negative ``offset``), as a new last dim; the other dims keep
     their order."""
+    offset = int_arg(offset, "diagonal", "offset", 1)
     d1 = normalize_dim(dim1, input.ndim, "diagonal")
     d2 = normalize_dim(dim2, input.ndim, "diagonal")
     if d1 == d2:

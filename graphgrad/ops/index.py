@@ -13,20 +13,26 @@ import warnings
 from graphgrad.backend import xp
 from graphgrad.tensor import Value
 from graphgrad.tensor import Tensor
+from graphgrad.tensor.creation import fitted_scalar, invalid_arguments, is_number
 
 from .arithmetic import needs_grad
-from .base import Op, Spec, normalize_dim
+from .base import C_NAMES, Op, Spec, normalize_dim, int_arg
+from .refusals import (SEQUENCE_AS_TUPLE, check_along_dim, check_index_range, narrow_dim,
+                       narrow_start, sequence_as_tuple)
 from .batching import align, all_to_front, batch_size, materialize, to_front
 
 __all__ = ["getitem", "index_put", "gather", "scatter_add", "one_hot", "nonzero",
            "index_select", "masked_fill", "take_along_dim", "parse_index", "masked_select",
-           "select", "narrow"]
+           "select", "narrow", "check_index_range"]
 
 TENSOR_SLOT = "T"  # where an index tensor stands in a spec (see ``parse_index``)
 
 
 def parse_index(index) -> tuple[tuple, list]:
     """Split a Python index into (hashable spec, list of index tensors)."""
+    if sequence_as_tuple(index):
+        warnings.warn(SEQUENCE_AS_TUPLE, UserWarning, stacklevel=3)
+        index = tuple(index)
     if not isinstance(index, tuple):
         index = (index,)
     spec, tensors = [], []
@@ -48,8 +54,13 @@ def parse_index(index) -> tuple[tuple, list]:
             spec.append(item)
         elif isinstance(item, slice):
             spec.append(("slice", _as_int(item.start), _as_int(item.stop), _as_int(item.step)))
-        elif isinstance(item, (list, xp.ndarray, range)):
-            arr = xp.asarray(item)
+        elif isinstance(item, (list, tuple, xp.ndarray, range)):  # a sequence: a tensor
+            try:
+                arr = xp.asarray(item)
+            except ValueError:  # ragged, or holding tensors
+                raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long "
+                                 f"or byte Variables are valid indices (got "
+                                 f"{type(item).__name__})") from None
             if arr.dtype.kind not in "biu":
                 if arr.size == 0:
                     arr = arr.astype(xp.int64)
@@ -352,12 +363,16 @@ def index_put(input, indices, values, accumulate: bool = False):
 
 
 def select(input, dim: int, index: int):
+    index = int_arg(index, "select", "index", 2)
     d = normalize_dim(dim, input.ndim, "select")
     return getitem(input, (slice(None),) * d + (index,))
 
 
 def narrow(input, dim: int, start: int, length: int):
-    d = normalize_dim(dim, input.ndim, "narrow")
+    """``length`` elements from ``start`` along ``dim``; a negative ``start`` counts from
+    the end. PyTorch's checks, in its order."""
+    d = narrow_dim(input, dim, start, length)
+    start = narrow_start(start, length, input.shape[d])
     return getitem(input, (slice(None),) * d + (slice(start, start + length),))
 
 
@@ -377,10 +392,10 @@ class Gather(Op):
 
     @staticmethod
     def forward(a, index, *, dim):
-        if index.dtype != xp.int64 and index.dtype.kind in "iu":
+        if index.dtype != xp.int64 and (index.dtype.kind in "iu" or not index.size):
             index = index.astype(xp.int64)
         if index.dtype != xp.int64:
-            raise RuntimeError("gather(): Expected dtype int64 for index")
+            raise RuntimeError("gather(): Expected dtype int32/int64 for index")
         if index.ndim != a.ndim:
             raise RuntimeError("Index tensor must have the same number of dimensions as input "
                                "tensor")
@@ -389,6 +404,7 @@ class Gather(Op):
                 raise RuntimeError(f"Size does not match at dimension {d} expected index "
                                    f"{list(index.shape)} to be smaller than self "
                                    f"{list(a.shape)} apart from dimension {dim}")
+        check_along_dim(index, a.shape, dim)
         return a[_along_axis_index(index, dim)]
 
     @staticmethod
@@ -415,6 +431,9 @@ class ScatterAdd(Op):
 
     @staticmethod
     def forward(base, index, src, *, dim):
+        if index.dtype.kind not in "iu":
+            raise RuntimeError("scatter(): Expected dtype int32/int64 for index")
+        check_along_dim(index, base.shape, dim)
         out = base.copy()
         src = src[tuple(slice(0, s) for s in index.shape)] if src.shape != index.shape else src
         xp.add.at(out, _along_axis_index(index, dim), src)
@@ -454,6 +473,10 @@ def gather(input, dim: int, index, *, sparse_grad: bool = False):
 def take_along_dim(input, indices, dim=None):
     if dim is None:
         return gather(input.reshape(-1), 0, indices.reshape(-1))
+    if input.ndim != indices.ndim:
+        raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same "
+                           f"number of dimensions, but got {input.ndim} dimensions for input, "
+                           f"and {indices.ndim} dimensions for indices")
     return gather(input, dim, indices)
 
 
@@ -520,21 +543,32 @@ def nonzero(input, *, as_tuple: bool = False):
 
 def index_select(input, dim: int, index):
     d = normalize_dim(dim, input.ndim, "index_select")
-    return getitem(input, (slice(None),) * d + (index,))
-
-
-# the C type names PyTorch's masked_fill message prints
-_C_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32": "int",
-            "int16": "short int", "int8": "signed char", "uint8": "unsigned char"}
+    if not isinstance(index, Value):
+        raise TypeError(f"index_select(): argument 'index' (position 3) must be Tensor, not "
+                        f"{type(index).__name__}")
+    if index.ndim > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    if index._array.dtype not in (xp.int32, xp.int64):
+        raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
+    check_index_range(index, input.shape[d] if input.ndim else 1, d if input.ndim > 1 else None)
+    if input.ndim == 0:  # a 0-d tensor has one element to pick, as a 1-d tensor would
+        if index.numel() != 1:
+            raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got "
+                               f"{index.numel()} value(s)")
+        return getitem(input.reshape(1), (index.reshape(-1),)).reshape(())
+    return getitem(input, (slice(None),) * d + (index.reshape(-1),))
 
 
 def masked_fill(input, mask, value):
     """``input`` with ``value`` where ``mask`` is True, in ``input``'s dtype (a float
     value in an int tensor is truncated, as in PyTorch); both broadcast."""
     from .compare import where
+    if not (isinstance(value, Value) or is_number(value)):
+        raise invalid_arguments("masked_fill", (mask, value), ("Tensor mask, Tensor value",
+                                                             "Tensor mask, Number value"))
     mask_dtype = mask._array.dtype if isinstance(mask, Value) else None
     if mask_dtype != xp.bool_:
-        name = _C_NAMES.get(mask_dtype.name, mask_dtype.name) if mask_dtype else "float"
+        name = C_NAMES.get(mask_dtype.name, mask_dtype.name) if mask_dtype else "float"
         raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with "
                            f"dtype {name}")
     dtype = input._array.dtype
@@ -545,6 +579,7 @@ def masked_fill(input, mask, value):
         if value._array.dtype != dtype:
             value = value.to(dtype)
     else:
+        value = fitted_scalar(value, dtype)
         value = Tensor._make(xp.asarray(value).astype(dtype))
     return where(mask, value, input)
 

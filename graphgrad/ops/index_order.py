@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor, Value
+from graphgrad.tensor.creation import fitted_scalar
 
 from .index import (FULL_SLICE, TENSOR_SLOT, Getitem, IndexPut, apply_getitem, build_index,
                     parse_index)
@@ -184,6 +185,7 @@ def setitem(self, index, value) -> None:
     """``self[index] = value`` in place, with PyTorch's placement of the index tensors'
     dims: one ``index_put`` with ``value`` laid out as NumPy's assignment expects."""
     spec, tensors = parse_index(index)
+    value = fitted_scalar(value, self._array.dtype)
     if not isinstance(value, (Value, bool, int, float, complex)):
         value = Tensor._make(xp.asarray(value, self._array.dtype))  # lists and arrays
     if isinstance(value, Value) and value._array.dtype != self._array.dtype:

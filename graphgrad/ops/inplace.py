@@ -18,11 +18,12 @@ from collections.abc import Callable
 
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor, Value, active_modes, is_grad_enabled
+from graphgrad.tensor.creation import fitted_scalar
 from graphgrad.tensor.views import (bump_version, old_identity, rebase, root_base,
                                     views_follow_grad)
 
 from .arithmetic import needs_grad
-from .base import saved_inputs
+from .base import broadcast_shapes, saved_inputs
 
 __all__ = ["apply_inplace", "fill_inplace", "setitem_name", "check_allowed", "write_back_of",
            "keep_if_saved", "inplace_error_of_vmap"]
@@ -228,14 +229,16 @@ def _fill(old: Tensor, value) -> Tensor:
 
 def _fill_array(t: Tensor, value, name: str) -> None:
     src = value._array if isinstance(value, Value) else value
-    if isinstance(value, Value) and xp.broadcast_shapes(src.shape, t._array.shape) \
+    if isinstance(value, Value) and broadcast_shapes(name, t._array.shape, src.shape) \
             != t._array.shape:
         _write(t, xp.broadcast_to(src, xp.broadcast_shapes(src.shape, t._array.shape)), name)
     if not t._array.flags.writeable:
         _write(t, t._array, name)  # raises the read-only error
-    t._array[...] = src
+    with xp.errstate(invalid="ignore"):  # NaN into an int tensor: INT_MIN, silently as in PyTorch
+        t._array[...] = src
 
 
 def fill_inplace(t: Tensor, value, name: str = "fill_") -> Tensor:
     """``t[...] = value`` (a number or a tensor broadcast to t's shape)."""
+    value = fitted_scalar(value, t._array.dtype)
     return apply_inplace(t, _fill, value, name=name)

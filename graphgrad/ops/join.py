@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from graphgrad.backend import result_float_dtype, xp
 
-from .base import Op, Spec, normalize_dim
+from .base import Op, Spec, normalize_dim, int_arg
 from .batching import all_to_front, to_front
 from .index import getitem
 
@@ -158,6 +158,10 @@ def cat(tensors, dim: int = 0):
     tensors = tuple(tensors)
     if not tensors:
         raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be "
+                               f"concatenated")
     # PyTorch skips 1-d empty tensors in cat (legacy behaviour kept for compatibility)
     kept = tuple(t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)) or tensors[:1]
     d = normalize_dim(dim, kept[0].ndim, "cat")
@@ -194,6 +198,8 @@ def pad(input, pad, mode: str = "constant", value=None):
 def split(tensor, split_size_or_sections, dim: int = 0):
     """Pieces of ``split_size`` along ``dim`` (the last may be smaller), or of the listed
     sizes."""
+    if tensor.ndim == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor")
     d = normalize_dim(dim, tensor.ndim, "split")
     size = tensor.shape[d]
     if isinstance(split_size_or_sections, int):
@@ -201,7 +207,7 @@ def split(tensor, split_size_or_sections, dim: int = 0):
         if step <= 0 and size:
             raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got "
                                f"dimension size of {size}")
-        bounds = [(s, min(s + step, size)) for s in range(0, size, step)] or [(0, 0)]
+        bounds = [(s, min(s + step, size)) for s in range(0, size, step)] if size else [(0, 0)]
     else:
         sections = list(split_size_or_sections)
         if sum(sections) != size:
@@ -216,6 +222,7 @@ def split(tensor, split_size_or_sections, dim: int = 0):
 
 
 def chunk(input, chunks: int, dim: int = 0):
+    chunks = int_arg(chunks, "chunk", "chunks", 1)
     if chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
     d = normalize_dim(dim, input.ndim, "chunk")

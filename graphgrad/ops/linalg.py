@@ -187,6 +187,9 @@ vdot = inner = dot
 
 
 def outer(input, vec2):
+    for what, t in (("self", input), ("vec2", vec2)):
+        if t.ndim != 1:
+            raise RuntimeError(f"outer: Expected 1-D argument {what}, but got {t.ndim}-D")
     return input.unsqueeze(-1) * vec2.unsqueeze(-2)
 
 

@@ -28,12 +28,12 @@ def logaddexp(input, other):
     """``log(exp(input) + exp(other))``, exact for large arguments and infinities."""
     from .arithmetic import maximum
     from .compare import isfinite, where
-    from .compound import scalar_type_name
+    from .base import scalar_name
     from .unary import detach
     for t in (input, other):
         if t._array.dtype.kind not in "fc":
             raise NotImplementedError(f'"logaddexp_cpu" not implemented for '
-                                      f"'{scalar_type_name(t)}'")
+                                      f"'{scalar_name(t._array.dtype)}'")
     top = maximum(input, other)
     shift = detach(where(isfinite(top), top, 0.0))
     return shift + ((input - shift).exp() + (other - shift).exp()).log()

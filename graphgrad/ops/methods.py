@@ -6,8 +6,11 @@ from ``tensor`` to ``ops`` runs the other way: ops fill in the class).
 
 from __future__ import annotations
 
+from numbers import Number
+
 from graphgrad.backend import to_dtype, xp
 from graphgrad.tensor import Tensor, Value, dispatch
+from graphgrad.tensor.creation import invalid_arguments, is_number
 
 from . import arithmetic as A
 from . import compare as C
@@ -31,14 +34,28 @@ from .inplace import apply_inplace, fill_inplace
 _Add, _Sub, _Mul, _Div, _Pow = A.Add, A.Sub, A.Mul, A.Div, A.Pow
 
 
+def _foreign(other) -> bool:
+    """An operand no op takes (a string, a list, None, an object of another library): the
+    operator returns NotImplemented, so Python tries the other side and then raises its own
+    TypeError ("unsupported operand type(s) for +: 'Tensor' and 'str'"), as PyTorch does."""
+    return not isinstance(other, _OPERANDS) and not hasattr(type(other), "__float__")
+
+
+_OPERANDS = (Value, Number, xp.ndarray)
+
+
 def _rev(op):
     def method(self, other):
+        if _foreign(other):
+            return NotImplemented
         return dispatch(op, (other, self), NO_PARAMS)
     return method
 
 
 def _fwd(op):
     def method(self, other):
+        if _foreign(other):
+            return NotImplemented
         return dispatch(op, (self, other), NO_PARAMS)
     return method
 
@@ -57,6 +74,8 @@ def _ne(self, other):
 
 def _logical_or_bitwise(logical, bitwise):
     def method(self, other):
+        if _foreign(other):
+            return NotImplemented
         a = self._array.dtype == xp.bool_
         b = other._array.dtype == xp.bool_ if isinstance(other, Value) else isinstance(other, bool)
         return dispatch(logical if a and b else bitwise, (self, other), NO_PARAMS)
@@ -141,6 +160,11 @@ def _zero_(self):
 
 
 def _fill_(self, value):
+    if not (isinstance(value, Value) or is_number(value)):
+        raise invalid_arguments("fill_", (value,), ("Tensor value", "Number value"))
+    if isinstance(value, Value) and value.ndim:
+        raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
+                           f"{value.ndim} dimensions.")
     return fill_inplace(self, value, "fill_")
 
 
@@ -174,12 +198,6 @@ def _type(self, dtype=None):
                  "int32": "IntTensor", "bool": "BoolTensor", "float16": "HalfTensor"}
         return "graphgrad." + names.get(self._array.dtype.name, self._array.dtype.name)
     return U.cast(self, dtype)
-
-
-def _view(self, *shape):
-    if len(shape) == 1 and not isinstance(shape[0], (int, tuple, list)):
-        return U.cast(self, shape[0])  # view(dtype): reinterpretation is not supported
-    return S.reshape(self, *shape)
 
 
 def _T(self):
@@ -260,7 +278,7 @@ _METHODS = {
         "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "swapaxes",
         "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to", "repeat", "tile",
         "flip", "movedim", "ravel")},
-    "view": _view, "view_as": lambda self, other: S.reshape(self, *other.shape),
+    "view": S.view, "view_as": lambda self, other: S.view(self, *other.shape),
     "reshape_as": lambda self, other: S.reshape(self, *other.shape),
     "contiguous": _contiguous, "is_contiguous": _is_contiguous,
     # indexing and joining

@@ -16,6 +16,7 @@ from .arithmetic import Mul, Sub
 from .base import Op, Spec, normalize_dim, normalize_dims
 from .batching import to_front
 from .compare import where
+from .refusals import empty_check, no_bool, no_kernel
 from .unary import Exp
 
 __all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var",
@@ -96,6 +97,9 @@ class Mean(_Reduce):
             raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be "
                                f"either a floating point or complex dtype. Got: "
                                f"{a.dtype.name.capitalize()}")
+        if not a.size:  # the mean of nothing is NaN, without NumPy's warning (PyTorch has none)
+            with xp.errstate(all="ignore"):
+                return xp.asarray(xp.add.reduce(a, axis=dim, keepdims=keepdim, dtype=dtype) / 0)
         return xp.asarray(xp.mean(a, axis=dim, keepdims=keepdim, dtype=dtype))
 
     @staticmethod
@@ -152,23 +156,17 @@ class _Extremum(_Reduce):
         return (expand_back(g, a.shape, dim, keepdim) * share,)
 
 
-def _empty_check(name, a, dim):
-    if a.size == 0 and (builtins.any(a.shape[d] == 0 for d in dim) or not dim):
-        raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() "
-                         f"== 0. Specify the reduction dim with the 'dim' argument.")
-
-
 class Amax(_Extremum):
     @staticmethod
     def forward(a, *, dim, keepdim):
-        _empty_check("amax", a, dim)
+        empty_check("amax", a.shape, dim)
         return xp.asarray(xp.amax(a, axis=dim, keepdims=keepdim))
 
 
 class Amin(_Extremum):
     @staticmethod
     def forward(a, *, dim, keepdim):
-        _empty_check("amin", a, dim)
+        empty_check("amin", a.shape, dim)
         return xp.asarray(xp.amin(a, axis=dim, keepdims=keepdim))
 
 
@@ -182,6 +180,7 @@ class _ArgExtremum(Op):
 
     @classmethod
     def forward(cls, a, *, dim, keepdim):
+        empty_check(cls.__name__.lower(), a.shape, dim)
         if dim is None:
             return xp.asarray(cls._find(a), dtype=xp.int64)
         return cls._find(a, axis=dim, keepdims=keepdim).astype(xp.int64)
@@ -288,8 +287,9 @@ class Softmax(_SoftmaxBase):
     @staticmethod
     def forward(a, *, dim):
         if a.dtype.kind not in "fc":
-            raise RuntimeError(f"softmax: expected a floating point tensor, got {a.dtype}")
-        e = xp.exp(a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True))
+            no_kernel("softmax", a, dim)
+        # initial: an empty slice has no maximum, and softmax of nothing is nothing
+        e = xp.exp(a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True, initial=-xp.inf))
         return e / xp.add.reduce(e, axis=dim, keepdims=True)
 
     @staticmethod
@@ -308,8 +308,8 @@ class LogSoftmax(_SoftmaxBase):
     @staticmethod
     def forward(a, *, dim):
         if a.dtype.kind not in "fc":
-            raise RuntimeError(f"log_softmax: expected a floating point tensor, got {a.dtype}")
-        s = a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True)
+            no_kernel("log_softmax", a, dim)
+        s = a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True, initial=-xp.inf)
         return s - xp.log(xp.add.reduce(xp.exp(s), axis=dim, keepdims=True))
 
     @staticmethod
@@ -317,7 +317,7 @@ class LogSoftmax(_SoftmaxBase):
         # g - softmax(a) * sum(g), the ops applied directly (not through g.sum, g - ...):
         # this rule runs in every classifier's training step, where the methods'
         # argument handling shows
-        total = Sum.apply(g, dim=(dim,), keepdim=True)
+        total = Sum.apply(g, dim=(dim,) if g.ndim else (), keepdim=True)  # a 0-d tensor: itself
         return (Sub.apply(g, Mul.apply(Exp.apply(out), total)),)
 
     @staticmethod
@@ -399,13 +399,17 @@ def prod(input, dim=None, keepdim: bool = False, *, dtype=None):
     return Prod.apply(input, **params)
 
 
-def amax(input, dim=(), keepdim: bool = False):
+def amax(input, dim=(), keepdim: bool = False, *, _name: str = "amax"):
     """Maximum over ``dim`` (all dims when ``dim`` is () or None); ties share the gradient."""
+    if dim in ((), None, []):
+        empty_check(_name, tuple(input.shape), None)
     return Amax.apply(input, dim=_dims(input, dim, "amax"),
                       keepdim=keepdim)
 
 
-def amin(input, dim=(), keepdim: bool = False):
+def amin(input, dim=(), keepdim: bool = False, *, _name: str = "amin"):
+    if dim in ((), None, []):
+        empty_check(_name, tuple(input.shape), None)
     return Amin.apply(input, dim=_dims(input, dim, "amin"),
                       keepdim=keepdim)
 
@@ -427,6 +431,7 @@ def _select_extremum(input, dim, keepdim, arg, name):
     d = normalize_dim(dim, input.ndim, name) if input.ndim else 0
     if input.ndim == 0:
         return MaxMin(input, arg(input))
+    empty_check(name, tuple(input.shape), d)
     indices = arg(input, d, True)
     # gather picks one element per slice, so the gradient goes to that index only,
     # as PyTorch's max(dim) does (amax shares among ties instead)
@@ -440,24 +445,39 @@ def max(input, dim=None, keepdim: bool = False):
     """``max(x)``: the largest element; ``max(x, dim)``: (values, indices);
     ``max(x, other)``: elementwise maximum."""
     if dim is None:
-        return amax(input)
-    return _select_extremum(input, dim, keepdim, argmax, "max")
+        return amax(input, _name="max")
+    return _select_extremum(input, dim, keepdim, _argmax, "max")
 
 
 def min(input, dim=None, keepdim: bool = False):
     if dim is None:
-        return amin(input)
-    return _select_extremum(input, dim, keepdim, argmin, "min")
+        return amin(input, _name="min")
+    return _select_extremum(input, dim, keepdim, _argmin, "min")
 
 
 def argmax(input, dim=None, keepdim: bool = False):
-    d = None if dim is None else normalize_dim(dim, input.ndim, "argmax") if input.ndim else None
-    return Argmax.apply(input, dim=d, keepdim=keepdim)
+    no_bool(input, "argmax")  # (max(x, dim) takes bools: it does not come this way)
+    return _argmax(input, dim, keepdim)
+
+
+def _arg_extremum(op, input, dim, keepdim: bool):
+    d = None if dim is None else normalize_dim(dim, input.ndim, op.__name__.lower())
+    if input.ndim == 0:
+        d = None  # the one element: its index is 0 whatever the (valid) dim
+    return op.apply(input, dim=d, keepdim=keepdim)
+
+
+def _argmax(input, dim=None, keepdim: bool = False):
+    return _arg_extremum(Argmax, input, dim, keepdim)
+
+
+def _argmin(input, dim=None, keepdim: bool = False):
+    return _arg_extremum(Argmin, input, dim, keepdim)
 
 
 def argmin(input, dim=None, keepdim: bool = False):
-    d = None if dim is None else normalize_dim(dim, input.ndim, "argmin") if input.ndim else None
-    return Argmin.apply(input, dim=d, keepdim=keepdim)
+    no_bool(input, "argmin")
+    return _argmin(input, dim, keepdim)
 
 
 def _correction(unbiased, correction):
@@ -471,6 +491,8 @@ def var(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=Non
     if isinstance(dim, bool):  # var(x, False): the old unbiased positional form
         dim, unbiased = None, dim
     dims = _dims(input, dim, "var")
+    if input._array.dtype.kind not in "fc":
+        raise RuntimeError("std and var only support floating point and complex dtypes")
     n = 1
     for d in dims:
         n *= input.shape[d]

@@ -7,7 +7,7 @@ import math
 
 from graphgrad.backend import xp
 
-from .base import Op, Spec, normalize_dim
+from .base import Op, Spec, normalize_dim, scalar_name
 from .batching import align, to_front
 
 __all__ = ["reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose",
@@ -66,6 +66,7 @@ class Reshape(_Movement):
             if -1 in shape:
                 shape = tuple(None if s == -1 else s for s in shape)
             return Spec(tuple(shape), a.dtype)
+        _check_sizes(shape)
         if -1 in shape:
             if known == 0 or numel % known:
                 raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
@@ -199,6 +200,48 @@ class Flip(_Linear):
         return cls.apply(a, dims=tuple(d + 1 for d in dims)), 0
 
 
+class ViewDtype(Op):
+    """``tensor.view(dtype)``: the same bytes read as another dtype, a view (writes through
+    either show in the other). A different element size scales the last dim. Not
+    differentiable, as in PyTorch: its results never require grad."""
+
+    differentiable = False
+    promotes = False
+    saves_inputs = ()
+    view = True
+
+    @staticmethod
+    def forward(a, *, dtype):
+        new = xp.dtype(dtype)
+        old_size, new_size = a.dtype.itemsize, new.itemsize
+        if old_size == new_size:
+            return a.view(new)
+        what = f"to view {scalar_name(a.dtype)} as {scalar_name(new)} (different element sizes)"
+        if a.ndim == 0:
+            raise RuntimeError(f"self.dim() cannot be 0 {what}")
+        strides = [st // old_size for st in a.strides]
+        if a.size and not any(strides):  # a stand-in (shape rules): no memory to check
+            shape = (*a.shape[:-1], a.shape[-1] * old_size // new_size)
+            return xp.broadcast_to(xp.zeros((), new), shape)
+        ratio = max(old_size, new_size) // min(old_size, new_size)
+        if new_size > old_size and a.shape[-1] % ratio:
+            raise RuntimeError(f"self.size(-1) must be divisible by {ratio} {what}, but got "
+                               f"{a.shape[-1]}")
+        if strides[-1] != 1 and a.shape[-1] != 1:
+            raise RuntimeError(f"self.stride(-1) must be 1 {what}, but got {strides[-1]}")
+        for i, st in enumerate(strides[:-1]):
+            if new_size > old_size and st % ratio:
+                raise RuntimeError(f"self.stride({i}) must be divisible by {ratio} {what}, "
+                                   f"but got {st}")
+        if a.shape[-1] == 1 and strides[-1] != 1:  # NumPy wants the last axis contiguous
+            a = xp.lib.stride_tricks.as_strided(a, a.shape, (*a.strides[:-1], old_size))
+        return a.view(new)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dtype):
+        return cls.apply(to_front(vals[0], bdims[0]), dtype=dtype), 0
+
+
 # ---- user functions ------------------------------------------------------------------
 
 def _shape_arg(shape) -> tuple:
@@ -208,11 +251,46 @@ def _shape_arg(shape) -> tuple:
     return tuple(s if isinstance(s, int) and type(s) is not bool else int(s) for s in shape)
 
 
+def _distinct_dims(dims, ndim: int, op: str) -> tuple:
+    """``dims`` normalized; PyTorch refuses a dim named twice."""
+    dims = tuple(normalize_dim(d, ndim, op) for d in dims)
+    for i, d in enumerate(dims):
+        if d in dims[:i]:
+            raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
+    return dims
+
+
+def _check_sizes(shape: tuple) -> None:
+    """-1 is the one size to infer; NumPy would take any negative size for it."""
+    for i, s in enumerate(shape):
+        if s is not None and s < -1:
+            raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape {list(shape)}")
+
+
 def reshape(input, *shape):
-    return Reshape.apply(input, shape=_shape_arg(shape))
+    shape = _shape_arg(shape)
+    _check_sizes(shape)
+    return Reshape.apply(input, shape=shape)
 
 
-view = reshape
+def view(input, *shape):
+    """``reshape`` that never copies: PyTorch refuses a shape the strides cannot give;
+    ``view(dtype)`` reinterprets the bytes."""
+    if len(shape) == 1 and not isinstance(shape[0], (int, tuple, list)) \
+            and not hasattr(shape[0], "__index__"):
+        from graphgrad.backend import to_dtype
+        return ViewDtype.apply(input, dtype=to_dtype(shape[0]).np)
+    shape = _shape_arg(shape)
+    _check_sizes(shape)
+    arr = input._array
+    if not arr.flags.c_contiguous and arr.size:
+        try:
+            arr.reshape(Reshape.infer(Spec(arr.shape, arr.dtype), shape=shape).shape, copy=False)
+        except ValueError:
+            raise RuntimeError("view size is not compatible with input tensor's size and stride "
+                               "(at least one dimension spans across two contiguous subspaces)."
+                               " Use .reshape(...) instead.") from None
+    return Reshape.apply(input, shape=shape)
 
 
 def ravel(input):
@@ -242,8 +320,8 @@ def squeeze(input, dim=None):
     if dim is None:
         dims = {i for i, s in enumerate(shape) if s == 1}
     else:
-        dims = {normalize_dim(d, len(shape), "squeeze") if shape else 0
-                for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}
+        dims = _distinct_dims(dim if isinstance(dim, (tuple, list)) else (dim,), len(shape),
+                              "squeeze")
         dims = {d for d in dims if shape and shape[d] == 1}
     return reshape(input, tuple(s for i, s in enumerate(shape) if i not in dims))
 
@@ -267,9 +345,9 @@ def permute(input, *dims):
 
 def transpose(input, dim0: int, dim1: int):
     nd = input.ndim
+    d0, d1 = normalize_dim(dim0, nd, "transpose"), normalize_dim(dim1, nd, "transpose")
     if nd == 0:
         return input
-    d0, d1 = normalize_dim(dim0, nd, "transpose"), normalize_dim(dim1, nd, "transpose")
     dims = list(range(nd))
     dims[d0], dims[d1] = dims[d1], dims[d0]
     return Permute.apply(input, dims=tuple(dims))
@@ -330,7 +408,13 @@ def broadcast_tensors(*tensors):
 
 
 def repeat(input, *repeats):
-    return Repeat.apply(input, repeats=_shape_arg(repeats))
+    repeats = _shape_arg(repeats)
+    padded = (1,) * (len(repeats) - input.ndim) + tuple(input.shape)
+    shape = [s * r for s, r in zip(padded, repeats, strict=False)]
+    if any(s < 0 for s in shape) and len(repeats) >= input.ndim:
+        raise RuntimeError(f"Trying to create tensor with negative dimension "
+                           f"{next(s for s in shape if s < 0)}: {shape}")
+    return Repeat.apply(input, repeats=repeats)
 
 
 def tile(input, *dims):
@@ -343,7 +427,7 @@ def tile(input, *dims):
 def flip(input, dims):
     if isinstance(dims, int):
         dims = (dims,)
-    return Flip.apply(input, dims=tuple(normalize_dim(d, input.ndim, "flip") for d in dims))
+    return Flip.apply(input, dims=_distinct_dims(dims, input.ndim, "flip"))
 
 
 def atleast_1d(input):

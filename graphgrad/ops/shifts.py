@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from graphgrad.backend import xp
 
-from .base import normalize_dim
+from .base import normalize_dim, int_arg
 
 __all__ = ["roll", "rot90", "diff"]
 
@@ -69,6 +69,7 @@ def diff(input, n: int = 1, dim: int = -1, prepend=None, append=None):
     """The n-th forward difference along ``dim``: ``out[i] = input[i + 1] - input[i]``,
     applied ``n`` times, after ``prepend`` and ``append`` are joined on (logical xor for
     bool tensors, as in PyTorch); ``n = 0`` gives ``input`` as it is."""
+    n = int_arg(n, "diff", "n", 1)
     from .compare import logical_xor
     from .join import cat
     if input.ndim == 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from graphgrad.backend import xp
 
-from .base import Op, Spec, normalize_dim
+from .base import Op, Spec, normalize_dim, int_arg
 from .batching import all_to_front, to_front
 from .reduce import MaxMin
 
@@ -91,6 +91,7 @@ def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
     """The ``k`` largest (or smallest) elements along ``dim`` and their indices
     (``torch.return_types.topk``). They always come sorted; with ``sorted=False``
     PyTorch leaves the order unspecified, and sorted is one such order."""
+    k = int_arg(k, "topk", "k", 1)
     d = _dim(input, dim, "topk")
     size = input.shape[d] if input.ndim else 1
     if not 0 <= k <= size:
@@ -114,6 +115,7 @@ def _one_per_slice(input, indices, d: int, keepdim: bool):
 def kthvalue(input, k: int, dim: int = -1, keepdim: bool = False):
     """The ``k``-th smallest element along ``dim`` (k from 1) and its index
     (``torch.return_types.kthvalue``); NaN counts as the largest value."""
+    k = int_arg(k, "kthvalue", "k", 1)
     d = _dim(input, dim, "kthvalue")
     size = input.shape[d] if input.ndim else 1
     if not 1 <= k <= size:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from graphgrad.backend import xp
 
-from .base import Op, Spec
+from .base import Op, Spec, int_arg
 from .batching import to_front
 
 __all__ = ["tril", "triu", "tril_indices", "triu_indices"]
@@ -68,12 +68,12 @@ class Triu(_Triangle):
 def tril(input, diagonal: int = 0):
     """The lower triangle of the (batched) matrix ``input``: elements on and below the
     ``diagonal``-th diagonal; the rest are zero."""
-    return Tril.apply(input, diagonal=int(diagonal))
+    return Tril.apply(input, diagonal=int_arg(diagonal, "tril", "diagonal", 1))
 
 
 def triu(input, diagonal: int = 0):
     """The upper triangle: elements on and above the ``diagonal``-th diagonal."""
-    return Triu.apply(input, diagonal=int(diagonal))
+    return Triu.apply(input, diagonal=int_arg(diagonal, "triu", "diagonal", 1))
 
 
 def _triangle_indices(pick, row: int, col: int, offset: int, dtype):

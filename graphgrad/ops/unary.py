@@ -374,7 +374,11 @@ class Cast(Elementwise):
 
     @staticmethod
     def forward(a, *, dtype):
-        return xp.asarray(a).astype(dtype)
+        a = xp.asarray(a)
+        if a.dtype.kind in "fc" and xp.dtype(dtype).kind in "iu":
+            with xp.errstate(invalid="ignore"):  # NaN and inf become INT_MIN silently, as
+                return a.astype(dtype)            # in PyTorch's casts
+        return a.astype(dtype)
 
     @staticmethod
     def holomorphic(*, dtype) -> bool:
@@ -505,6 +509,10 @@ def square(input):
 def clamp(input, min=None, max=None):
     """Clamp to ``[min, max]``; bounds may be numbers or tensors."""
     from graphgrad.tensor import Value
+    from graphgrad.tensor.creation import invalid_arguments, is_number
+    if not all(b is None or isinstance(b, Value) or is_number(b) for b in (min, max)):
+        raise invalid_arguments("clamp", (min, max), ("Tensor min = None, Tensor max = None",
+                                                      "Number min = None, Number max = None"))
     if isinstance(min, Value) or isinstance(max, Value):
         from .arithmetic import maximum, minimum
         out = input

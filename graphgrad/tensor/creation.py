@@ -199,13 +199,20 @@ def from_numpy(array) -> Tensor:
     return Tensor._make(array)
 
 
-def _size(size: tuple) -> tuple:
+def _size(size: tuple, negative: str | None = None) -> tuple:
+    """The sizes as ints; a negative one is PyTorch's RuntimeError (``negative``: the
+    factory's own message, where it has one)."""
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = tuple(size[0])
     try:
-        return tuple(int(s) for s in size)
+        size = tuple(int(s) for s in size)
     except TypeError:
         raise TypeError(f"size must be a sequence of ints, got {size!r}") from None
+    for s in size:
+        if s < 0:
+            raise RuntimeError(negative or f"Trying to create tensor with negative dimension "
+                                           f"{s}: {list(size)}")
+    return size
 
 
 def _dt(dtype, default=None):
@@ -214,7 +221,8 @@ def _dt(dtype, default=None):
 
 def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     check_device(device)
-    return _new(xp.zeros(_size(size), _dt(dtype)), requires_grad)
+    return _new(xp.zeros(_size(size, "zeros: Dimension size must be non-negative."),
+                         _dt(dtype)), requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
@@ -227,6 +235,52 @@ def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     return _new(xp.empty(_size(size), _dt(dtype)), requires_grad)
 
 
+# the C++ type names PyTorch's "cannot be converted" message prints
+_C_TYPES = {"int64": "int64_t", "int32": "int", "int16": "int16_t", "int8": "int8_t",
+            "uint8": "uint8_t", "float64": "double", "float32": "float", "float16": "c10::Half"}
+
+
+def invalid_arguments(fn: str, args: tuple, overloads: tuple[str, ...]) -> TypeError:
+    """PyTorch's argument-parser error for arguments no overload of ``fn`` takes."""
+    got = ", ".join(type(a).__name__ if not isinstance(a, Tensor) else "Tensor" for a in args)
+    return TypeError(f"{fn}() received an invalid combination of arguments - got ({got}), but "
+                     f"expected one of:\n" + "".join(f" * ({o})\n" for o in overloads))
+
+
+def is_number(v) -> bool:
+    return isinstance(v, (int, float, complex)) or type(v).__module__ == "numpy" and \
+        hasattr(v, "dtype")
+
+
+def fitted_scalar(value, np_dtype):
+    """PyTorch's refusal to store a Python number its dtype cannot hold (NaN or infinity in
+    an integer tensor, a finite value past the dtype's range, a complex number with an
+    imaginary part in a real tensor): fill_, x[i] = v, masked_fill, full. A bool tensor
+    takes anything; uint8 takes -255..255 (negatives wrap, as in C++). Returns the value to
+    store."""
+    dt = xp.dtype(np_dtype)
+    if dt.kind == "b" or dt.kind == "c" or isinstance(value, bool) \
+            or not isinstance(value, (int, float, complex)):
+        return value
+    if isinstance(value, complex):
+        fits = value.imag == 0
+        value = value.real
+    else:
+        fits = True
+    if dt.kind in "iu":
+        info = xp.iinfo(dt)
+        low = -int(info.max) if dt.kind == "u" else int(info.min)
+        fits = fits and value == value and low <= value <= int(info.max)  # NaN != NaN
+    elif dt.kind == "f":
+        fits = fits and not (abs(value) > float(xp.finfo(dt).max) and abs(value) != float("inf"))
+    if not fits:
+        raise RuntimeError(f"value cannot be converted to type {_C_TYPES.get(dt.name, dt.name)} "
+                           f"without overflow")
+    if dt.kind == "u" and value < 0:
+        return int(value) % (int(xp.iinfo(dt).max) + 1)
+    return value
+
+
 def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     check_device(device)
     if dtype is None:
@@ -235,6 +289,10 @@ def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False)
         dtype = dtype if dtype is not None else get_default_dtype().np
     else:
         dtype = to_dtype(dtype).np
+    if not (is_number(fill_value) or isinstance(fill_value, Tensor)):
+        raise TypeError(f"full(): argument 'fill_value' (position 2) must be Number, not "
+                        f"{type(fill_value).__name__}")
+    fill_value = fitted_scalar(fill_value, dtype)
     return _new(xp.full(_size((size,)), fill_value, dtype), requires_grad)
 
 
@@ -248,18 +306,52 @@ def arange(start, end=None, step=1, dtype=None, device=None,
         dtype = xp.int64 if is_int else get_default_dtype().np
     else:
         dtype = to_dtype(dtype).np
+    _check_range(start, end, step)
     return _new(xp.arange(start, end, step).astype(dtype), requires_grad)
+
+
+def _check_range(start, end, step) -> None:
+    """PyTorch's checks of arange's arguments, in its order."""
+    import math
+    for v in (start, end, step):
+        if isinstance(v, (str, bytes)) or v is None or isinstance(v, (list, tuple)):
+            raise TypeError(f"arange() received an invalid combination of arguments - got "
+                            f"({', '.join(type(a).__name__ for a in (start, end, step))})")
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    if not (math.isfinite(start) and math.isfinite(end)):
+        raise RuntimeError(f"unsupported range: {start} -> {end}")
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
 
 
 def linspace(start, end, steps: int, dtype=None, device=None,
              requires_grad: bool = False) -> Tensor:
     check_device(device)
+    if not (is_number(start) or isinstance(start, Tensor)) or not (
+            is_number(end) or isinstance(end, Tensor)) or isinstance(steps, bool) \
+            or not isinstance(steps, int):
+        raise invalid_arguments("linspace", (start, end, steps), (
+            "Tensor start, Tensor end, int steps", "Number start, Tensor end, int steps",
+            "Tensor start, Number end, int steps", "Number start, Number end, int steps"))
+    if dtype is not None and to_dtype(dtype).np == xp.bool_:
+        raise NotImplementedError('"linspace_cpu" not implemented for \'Bool\'')
+    if isinstance(steps, int) and steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
     return _new(xp.linspace(start, end, steps).astype(_dt(dtype)), requires_grad)
 
 
 def eye(n: int, m: int | None = None, dtype=None, device=None,
         requires_grad: bool = False) -> Tensor:
     check_device(device)
+    for name, v, pos in (("n", n, 1), ("m", m, 2)):
+        if v is None and name == "m":
+            continue
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError(f"eye(): argument '{name}' (position {pos}) must be int, not "
+                            f"{type(v).__name__}")
+        if v < 0:
+            raise RuntimeError(f"{name} must be greater or equal to 0, got {v}")
     return _new(xp.eye(n, m, dtype=_dt(dtype)), requires_grad)
 
 

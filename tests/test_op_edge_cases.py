@@ -1,0 +1,407 @@
+"""Ops on bad and edge inputs against PyTorch: each call is written once against a
+namespace ``m`` (graphgrad or torch); where PyTorch raises, graphgrad raises the same
+exception type with PyTorch's message inside its own (which may add the op, shapes and
+dtypes); where PyTorch returns, graphgrad returns the same values, shape and dtype."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import graphgrad as gg
+
+NAN, INF = float("nan"), float("inf")
+
+# (id, call on namespace m); the probes in bench/op_bad_input.py are generated, these are
+# the cases each fix was made for
+CASES = [
+    # narrow: a negative start counts from the end; PyTorch's range checks in its order
+    ("narrow_negative_start", lambda m: m.arange(12.).reshape(3, 4).narrow(1, -2, 2)),
+    ("narrow_start_plus_length", lambda m: m.ones(3, 4).narrow(1, 3, 2)),
+    ("narrow_start_below", lambda m: m.ones(3, 4).narrow(1, -5, 2)),
+    ("narrow_start_above", lambda m: m.ones(3).narrow(0, 4, 0)),
+    ("narrow_start_at_end", lambda m: m.ones(3).narrow(0, 3, 0)),
+    ("narrow_negative_length", lambda m: m.ones(3, 4).narrow(1, 0, -1)),
+    ("narrow_0d", lambda m: m.tensor(1.).narrow(0, 0, 1)),
+    ("narrow_bad_dim", lambda m: m.ones(3).narrow(1, 0, 1)),
+    ("narrow_whole", lambda m: m.arange(3.).narrow(0, -3, 3)),
+    # out-of-range indices are refused, never wrapped
+    ("embedding_minus_one", lambda m: m.nn.functional.embedding(m.tensor([-1]), m.ones(3, 2))),
+    ("embedding_size", lambda m: m.nn.functional.embedding(m.tensor([[0, 3]]), m.ones(3, 2))),
+    ("embedding_ok", lambda m: m.nn.functional.embedding(m.tensor([[0, 2]]),
+                                                         m.arange(6.).reshape(3, 2))),
+    ("index_select_minus_one", lambda m: m.ones(3).index_select(0, m.tensor([-1]))),
+    ("index_select_size", lambda m: m.ones(3).index_select(0, m.tensor([3]))),
+    ("index_select_dim1", lambda m: m.ones(3, 2).index_select(1, m.tensor([2]))),
+    ("index_select_dim1_negative", lambda m: m.ones(3, 2).index_select(1, m.tensor([-1]))),
+    ("index_select_last_dim", lambda m: m.ones(3, 2, 4).index_select(2, m.tensor([0, 5]))),
+    ("index_select_matrix_index", lambda m: m.ones(3).index_select(0, m.tensor([[0]]))),
+    ("index_select_float_index", lambda m: m.ones(3).index_select(0, m.tensor([0.]))),
+    ("index_select_0d_index", lambda m: m.arange(3.).index_select(0, m.tensor(2))),
+    ("index_select_0d_input", lambda m: m.tensor(5.).index_select(0, m.tensor([0]))),
+    ("index_select_0d_input_two", lambda m: m.tensor(5.).index_select(0, m.tensor([0, 0]))),
+    ("gather_minus_one", lambda m: m.ones(3).gather(0, m.tensor([-1]))),
+    ("gather_size", lambda m: m.ones(3).gather(0, m.tensor([5, -7]))),
+    ("gather_dim1", lambda m: m.ones(3, 2).gather(1, m.tensor([[0], [2]]))),
+    ("gather_float_index", lambda m: m.ones(3).gather(0, m.tensor([0.]))),
+    ("scatter_add_minus_one", lambda m: m.ones(3).scatter_add(0, m.tensor([-1]), m.ones(1))),
+    ("scatter_add_float_index", lambda m: m.ones(3).scatter_add(0, m.tensor([0.]), m.ones(1))),
+    # view(dtype) reinterprets the bytes
+    ("view_dtype_same_size", lambda m: m.tensor([1.5, -2.0]).view(m.int32)),
+    ("view_dtype_smaller", lambda m: m.tensor([[1.5, -2.0]], dtype=m.float64).view(m.int16)),
+    ("view_dtype_larger", lambda m: m.arange(8, dtype=m.int8).reshape(2, 4).view(m.int16)),
+    ("view_dtype_indivisible", lambda m: m.ones(3, 3).view(m.int64)),
+    ("view_dtype_0d", lambda m: m.ones(()).view(m.int16)),
+    ("view_dtype_0d_same_size", lambda m: m.tensor(1.).view(m.int32)),
+    ("view_dtype_strided", lambda m: m.ones(3, 4).t().view(m.int16)),
+    ("view_dtype_strided_larger", lambda m: m.ones(4, 2).t().view(m.float64)),
+    ("view_dtype_sliced", lambda m: m.ones(3, 4)[:, 1:].view(m.float64)),
+    ("view_dtype_transposed_same", lambda m: m.arange(12.).reshape(4, 3).t().view(m.int32)),
+    ("view_dtype_bool", lambda m: m.tensor([[True, False]]).view(m.uint8)),
+    # view never copies
+    ("view_spanning", lambda m: m.ones(3, 4).t().view(12)),
+    ("view_spanning_permuted", lambda m: m.ones(2, 3, 4).permute(1, 0, 2).view(3, 8)),
+    ("view_compatible", lambda m: m.arange(12.).reshape(3, 4).t().view(4, 3, 1)),
+    ("view_compatible_split", lambda m: m.arange(12.).reshape(4, 3).t().view(3, 2, 2)),
+    ("view_compatible_permuted", lambda m: m.arange(24.).reshape(2, 3, 4).permute(1, 0, 2)
+     .view(6, 4)),
+    ("view_sliced", lambda m: m.arange(24.).reshape(4, 6)[:, :4].view(4, 2, 2)),
+    ("view_sliced_spanning", lambda m: m.ones(4, 6)[:, :4].view(16)),
+    ("view_bad_size", lambda m: m.ones(4, 3).t().view(5)),
+    ("view_as_spanning", lambda m: m.ones(3, 4).t().view_as(m.ones(12))),
+    # numbers an int (or float) tensor cannot hold
+    ("fill_nan_int64", lambda m: m.zeros(3, dtype=m.int64).fill_(NAN)),
+    ("fill_inf_int16", lambda m: m.zeros(3, dtype=m.int16).fill_(INF)),
+    ("fill_nan_int32", lambda m: m.zeros(3, dtype=m.int32).fill_(NAN)),
+    ("fill_big_int8", lambda m: m.zeros(3, dtype=m.int8).fill_(300)),
+    ("fill_big_int32", lambda m: m.zeros(3, dtype=m.int32).fill_(2 ** 31)),
+    ("fill_negative_uint8", lambda m: m.zeros(3, dtype=m.uint8).fill_(-1)),
+    ("fill_below_uint8", lambda m: m.zeros(3, dtype=m.uint8).fill_(-256)),
+    ("fill_fraction_int", lambda m: m.zeros(3, dtype=m.int64).fill_(2.5)),
+    ("fill_nan_bool", lambda m: m.zeros(3, dtype=m.bool).fill_(NAN)),
+    ("fill_huge_float32", lambda m: m.zeros(3).fill_(1e300)),
+    ("fill_inf_float32", lambda m: m.zeros(3).fill_(INF)),
+    ("fill_complex_int", lambda m: m.zeros(3, dtype=m.int64).fill_(1 + 2j)),
+    ("fill_nan_tensor_int", lambda m: m.zeros(3, dtype=m.int64).fill_(m.tensor(NAN))),
+    ("copy_nan_int", lambda m: m.zeros(3, dtype=m.int64).copy_(m.tensor([NAN, INF, 1.0]))),
+    ("setitem_nan_int", lambda m: _setitem(m.zeros(3, dtype=m.int64), 0, NAN)),
+    ("setitem_slice_inf_int", lambda m: _setitem(m.zeros(3, dtype=m.int64), slice(0, 2), INF)),
+    ("setitem_big_int", lambda m: _setitem(m.zeros(3, dtype=m.int64), 0, 1e30)),
+    ("setitem_nan_tensor_int", lambda m: _setitem(m.zeros(3, dtype=m.int64), slice(0, 2),
+                                                  m.tensor(NAN))),
+    ("masked_fill_nan_int", lambda m: m.zeros(3, dtype=m.int64).masked_fill(
+        m.tensor([True, False, True]), NAN)),
+    ("full_nan_int", lambda m: m.full((2,), NAN, dtype=m.int64)),
+    # softmax family: 0-d and empty inputs
+    ("softmax_0d", lambda m: m.tensor(2.).softmax(0)),
+    ("log_softmax_0d_last", lambda m: m.tensor(2.).log_softmax(-1)),
+    ("softmax_0d_bad_dim", lambda m: m.tensor(3.).softmax(1)),
+    ("softmax_empty_dim0", lambda m: m.ones(0, 3).softmax(0)),
+    ("log_softmax_empty_dim0", lambda m: m.ones(0, 3).log_softmax(0)),
+    ("softmax_empty_dim1", lambda m: m.ones(0, 3).softmax(1)),
+    # reductions of an empty (0, 3) tensor
+    ("sum_empty", lambda m: m.ones(0, 3).sum(0)),
+    ("mean_empty", lambda m: m.ones(0, 3).mean(0)),
+    ("mean_empty_all", lambda m: m.ones(0, 3).mean()),
+    ("prod_empty", lambda m: m.ones(0, 3).prod(0)),
+    ("amax_empty_all", lambda m: m.ones(0, 3).amax()),
+    ("amax_empty_dim", lambda m: m.ones(0, 3).amax(0)),
+    ("amin_empty_dims", lambda m: m.ones(0, 3).amin((0, 1))),
+    ("amax_empty_other_dim", lambda m: m.ones(0, 3).amax(1)),
+    ("max_empty_all", lambda m: m.ones(0, 3).max()),
+    ("min_empty_all", lambda m: m.ones(0, 3).min()),
+    ("max_empty_dim", lambda m: m.ones(0, 3).max(0)),
+    ("min_empty_dim", lambda m: m.ones(0, 3).min(0)),
+    ("max_empty_other_dim", lambda m: m.ones(0, 3).max(1).values),
+    ("argmax_empty_all", lambda m: m.ones(0, 3).argmax()),
+    ("argmin_empty_dim", lambda m: m.ones(0, 3).argmin(0)),
+    ("argmax_empty_other_dim", lambda m: m.ones(0, 3).argmax(1)),
+    ("logsumexp_empty", lambda m: m.ones(0, 3).logsumexp(0)),
+    ("std_empty", lambda m: m.ones(0, 3).std(1)),
+    # a dim must be an int (PyTorch adds "(position N)" when it is passed by position)
+    ("argmax_tuple_dim", lambda m: m.ones(3).argmax(dim=(0,))),
+    ("softmax_tuple_dim", lambda m: m.ones(3).softmax(dim=(0,))),
+    ("cumsum_tuple_dim", lambda m: m.ones(3).cumsum(dim=(0,))),
+    # tuples and sequences inside an index
+    ("index_tuple_in_tuple", lambda m: m.arange(6.).reshape(2, 3)[(0, 1), ]),
+    ("index_list_holding_tuple", lambda m: m.arange(6.).reshape(2, 3)[[0, (1, 1)]]),
+    ("index_list_of_tuples", lambda m: m.arange(6.).reshape(2, 3)[[(0, 1), (1, 2)]]),
+    ("index_list_holding_list", lambda m: m.arange(9.).reshape(3, 3)[[0, [1, 2]]]),
+    ("index_list_holding_none", lambda m: m.arange(9.).reshape(3, 3)[[0, None]]),
+    ("index_list_holding_slice", lambda m: m.arange(24.).reshape(2, 3, 4)[[0, slice(None), 1]]),
+    ("index_list_holding_ellipsis", lambda m: m.arange(24.).reshape(2, 3, 4)[[0, ...]]),
+    ("index_list_holding_tensor", lambda m: m.arange(24.).reshape(2, 3, 4)[[m.tensor(1), 0]]),
+    ("index_tuples_in_tuple", lambda m: m.arange(24.).reshape(2, 3, 4)[(0, 1), (1, 2)]),
+    ("index_nested_tuple", lambda m: m.arange(6.).reshape(2, 3)[((0, 1), (1, 0)), ]),
+    ("index_plain_list", lambda m: m.arange(6.).reshape(2, 3)[[0, 1]]),
+    ("index_list_slice_too_many", lambda m: m.ones(3)[[0, slice(None)]]),
+    ("setitem_list_holding_tuple", lambda m: _setitem(m.zeros(3, 3), [0, (1, 2)], 5.)),
+    # PyTorch's RuntimeError, not ValueError
+    ("div_rounding_typo", lambda m: m.div(m.ones(2), 2, rounding_mode="typo")),
+    ("flip_repeated", lambda m: m.ones(2, 2).flip((0, 0))),
+    ("flip_repeated_negative", lambda m: m.ones(2, 2).flip((0, -2))),
+    ("flip_0d", lambda m: m.tensor(1.).flip(0)),
+    ("squeeze_repeated", lambda m: m.ones(1, 1).squeeze((0, 0))),
+    ("pow_int_negative_scalar", lambda m: m.tensor([2]) ** -1),
+    ("pow_int_negative_tensor", lambda m: m.tensor([0, 1, -1, 2, -2, 3, -3], dtype=m.int32)
+     ** m.tensor([-3, -2, -1, -1, -2, 2, -3])),
+    ("pow_int_negative_0d", lambda m: m.tensor([2, 3]) ** m.tensor(-1)),
+    ("pow_number_to_int_tensor", lambda m: 2 ** m.tensor([-1, 2])),
+    ("pow_uint8_negative", lambda m: m.tensor([2], dtype=m.uint8) ** m.tensor([-1])),
+    ("linspace_bool", lambda m: m.linspace(0, 1, 5, dtype=m.bool)),
+    ("squeeze_0d_dim", lambda m: m.tensor(1.).squeeze(10)),
+    ("squeeze_0d_ok", lambda m: m.tensor(1.).squeeze(-1)),
+    # foreign operands and NumPy's refusals
+    ("add_str", lambda m: m.ones(3) + "a"),
+    ("radd_str", lambda m: "a" + m.ones(3)),
+    ("add_list", lambda m: m.ones(3) + [1, 2, 3]),
+    ("add_tuple", lambda m: m.ones(3) + (1, 2, 3)),
+    ("add_none", lambda m: m.ones(3) + None),
+    ("mul_none", lambda m: None * m.ones(3)),
+    ("sub_dict", lambda m: m.ones(3) - {}),
+    ("lt_str", lambda m: m.ones(3) < "a"),
+    ("and_str", lambda m: m.ones(3, dtype=m.bool) & "a"),
+    ("broadcast_add", lambda m: m.ones(3) + m.ones(4)),
+    ("broadcast_mul_3d", lambda m: m.ones(3).mul(m.ones(2, 1, 4))),
+    ("bool_sub", lambda m: m.ones(3, dtype=m.bool) - m.ones(3, dtype=m.bool)),
+    ("bool_neg", lambda m: -m.ones(3, dtype=m.bool)),
+    ("int_floor_divide_zero", lambda m: m.tensor([1]) // m.tensor([0])),
+    ("int_remainder_zero", lambda m: m.tensor([1]) % m.tensor([0])),
+    ("sum_bad_dim", lambda m: m.ones(3).sum(2)),
+    ("sum_0d_dim", lambda m: m.tensor(2.).sum(0)),
+    # found by bench/op_bad_input.py
+    ("no_kernel_bitwise_float", lambda m: m.bitwise_and(m.ones(3), m.ones(3))),
+    ("no_kernel_bitwise_double", lambda m: m.bitwise_and(m.ones(3, dtype=m.float64), 1)),
+    ("softmax_of_ints", lambda m: m.softmax(m.ones(3, 4, dtype=m.int64), 0)),
+    ("log_softmax_of_bools", lambda m: m.log_softmax(m.ones(3, 4, dtype=m.bool), 1)),
+    ("zeros_negative", lambda m: m.zeros(-1, 2)),
+    ("ones_negative", lambda m: m.ones(2, -1)),
+    ("empty_negative", lambda m: m.empty(-3)),
+    ("full_negative", lambda m: m.full((-2, 6), 0.)),
+    ("rand_negative", lambda m: m.rand(-1)),
+    ("eye_negative", lambda m: m.eye(-1)),
+    ("eye_float", lambda m: m.eye(1.5)),
+    ("linspace_negative_steps", lambda m: m.linspace(0, 1, -1)),
+    ("arange_zero_step", lambda m: m.arange(0, 5, 0)),
+    ("arange_wrong_sign", lambda m: m.arange(2, -1)),
+    ("arange_nan", lambda m: m.arange(NAN, -1)),
+    ("arange_ok", lambda m: m.arange(0.5)),
+    ("copy_not_broadcastable", lambda m: m.zeros(3).copy_(m.ones(2))),
+    ("fill_with_vector", lambda m: m.zeros(3).fill_(m.ones(2))),
+    ("where_float_condition", lambda m: m.where(m.ones(3), m.ones(3), m.zeros(3))),
+    ("where_int_condition", lambda m: m.where(m.ones(3, dtype=m.int64), m.ones(3), m.zeros(3))),
+    ("topk_none", lambda m: m.ones(3).topk(None)),
+    ("topk_float", lambda m: m.ones(3).topk(1.5)),
+    ("kthvalue_tuple", lambda m: m.ones(3).kthvalue((0, 0))),
+    ("chunk_float", lambda m: m.ones(3).chunk(1.5)),
+    ("diff_float", lambda m: m.ones(3).diff(1.5)),
+    ("tril_none", lambda m: m.ones(3, 3).tril(None)),
+    ("triu_float", lambda m: m.ones(3, 3).triu(1.5)),
+    ("diagonal_float", lambda m: m.ones(3, 3).diagonal(1.5)),
+    ("select_tuple_index", lambda m: m.ones(3, 4).select(0, (0, 1))),
+    ("transpose_0d", lambda m: m.tensor(1.).transpose(0, 1)),
+    ("transpose_0d_ok", lambda m: m.tensor(1.).transpose(0, -1)),
+    ("argmax_0d_bad_dim", lambda m: m.tensor(1.).argmax(-3)),
+    ("argmax_bool", lambda m: m.tensor([True]).argmax()),
+    ("argmin_bool_dim", lambda m: m.ones(3, 4, dtype=m.bool).argmin(0)),
+    ("max_bool_dim", lambda m: m.tensor([[True, False]]).max(1)),
+    ("outer_matrix", lambda m: m.outer(m.ones(3, 4), m.ones(2))),
+    ("outer_0d", lambda m: m.outer(m.ones(2), m.tensor(1.))),
+    ("cat_0d", lambda m: m.cat([m.tensor(1.), m.tensor(2.)])),
+    ("reshape_negative", lambda m: m.ones(4, 3).reshape(-2, 6)),
+    ("repeat_negative", lambda m: m.ones(0, 3).repeat(-1, -1)),
+    ("tile_negative_of_empty", lambda m: m.ones(0, 3).tile(-2, 6)),
+    ("std_of_ints", lambda m: m.ones(3, dtype=m.int64).std()),
+    ("var_of_bools", lambda m: m.ones(3, 4, dtype=m.bool).var(1)),
+    ("split_0d", lambda m: m.tensor(1.).split(1)),
+    ("split_empty_zero", lambda m: m.ones(0, 3).split(0)),
+    ("split_zero", lambda m: m.ones(3).split(0)),
+    ("take_along_dim_ranks", lambda m: m.ones(4, 3).take_along_dim(m.tensor([0]), 1)),
+    ("gather_empty_float_index", lambda m: m.ones(4).gather(0, m.tensor([]))),
+    ("mul_none", lambda m: m.mul(m.ones(3), None)),
+    ("fill_str_type", lambda m: _type_only(m, lambda: m.ones(3).fill_("a"))),
+    ("fill_none_type", lambda m: _type_only(m, lambda: m.ones(3).fill_(None))),
+    ("masked_fill_list_type", lambda m: _type_only(m, lambda: m.ones(3).masked_fill(
+        m.ones(3, dtype=m.bool), [1, 2]))),
+    ("clamp_str_type", lambda m: _type_only(m, lambda: m.ones(3).clamp(2, "a"))),
+    ("linspace_none_type", lambda m: _type_only(m, lambda: m.linspace(0, None, 3))),
+    ("linspace_float_steps_type", lambda m: _type_only(m, lambda: m.linspace(0, 1, 1.5))),
+    ("linspace_tensor_ends", lambda m: m.linspace(m.tensor(0.), m.tensor(1.), 3)),
+    ("full_str", lambda m: m.full((3, 0), "a")),
+    ("full_none", lambda m: m.full((4, 3), None)),
+    ("amin_0d_repeated_dims", lambda m: m.tensor(1.).amin((0, 0))),
+    ("sum_repeated_dims", lambda m: m.ones(2, 3).sum((1, -1))),
+    ("logsumexp_0d_repeated_dims", lambda m: m.tensor(1.).logsumexp((0, -1))),
+    ("matmul_same_dtype", lambda m: m.ones(2, 3, dtype=m.float64) @ m.ones(3,
+                                                                          dtype=m.float64)),
+    ("sum_float_dim_type", lambda m: _type_only(m, lambda: m.ones(3).sum(1.5))),
+    ("var_float_dim_of_ints_type", lambda m: _type_only(m, lambda: m.ones(3, dtype=m.int64)
+                                                        .var(1.5))),
+]
+
+
+def _type_only(m, fn):
+    """The exception type alone, where PyTorch's message lists its overloads."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the outcome under test
+        return type(e).__name__
+    return "returned"
+
+
+def _setitem(t, index, value):
+    t[index] = value
+    return t
+
+
+def _run(fn, m):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return fn(m), None
+        except Exception as e:  # noqa: BLE001 - the outcome under test
+            return None, e
+
+
+def _as_numpy(r):
+    if isinstance(r, tuple):  # (values, indices)
+        return [_as_numpy(v) for v in r]
+    return r.detach().numpy() if hasattr(r, "detach") else np.asarray(r)
+
+
+# NumPy's and Python's wording that must never reach a user
+RAW = re.compile(r"could not be broadcast|AxisError|did not contain a loop|ufunc|numpy|"
+                 r"zero-size array|attempt to get arg|object has no attribute|"
+                 r"setting an array element|__init__\(\)|inhomogeneous")
+
+
+@pytest.mark.parametrize("fn", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_agrees_with_torch(fn):
+    t_out, t_err = _run(fn, torch)
+    g_out, g_err = _run(fn, gg)
+    if t_err is not None:
+        assert g_err is not None, f"torch raised {t_err!r}; graphgrad returned {g_out!r}"
+        assert type(g_err) is type(t_err), f"{g_err!r} where torch raised {t_err!r}"
+        assert str(t_err) in str(g_err), f"{g_err!r} lacks torch's message {str(t_err)!r}"
+        assert not RAW.search(str(g_err)), str(g_err)
+        return
+    assert g_err is None, f"graphgrad raised {g_err!r}; torch returned {t_out!r}"
+    expected, got = _as_numpy(t_out), _as_numpy(g_out)
+    if isinstance(expected, list):
+        for e, g in zip(expected, got, strict=True):
+            assert e.shape == g.shape and e.dtype == g.dtype
+            np.testing.assert_array_equal(g, e)
+        return
+    assert got.shape == expected.shape and got.dtype == expected.dtype, (got, expected)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_foreign_operands_reach_the_other_side():
+    """Arithmetic dunders return NotImplemented for operands they cannot take, so the
+    other operand's reflected method runs (as with torch)."""
+    class Other:
+        def __radd__(self, other):
+            return "radd"
+
+        def __rmul__(self, other):
+            return "rmul"
+
+    class OtherList(list):
+        def __radd__(self, other):
+            return "list radd"
+
+    for m in (torch, gg):
+        assert m.ones(2) + Other() == "radd"
+        assert m.ones(2) * Other() == "rmul"
+        assert m.ones(2) + OtherList([1, 2]) == "list radd"
+
+
+# ---- values and gradients ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_0d_softmax_gradients_to_second_order(fn, dim):
+    outs = []
+    for m in (torch, gg):
+        x = m.tensor(0.7, dtype=m.float64, requires_grad=True)
+        y = getattr(x, fn)(dim) * x
+        (g,) = m.autograd.grad(y, x, create_graph=True)
+        (h,) = m.autograd.grad(g, x)
+        outs.append([y.item(), g.item(), h.item()])
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
+def test_empty_softmax_backward(fn):
+    grads = []
+    for m in (torch, gg):
+        x = m.ones(0, 3, dtype=m.float64, requires_grad=True)
+        getattr(x, fn)(0).sum().backward()
+        grads.append(x.grad.numpy())
+    assert grads[1].shape == grads[0].shape == (0, 3)
+
+
+def test_view_dtype_is_a_view_and_not_differentiable():
+    for m in (torch, gg):
+        x = m.ones(2, 3, requires_grad=True)
+        v = x.view(m.int32)
+        assert not v.requires_grad and v.grad_fn is None
+        assert not x.view(m.float32).requires_grad  # non-differentiable even to itself
+    x = gg.zeros(2, 4)
+    v = x.view(gg.int16)
+    assert tuple(v.shape) == (2, 8)
+    v[0, 1] = 16256  # the high half of 1.0f
+    x[1, 3] = 2.0
+    tx = torch.zeros(2, 4)
+    tv = tx.view(torch.int16)
+    tv[0, 1] = 16256
+    tx[1, 3] = 2.0
+    np.testing.assert_array_equal(x.numpy(), tx.numpy())
+    np.testing.assert_array_equal(v.numpy(), tv.numpy())
+
+
+def test_view_of_compatible_strides_is_a_view_with_gradients():
+    grads = []
+    for m in (torch, gg):
+        a = m.arange(12., dtype=m.float64).reshape(4, 3).requires_grad_()
+        b = a.t().view(3, 2, 2)
+        (b * m.arange(12., dtype=m.float64).reshape(3, 2, 2)).sum().backward()
+        grads.append(a.grad.numpy())
+    np.testing.assert_array_equal(grads[1], grads[0])
+    x = gg.zeros(4, 3)
+    x.t().view(3, 4, 1)[0, 0, 0] = 7.0
+    assert x[0, 0].item() == 7.0
+
+
+def test_narrow_negative_start_gradient():
+    grads = []
+    for m in (torch, gg):
+        a = m.arange(12., dtype=m.float64).reshape(3, 4).requires_grad_()
+        (a.narrow(1, -2, 2) ** 2).sum().backward()
+        grads.append(a.grad.numpy())
+    np.testing.assert_array_equal(grads[1], grads[0])
+
+
+def test_index_tuple_gradient_and_deprecation_warning():
+    grads = []
+    for m in (torch, gg):
+        a = m.arange(6., dtype=m.float64).reshape(2, 3).requires_grad_()
+        with pytest.warns(UserWarning, match="non-tuple sequence for multidimensional"):
+            y = a[[(0, 1), (1, 1)]]
+        (y * m.tensor([2., 3.], dtype=m.float64)).sum().backward()
+        grads.append(a.grad.numpy())
+    np.testing.assert_array_equal(grads[1], grads[0])
+
+
+def test_copy_of_nan_into_int_is_silent():
+    x = gg.zeros(2, dtype=gg.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x.copy_(gg.tensor([NAN, 1.0]))
+        gg.tensor([NAN]).long()
+        gg.ones(0, 3).mean(0)
