@@ -38,6 +38,14 @@ def _pool_geometry(input, n: int, kernel_size, stride, padding, dilation, ceil_m
     if any(di <= 0 for di in d):
         raise RuntimeError("dilation should be greater than zero, but got " + " ".join(
             f"{name}: {di}" for name, di in zip(_DILATION_NAMES[n], d, strict=True)))
+    if any(pi > ki // 2 for pi, ki in zip(p, k, strict=True)):  # half the kernel itself
+        if n == 2:
+            got = f"padW = {p[1]}, padH = {p[0]}, kW = {k[1]}, kH = {k[0]}"
+        else:
+            got = (f"kT: {k[0]} kW: {k[2]} kH: {k[1]} padT: {p[0]} padW: {p[2]} "
+                   f"padH: {p[1]}")
+        raise RuntimeError(f"pad should be smaller than or equal to half of kernel size, but "
+                           f"got {got}")
     return k, s, p, d
 
 
