@@ -88,18 +88,14 @@ def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",
 
 
 def _nearest_source(n_in: int, n_out: int, scale_factor, mode: str):
-    """The source index of each output position, in float32 as PyTorch's kernels
-    compute it (``nearest`` copies exact 1x and 2x scales without arithmetic)."""
+    """The source index of each output position, in float32 as PyTorch's CPU kernels
+    compute it."""
     from graphgrad.tensor import tensor
     dst = xp.arange(n_out)
     scale = xp.float32(1.0 / scale_factor) if scale_factor else \
         xp.float32(n_in) / xp.float32(n_out)
     if mode == "nearest-exact":  # (dst + 0.5) in double, then floorf's float
         src = xp.floor(((dst + 0.5) * xp.float64(scale)).astype(xp.float32))
-    elif n_out == n_in:
-        src = dst
-    elif n_out == 2 * n_in:
-        src = dst >> 1
     else:
         src = xp.floor(dst.astype(xp.float32) * scale)
     return tensor(xp.minimum(src.astype(xp.int64), n_in - 1))
