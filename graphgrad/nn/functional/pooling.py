@@ -232,8 +232,8 @@ def _max_unpool(input, indices, n: int, output_size: tuple):
     idx = indices._array.reshape(x.shape[0], x.shape[1], -1)
     plane = math.prod(output_size)
     bad = (idx < 0) | (idx >= plane)
-    if bad.any():
-        raise RuntimeError(f"Found an invalid max index: {int(idx[bad][0])} (output volumes "
+    if bad.any():  # PyTorch's loop goes on and reports the last one it met
+        raise RuntimeError(f"Found an invalid max index: {int(idx[bad][-1])} (output volumes "
                            f"are of size {'x'.join(map(str, output_size))})")
     from graphgrad.tensor import tensor, zeros
     nb, c = x.shape[0], x.shape[1]
