@@ -70,6 +70,11 @@ def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",
                                   f"(got {input.ndim}D) for the modes: {_MODES} (got {mode})")
     if antialias:
         raise NotImplementedError("interpolate: antialias=True is not supported")
+    if any(v <= 0 for v in (*in_sizes, *out_sizes)):
+        def sizes(values):
+            return ", ".join(f"{a}: {v}" for a, v in zip("DHW"[3 - dim:], values, strict=True))
+        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input "
+                           f"({sizes(in_sizes)}) output ({sizes(out_sizes)})")
     integer = not xp.issubdtype(input._array.dtype, xp.floating)
     if integer and mode in ("linear", "trilinear"):
         raise NotImplementedError(f'"compute_indices_weights_linear" not implemented for '
