@@ -284,3 +284,20 @@ def test_module_reprs_match_torch():
                  lambda m: m.ConvTranspose1d(2, 4, 3, output_padding=1, stride=2),
                  lambda m: m.ConvTranspose3d(2, 4, (1, 2, 3)), lambda m: m.InstanceNorm3d(4)):
         assert repr(make(gg.nn)) == repr(make(torch.nn))
+
+
+def test_max_pool_modules_return_indices_for_max_unpool():
+    x = rand(2, 3, 6, 7)
+    outs = []
+    for lib in (gg, torch):
+        pool = lib.nn.MaxPool2d(3, 2, 1, return_indices=True, ceil_mode=True)
+        unpool = lib.nn.MaxUnpool2d(3, 2, 1)
+        xt = lib.tensor(x, requires_grad=True)
+        pooled, idx = pool(xt)
+        out = unpool(pooled, idx, output_size=xt.shape)
+        (g,) = lib.autograd.grad((out * lib.tensor(rand(*out.shape, seed=3))).sum(), xt)
+        outs.append([pooled, idx, out, g])
+        assert repr(pool) == repr(torch.nn.MaxPool2d(3, 2, 1, return_indices=True,
+                                                     ceil_mode=True))
+    for a, b in zip(*outs, strict=True):
+        close(a, b)

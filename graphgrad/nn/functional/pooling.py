@@ -9,6 +9,7 @@ import math
 from graphgrad import ops
 from graphgrad.backend import xp
 from graphgrad.ops.compound import scalar_type_name
+from graphgrad.tensor import tensor, zeros
 
 from ..patches import ntuple, out_size, patches
 from .convolution import single
@@ -20,7 +21,7 @@ __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d",
 _DILATION_NAMES = {2: ("dilationH", "dilationW"), 3: ("dilationT", "dilationH", "dilationW")}
 
 
-def _pool_geometry(input, n: int, kernel_size, stride, padding, dilation, ceil_mode: bool):
+def _pool_geometry(input, n: int, kernel_size, stride, padding, dilation):
     """Kernel, stride, padding, dilation as n-tuples, checked as PyTorch's
     ``pooling_output_shape`` and ``pool2d/3d_shape_check`` do, in their order."""
     if input.ndim not in (n + 1, n + 2):
@@ -63,7 +64,7 @@ def _max_pool(input, n: int, kernel_size, stride, padding, dilation, ceil_mode: 
               return_indices: bool):
     """Max over each window; the gradient goes to the first maximal element, as in
     PyTorch. Indices are flat positions in each input plane."""
-    k, s, p, d = _pool_geometry(input, n, kernel_size, stride, padding, dilation, ceil_mode)
+    k, s, p, d = _pool_geometry(input, n, kernel_size, stride, padding, dilation)
     x, unbatched = _batched(input, n)
     windows = patches(x, k, d, p, s, pad_value=_lowest(x), ceil_mode=ceil_mode)
     values, offset = ops.max(windows, dim=2)
@@ -71,7 +72,6 @@ def _max_pool(input, n: int, kernel_size, stride, padding, dilation, ceil_mode: 
     if not return_indices:
         return values
     indices = _flat_indices(offset._array, tuple(x.shape[2:]), k, s, p, d)
-    from graphgrad.tensor import tensor
     indices = tensor(indices[0] if unbatched else indices)
     return values, indices
 
@@ -140,7 +140,7 @@ def _avg_pool(input, n: int, kernel_size, stride, padding, ceil_mode: bool,
     if xp.issubdtype(input._array.dtype, xp.integer) and input._array.dtype != xp.int64:
         raise NotImplementedError(f'"{name}" not implemented for '
                                   f"'{scalar_type_name(input)}'")
-    k, s, p, _ = _pool_geometry(input, n, kernel_size, stride, padding, 1, ceil_mode)
+    k, s, p, _ = _pool_geometry(input, n, kernel_size, stride, padding, 1)
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
     x, unbatched = _batched(input, n)
@@ -159,7 +159,6 @@ def _avg_pool(input, n: int, kernel_size, stride, padding, ceil_mode: bool,
             if not count_include_pad:
                 start, end = xp.maximum(start, 0), xp.minimum(end, e)
             divisor = divisor[..., None] * (end - start)
-    from graphgrad.tensor import tensor
     if total._array.dtype == xp.int64:
         out = ops.div(total, tensor(divisor), rounding_mode="trunc")
     else:
@@ -235,7 +234,6 @@ def _max_unpool(input, indices, n: int, output_size: tuple):
     if bad.any():  # PyTorch's loop goes on and reports the last one it met
         raise RuntimeError(f"Found an invalid max index: {int(idx[bad][-1])} (output volumes "
                            f"are of size {'x'.join(map(str, output_size))})")
-    from graphgrad.tensor import tensor, zeros
     nb, c = x.shape[0], x.shape[1]
     where = (tensor(xp.arange(nb).reshape(-1, 1, 1)), tensor(xp.arange(c).reshape(1, -1, 1)),
              tensor(idx))
