@@ -56,8 +56,8 @@ def _batched(input, n: int):
 
 def _lowest(input):
     """The padding of a max pooling: -inf, or the dtype's minimum for integers."""
-    dt = input._array.dtype
-    return float("-inf") if xp.issubdtype(dt, xp.floating) else int(xp.iinfo(dt).min)
+    dt = input.dtype
+    return float("-inf") if dt.is_floating_point else int(xp.iinfo(dt.np).min)
 
 
 def _max_pool(input, n: int, kernel_size, stride, padding, dilation, ceil_mode: bool,
@@ -137,7 +137,7 @@ def _avg_pool(input, n: int, kernel_size, stride, padding, ceil_mode: bool,
     if input.ndim < 3 and n == 2:  # PyTorch reads input.size(-3) first
         raise IndexError(f"Dimension out of range (expected to be in range of "
                          f"[{-max(input.ndim, 1)}, {max(input.ndim, 1) - 1}], but got -3)")
-    if xp.issubdtype(input._array.dtype, xp.integer) and input._array.dtype != xp.int64:
+    if not input.dtype.is_floating_point and input.dtype.np != xp.int64:
         raise NotImplementedError(f'"{name}" not implemented for '
                                   f"'{scalar_type_name(input)}'")
     k, s, p, _ = _pool_geometry(input, n, kernel_size, stride, padding, 1)
@@ -159,10 +159,10 @@ def _avg_pool(input, n: int, kernel_size, stride, padding, ceil_mode: bool,
             if not count_include_pad:
                 start, end = xp.maximum(start, 0), xp.minimum(end, e)
             divisor = divisor[..., None] * (end - start)
-    if total._array.dtype == xp.int64:
+    if total.dtype.np == xp.int64:
         out = ops.div(total, tensor(divisor), rounding_mode="trunc")
     else:
-        out = total / tensor(divisor.astype(total._array.dtype))
+        out = total / tensor(divisor.astype(total.dtype.np))
     return out.squeeze(0) if unbatched else out
 
 
@@ -214,7 +214,7 @@ def _unpool_output_size(input, k: tuple, s: tuple, p: tuple, output_size) -> tup
 def _max_unpool(input, indices, n: int, output_size: tuple):
     """Each value written at its flat index in a zero plane of ``output_size``: an
     ``index_put`` (the last write wins), whose gradient gathers at the indices."""
-    if indices._array.dtype != xp.int64:
+    if indices.dtype.np != xp.int64:
         raise RuntimeError(f"elements in indices should be type int64 but got: "
                            f"{scalar_type_name(indices)}")
     if input.ndim not in (n + 1, n + 2):
@@ -224,7 +224,7 @@ def _max_unpool(input, indices, n: int, output_size: tuple):
         raise RuntimeError(f"Expected shape of indices to be same as that of the input tensor "
                            f"({list(input.shape)}) but got indices tensor with shape: "
                            f"{list(indices.shape)}")
-    if not xp.issubdtype(input._array.dtype, xp.floating):
+    if not input.dtype.is_floating_point:
         raise NotImplementedError(f'"max_unpool{n}d" not implemented for '
                                   f"'{scalar_type_name(input)}'")
     x, unbatched = _batched(input, n)

@@ -75,7 +75,7 @@ def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",
             return ", ".join(f"{a}: {v}" for a, v in zip("DHW"[3 - dim:], values, strict=True))
         raise RuntimeError(f"Input and output sizes should be greater than 0, but got input "
                            f"({sizes(in_sizes)}) output ({sizes(out_sizes)})")
-    integer = not xp.issubdtype(input._array.dtype, xp.floating)
+    integer = not input.dtype.is_floating_point
     if integer and mode in ("linear", "trilinear"):
         raise NotImplementedError(f'"compute_indices_weights_linear" not implemented for '
                                   f"'{scalar_type_name(input)}'")
@@ -125,7 +125,7 @@ def _source_index(n_in: int, n_out: int, scale_factor, align_corners: bool, dtyp
 def _linear(x, axis: int, n_in: int, n_out: int, scale_factor, align_corners: bool):
     """One spatial dim of linear interpolation: two gathers and a blend."""
     from graphgrad.tensor import tensor
-    ct = xp.float32 if x._array.dtype.itemsize <= 4 else xp.float64  # PyTorch's opmath
+    ct = xp.float32 if x.dtype.itemsize <= 4 else xp.float64  # PyTorch's opmath
     i0, lam = _source_index(n_in, n_out, scale_factor, align_corners, ct)
     i1 = xp.minimum(i0 + 1, n_in - 1)
     shape = [1] * x.ndim
