@@ -301,3 +301,12 @@ def test_max_pool_modules_return_indices_for_max_unpool():
                                                      ceil_mode=True))
     for a, b in zip(*outs, strict=True):
         close(a, b)
+
+
+def test_max_pool_indices_of_nan_windows_as_torch():
+    x = rand(1, 2, 6, 6)
+    x[0, 0, 0, 1] = x[0, 0, 1, 0] = x[0, 1, 3, 3] = np.nan
+    outs = [lib.nn.functional.max_pool2d(lib.tensor(x), 3, 2, 1, return_indices=True)
+            for lib in (gg, torch)]
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -71,7 +71,12 @@ def _max_pool(input, n: int, kernel_size, stride, padding, dilation, ceil_mode: 
     values = values.squeeze(0) if unbatched else values
     if not return_indices:
         return values
-    indices = _flat_indices(offset._array, tuple(x.shape[2:]), k, s, p, d)
+    offset = offset._array
+    nan = xp.isnan(windows._array) if x.dtype.is_floating_point else None
+    if nan is not None and nan.any():  # PyTorch's scan keeps the last NaN it meets
+        last_nan = nan.shape[2] - 1 - xp.argmax(nan[:, :, ::-1], axis=2)
+        offset = xp.where(nan.any(axis=2), last_nan, offset)
+    indices = _flat_indices(offset, tuple(x.shape[2:]), k, s, p, d)
     indices = tensor(indices[0] if unbatched else indices)
     return values, indices
 
