@@ -122,6 +122,21 @@ def linear_transpose(fn, in_shape: tuple, cotangent: Tensor) -> Tensor:
         return grad(fn(probe), probe, cotangent, create_graph=record)[0]
 
 
+def _conv_dims(input: Tensor, weight: Tensor, stride, name: str) -> int:
+    """The spatial dims of the op ``name`` (conv3d: 3), checked against input and weight
+    as PyTorch's (a weight of other dims is reported through the stride's length)."""
+    n = int(name[-2])
+    if input.ndim not in (n + 1, n + 2):
+        raise RuntimeError(f"Expected {n + 1}D (unbatched) or {n + 2}D (batched) input to "
+                           f"{name}, but got input of size: {list(input.shape)}")
+    if weight.ndim != n + 2:
+        stride = ntuple(stride, n, "stride")
+        raise RuntimeError(f"expected stride to be a single integer value or a list of "
+                           f"{weight.ndim - 2} values to match the convolution dimensions, but "
+                           f"got stride={list(stride)}")
+    return n
+
+
 def _conv_tuple(v, n: int, name: str) -> tuple[int, ...]:
     """A convolution argument as n ints, with PyTorch's message for a wrong length."""
     if not isinstance(v, int) and len(tuple(v)) not in (1, n):
@@ -150,10 +165,7 @@ def check_conv(input: Tensor, weight: Tensor, bias: Tensor | None, stride, paddi
                dilation, groups: int, name: str) -> tuple:
     """PyTorch's checks of a convolution's input, weight, bias and parameters, in its
     order; returns stride, padding, dilation as tuples (padding may stay a string)."""
-    n = weight.ndim - 2
-    if input.ndim not in (n + 1, n + 2):
-        raise RuntimeError(f"Expected {n + 1}D (unbatched) or {n + 2}D (batched) input to "
-                           f"{name}, but got input of size: {list(input.shape)}")
+    n = _conv_dims(input, weight, stride, name)
     stride, dilation = _conv_tuple(stride, n, "stride"), _conv_tuple(dilation, n, "dilation")
     if not isinstance(padding, str):
         padding = _conv_tuple(padding, n, "padding")
@@ -250,10 +262,7 @@ def conv_transpose_nd(input: Tensor, weight: Tensor, bias: Tensor | None, stride
     """The transpose of ``conv_nd`` (its vjp with respect to the input), weight
     (in, out / groups, *kernel) as PyTorch's. Computed as that vjp, recorded, so it
     differentiates in input and weight to any order."""
-    n = weight.ndim - 2
-    if input.ndim not in (n + 1, n + 2):
-        raise RuntimeError(f"Expected {n + 1}D (unbatched) or {n + 2}D (batched) input to "
-                           f"{name}, but got input of size: {list(input.shape)}")
+    n = _conv_dims(input, weight, stride, name)
     stride, padding = _conv_tuple(stride, n, "stride"), _conv_tuple(padding, n, "padding")
     dilation = _conv_tuple(dilation, n, "dilation")
     output_padding = _conv_tuple(output_padding, n, "output_padding")
@@ -275,7 +284,7 @@ def conv_transpose_nd(input: Tensor, weight: Tensor, bias: Tensor | None, stride
     out = tuple((e - 1) * s - 2 * p + d * (ki - 1) + op + 1 for e, s, p, d, ki, op in
                 zip(x.shape[2:], stride, padding, dilation, k, output_padding, strict=True))
     y = linear_transpose(lambda t: conv_nd(t, weight, None, stride, padding, dilation, groups,
-                                           name),
+                                           f"conv{n}d"),
                          (x.shape[0], weight.shape[1] * groups, *out), x)
     if bias is not None:
         y = y + bias.reshape(1, -1, *(1,) * n)

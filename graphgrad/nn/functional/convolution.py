@@ -35,7 +35,7 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: in
     check_conv(input, weight, bias, stride, padding, dilation, groups, "conv1d")
     x, w = _as_2d(input, weight, "conv1d")
     return conv_nd(x, w, bias, _height_one(stride, 1), _height_one(padding, 0),
-                   _height_one(dilation, 1), groups, "conv1d").squeeze(-2)
+                   _height_one(dilation, 1), groups, "conv2d").squeeze(-2)
 
 
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
@@ -50,7 +50,7 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
     check_transposed_channels(input, weight)
     return conv_transpose_nd(x, w, bias, _height_one(stride, 1), _height_one(padding, 0),
                              _height_one(output_padding, 0), groups, _height_one(dilation, 1),
-                             "conv_transpose1d").squeeze(-2)
+                             "conv_transpose2d").squeeze(-2)
 
 
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
