@@ -127,7 +127,7 @@ def test_corpus_matches_eager(case):
     messages = {str(w.message) for w in caught if issubclass(w.category, TracerWarning)}
     if case.name == "tiny_cnn":  # conv2d slices its input by sizes: traced for this H, W
         assert messages == {BOOL_WARNING.replace("a Python boolean", "a Python index")
-                            + " (converted inside graphgrad: patches at patches.py:62)"}
+                            + " (converted inside graphgrad: patches at patches.py:88)"}
     else:
         assert not messages
     traced.graph.verify()

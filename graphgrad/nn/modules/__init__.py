@@ -3,7 +3,7 @@
 from .activation import *  # noqa: F401,F403
 from .attention import MultiheadAttention
 from .container import ModuleDict, ModuleList, Sequential
-from .conv import Conv1d, Conv2d, ConvTranspose2d
+from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .dropout import Dropout, Dropout1d, Dropout2d
 from .flatten import Flatten, Unflatten
 from .fold import Fold, Unfold
@@ -11,12 +11,13 @@ from .linear import Bilinear, Identity, Linear
 from .loss import *  # noqa: F401,F403
 from .module import Module
 from .normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm1d,
-                            InstanceNorm2d, LayerNorm, RMSNorm)
+                            InstanceNorm2d, InstanceNorm3d, LayerNorm, RMSNorm)
 from .padding import *  # noqa: F401,F403
 from .parameter_containers import ParameterDict, ParameterList
 from .pixelshuffle import PixelShuffle, PixelUnshuffle
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d,
-                      AvgPool2d, MaxPool1d, MaxPool2d, Upsample)
+                      AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d, MaxPool3d, MaxUnpool1d,
+                      MaxUnpool2d, MaxUnpool3d, Upsample)
 from .rnn import GRU, LSTM, RNN
 from .sparse import Embedding
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
@@ -25,6 +26,8 @@ from . import activation, loss, padding
 
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
            "Identity", "Linear", "Bilinear", "Conv1d", "Conv2d", "ConvTranspose2d",
+           "Conv3d", "ConvTranspose1d", "ConvTranspose3d", "InstanceNorm3d", "MaxPool3d",
+           "AvgPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d",
            "Dropout", "Dropout1d", "Dropout2d", "Flatten", "Unflatten", "Fold", "Unfold",
            "PixelShuffle", "PixelUnshuffle",
            "LayerNorm", "RMSNorm", "GroupNorm",

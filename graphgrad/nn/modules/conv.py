@@ -1,5 +1,5 @@
-"""Layer ``nn``: ``Conv1d`` and ``Conv2d`` (im2col + one matmul, see ``nn.patches``) with
-PyTorch's default initialisation."""
+"""Layer ``nn``: ``Conv1d/2d/3d`` and ``ConvTranspose1d/2d/3d`` (im2col + one matmul, see
+``nn.patches``) with PyTorch's default initialisation."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from graphgrad.tensor import Tensor, empty
 from .. import functional as F
 from .. import init
 from ..parameter import Parameter
-from ..functional.convolution import single
-from ..patches import _pair
+from ..patches import ntuple
 from .module import Module
 
-__all__ = ["Conv1d", "Conv2d", "ConvTranspose2d"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+           "ConvTranspose3d"]
 
 
 class _ConvNd(Module):
-    """What ``Conv1d`` and ``Conv2d`` share: the weight (out, in / groups, *kernel), the
+    """What the convolutions share: the weight (out, in / groups, *kernel), the
     bias, PyTorch's initialisation and repr; ``_n`` is the number of spatial dims."""
 
     _n = 2
@@ -55,7 +55,7 @@ class _ConvNd(Module):
         self.reset_parameters()
 
     def _tuple(self, v, name: str) -> tuple:
-        return _pair(v, name) if self._n == 2 else (single(v),)
+        return ntuple(v, self._n, name)
 
     def reset_parameters(self) -> None:
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
@@ -99,9 +99,19 @@ class Conv2d(_ConvNd):
                         self.dilation, self.groups)
 
 
-class ConvTranspose2d(_ConvNd):
-    """The transpose of ``Conv2d`` (upsampling by ``stride``), weight (in, out / groups,
-    kh, kw); ``output_padding`` picks among the output sizes a stride allows."""
+class Conv3d(_ConvNd):
+    """3-D convolution over (N, C, D, H, W) inputs."""
+
+    _n = 3
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.conv3d(input, self.weight, self.bias, self.stride, self.padding,
+                        self.dilation, self.groups)
+
+
+class _ConvTransposeNd(_ConvNd):
+    """The transpose of a convolution (upsampling by ``stride``), weight (in, out / groups,
+    *kernel); ``output_padding`` picks among the output sizes a stride allows."""
 
     _transposed = True
 
@@ -112,5 +122,18 @@ class ConvTranspose2d(_ConvNd):
                          groups, bias, padding_mode, device, dtype, output_padding)
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding,
-                                  self.output_padding, self.groups, self.dilation)
+        f = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[self._n - 1]
+        return f(input, self.weight, self.bias, self.stride, self.padding,
+                 self.output_padding, self.groups, self.dilation)
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    _n = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    _n = 2
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    _n = 3

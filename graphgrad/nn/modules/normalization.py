@@ -1,6 +1,6 @@
 """Layer ``nn``: normalisation layers: ``LayerNorm`` and ``RMSNorm`` over the trailing
 dims, ``GroupNorm`` over groups of channels, ``BatchNorm1d/2d/3d`` over the batch and
-``InstanceNorm1d/2d`` over each sample, with running statistics kept in buffers."""
+``InstanceNorm1d/2d/3d`` over each sample, with running statistics kept in buffers."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..parameter import Parameter
 from .module import Module
 
 __all__ = ["LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
-           "InstanceNorm1d", "InstanceNorm2d"]
+           "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]
 
 
 def _affine_parameters(module: Module, shape: tuple, affine: bool, bias: bool, dtype) -> None:
@@ -231,3 +231,9 @@ class InstanceNorm2d(_InstanceNorm):
     """Over (N, C, H, W) or (C, H, W) inputs."""
 
     _no_batch_dim = 3
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Over (N, C, D, H, W) or (C, D, H, W) inputs."""
+
+    _no_batch_dim = 4

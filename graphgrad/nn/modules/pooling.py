@@ -1,6 +1,6 @@
-"""Layer ``nn``: max and average pooling, 1-d and 2-d (a reduction over the window dim of
-the patches, see ``nn.patches``), adaptive pooling (windows fitted to an output size) and
-``Upsample``."""
+"""Layer ``nn``: max and average pooling, 1-, 2- and 3-d (a reduction over the window dim
+of the patches, see ``nn.patches``), max unpooling, adaptive pooling (windows fitted to an
+output size) and ``Upsample``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from graphgrad.tensor import Tensor
 
 from .. import functional as F
 from ..functional.convolution import single
+from ..patches import ntuple
 from .module import Module
 
-__all__ = ["MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d",
+__all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+           "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "AdaptiveAvgPool1d",
            "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Upsample"]
 
 
@@ -51,6 +53,54 @@ class AvgPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxPool3d(MaxPool2d):
+    """Over (N, C, D, H, W) or (C, D, H, W) inputs."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.max_pool3d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode, self.return_indices)
+
+
+class AvgPool3d(AvgPool2d):
+    """Over (N, C, D, H, W) or (C, D, H, W) inputs."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
+
+
+class _MaxUnpoolNd(Module):
+    """The inverse of a max pooling: values back at the pooling's indices, zeros
+    elsewhere; sizes kept as n-tuples, as PyTorch's."""
+
+    _n = 2
+
+    def __init__(self, kernel_size, stride=None, padding=0) -> None:
+        super().__init__()
+        self.kernel_size = ntuple(kernel_size, self._n, "kernel_size")
+        self.stride = ntuple(stride if stride is not None else kernel_size, self._n, "stride")
+        self.padding = ntuple(padding, self._n, "padding")
+
+    def forward(self, input: Tensor, indices: Tensor, output_size=None) -> Tensor:
+        f = (F.max_unpool1d, F.max_unpool2d, F.max_unpool3d)[self._n - 1]
+        return f(input, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    _n = 1
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    _n = 2
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    _n = 3
 
 
 class AdaptiveAvgPool2d(Module):
