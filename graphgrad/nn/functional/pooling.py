@@ -8,7 +8,7 @@ import math
 
 from graphgrad import ops
 from graphgrad.backend import xp
-from graphgrad.ops.compound import scalar_type_name
+from graphgrad.ops.base import scalar_name
 from graphgrad.tensor import tensor, zeros
 
 from ..patches import ntuple, out_size, patches
@@ -144,7 +144,7 @@ def _avg_pool(input, n: int, kernel_size, stride, padding, ceil_mode: bool,
                          f"[{-max(input.ndim, 1)}, {max(input.ndim, 1) - 1}], but got -3)")
     if not input.dtype.is_floating_point and input.dtype.np != xp.int64:
         raise NotImplementedError(f'"{name}" not implemented for '
-                                  f"'{scalar_type_name(input)}'")
+                                  f"'{scalar_name(input._array.dtype)}'")
     k, s, p, _ = _pool_geometry(input, n, kernel_size, stride, padding, 1)
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
@@ -221,7 +221,7 @@ def _max_unpool(input, indices, n: int, output_size: tuple):
     ``index_put`` (the last write wins), whose gradient gathers at the indices."""
     if indices.dtype.np != xp.int64:
         raise RuntimeError(f"elements in indices should be type int64 but got: "
-                           f"{scalar_type_name(indices)}")
+                           f"{scalar_name(indices._array.dtype)}")
     if input.ndim not in (n + 1, n + 2):
         raise RuntimeError(f"Input to max_unpooling{n}d should be a {n + 1}d or {n + 2}d "
                            f"Tensor, but got a tensor with {input.ndim} dimensions.")
@@ -231,7 +231,7 @@ def _max_unpool(input, indices, n: int, output_size: tuple):
                            f"{list(indices.shape)}")
     if not input.dtype.is_floating_point:
         raise NotImplementedError(f'"max_unpool{n}d" not implemented for '
-                                  f"'{scalar_type_name(input)}'")
+                                  f"'{scalar_name(input._array.dtype)}'")
     x, unbatched = _batched(input, n)
     idx = indices._array.reshape(x.shape[0], x.shape[1], -1)
     plane = math.prod(output_size)

@@ -8,7 +8,7 @@ import math
 
 from graphgrad import ops
 from graphgrad.backend import xp
-from graphgrad.ops.compound import scalar_type_name
+from graphgrad.ops.base import scalar_name
 
 
 __all__ = ["interpolate", "pad", "pixel_shuffle", "pixel_unshuffle"]
@@ -78,7 +78,7 @@ def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",
     integer = not input.dtype.is_floating_point
     if integer and mode in ("linear", "trilinear"):
         raise NotImplementedError(f'"compute_indices_weights_linear" not implemented for '
-                                  f"'{scalar_type_name(input)}'")
+                                  f"'{scalar_name(input._array.dtype)}'")
     out = input
     for axis in reversed(range(2, input.ndim)):  # the last dim first, as PyTorch's uint8 path
         n_in, n_out, sf = in_sizes[axis - 2], out_sizes[axis - 2], scales[axis - 2]
