@@ -30,8 +30,6 @@ from .triangular import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 from .unary_math import *  # noqa: F401,F403
 
-_install()
-
 __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join.__all__,
                   *linalg.__all__, *reduce.__all__, *shape.__all__, *unary.__all__,
                   *compound.__all__, *contractions.__all__, *cumulative.__all__,
@@ -40,3 +38,10 @@ __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join._
                   *shifts.__all__, *bitshift.__all__, *repeats.__all__, *scattering.__all__,
                   *unary_math.__all__, *sorting.__all__, *triangular.__all__,
                   "REGISTRY", "Op", "Spec"})
+
+_install()
+
+from .aliases import with_numpy_aliases as _with_numpy_aliases  # noqa: E402
+
+for _name in __all__:  # the functions accept axis/keepdims, as PyTorch's do
+    globals()[_name] = _with_numpy_aliases(globals()[_name])

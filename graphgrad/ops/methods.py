@@ -29,6 +29,7 @@ from . import bitshift as BS
 from . import repeats as RP
 from . import scattering as SC
 from . import unary_math as UM
+from .aliases import with_numpy_aliases
 from .base import NO_PARAMS, normalize_dim
 from .inplace import apply_inplace, fill_inplace
 
@@ -379,7 +380,7 @@ _PROPERTIES = {"T": _T, "mT": _mT, "itemsize": lambda self: self._array.itemsize
 
 def install() -> None:
     for name, fn in _METHODS.items():
-        setattr(Tensor, name, fn)
+        setattr(Tensor, name, with_numpy_aliases(fn))  # axis=/keepdims= as PyTorch takes
     for name, fn in _PROPERTIES.items():
         setattr(Tensor, name, property(fn))
     Tensor.__array_ufunc__ = None  # ndarray OP tensor -> Tensor's reflected operator

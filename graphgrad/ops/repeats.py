@@ -18,7 +18,7 @@ from .base import normalize_dim
 __all__ = ["repeat_interleave", "unfold"]
 
 
-def _repeat_counts(repeats, n: int):
+def _repeat_counts(repeats, n: int, dim: int = 0):
     """``repeats`` (an int, or a 0-d or 1-d integer tensor) as n counts, checked."""
     if isinstance(repeats, Value):
         r = repeats._array
@@ -31,7 +31,7 @@ def _repeat_counts(repeats, n: int):
         if r.ndim == 1 and r.shape[0] != 1:
             if r.shape[0] != n:
                 raise RuntimeError("repeats must have the same size as input along dim, but "
-                                   f"got repeats.size(0) = {r.shape[0]} and input.size(dim) "
+                                   f"got repeats.size(0) = {r.shape[0]} and input.size({dim}) "
                                    f"= {n}")
             if r.size and r.min() < 0:
                 raise RuntimeError("repeats can not be negative")
@@ -53,17 +53,20 @@ def repeat_interleave(input, repeats=None, dim: int | None = None, *,
         return Tensor._make(xp.repeat(xp.arange(counts.size, dtype=xp.int64), counts))
     if dim is None:
         input, dim = input.reshape(-1), 0
+    elif input.ndim == 0:  # PyTorch refuses a dim of a 0-d input (its wording differs)
+        if isinstance(repeats, Value):
+            raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+        raise IndexError("Dimension out of range (expected to be in range of [-1, 0], but got "
+                         "1)")
     d = normalize_dim(dim, input.ndim, "repeat_interleave")
-    n = input.shape[d] if input.ndim else 1
-    counts = _repeat_counts(repeats, n)
+    n = input.shape[d]
+    counts = _repeat_counts(repeats, n, d)
     total = int(counts.sum())
     if output_size is not None and output_size != total:
         if isinstance(repeats, Value) and repeats.ndim == 1 and repeats.shape[0] != 1:
             raise RuntimeError("allocated size does not match required size")
         raise RuntimeError(f"repeat_interleave: Invalid output_size, expected {total} but got "
                            f"{output_size}")
-    if input.ndim == 0:
-        input, d = input.reshape(1), 0
     index = Tensor._make(xp.repeat(xp.arange(n, dtype=xp.int64), counts))
     return input[(slice(None),) * d + (index,)]
 
