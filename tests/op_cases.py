@@ -1770,9 +1770,9 @@ def _repeats_example(draw, tensor=False):
     rng = np.random.default_rng(draw(SEEDS))
     arrays = (rng.standard_normal(shape),)
     static = {"dim": dim}
-    if tensor:
+    if tensor:  # counts made inside the function: vmap cannot batch them (data-dependent)
         n = int(np.prod(shape)) if dim is None else (shape[dim] if shape else 1)
-        arrays += (rng.integers(0, 3, n),)
+        static["counts"] = tuple(int(c) for c in rng.integers(0, 3, n))
     else:
         static["repeats"] = draw(st.integers(0, 3))
     return Example(arrays, static)
@@ -1824,7 +1824,9 @@ add(
          lambda m, a, dim, repeats: m.repeat_interleave(a, repeats, dim=dim),
          _repeats_example()),
     case("repeat_interleave_tensor", "Getitem",
-         lambda m, a, r, dim: a.repeat_interleave(r, dim=dim), _repeats_example(tensor=True)),
+         lambda m, a, dim, counts: a.repeat_interleave(m.tensor(counts, dtype=m.int64),
+                                                       dim=dim),
+         _repeats_example(tensor=True)),
     case("unfold", "Getitem", lambda m, a, dim, size, step: a.unfold(dim, size, step),
          _unfold_example()),
     case("sum_axis_keepdims", "Sum", lambda m, a, dim, keepdim: m.sum(a, axis=dim,

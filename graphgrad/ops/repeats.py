@@ -11,17 +11,27 @@ not a view as in PyTorch: writing into it does not reach the input (as ``diagona
 from __future__ import annotations
 
 from graphgrad.backend import xp
-from graphgrad.tensor import Tensor, Value
+from graphgrad.tensor import Tensor, Value, active_modes
 
 from .base import normalize_dim
 
 __all__ = ["repeat_interleave", "unfold"]
 
 
+def _counts_array(repeats):
+    """The values of a counts tensor; under vmap a batched one stands for counts that may
+    differ between examples, and so for outputs of different sizes."""
+    if any(m.batches(repeats) for m in active_modes()):
+        raise RuntimeError("vmap: repeat_interleave with a batched repeats tensor has a "
+                           "data-dependent output shape, which cannot be batched (the counts "
+                           "may differ between examples)")
+    return repeats._array
+
+
 def _repeat_counts(repeats, n: int, dim: int = 0):
     """``repeats`` (an int, or a 0-d or 1-d integer tensor) as n counts, checked."""
     if isinstance(repeats, Value):
-        r = repeats._array
+        r = _counts_array(repeats)
         if r.dtype.kind not in "iu":
             from .compound import scalar_type_name
             raise NotImplementedError(f'"repeat_interleave_cpu" not implemented for '
