@@ -5,7 +5,7 @@ bit width or more gives 0 (or -1 for a negative number shifted right), as in PyT
 
 from __future__ import annotations
 
-from graphgrad.backend import from_numpy_dtype, xp
+from graphgrad.backend import from_numpy_dtype, result_type, xp
 
 from .compare import _Predicate
 
@@ -19,7 +19,7 @@ def _integers_only(kernel: str, a, b) -> None:
     """PyTorch has shift kernels for integer (and bool) dtypes only."""
     kinds = [getattr(v, "dtype", xp.asarray(v).dtype).kind for v in (a, b)]
     if any(k in "fc" for k in kinds):
-        name = from_numpy_dtype(xp.result_type(a, b)).name
+        name = from_numpy_dtype(result_type(a, b)).name  # PyTorch's promotion names it
         raise NotImplementedError(f'"{kernel}" not implemented for '
                                   f"'{_SCALAR_TYPES.get(name, name)}'")
 

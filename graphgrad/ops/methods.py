@@ -369,7 +369,7 @@ _METHODS.update(_inplace_all(
     negative=A.neg, floor_divide=A.floor_divide, fmod=A.fmod, remainder=A.remainder,
     addbmm=CO.addbmm, addcdiv=CO.addcdiv, addcmul=CO.addcmul, addmm=CO.addmm, addmv=CO.addmv,
     baddbmm=CO.baddbmm, lerp=CO.lerp, nan_to_num=CO.nan_to_num, xlogy=LG.xlogy,
-    cumsum=R.cumsum, cumprod=CU.cumprod, logcumsumexp=CU.logcumsumexp, tril=TR.tril,
+    cumsum=R.cumsum, cumprod=CU.cumprod, tril=TR.tril,
     triu=TR.triu, scatter=SC.scatter, scatter_reduce=SC.scatter_reduce,
     index_add=SC.index_add, index_copy=SC.index_copy, index_fill=SC.index_fill,
 ))

@@ -27,6 +27,8 @@ from .index import Gather, ScatterAdd, _along_axis_index
 __all__ = ["scatter", "scatter_reduce", "index_add", "index_copy", "index_fill"]
 
 _REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+# PyTorch's forward also takes 'max' and 'min' (as amax, amin), its backward refuses them
+_FORWARD_ONLY = {"max": "amax", "min": "amin"}
 _LEGACY = {"add": "sum", "multiply": "prod"}
 
 
@@ -114,6 +116,7 @@ class ScatterReduce(Op):
     @staticmethod
     def forward(a, index, src, *, dim, reduce, include_self=True):
         _check_index("scatter_reduce", a, index, src)
+        reduce = _FORWARD_ONLY.get(reduce, reduce)
         where_ = _positions(a, index, dim)
         out = a.copy()
         if a.ndim == 0:
@@ -137,6 +140,9 @@ class ScatterReduce(Op):
     @staticmethod
     def partials(out, a, index, src, *, dim, reduce, include_self):
         """(A, B): d out / d input (input's shape), d out / d src at each src element."""
+        if reduce in _FORWARD_ONLY:
+            raise RuntimeError("Expected 'reduce' to be one of 'sum', 'prod', 'mean', 'amax', "
+                               f"'amin' but got {reduce}.")
         if reduce == "sum":
             a_part, s_part = out.new_ones(tuple(a.shape)), 1.0
         elif reduce == "mean":
@@ -211,7 +217,7 @@ def scatter(input, dim: int, index, src=None, *, value=None, reduce: str | None 
 def scatter_reduce(input, dim: int, index, src, reduce: str, *, include_self: bool = True):
     """``input`` with the ``src`` elements sent to each position along ``dim`` reduced
     into it by ``reduce`` (sum, prod, mean, amax, amin)."""
-    if reduce not in _REDUCTIONS:
+    if reduce not in _REDUCTIONS and reduce not in _FORWARD_ONLY:
         raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, "
                            f"got {reduce}")
     d = normalize_dim(dim, input.ndim, "scatter_reduce")
