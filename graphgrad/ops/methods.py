@@ -7,7 +7,7 @@ from ``tensor`` to ``ops`` runs the other way: ops fill in the class).
 from __future__ import annotations
 
 from graphgrad.backend import to_dtype, xp
-from graphgrad.tensor import Tensor, Value, dispatch
+from graphgrad.tensor import Tensor, Value, dispatch, set_grad_mode
 
 from . import arithmetic as A
 from . import compare as C
@@ -327,6 +327,19 @@ def _storage_offset(self) -> int:
     return (start - root.__array_interface__["data"][0]) // self._array.itemsize
 
 
+def _untracked_inplace(fn, name):
+    """An in-place op autograd does not record (PyTorch's logical_and_...): the values
+    change, the tensor's history stays, and a leaf that requires grad may be written."""
+    def method(self, *args, **kwargs):
+        previous = set_grad_mode(False)
+        try:
+            return apply_inplace(self, fn, *args, name=name, **kwargs)
+        finally:
+            set_grad_mode(previous)
+    method.__name__ = name
+    return method
+
+
 def _inplace_all(**pairs) -> dict:
     """``name_ -> in-place method`` for each out-of-place function ``name``."""
     return {f"{name}_": _inplace(fn, f"{name}_") for name, fn in pairs.items()}
@@ -362,8 +375,8 @@ _METHODS.update(_inplace_all(
     **{n: getattr(UM, n) for n in (
         "asinh", "acosh", "atanh", "arcsinh", "arccosh", "arctanh", "exp2", "copysign")},
     **{n: getattr(C, n) for n in (
-        "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-        "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not")},
+        "eq", "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor",
+        "bitwise_not")},
     bitwise_left_shift=BS.bitwise_left_shift, bitwise_right_shift=BS.bitwise_right_shift,
     atan2=A.atan2, divide=A.div, multiply=A.mul, subtract=A.sub, true_divide=A.div,
     negative=A.neg, floor_divide=A.floor_divide, fmod=A.fmod, remainder=A.remainder,
@@ -373,6 +386,9 @@ _METHODS.update(_inplace_all(
     triu=TR.triu, scatter=SC.scatter, scatter_reduce=SC.scatter_reduce,
     index_add=SC.index_add, index_copy=SC.index_copy, index_fill=SC.index_fill,
 ))
+
+_METHODS.update({f"{n}_": _untracked_inplace(getattr(C, n), f"{n}_") for n in (
+    "logical_and", "logical_or", "logical_xor", "logical_not")})
 
 _PROPERTIES = {"T": _T, "mT": _mT, "itemsize": lambda self: self._array.itemsize,
                "nbytes": lambda self: self._array.nbytes}
