@@ -504,8 +504,8 @@ CASES += [
           lambda m, x: (m.repeat_interleave(x, 2, dim=1),
                         x.repeat_interleave(m.tensor([1, 0, 2]), dim=0)),
           inputs(normal(*X))),
-    _case("unfold", "Getitem", lambda m, x: x.unfold(1, 2, 1), inputs(normal(*X))),
-    _case("unfold_step", "Getitem", lambda m, x: x.unfold(0, 2, 2), inputs(normal(5, 3))),
+    _case("unfold", "Unfold", lambda m, x: x.unfold(1, 2, 1), inputs(normal(*X))),
+    _case("unfold_step", "Unfold", lambda m, x: x.unfold(0, 2, 2), inputs(normal(5, 3))),
 ]
 
 # forward mode of scatter_reduce: PyTorch has it for the linear reductions only (the

@@ -1827,7 +1827,7 @@ add(
          lambda m, a, dim, counts: a.repeat_interleave(m.tensor(counts, dtype=m.int64),
                                                        dim=dim),
          _repeats_example(tensor=True)),
-    case("unfold", "Getitem", lambda m, a, dim, size, step: a.unfold(dim, size, step),
+    case("unfold", "Unfold", lambda m, a, dim, size, step: a.unfold(dim, size, step),
          _unfold_example()),
     case("sum_axis_keepdims", "Sum", lambda m, a, dim, keepdim: m.sum(a, axis=dim,
                                                                       keepdims=keepdim),

@@ -276,3 +276,25 @@ def test_repeat_interleave_counts_only_and_vmap_refusal():
         torch.repeat_interleave(torch.tensor(counts)).tolist()
     with pytest.raises(RuntimeError, match="data-dependent output shape"):
         F.vmap(lambda x, r: x.repeat_interleave(r, dim=0))(gg.ones(2, 3), gg.tensor([[1] * 3] * 2))
+
+
+def test_unfold_is_a_view():
+    """Writes reach through: into the input (seen by the windows), into non-overlapping
+    windows (seen by the input, with the gradient PyTorch gives); overlapping windows are
+    read-only."""
+    results = []
+    for m in (gg, torch):
+        x = m.arange(6.0, dtype=m.float64)
+        windows = x.unfold(0, 3, 1)
+        x[0] = 100.0
+        assert windows[0, 0].item() == 100.0
+        x.unfold(0, 2, 2).add_(1.0)
+        leaf = m.arange(6.0, dtype=m.float64, requires_grad=True)
+        y = leaf * 1.0
+        y.unfold(0, 2, 3).mul_(m.tensor([2.0, 3.0], dtype=m.float64))
+        (y * y).sum().backward()
+        results.append((x, y, leaf.grad))
+    for a, b in zip(*results, strict=True):
+        close(a, b)
+    with pytest.raises(RuntimeError, match="read-only"):
+        gg.arange(6.0).unfold(0, 3, 1).add_(1.0)

@@ -2,10 +2,10 @@
 dim: ``repeat_interleave`` (each element ``repeats[i]`` times in a row) and
 ``Tensor.unfold`` (sliding windows, which overlap when ``step < size``).
 
-Both are composites of indexing with an int64 index tensor, so their gradients (to any
-order), forward-mode and batching rules are Getitem's: the cotangent of an element
-taken several times is the sum of its copies' cotangents. ``unfold``'s result is a copy,
-not a view as in PyTorch: writing into it does not reach the input (as ``diagonal``).
+``repeat_interleave`` is a composite of indexing with an int64 index tensor, so its
+gradients (to any order), forward-mode and batching rules are Getitem's: the cotangent of
+an element taken several times is the sum of its copies' cotangents. ``unfold`` is a
+view op, ``Unfold``, whose vjp sums the same way (an accumulating index_put).
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from __future__ import annotations
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor, Value, active_modes
 
-from .base import normalize_dim
+from .base import Op, normalize_dim
+from .batching import to_front
+from .index import index_put
 
 __all__ = ["repeat_interleave", "unfold"]
 
@@ -81,6 +83,55 @@ def repeat_interleave(input, repeats=None, dim: int | None = None, *,
     return input[(slice(None),) * d + (index,)]
 
 
+def _window_index(count: int, size: int, step: int):
+    """(count, size) int64: window ``i`` takes elements ``i * step ... i * step + size - 1``."""
+    return Tensor._make(xp.arange(count, dtype=xp.int64)[:, None] * step
+                        + xp.arange(size, dtype=xp.int64)[None, :])
+
+
+def _count(length: int, size: int, step: int) -> int:
+    return (length - size) // step + 1
+
+
+class Unfold(Op):
+    """``Tensor.unfold``: a view of the windows (NumPy's sliding windows, every ``step``-th
+    one). Overlapping windows (``step < size``) are a read-only view: a write would reach
+    one element through several windows. The rules are index_put and the op itself."""
+
+    view = True
+    promotes = False
+    saves_inputs = ()
+
+    @staticmethod
+    def forward(a, *, dim, size, step):
+        windows = xp.lib.stride_tricks.sliding_window_view(
+            a, size, axis=dim, writeable=a.flags.writeable and step >= size)
+        return windows[(slice(None),) * dim + (slice(None, None, step),)]
+
+    @staticmethod
+    def vjp(g, out, a, *, dim, size, step):
+        # each element's cotangent is the sum over the windows it is in
+        moved = g.movedim(dim, -2)  # (..., count, size), as a.movedim(dim, -1)[..., index]
+        zeros = g.new_zeros(tuple(a.movedim(dim, -1).shape))
+        index = _window_index(moved.shape[-2], size, step)
+        return (index_put(zeros, (Ellipsis, index), moved, accumulate=True).movedim(-1, dim),)
+
+    @staticmethod
+    def jvp(dots, out, a, *, dim, size, step):
+        return Unfold.apply(dots[0], dim=dim, size=size, step=step)
+
+    @staticmethod
+    def write_back(base, values, *, dim, size, step):
+        """``base`` with the (non-overlapping) windows replaced by ``values``."""
+        moved = base.movedim(dim, -1)
+        index = _window_index(_count(moved.shape[-1], size, step), size, step)
+        return index_put(moved, (Ellipsis, index), values.movedim(dim, -2)).movedim(-1, dim)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dim, size, step):
+        return cls.apply(to_front(vals[0], bdims[0]), dim=dim + 1, size=size, step=step), 0
+
+
 def unfold(input, dimension: int, size: int, step: int):
     """``Tensor.unfold``: the windows of ``size`` elements, ``step`` apart, along
     ``dimension``; that dim becomes the window count and the window is a new last dim."""
@@ -93,8 +144,4 @@ def unfold(input, dimension: int, size: int, step: int):
         raise RuntimeError(f"step is {step} but must be > 0")
     if input.ndim == 0:
         return input.reshape(1)
-    count = (length - size) // step + 1
-    index = (xp.arange(count, dtype=xp.int64)[:, None] * step
-             + xp.arange(size, dtype=xp.int64)[None, :])
-    windows = input.movedim(d, -1)[..., Tensor._make(index)]  # (..., count, size)
-    return windows.movedim(-2, d)
+    return Unfold.apply(input, dim=d, size=size, step=step)
