@@ -172,6 +172,13 @@ ERRORS = {
     "scatter_reduce_max_backward": lambda m: m.tensor(X, requires_grad=True).scatter_reduce(
         0, m.tensor([[1]]), m.tensor([[9.0]], dtype=m.float64), "max").sum().backward(),
     "scatter_dim": lambda m: m.tensor(X).scatter(2, m.tensor([[1]]), 1.0),
+    "scatter_index_dtype": lambda m: m.tensor(X).scatter(0, m.tensor([[1.0]]), 1.0),
+    "scatter_index_larger_than_src": lambda m: m.tensor(X).scatter(
+        0, m.tensor([[0, 1, 2]]), m.ones(1, 2, dtype=m.float64)),
+    "scatter_index_larger_than_self": lambda m: m.tensor(X).scatter(
+        1, m.zeros(4, 2, dtype=m.int64), 1.0),
+    "scatter_reduce_index_larger": lambda m: m.tensor(X).scatter_reduce(
+        0, m.zeros(2, 5, dtype=m.int64), m.ones(2, 5, dtype=m.float64), "sum"),
     "shift_float": lambda m: m.tensor([1.0, 2.0]) << 1,
     "shift_float_scalar": lambda m: m.bitwise_right_shift(m.tensor([1, 2]), 1.5),
     "unfold_too_large": lambda m: m.tensor(X).unfold(1, 5, 1),

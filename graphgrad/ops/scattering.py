@@ -35,7 +35,7 @@ _LEGACY = {"add": "sum", "multiply": "prod"}
 def _check_index(name: str, a, index, src=None) -> tuple:
     """PyTorch's checks of a scatter's index (and src): the full NumPy index it gives."""
     if index.dtype.kind not in "iu":
-        raise RuntimeError(f"{name}(): Expected dtype int64 for index")
+        raise RuntimeError("scatter(): Expected dtype int32/int64 for index")
     if index.ndim != a.ndim:
         raise RuntimeError("Index tensor must have the same number of dimensions as self "
                            "tensor")
@@ -193,8 +193,21 @@ class ScatterReduce(Op):
         return cls.apply(a, index, src, dim=dim + 1, **params), 0
 
 
-def _leading_block(src, index):
-    """Only src's leading block of index's shape is scattered (PyTorch's rule)."""
+def _leading_block(input, dim: int, index, src):
+    """Only src's leading block of index's shape is scattered (PyTorch's rule); index may
+    not be larger than src, nor than input apart from ``dim``."""
+    if isinstance(index, Value) and index.ndim == input.ndim:
+        too_large = any(i > s for d, (i, s) in enumerate(zip(index.shape, input.shape))
+                        if d != dim)
+        if isinstance(src, Value):
+            too_large |= src.ndim != index.ndim or any(
+                i > s for i, s in zip(index.shape, src.shape))
+        if too_large:
+            raise RuntimeError(
+                f"Expected index {list(index.shape)} to be no larger than self "
+                f"{list(input.shape)} apart from dimension {dim}"
+                + (f" and to be no larger size than src {list(src.shape)}"
+                   if isinstance(src, Value) else ""))
     if isinstance(src, Value) and tuple(src.shape) != tuple(index.shape):
         return src[tuple(slice(0, s) for s in index.shape)]
     return src
@@ -210,7 +223,7 @@ def scatter(input, dim: int, index, src=None, *, value=None, reduce: str | None 
     d = normalize_dim(dim, input.ndim, "scatter")
     if not isinstance(src, Value):
         src = float(src) if input._array.dtype.kind in "fc" else src
-    return Scatter.apply(input, index, _leading_block(src, index), dim=d,
+    return Scatter.apply(input, index, _leading_block(input, d, index, src), dim=d,
                          reduce=_LEGACY.get(reduce))
 
 
@@ -221,7 +234,8 @@ def scatter_reduce(input, dim: int, index, src, reduce: str, *, include_self: bo
         raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, "
                            f"got {reduce}")
     d = normalize_dim(dim, input.ndim, "scatter_reduce")
-    return ScatterReduce.apply(input, index, _leading_block(src, index), dim=d, reduce=reduce,
+    return ScatterReduce.apply(input, index, _leading_block(input, d, index, src), dim=d,
+                               reduce=reduce,
                                include_self=include_self)
 
 
