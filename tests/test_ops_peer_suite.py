@@ -160,6 +160,11 @@ def _raises_like_torch(call):
 
 
 X = np.arange(12.0).reshape(3, 4)  # float64 in both libraries
+
+
+def _ones(m, *shape):
+    return m.ones(*shape, dtype=m.float64)
+
 ERRORS = {
     "scatter_index_rank": lambda m: m.tensor(X).scatter(0, m.tensor([0, 1]), 1.0),
     "scatter_out_of_bounds": lambda m: m.tensor(X).scatter(0, m.tensor([[5, 0]]), 1.0),
@@ -200,6 +205,26 @@ ERRORS = {
     "logcumsumexp_int": lambda m: m.logcumsumexp(m.tensor([1, 2]), 0),
     "logcumsumexp_dim": lambda m: m.logcumsumexp(m.tensor(X), 2),
     "axis_and_dim": lambda m: m.sum(m.tensor(X), dim=0, axis=0),
+    "index_add_index_rank": lambda m: m.tensor(X).index_add(1, m.tensor([[0]]), _ones(m, 3, 1)),
+    "index_add_index_dtype": lambda m: m.tensor(X).index_add(1, m.tensor([0.0]), _ones(m, 3, 1)),
+    "index_add_count": lambda m: m.tensor(X).index_add(1, m.tensor([0, 1]), _ones(m, 3, 1)),
+    "index_add_bounds": lambda m: m.tensor(X).index_add(1, m.tensor([7]), _ones(m, 3, 1)),
+    "index_add_source_dtype": lambda m: m.tensor(X).index_add(1, m.tensor([1]),
+                                                              m.ones(3, 1, dtype=m.float32)),
+    "index_add_source_shape": lambda m: m.tensor(X).index_add(1, m.tensor([1]), _ones(m, 2, 1)),
+    "index_copy_count": lambda m: m.tensor(X).index_copy(1, m.tensor([0, 1]), _ones(m, 3, 1)),
+    "index_copy_bounds": lambda m: m.tensor(X).index_copy(1, m.tensor([7]), _ones(m, 3, 1)),
+    "index_copy_index_dtype": lambda m: m.tensor(X).index_copy(1, m.tensor([1.0]),
+                                                               _ones(m, 3, 1)),
+    "index_copy_index_rank": lambda m: m.tensor(X).index_copy(1, m.tensor([[1]]),
+                                                              _ones(m, 3, 1)),
+    "index_copy_source_dtype": lambda m: m.tensor(X).index_copy(1, m.tensor([1]),
+                                                                m.ones(3, 1, dtype=m.float32)),
+    "index_fill_bounds": lambda m: m.tensor(X).index_fill(1, m.tensor([5]), 1.0),
+    "index_fill_value_rank": lambda m: m.tensor(X).index_fill(1, m.tensor([1]),
+                                                              m.tensor([1.0, 2.0])),
+    "index_fill_index_dtype": lambda m: m.tensor(X).index_fill(1, m.tensor([1.0]), 1.0),
+    "index_fill_index_rank": lambda m: m.tensor(X).index_fill(1, m.tensor([[1]]), 1.0),
 }
 
 

@@ -241,31 +241,86 @@ def scatter_reduce(input, dim: int, index, src, reduce: str, *, include_self: bo
 
 
 
-def _along(input, dim: int, index, name: str) -> tuple:
-    """The index ``input[:, ..., index]`` with ``index`` at ``dim``, checked."""
-    d = normalize_dim(dim, input.ndim, name)
-    if not isinstance(index, Value) or index._array.dtype.kind not in "iu" or index.ndim > 1:
-        raise IndexError(f"{name}_(): Index is supposed to be a vector")
+def _out_of_bounds(index, n: int, dim: int, error: type, prefix: str = "") -> None:
+    arr = index._array
+    bad = arr[(arr >= n) | (arr < -n)]
+    if bad.size:
+        raise error(f"{prefix}index {int(bad[0])} is out of bounds for dimension {dim} with "
+                    f"size {n}")
+
+
+def _slices_at(input, d: int, index) -> tuple:
     return (slice(None),) * d + (index.reshape(-1),)
 
 
 def index_add(input, dim: int, index, source, *, alpha=1):
     """``input`` with ``alpha * source[..., i, ...]`` added to slice ``index[i]`` along
     ``dim`` (repeated indices add up)."""
+    from .compound import scalar_type_name
     from .index import index_put
-    where_ = _along(input, dim, index, "index_add")
-    return index_put(input, where_, source * alpha if alpha != 1 else source, accumulate=True)
+    d = normalize_dim(dim, input.ndim, "index_add")
+    if index._array.dtype.kind not in "iu":
+        raise RuntimeError(f"index_add_(): Expected dtype int32/int64 for index but got: "
+                           f"{scalar_type_name(index)}")
+    if index.ndim > 1:
+        raise IndexError(f"index_add_(): Index is supposed to be a vector, but got dim: "
+                         f"{index.ndim} with type: {scalar_type_name(index)} and size: "
+                         f"{list(index.shape)}")
+    if source._array.dtype != input._array.dtype:
+        raise RuntimeError(f"index_add_(): self ({scalar_type_name(input)}) and source "
+                           f"({scalar_type_name(source)}) must have the same scalar type")
+    if source.ndim != input.ndim or any(a != b for i, (a, b) in enumerate(
+            zip(input.shape, source.shape)) if i != d):
+        raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the "
+                           f"specified dimension. Got self.shape = {list(input.shape)} "
+                           f"source.shape = {list(source.shape)}")
+    if index.numel() != (source.shape[d] if source.ndim else 1):
+        raise RuntimeError(f"index_add_(): Number of indices ({index.numel()}) should be equal "
+                           f"to source.size(dim): ({source.shape[d]}), for dim: {d}")
+    _out_of_bounds(index, input.shape[d] if input.ndim else 1, d, RuntimeError)
+    return index_put(input, _slices_at(input, d, index),
+                     source * alpha if alpha != 1 else source, accumulate=True)
 
 
 def index_copy(input, dim: int, index, source):
     """``input`` with slice ``index[i]`` along ``dim`` replaced by ``source``'s i-th."""
+    from .compound import scalar_type_name
     from .index import index_put
-    return index_put(input, _along(input, dim, index, "index_copy"), source)
+    d = normalize_dim(dim, input.ndim, "index_copy")
+    if index._array.dtype.kind not in "iu":
+        raise RuntimeError(f"index_copy_(): Expected a long tensor for index, but got "
+                           f"{scalar_type_name(index)}")
+    if index.ndim > 1:
+        raise IndexError(f"index_copy_(): Index should have dimension 1 or 0 (got {index.ndim})")
+    if source._array.dtype != input._array.dtype:
+        raise RuntimeError(f"index_copy_(): self and source expected to have the same dtype, "
+                           f"but got (self) {scalar_type_name(input)} and (source) "
+                           f"{scalar_type_name(source)}")
+    count = source.shape[d] if source.ndim == input.ndim and source.ndim else None
+    if count is not None and index.numel() != count:
+        raise IndexError(f"index_copy_(): Number of indices ({index.numel()}) should be equal "
+                         f"to source.size(dim) ({count})")
+    if source.ndim != input.ndim or any(a != b for i, (a, b) in enumerate(
+            zip(input.shape, source.shape)) if i != d):
+        raise RuntimeError("index_copy_(): Source/destination tensor must have same slice "
+                           f"shapes (self {list(input.shape)}, source {list(source.shape)}, "
+                           f"dim {d})")
+    _out_of_bounds(index, input.shape[d] if input.ndim else 1, d, IndexError, "index_copy_(): ")
+    return index_put(input, _slices_at(input, d, index), source)
 
 
 def index_fill(input, dim: int, index, value):
     """``input`` with the slices ``index`` along ``dim`` set to ``value``."""
     from .index import index_put
+    d = normalize_dim(dim, input.ndim, "index_fill")
+    if index._array.dtype != xp.int64:
+        raise IndexError("index_fill_(): Expected dtype int64 for index.")
+    if index.ndim > 1:
+        raise RuntimeError("Index has to be a vector/scalar")
+    if isinstance(value, Value) and value.ndim:
+        raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but got "
+                           f"tensor with {value.ndim} dimension(s).")
+    _out_of_bounds(index, input.shape[d] if input.ndim else 1, d, IndexError)
     if not isinstance(value, Value):
         value = input.new_full((), value)
-    return index_put(input, _along(input, dim, index, "index_fill"), value.to(input.dtype))
+    return index_put(input, _slices_at(input, d, index), value.to(input.dtype))
