@@ -4,8 +4,8 @@ ops, shape/dtype rule), and the functions and Tensor methods that call them."""
 from . import arithmetic, bce, compare, index, join, linalg, nll, reduce, shape, unary  # noqa: F401
 from . import compound, contractions, cumulative, diagonals, einsum_notation  # noqa: F401
 from . import grids, logarithmic, shifts, sorting, triangular  # noqa: F401
-from . import bitshift, repeats, scattering, unary_math  # noqa: F401
-from .bitshift import *  # noqa: F401,F403
+from . import repeats, scattering, signs  # noqa: F401
+from .signs import *  # noqa: F401,F403
 from .arithmetic import *  # noqa: F401,F403
 from .base import REGISTRY, NO_PARAMS, Op, Spec, spec_of  # noqa: F401
 from .compare import *  # noqa: F401,F403
@@ -28,15 +28,14 @@ from .shifts import *  # noqa: F401,F403
 from .sorting import *  # noqa: F401,F403
 from .triangular import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
-from .unary_math import *  # noqa: F401,F403
 
 __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join.__all__,
                   *linalg.__all__, *reduce.__all__, *shape.__all__, *unary.__all__,
                   *compound.__all__, *contractions.__all__, *cumulative.__all__,
                   *diagonals.__all__, *einsum_notation.__all__, *grids.__all__,
                   *logarithmic.__all__,
-                  *shifts.__all__, *bitshift.__all__, *repeats.__all__, *scattering.__all__,
-                  *unary_math.__all__, *sorting.__all__, *triangular.__all__,
+                  *shifts.__all__, *signs.__all__, *repeats.__all__, *scattering.__all__,
+                  *sorting.__all__, *triangular.__all__,
                   "REGISTRY", "Op", "Spec"})
 
 _install()

@@ -361,7 +361,7 @@ def narrow(input, dim: int, start: int, length: int):
     return getitem(input, (slice(None),) * d + (slice(start, start + length),))
 
 
-def _along_axis_index(index, dim: int) -> tuple:
+def along_axis_index(index, dim: int) -> tuple:
     """The full NumPy index that picks ``index`` along ``dim`` (gather/scatter)."""
     grids = list(xp.indices(index.shape, sparse=True))
     grids[dim] = index
@@ -389,7 +389,7 @@ class Gather(Op):
                 raise RuntimeError(f"Size does not match at dimension {d} expected index "
                                    f"{list(index.shape)} to be smaller than self "
                                    f"{list(a.shape)} apart from dimension {dim}")
-        return a[_along_axis_index(index, dim)]
+        return a[along_axis_index(index, dim)]
 
     @staticmethod
     def vjp(g, out, a, index, *, dim):
@@ -417,7 +417,7 @@ class ScatterAdd(Op):
     def forward(base, index, src, *, dim):
         out = base.copy()
         src = src[tuple(slice(0, s) for s in index.shape)] if src.shape != index.shape else src
-        xp.add.at(out, _along_axis_index(index, dim), src)
+        xp.add.at(out, along_axis_index(index, dim), src)
         return out
 
     @staticmethod

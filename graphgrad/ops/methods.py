@@ -25,10 +25,9 @@ from . import logarithmic as LG
 from . import shifts as SH
 from . import sorting as SO
 from . import triangular as TR
-from . import bitshift as BS
 from . import repeats as RP
 from . import scattering as SC
-from . import unary_math as UM
+from . import signs as SG
 from .aliases import with_numpy_aliases
 from .base import NO_PARAMS, normalize_dim
 from .inplace import apply_inplace, fill_inplace
@@ -347,17 +346,18 @@ def _inplace_all(**pairs) -> dict:
 
 # shifts and reflected bitwise operators, the peer-suite math, scatter, repeats
 _METHODS.update({
-    "__lshift__": _fwd(BS.BitwiseLeftShift), "__rlshift__": _rev(BS.BitwiseLeftShift),
-    "__rshift__": _fwd(BS.BitwiseRightShift), "__rrshift__": _rev(BS.BitwiseRightShift),
-    "__ilshift__": _inplace(BS.bitwise_left_shift, "bitwise_left_shift_"),
-    "__irshift__": _inplace(BS.bitwise_right_shift, "bitwise_right_shift_"),
+    "__lshift__": _fwd(C.BitwiseLeftShift), "__rlshift__": _rev(C.BitwiseLeftShift),
+    "__rshift__": _fwd(C.BitwiseRightShift), "__rrshift__": _rev(C.BitwiseRightShift),
+    "__ilshift__": _inplace(C.bitwise_left_shift, "bitwise_left_shift_"),
+    "__irshift__": _inplace(C.bitwise_right_shift, "bitwise_right_shift_"),
     "__rxor__": _logical_or_bitwise(C.LogicalXor, C.BitwiseXor),
-    "bitwise_left_shift": BS.bitwise_left_shift, "bitwise_right_shift": BS.bitwise_right_shift,
+    "bitwise_left_shift": C.bitwise_left_shift, "bitwise_right_shift": C.bitwise_right_shift,
     "bitwise_and": C.bitwise_and, "bitwise_or": C.bitwise_or, "bitwise_xor": C.bitwise_xor,
     "bitwise_not": C.bitwise_not,
-    **{n: getattr(UM, n) for n in (
-        "asinh", "acosh", "atanh", "arcsinh", "arccosh", "arctanh", "exp2", "copysign")},
-    "logcumsumexp": CU.logcumsumexp, "repeat_interleave": RP.repeat_interleave,
+    **{n: getattr(U, n) for n in (
+        "asinh", "acosh", "atanh", "arcsinh", "arccosh", "arctanh", "exp2")},
+    "copysign": SG.copysign, "logcumsumexp": CU.logcumsumexp,
+    "repeat_interleave": RP.repeat_interleave,
     "unfold": RP.unfold, "scatter": SC.scatter, "scatter_reduce": SC.scatter_reduce,
     "index_add": SC.index_add, "index_copy": SC.index_copy, "index_fill": SC.index_fill,
     "index_put": I.index_put, "tensor_split": J.tensor_split, "inner": L.inner,
@@ -372,12 +372,13 @@ _METHODS.update(_inplace_all(
         "absolute", "acos", "arccos", "asin", "arcsin", "atan", "arctan", "ceil", "cos", "cosh",
         "erf", "expm1", "floor", "log10", "log1p", "log2", "reciprocal", "rsqrt", "sign",
         "sin", "sinh", "square", "tan", "trunc", "round")},
-    **{n: getattr(UM, n) for n in (
-        "asinh", "acosh", "atanh", "arcsinh", "arccosh", "arctanh", "exp2", "copysign")},
+    **{n: getattr(U, n) for n in (
+        "asinh", "acosh", "atanh", "arcsinh", "arccosh", "arctanh", "exp2")},
+    copysign=SG.copysign,
     **{n: getattr(C, n) for n in (
         "eq", "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor",
         "bitwise_not")},
-    bitwise_left_shift=BS.bitwise_left_shift, bitwise_right_shift=BS.bitwise_right_shift,
+    bitwise_left_shift=C.bitwise_left_shift, bitwise_right_shift=C.bitwise_right_shift,
     atan2=A.atan2, divide=A.div, multiply=A.mul, subtract=A.sub, true_divide=A.div,
     negative=A.neg, floor_divide=A.floor_divide, fmod=A.fmod, remainder=A.remainder,
     addbmm=CO.addbmm, addcdiv=CO.addcdiv, addcmul=CO.addcmul, addmm=CO.addmm, addmv=CO.addmv,

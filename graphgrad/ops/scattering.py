@@ -15,14 +15,16 @@ differentiate again through those ops.
 
 from __future__ import annotations
 
+import warnings
+
 from graphgrad.backend import xp
-from graphgrad.tensor import Value
+from graphgrad.tensor import Value, active_modes
 
 from .arithmetic import needs_grad
 from .base import Op, normalize_dim
 from .batching import all_to_front
 from .compare import where
-from .index import Gather, ScatterAdd, _along_axis_index
+from .index import Gather, ScatterAdd, along_axis_index
 
 __all__ = ["scatter", "scatter_reduce", "index_add", "index_copy", "index_fill"]
 
@@ -53,7 +55,7 @@ def _positions(a, index, dim: int) -> tuple:
                            f"{n}")
     if a.ndim == 0:
         return ()
-    return _along_axis_index(index.astype(xp.int64) % n, dim)
+    return along_axis_index(index.astype(xp.int64) % n, dim)
 
 
 class Scatter(Op):
@@ -220,6 +222,10 @@ def scatter(input, dim: int, index, src=None, *, value=None, reduce: str | None 
         src = value
     if reduce is not None and reduce not in _LEGACY:
         raise RuntimeError("reduce argument must be either add or multiply.")
+    if reduce is not None and isinstance(src, Value):
+        warnings.warn("The reduce argument of torch.scatter with Tensor src is deprecated and "
+                      "will be removed in a future PyTorch release. Use torch.scatter_reduce "
+                      "instead for more reduction options.", UserWarning, stacklevel=2)
     d = normalize_dim(dim, input.ndim, "scatter")
     if not isinstance(src, Value):
         src = float(src) if input._array.dtype.kind in "fc" else src
@@ -242,6 +248,10 @@ def scatter_reduce(input, dim: int, index, src, reduce: str, *, include_self: bo
 
 
 def _out_of_bounds(index, n: int, dim: int, error: type, prefix: str = "") -> None:
+    """PyTorch's bounds error for the index's values, known here in eager mode only (under
+    a transform or while a graph is built, index_put's forward checks them)."""
+    if active_modes():
+        return
     arr = index._array
     bad = arr[(arr >= n) | (arr < -n)]
     if bad.size:
