@@ -99,6 +99,7 @@ class Unfold(Op):
     one element through several windows. The rules are index_put and the op itself."""
 
     view = True
+    holomorphic = True
     promotes = False
     saves_inputs = ()
 
