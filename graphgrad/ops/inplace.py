@@ -81,7 +81,7 @@ def _write(t: Tensor, arr, name: str) -> None:
                            f"output type {_type_name(t._array.dtype)}")
     if not t._array.flags.writeable:
         raise RuntimeError(f"{name}: unsupported operation: the tensor's memory is read-only "
-                           "(it is an expanded view); clone() it first")
+                           "(it is an expanded view, or windows that overlap); clone() it first")
     t._array[...] = arr
 
 
