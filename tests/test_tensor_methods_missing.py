@@ -13,9 +13,8 @@ import graphgrad as gg
 from helpers import close
 
 # torch.Tensor methods graphgrad still lacks although it has the op: in-place shape
-# changes (squeeze_, t_...: the in-place machinery writes values, not shapes) and cuda
-# (a CPU-only build)
-NOT_YET = {"cuda", "squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_"}
+# changes (squeeze_, t_...: the in-place machinery writes values, not shapes)
+NOT_YET = {"squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_"}
 
 
 def _missing() -> set:
@@ -210,3 +209,9 @@ def test_stride_dim_out_of_range_matches_torch():
                                              r"range of \[-2, 1\], but got 2\)"):
             m.zeros(2, 3).stride(2)
     assert gg.tensor(1.0).stride() == torch.tensor(1.0).stride() == ()
+
+
+def test_cuda_refuses_as_a_cpu_only_pytorch():
+    for m in (gg, torch):
+        with pytest.raises(AssertionError, match="Torch not compiled with CUDA enabled"):
+            m.zeros(2).cuda()

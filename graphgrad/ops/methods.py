@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from graphgrad.backend import to_dtype, xp
 from graphgrad.tensor import Tensor, Value, dispatch, set_grad_mode
+from graphgrad.tensor.device import check_device
 
 from . import arithmetic as A
 from . import compare as C
@@ -364,6 +365,8 @@ _METHODS.update({
     "vdot": L.vdot, "cfloat": lambda self: U.cast(self, "complex64"),
     "cdouble": lambda self: U.cast(self, "complex128"),
     "stride": _stride, "storage_offset": _storage_offset,
+    # a CPU-only build: PyTorch's AssertionError, "Torch not compiled with CUDA enabled"
+    "cuda": lambda self, *args, **kwargs: check_device("cuda"),
 })
 
 # the in-place variants of out-of-place ops, through the one in-place mechanism
