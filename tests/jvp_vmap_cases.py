@@ -470,3 +470,53 @@ CASES += [
           inputs(lambda rng: np.sort(rng.standard_normal((2, 4)), axis=-1), normal(2, 3)),
           jvp=False),
 ]
+
+# ---- the peer-suite ops: inverse hyperbolics, exp2, copysign, logcumsumexp, shifts,
+# scatter/scatter_reduce, repeat_interleave, unfold ---------------------------------------
+
+def _index_without_repeats(*shape, high):
+    """An int64 index whose entries along dim 0 never repeat (scatter's overwrite is then
+    well defined); ``shape[0] <= high``."""
+    return lambda rng: np.stack([rng.permutation(high)[:shape[0]]
+                                 for _ in range(int(np.prod(shape[1:])))], -1).reshape(shape)
+
+
+CASES += [
+    _case("asinh", "Asinh", lambda m, x: m.asinh(x), inputs(normal(*X))),
+    _case("acosh", "Acosh", lambda m, x: m.acosh(x + 2), inputs(positive(*X))),
+    _case("atanh", "Atanh", lambda m, x: x.atanh(), inputs(unit(*X))),
+    _case("exp2", "Exp2", lambda m, x: m.exp2(x), inputs(normal(*X))),
+    _case("copysign", "Copysign", lambda m, x, y: m.copysign(x, y),
+          inputs(normal(*X), normal(X[1]))),
+    _case("logcumsumexp", "Logcumsumexp", lambda m, x: m.logcumsumexp(x * 3, 1),
+          inputs(normal(*X))),
+    _case("logcumsumexp_dim0", "Logcumsumexp", lambda m, x: x.logcumsumexp(0),
+          inputs(normal(*X))),
+    _case("bitwise_shifts", ("BitwiseLeftShift", "BitwiseRightShift"),
+          lambda m, x, y: (x << y, m.bitwise_right_shift(x, y), 3 << y),
+          inputs(ints(*X, high=50), ints(*X, high=5)), jvp=False),
+    _case("scatter_src", "Scatter", lambda m, x, i, s: m.scatter(x, 0, i, s),
+          inputs(normal(*X), _index_without_repeats(2, 4, high=3), normal(2, 4)),
+          in_dims=((0, 0, 0), (None, None, 0), (1, None, None))),
+    _case("scatter_value", "Scatter", lambda m, x, i: x.scatter(1, i, 2.5),
+          inputs(normal(*X), ints(3, 2, high=4))),
+    _case("index_add", "IndexPut", lambda m, x, i, s: x.index_add(1, i, s, alpha=2.0),
+          inputs(normal(*X), lambda rng: np.array([0, 3, 0]), normal(3, 3))),
+    _case("repeat_interleave", "Getitem",
+          lambda m, x: (m.repeat_interleave(x, 2, dim=1),
+                        x.repeat_interleave(m.tensor([1, 0, 2]), dim=0)),
+          inputs(normal(*X))),
+    _case("unfold", "Unfold", lambda m, x: x.unfold(1, 2, 1), inputs(normal(*X))),
+    _case("unfold_step", "Unfold", lambda m, x: x.unfold(0, 2, 2), inputs(normal(5, 3))),
+]
+
+# forward mode of scatter_reduce: PyTorch has it for the linear reductions only (the
+# others are checked against graphgrad's own vjp in test_ops_peer_suite.py)
+for _red in ("sum", "mean"):
+    for _inc in (True, False):
+        CASES.append(_case(
+            f"scatter_reduce_{_red}_{_inc}", "ScatterReduce",
+            (lambda r, inc: lambda m, x, i, s: m.scatter_reduce(x, 0, i, s, r,
+                                                                include_self=inc))(_red, _inc),
+            inputs(normal(*X), ints(2, 4, high=3), normal(2, 4)),
+            in_dims=((0, 0, 0), (None, None, 0), (1, 0, None))))

@@ -357,6 +357,10 @@ _UNARY = [
     ("rsqrt", "Rsqrt", positive),
     ("reciprocal", "Reciprocal", away(0.5)),
     ("clone", "Clone", normal),
+    ("asinh", "Asinh", normal),
+    ("acosh", "Acosh", uniform(1.2, 3.0)),
+    ("atanh", "Atanh", unit),
+    ("exp2", "Exp2", uniform(-2, 2)),
 ]
 
 
@@ -1721,3 +1725,128 @@ add(
     case("bucketize", "Searchsorted", lambda m, v, b: m.bucketize(v, b, right=True),
          fixed((integral(-4, 4), (3, 2)), (_sorted_rows, (4,))), grad=False),
 )
+
+
+# the peer-suite ops: copysign, logcumsumexp, shifts, scatter, scatter_reduce, index_add,
+# repeat_interleave, unfold; the NumPy spellings axis=/keepdims= -------------------------
+
+@st.composite
+def _scatter_example(draw, unique=True, value=False):
+    """(base, index[, src]) with ``dim``: the index's lines along ``dim`` never repeat
+    when ``unique`` (an overwrite is then well defined); src has index's shape."""
+    shape = draw(shapes(min_dims=1))
+    nd = len(shape)
+    dim = draw(st.integers(-nd, nd - 1))
+    d = dim % nd
+    index_shape = tuple(draw(st.integers(1, s)) for s in shape)
+    rng = np.random.default_rng(draw(SEEDS))
+    if unique:
+        lines = np.moveaxis(np.zeros(index_shape, np.int64), d, -1)
+        flat = lines.reshape(-1, lines.shape[-1])
+        for row in flat:
+            row[:] = rng.permutation(shape[d])[:len(row)]
+        index = np.moveaxis(flat.reshape(lines.shape), -1, d)
+    else:
+        index = rng.integers(0, shape[d], index_shape)
+    arrays = (rng.standard_normal(shape), index)
+    if not value:
+        arrays += (rng.standard_normal(index_shape),)
+    return Example(arrays, {"dim": dim})
+
+
+@st.composite
+def _unfold_example(draw):
+    shape = draw(shapes(min_dims=1))
+    nd = len(shape)
+    dim = draw(st.integers(-nd, nd - 1))
+    size = draw(st.integers(0, shape[dim]))
+    step = draw(st.integers(1, 3))
+    rng = np.random.default_rng(draw(SEEDS))
+    return Example((rng.standard_normal(shape),), {"dim": dim, "size": size, "step": step})
+
+
+@st.composite
+def _repeats_example(draw, tensor=False):
+    shape = draw(shapes(min_dims=0))
+    nd = max(len(shape), 1)
+    # PyTorch refuses a dim of a 0-d input (test_ops_peer_suite.py checks its errors)
+    dim = draw(st.one_of(st.none(), st.integers(-nd, nd - 1))) if shape else None
+    rng = np.random.default_rng(draw(SEEDS))
+    arrays = (rng.standard_normal(shape),)
+    static = {"dim": dim}
+    if tensor:  # counts made inside the function: vmap cannot batch them (data-dependent)
+        n = int(np.prod(shape)) if dim is None else (shape[dim] if shape else 1)
+        static["counts"] = tuple(int(c) for c in rng.integers(0, 3, n))
+    else:
+        static["repeats"] = draw(st.integers(0, 3))
+    return Example(arrays, static)
+
+
+def _index_add_example(fill=False):
+    static = {"alpha": 1.5} if not fill else {}
+    made = [(normal, (3, 4)), (lambda rng, s: np.array([0, 3, 0]), ())]
+    if not fill:
+        made.append((normal, (3, 3)))
+    return fixed(*made, static=static)
+
+
+add(
+    case("copysign", "Copysign", lambda m, a, b: m.copysign(a, b),
+         elementwise(away(0.1), away(0.1))),
+    case("copysign_method_number", "Copysign", lambda m, a: a.copysign(-1.0),
+         elementwise(away(0.1))),
+    case("copysign_int", "Copysign", lambda m, a, b: m.copysign(a, b),
+         elementwise(ints(), ints()), grad=False),
+    case("logcumsumexp", "Logcumsumexp", lambda m, a, dim: m.logcumsumexp(a, dim),
+         one_dim(uniform(-5, 5))),
+    case("logcumsumexp_method", "Logcumsumexp", lambda m, a, dim: a.logcumsumexp(dim),
+         one_dim(normal, min_dims=0)),
+    case("bitwise_left_shift", "BitwiseLeftShift", lambda m, a, b: m.bitwise_left_shift(a, b),
+         elementwise(ints(-50, 50), ints(0, 8)), grad=False),
+    case("bitwise_right_shift", "BitwiseRightShift", lambda m, a, b: a >> b,
+         elementwise(ints(-50, 50), ints(0, 8)), grad=False),
+    case("shift_reflected", ("BitwiseLeftShift", "BitwiseRightShift"),
+         lambda m, a: (3 << a, 100 >> a, a.__rlshift__(2)), elementwise(ints(0, 8)),
+         grad=False),
+    case("bitwise_reflected", ("BitwiseXor", "BitwiseAnd", "BitwiseOr"),
+         lambda m, a: (5 ^ a, 6 & a, 9 | a, a.bitwise_not()), elementwise(ints()), grad=False),
+    case("scatter", "Scatter", lambda m, a, i, s, dim: m.scatter(a, dim, i, s),
+         _scatter_example()),
+    case("scatter_value_method", "Scatter", lambda m, a, i, dim: a.scatter(dim, i, -1.5),
+         _scatter_example(unique=False, value=True)),
+    case("scatter_reduce_add", "Scatter",
+         lambda m, a, i, s, dim: m.scatter(a, dim, i, s, reduce="add"),
+         _scatter_example(unique=False), grad=False),
+    case("scatter_reduce_multiply", "Scatter",
+         lambda m, a, i, dim: a.scatter(dim, i, 1.5, reduce="multiply"),
+         _scatter_example(unique=False, value=True), grad=False),
+    case("index_add", "IndexPut", lambda m, a, i, s, alpha: a.index_add(1, i, s, alpha=alpha),
+         _index_add_example()),
+    case("index_fill", "IndexPut", lambda m, a, i: m.index_fill(a, 1, i, -2.0),
+         _index_add_example(fill=True)),
+    case("repeat_interleave", "Getitem",
+         lambda m, a, dim, repeats: m.repeat_interleave(a, repeats, dim=dim),
+         _repeats_example()),
+    case("repeat_interleave_tensor", "Getitem",
+         lambda m, a, dim, counts: a.repeat_interleave(m.tensor(counts, dtype=m.int64),
+                                                       dim=dim),
+         _repeats_example(tensor=True)),
+    case("unfold", "Unfold", lambda m, a, dim, size, step: a.unfold(dim, size, step),
+         _unfold_example()),
+    case("sum_axis_keepdims", "Sum", lambda m, a, dim, keepdim: m.sum(a, axis=dim,
+                                                                      keepdims=keepdim),
+         reduction()),
+    case("mean_axis_method", "Mean", lambda m, a, dim, keepdim: a.mean(axis=dim,
+                                                                       keepdims=keepdim),
+         reduction()),
+    case("amax_axis", "Amax", lambda m, a, dim, keepdim: m.amax(a, axis=dim, keepdims=keepdim),
+         reduction(distinct, none=False)),
+    case("softmax_axis", "Softmax", lambda m, a, dim: m.softmax(a, axis=dim), one_dim()),
+)
+
+for _red in ("sum", "mean"):  # prod/amax/amin: tests/test_ops_peer_suite.py (no torch jvp)
+    for _inc in (True, False):
+        add(case(f"scatter_reduce_{_red}_{_inc}", "ScatterReduce",
+                 (lambda r, inc: lambda m, a, i, s, dim: m.scatter_reduce(
+                     a, dim, i, s, r, include_self=inc))(_red, _inc),
+                 _scatter_example(unique=False)))

@@ -111,7 +111,8 @@ def test_every_op_declares_whether_it_is_holomorphic():
                  "Norm", "Remainder", "Fmod", "FloorDivide", "Lt", "Le", "Gt", "Ge",
                  "LogicalAnd", "LogicalOr", "LogicalXor", "LogicalNot", "BitwiseAnd",
                  "BitwiseOr", "BitwiseXor", "BitwiseNot", "Isnan", "Isinf", "Isfinite",
-                 "IsClose", "OneHot", "Nonzero", "Cast", "ViewDtype",
+                 "IsClose", "OneHot", "Nonzero", "Cast", "ViewDtype", "BitwiseLeftShift",
+                 "BitwiseRightShift", "Copysign", "Logcumsumexp", "ScatterReduce",
                  "Detach",  # a stop-gradient would keep the imaginary step: no complex step
                  "BinaryCrossEntropy"}  # its clamps (log at -100, p(1-p) at 1e-12)
     undecided = sorted(n for n, op in REGISTRY.items() if op.__module__.startswith("graphgrad.")

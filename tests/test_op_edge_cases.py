@@ -405,3 +405,35 @@ def test_copy_of_nan_into_int_is_silent():
         x.copy_(gg.tensor([NAN, 1.0]))
         gg.tensor([NAN]).long()
         gg.ones(0, 3).mean(0)
+
+
+_INDEXED_WRITES = {
+    "index_copy_neg": lambda lib: lib.zeros(3).index_copy(0, lib.tensor([-1]), lib.tensor([5.0])),
+    "index_fill_neg": lambda lib: lib.zeros(3).index_fill(0, lib.tensor([-1]), 5.0),
+    "index_add_neg_1d": lambda lib: lib.zeros(3).index_add(0, lib.tensor([-1]),
+                                                           lib.tensor([5.0])),
+    "index_add_big_1d": lambda lib: lib.zeros(3).index_add(0, lib.tensor([3]),
+                                                           lib.tensor([5.0])),
+    "index_add_neg_2d": lambda lib: lib.zeros(2, 3).index_add(1, lib.tensor([-1]),
+                                                              lib.ones(2, 1)),
+    "index_add_big_2d": lambda lib: lib.zeros(2, 3).index_add(0, lib.tensor([2]),
+                                                              lib.ones(1, 3)),
+    "scatter_neg": lambda lib: lib.zeros(3).scatter(0, lib.tensor([-1]), lib.tensor([5.0])),
+    "scatter_reduce_big": lambda lib: lib.zeros(3).scatter_reduce(0, lib.tensor([3]),
+                                                                  lib.tensor([5.0]), "sum"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_INDEXED_WRITES))
+def test_indexed_writes_refuse_or_wrap_indices_as_torch(case):
+    """Only index_fill counts a negative index from the end; the others raise PyTorch's
+    error (its type and words)."""
+    fn = _INDEXED_WRITES[case]
+    try:
+        expected = fn(torch)
+    except (RuntimeError, IndexError) as t_err:
+        with pytest.raises(type(t_err)) as g_err:
+            fn(gg)
+        assert str(t_err) in str(g_err.value)
+        return
+    np.testing.assert_array_equal(fn(gg).numpy(), expected.numpy())

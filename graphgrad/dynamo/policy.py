@@ -46,7 +46,8 @@ _EAGER_MODULES = ("graphgrad.autograd", "graphgrad.optim", "graphgrad.utils",
 TENSOR_EAGER_ATTRS = frozenset({"requires_grad", "grad", "grad_fn", "is_leaf", "data",
                                 "_version", "item", "tolist", "numpy", "backward",
                                 "register_hook", "retain_grad", "__setitem__", "storage",
-                                "data_ptr", "_base", "untyped_storage", "__array__"})
+                                "data_ptr", "_base", "untyped_storage", "__array__", "stride",
+                                "storage_offset"})
 
 
 # Python code of these packages runs for real (random state, I/O, clocks, NumPy's own

@@ -4,6 +4,8 @@ ops, shape/dtype rule), and the functions and Tensor methods that call them."""
 from . import arithmetic, bce, compare, index, join, linalg, nll, reduce, shape, unary  # noqa: F401
 from . import compound, contractions, cumulative, diagonals, einsum_notation, refusals  # noqa: F401
 from . import grids, logarithmic, shifts, sorting, triangular  # noqa: F401
+from . import repeats, scattering, signs  # noqa: F401
+from .signs import *  # noqa: F401,F403
 from .arithmetic import *  # noqa: F401,F403
 from .base import REGISTRY, NO_PARAMS, Op, Spec, spec_of  # noqa: F401
 from .compare import *  # noqa: F401,F403
@@ -19,18 +21,26 @@ from .linalg import *  # noqa: F401,F403
 from .logarithmic import *  # noqa: F401,F403
 from .methods import install as _install
 from .reduce import *  # noqa: F401,F403
+from .repeats import *  # noqa: F401,F403
+from .scattering import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
 from .shifts import *  # noqa: F401,F403
 from .sorting import *  # noqa: F401,F403
 from .triangular import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 
-_install()
-
 __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join.__all__,
                   *linalg.__all__, *reduce.__all__, *shape.__all__, *unary.__all__,
                   *compound.__all__, *contractions.__all__, *cumulative.__all__,
                   *diagonals.__all__, *einsum_notation.__all__, *grids.__all__,
                   *logarithmic.__all__,
-                  *shifts.__all__, *sorting.__all__, *triangular.__all__,
+                  *shifts.__all__, *signs.__all__, *repeats.__all__, *scattering.__all__,
+                  *sorting.__all__, *triangular.__all__,
                   "REGISTRY", "Op", "Spec"})
+
+_install()
+
+from .aliases import with_numpy_aliases as _with_numpy_aliases  # noqa: E402
+
+for _name in __all__:  # the functions accept axis/keepdims, as PyTorch's do
+    globals()[_name] = _with_numpy_aliases(globals()[_name])

@@ -1,15 +1,17 @@
-"""Layer ``ops``: comparisons, logical and bitwise ops (not differentiable), and ``where``."""
+"""Layer ``ops``: comparisons, logical and bitwise ops (shifts too; not differentiable),
+and ``where``."""
 
 from __future__ import annotations
 
-from graphgrad.backend import torch_promotion, xp
+from graphgrad.backend import result_type, torch_promotion, xp
 
 from .base import NO_PARAMS, scalar_name
 from .elementwise import WIDE_DTYPES, Elementwise
 
 __all__ = ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
            "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where",
-           "isnan", "isinf", "isfinite", "equal", "allclose", "isclose"]
+           "isnan", "isinf", "isfinite", "equal", "allclose", "isclose", "bitwise_left_shift",
+           "bitwise_right_shift"]
 
 
 class _Predicate(Elementwise):
@@ -178,3 +180,44 @@ class IsClose(_Predicate):
     @staticmethod
     def forward(a, b, *, rtol, atol, equal_nan):
         return xp.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
+# ---- bitwise shifts ----------------------------------------------------------------
+
+def _integers_only(kernel: str, a, b) -> None:
+    """PyTorch has shift kernels for integer (and bool) dtypes only."""
+    kinds = [getattr(v, "dtype", xp.asarray(v).dtype).kind for v in (a, b)]
+    if any(k in "fc" for k in kinds):
+        from graphgrad.tensor import Tensor
+
+        promoted = Tensor._make(xp.empty((), result_type(a, b)))  # PyTorch's promotion
+        raise NotImplementedError(f'"{kernel}" not implemented for '
+                                  f"'{scalar_name(promoted._array.dtype)}'")
+
+
+class BitwiseLeftShift(_Predicate):
+    """``<<``: integer (and bool) dtypes only; shifting by the bit width or more gives 0."""
+
+    @staticmethod
+    def forward(a, b):
+        _integers_only("lshift_cpu", a, b)
+        return xp.left_shift(a, b)
+
+
+class BitwiseRightShift(_Predicate):
+    """``>>``, arithmetic for signed dtypes (a negative number shifted far gives -1)."""
+
+    @staticmethod
+    def forward(a, b):
+        _integers_only("rshift_cpu", a, b)
+        return xp.right_shift(a, b)
+
+
+def bitwise_left_shift(input, other):
+    """``input << other`` elementwise (integer dtypes)."""
+    return BitwiseLeftShift.apply(input, other)
+
+
+def bitwise_right_shift(input, other):
+    """``input >> other`` elementwise (an arithmetic shift for signed dtypes)."""
+    return BitwiseRightShift.apply(input, other)

@@ -21,14 +21,14 @@ from graphgrad.backend import xp
 from graphgrad.tensor import Tensor
 
 from .arithmetic import needs_grad
-from .base import Op, Spec, normalize_dim
+from .base import Op, Spec, normalize_dim, scalar_name
 from .reduce import MaxMin
 from .batching import all_to_front
 from .compare import where
 from .reduce import along_dim_batched
 from .triangular import Triu
 
-__all__ = ["cumprod", "cummax", "cummin"]
+__all__ = ["cumprod", "cummax", "cummin", "logcumsumexp"]
 
 
 def _eye(n: int):
@@ -47,6 +47,11 @@ def _omitted_products(x):
     ``x[..., :i + 1]`` without ``x[..., k]`` for ``i >= k``, and 0 for ``i < k``."""
     copies = _left_out(x)
     return Triu.apply(Cumprod.apply(copies, dim=copies.ndim - 1), diagonal=0)
+
+
+def _upper(n: int):
+    """(n, n) bool: ``[j, i]`` is True for ``i >= j``."""
+    return Tensor._make(xp.triu(xp.ones((n, n), xp.bool_)))
 
 
 def _reversed_cumsum(w):
@@ -219,3 +224,55 @@ def cummax(input, dim: int):
 def cummin(input, dim: int):
     """``(values, indices)``: the running minimum along ``dim`` and where it is."""
     return _running_extremum(CumminIndices, input, dim, "cummin")
+
+
+class Logcumsumexp(Op):
+    """``out[i] = log(sum_{j <= i} exp(input[j]))`` along ``dim``, without overflow.
+
+    Both rules use the weights ``W[j, i] = exp(input[j] - out[i])`` for ``j <= i`` (0
+    otherwise), the derivative of ``out[i]`` by ``input[j]``: each is at most 1, so the
+    rules cannot overflow, and being plain graphgrad ops they differentiate again
+    exactly (n times the input's size, as cumprod's)."""
+
+    holomorphic = False
+    promotes = False
+    saves_output = True
+
+    @staticmethod
+    def forward(a, *, dim):
+        if a.dtype.kind not in "fc":
+            raise NotImplementedError(f'"logcumsumexp_out_cpu" not implemented for '
+                                      f"'{scalar_name(a.dtype)}'")
+        if a.ndim == 0:
+            return a.copy()
+        return xp.logaddexp.accumulate(a, axis=dim)
+
+    @staticmethod
+    def _weights(out, a, dim):
+        """``W`` (..., n, n) with the slices along ``dim`` moved last."""
+        am, om = a.movedim(dim, -1), out.movedim(dim, -1)
+        diff = am.unsqueeze(-1) - om.unsqueeze(-2)
+        return where(_upper(am.shape[-1]), diff, -float("inf")).exp()
+
+    @classmethod
+    def vjp(cls, g, out, a, *, dim):
+        if a.ndim == 0:
+            return (g,)
+        w = cls._weights(out, a, dim)
+        return ((w * g.movedim(dim, -1).unsqueeze(-2)).sum(dim=-1).movedim(-1, dim),)
+
+    @classmethod
+    def jvp(cls, dots, out, a, *, dim):
+        if a.ndim == 0:
+            return dots[0]
+        w = cls._weights(out, a, dim)
+        return (w * dots[0].movedim(dim, -1).unsqueeze(-1)).sum(dim=-2).movedim(-1, dim)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, dim):
+        return along_dim_batched(cls, vals[0], bdims[0], dim), 0
+
+
+def logcumsumexp(input, dim: int):
+    """The log of the cumulative sum of ``exp(input)`` along ``dim``."""
+    return Logcumsumexp.apply(input, dim=normalize_dim(dim, input.ndim, "logcumsumexp"))

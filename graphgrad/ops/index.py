@@ -376,7 +376,7 @@ def narrow(input, dim: int, start: int, length: int):
     return getitem(input, (slice(None),) * d + (slice(start, start + length),))
 
 
-def _along_axis_index(index, dim: int) -> tuple:
+def along_axis_index(index, dim: int) -> tuple:
     """The full NumPy index that picks ``index`` along ``dim`` (gather/scatter)."""
     grids = list(xp.indices(index.shape, sparse=True))
     grids[dim] = index
@@ -405,7 +405,7 @@ class Gather(Op):
                                    f"{list(index.shape)} to be smaller than self "
                                    f"{list(a.shape)} apart from dimension {dim}")
         check_along_dim(index, a.shape, dim)
-        return a[_along_axis_index(index, dim)]
+        return a[along_axis_index(index, dim)]
 
     @staticmethod
     def vjp(g, out, a, index, *, dim):
@@ -436,7 +436,7 @@ class ScatterAdd(Op):
         check_along_dim(index, base.shape, dim)
         out = base.copy()
         src = src[tuple(slice(0, s) for s in index.shape)] if src.shape != index.shape else src
-        xp.add.at(out, _along_axis_index(index, dim), src)
+        xp.add.at(out, along_axis_index(index, dim), src)
         return out
 
     @staticmethod

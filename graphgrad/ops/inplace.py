@@ -82,7 +82,7 @@ def _write(t: Tensor, arr, name: str) -> None:
                            f"output type {_type_name(t._array.dtype)}")
     if not t._array.flags.writeable:
         raise RuntimeError(f"{name}: unsupported operation: the tensor's memory is read-only "
-                           "(it is an expanded view); clone() it first")
+                           "(it is an expanded view, or windows that overlap); clone() it first")
     t._array[...] = arr
 
 
@@ -173,6 +173,10 @@ def _eager_inplace(t: Tensor, fn: Callable, args: tuple, kw: dict, name: str) ->
         t._version_counter = [0]
     old = old_identity(t)
     result = fn(old, *args, **kw)
+    if result.op is None and old._requires_grad:
+        # a result that is not differentiable (eq_, logical_not_...): as in PyTorch, the
+        # tensor keeps requiring grad, and its gradient through the write is zero
+        result = _fill(old, result)
     if result._array.shape != t._array.shape:
         _write(t, result._array, name)  # raises the shape error
     keep_if_saved(old, result, t._version_counter[0])

@@ -9,8 +9,9 @@ from __future__ import annotations
 from numbers import Number
 
 from graphgrad.backend import to_dtype, xp
-from graphgrad.tensor import Tensor, Value, dispatch
+from graphgrad.tensor import Tensor, Value, dispatch, set_grad_mode
 from graphgrad.tensor.creation import invalid_arguments, is_number
+from graphgrad.tensor.device import check_device
 
 from . import arithmetic as A
 from . import compare as C
@@ -28,7 +29,11 @@ from . import logarithmic as LG
 from . import shifts as SH
 from . import sorting as SO
 from . import triangular as TR
-from .base import NO_PARAMS
+from . import repeats as RP
+from . import scattering as SC
+from . import signs as SG
+from .aliases import with_numpy_aliases
+from .base import NO_PARAMS, normalize_dim
 from .inplace import apply_inplace, fill_inplace
 
 _Add, _Sub, _Mul, _Div, _Pow = A.Add, A.Sub, A.Mul, A.Div, A.Pow
@@ -322,12 +327,98 @@ _METHODS.update({
     "rot90": SH.rot90, "logaddexp": LG.logaddexp, "xlogy": LG.xlogy,
 })
 
-_PROPERTIES = {"T": _T, "mT": _mT}
+
+def _stride(self, dim: int | None = None):
+    """Element strides (NumPy's byte strides over the item size)."""
+    strides = tuple(s // self._array.itemsize for s in self._array.strides)
+    if dim is None:
+        return strides
+    return strides[normalize_dim(dim, self.ndim, "stride")] if self.ndim else 1
+
+
+def _storage_offset(self) -> int:
+    """Elements from the start of the buffer the tensor's memory lies in."""
+    root = self._array
+    while isinstance(root.base, xp.ndarray):
+        root = root.base
+    start = self._array.__array_interface__["data"][0]
+    return (start - root.__array_interface__["data"][0]) // self._array.itemsize
+
+
+def _untracked_inplace(fn, name):
+    """An in-place op autograd does not record (PyTorch's logical_and_...): the values
+    change, the tensor's history stays, and a leaf that requires grad may be written."""
+    def method(self, *args, **kwargs):
+        previous = set_grad_mode(False)
+        try:
+            return apply_inplace(self, fn, *args, name=name, **kwargs)
+        finally:
+            set_grad_mode(previous)
+    method.__name__ = name
+    return method
+
+
+def _inplace_all(**pairs) -> dict:
+    """``name_ -> in-place method`` for each out-of-place function ``name``."""
+    return {f"{name}_": _inplace(fn, f"{name}_") for name, fn in pairs.items()}
+
+
+# shifts and reflected bitwise operators, the peer-suite math, scatter, repeats
+_METHODS.update({
+    "__lshift__": _fwd(C.BitwiseLeftShift), "__rlshift__": _rev(C.BitwiseLeftShift),
+    "__rshift__": _fwd(C.BitwiseRightShift), "__rrshift__": _rev(C.BitwiseRightShift),
+    "__ilshift__": _inplace(C.bitwise_left_shift, "bitwise_left_shift_"),
+    "__irshift__": _inplace(C.bitwise_right_shift, "bitwise_right_shift_"),
+    "__rxor__": _logical_or_bitwise(C.LogicalXor, C.BitwiseXor),
+    "bitwise_left_shift": C.bitwise_left_shift, "bitwise_right_shift": C.bitwise_right_shift,
+    "bitwise_and": C.bitwise_and, "bitwise_or": C.bitwise_or, "bitwise_xor": C.bitwise_xor,
+    "bitwise_not": C.bitwise_not,
+    **{n: getattr(U, n) for n in (
+        "asinh", "acosh", "atanh", "arcsinh", "arccosh", "arctanh", "exp2")},
+    "copysign": SG.copysign, "logcumsumexp": CU.logcumsumexp,
+    "repeat_interleave": RP.repeat_interleave,
+    "unfold": RP.unfold, "scatter": SC.scatter, "scatter_reduce": SC.scatter_reduce,
+    "index_add": SC.index_add, "index_copy": SC.index_copy, "index_fill": SC.index_fill,
+    "index_put": I.index_put, "tensor_split": J.tensor_split, "inner": L.inner,
+    "vdot": L.vdot, "cfloat": lambda self: U.cast(self, "complex64"),
+    "cdouble": lambda self: U.cast(self, "complex128"),
+    "stride": _stride, "storage_offset": _storage_offset,
+    # a CPU-only build: PyTorch's AssertionError, "Torch not compiled with CUDA enabled"
+    "cuda": lambda self, *args, **kwargs: check_device("cuda"),
+})
+
+# the in-place variants of out-of-place ops, through the one in-place mechanism
+_METHODS.update(_inplace_all(
+    **{n: getattr(U, n) for n in (
+        "absolute", "acos", "arccos", "asin", "arcsin", "atan", "arctan", "ceil", "cos", "cosh",
+        "erf", "expm1", "floor", "log10", "log1p", "log2", "reciprocal", "rsqrt", "sign",
+        "sin", "sinh", "square", "tan", "trunc", "round")},
+    **{n: getattr(U, n) for n in (
+        "asinh", "acosh", "atanh", "arcsinh", "arccosh", "arctanh", "exp2")},
+    copysign=SG.copysign,
+    **{n: getattr(C, n) for n in (
+        "eq", "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor",
+        "bitwise_not")},
+    bitwise_left_shift=C.bitwise_left_shift, bitwise_right_shift=C.bitwise_right_shift,
+    atan2=A.atan2, divide=A.div, multiply=A.mul, subtract=A.sub, true_divide=A.div,
+    negative=A.neg, floor_divide=A.floor_divide, fmod=A.fmod, remainder=A.remainder,
+    addbmm=CO.addbmm, addcdiv=CO.addcdiv, addcmul=CO.addcmul, addmm=CO.addmm, addmv=CO.addmv,
+    baddbmm=CO.baddbmm, lerp=CO.lerp, nan_to_num=CO.nan_to_num, xlogy=LG.xlogy,
+    cumsum=R.cumsum, cumprod=CU.cumprod, tril=TR.tril,
+    triu=TR.triu, scatter=SC.scatter, scatter_reduce=SC.scatter_reduce,
+    index_add=SC.index_add, index_copy=SC.index_copy, index_fill=SC.index_fill,
+))
+
+_METHODS.update({f"{n}_": _untracked_inplace(getattr(C, n), f"{n}_") for n in (
+    "logical_and", "logical_or", "logical_xor", "logical_not")})
+
+_PROPERTIES = {"T": _T, "mT": _mT, "itemsize": lambda self: self._array.itemsize,
+               "nbytes": lambda self: self._array.nbytes}
 
 
 def install() -> None:
     for name, fn in _METHODS.items():
-        setattr(Tensor, name, fn)
+        setattr(Tensor, name, with_numpy_aliases(fn))  # axis=/keepdims= as PyTorch takes
     for name, fn in _PROPERTIES.items():
         setattr(Tensor, name, property(fn))
     Tensor.__array_ufunc__ = None  # ndarray OP tensor -> Tensor's reflected operator

@@ -15,11 +15,13 @@ __all__ = ["exp", "log", "log1p", "expm1", "log2", "log10", "sin", "cos", "tan",
            "sinh", "cosh", "asin", "acos", "atan", "sigmoid", "relu", "gelu", "softplus",
            "abs", "sign", "sqrt", "rsqrt", "reciprocal", "erf", "clamp", "clip", "floor",
            "ceil", "round", "trunc", "cast", "clone", "square", "silu", "arcsin", "arccos",
-           "arctan", "absolute", "special_erf", "detach"]
+           "arctan", "absolute", "special_erf", "detach", "asinh", "acosh", "atanh", "arcsinh",
+           "arccosh", "arctanh", "exp2"]
 
 _SQRT_2 = math.sqrt(2.0)
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_LN2 = math.log(2.0)
 
 
 class _Unary(Diagonal):
@@ -166,6 +168,42 @@ class Atan(_Unary):
     @staticmethod
     def vjp(g, out, a):
         return (g / (a * a + 1),)
+
+
+class Asinh(_Unary):
+    holomorphic = True
+    forward = staticmethod(xp.arcsinh)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * (a * a + 1).rsqrt(),)
+
+
+class Acosh(_Unary):
+    holomorphic = True
+    forward = staticmethod(xp.arccosh)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * (a * a - 1).rsqrt(),)
+
+
+class Atanh(_Unary):
+    holomorphic = True
+    forward = staticmethod(xp.arctanh)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g / (1 - a * a),)
+
+
+class Exp2(_FromOutput):
+    holomorphic = True
+    forward = staticmethod(xp.exp2)
+
+    @staticmethod
+    def vjp(g, out, a):
+        return (g * out * _LN2,)
 
 
 class Sigmoid(_FromOutput):
@@ -468,6 +506,10 @@ cosh = _unary(Cosh, "cosh")
 asin = arcsin = _unary(Asin, "asin")
 acos = arccos = _unary(Acos, "acos")
 atan = arctan = _unary(Atan, "atan")
+asinh = arcsinh = _unary(Asinh, "asinh")
+acosh = arccosh = _unary(Acosh, "acosh")
+atanh = arctanh = _unary(Atanh, "atanh")
+exp2 = _unary(Exp2, "exp2")
 sigmoid = _unary(Sigmoid, "sigmoid")
 relu = _unary(Relu, "relu")
 erf = special_erf = _unary(Erf, "erf")
