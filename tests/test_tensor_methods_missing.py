@@ -5,6 +5,8 @@ version counter, the leaf error), and the memory-layout queries."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -215,3 +217,23 @@ def test_cuda_refuses_as_a_cpu_only_pytorch():
     for m in (gg, torch):
         with pytest.raises(AssertionError, match="Torch not compiled with CUDA enabled"):
             m.zeros(2).cuda()
+
+
+@pytest.mark.parametrize("target", ["torch.DoubleTensor", "torch.LongTensor", "IntTensor",
+                                    "graphgrad.HalfTensor", "torch.Foo", "float64"])
+def test_type_names_and_casts_as_torch(target):
+    """``x.type()`` names the legacy type (graphgrad's prefix for torch's); ``x.type(t)``
+    casts to a legacy type name or constructor, and refuses other strings as torch."""
+    x_t, x_g = torch.ones(2), gg.ones(2)
+    assert x_g.type() == x_t.type().replace("torch.", "graphgrad.")
+    name = target.replace("graphgrad.", "torch.")
+    try:
+        expected = x_t.type(name)
+    except ValueError as err:
+        with pytest.raises(ValueError, match=re.escape(str(err).replace(name, target))):
+            x_g.type(target)
+        return
+    got = x_g.type(target)
+    assert str(got.dtype).split(".")[-1] == str(expected.dtype).split(".")[-1]
+    assert got.type() == expected.type().replace("torch.", "graphgrad.")
+    assert x_g.type(getattr(gg, name.split(".")[-1])).dtype == got.dtype

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from graphgrad.backend import stand_in, xp
+from graphgrad.ops.base import tensor_type_name
 from graphgrad.ops.unbroadcast import unbroadcast
 from graphgrad.tensor import Tensor, Value, active_modes, set_grad_mode
 from graphgrad.tensor.grad_fn import op_backward_name
@@ -56,9 +57,7 @@ class Freed(tuple):
 # ---- checks --------------------------------------------------------------------------
 
 def _type_str(t: Value) -> str:
-    names = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
-             "bool": "BoolTensor", "float16": "HalfTensor"}
-    return "graphgrad." + names.get(t._array.dtype.name, t._array.dtype.name)
+    return tensor_type_name(t._array.dtype)
 
 
 def modified_error(t: Value, current: int, expected: int) -> RuntimeError:

@@ -25,7 +25,8 @@ from graphgrad.tensor import Value, dispatch
 
 __all__ = ["Op", "REGISTRY", "Spec", "spec_of", "broadcast_shapes", "NO_PARAMS", "fmt_shape",
            "saved_inputs", "torch_error_type", "int_arg",
-           "scalar_name", "SCALAR_NAMES", "C_NAMES"]
+           "scalar_name", "SCALAR_NAMES", "C_NAMES",
+           "tensor_type_name", "dtype_of_type_name"]
 
 REGISTRY: dict[str, type[Op]] = {}
 NO_PARAMS: dict = {}  # shared, never mutated: the params of every op call without any
@@ -264,6 +265,24 @@ C_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32"
 def scalar_name(np_dtype) -> str:
     name = xp.dtype(np_dtype).name
     return SCALAR_NAMES.get(name, name)
+
+
+def tensor_type_name(np_dtype) -> str:
+    """The legacy tensor type PyTorch's ``Tensor.type()`` and saved-tensor errors print
+    (``torch.FloatTensor``), under graphgrad's name."""
+    return f"graphgrad.{scalar_name(np_dtype)}Tensor"
+
+
+def dtype_of_type_name(name: str):
+    """The NumPy dtype of a legacy type name, ``torch.FloatTensor`` or
+    ``graphgrad.FloatTensor``; None if it is not one (PyTorch refuses a bare name)."""
+    prefix, _, short = name.partition(".")
+    if prefix not in ("torch", "graphgrad") or not short.endswith("Tensor"):
+        return None
+    for np_name, scalar in SCALAR_NAMES.items():
+        if scalar + "Tensor" == short:
+            return xp.dtype(np_name)
+    return None
 
 
 def int_arg(value, op: str, arg: str, position: int) -> int:

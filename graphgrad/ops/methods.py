@@ -23,6 +23,7 @@ from . import reduce as R
 from . import shape as S
 from . import unary as U
 from . import compound as CO
+from .base import dtype_of_type_name, tensor_type_name
 from . import cumulative as CU
 from . import diagonals as D
 from . import logarithmic as LG
@@ -197,11 +198,17 @@ def _type_as(self, other):
     return U.cast(self, other.dtype)
 
 
-def _type(self, dtype=None):
+def _type(self, dtype=None, non_blocking: bool = False, **kwargs):
+    """``x.type()``: the legacy type name; ``x.type(t)``: ``x`` cast to dtype or legacy
+    type ``t`` (a name such as ``"torch.DoubleTensor"`` or a typed constructor)."""
     if dtype is None:
-        names = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
-                 "int32": "IntTensor", "bool": "BoolTensor", "float16": "HalfTensor"}
-        return "graphgrad." + names.get(self._array.dtype.name, self._array.dtype.name)
+        return tensor_type_name(self._array.dtype)
+    if isinstance(dtype, str):
+        np_dtype = dtype_of_type_name(dtype)
+        if np_dtype is None:
+            raise ValueError(f"invalid type: '{dtype}'")
+        dtype = np_dtype
+    dtype = getattr(dtype, "dtype", dtype)  # torch.FloatTensor & co carry their dtype
     return U.cast(self, dtype)
 
 
