@@ -3,7 +3,7 @@ ops, shape/dtype rule), and the functions and Tensor methods that call them."""
 
 from . import arithmetic, bce, compare, index, join, linalg, nll, reduce, shape, unary  # noqa: F401
 from . import compound, contractions, cumulative, diagonals, einsum_notation  # noqa: F401
-from . import grids, logarithmic, shifts, sorting, triangular  # noqa: F401
+from . import grids, logarithmic, random, shifts, sorting, triangular  # noqa: F401
 from .arithmetic import *  # noqa: F401,F403
 from .base import REGISTRY, NO_PARAMS, Op, Spec, spec_of  # noqa: F401
 from .compare import *  # noqa: F401,F403
@@ -18,6 +18,7 @@ from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
 from .logarithmic import *  # noqa: F401,F403
 from .methods import install as _install
+from .random import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
 from .shifts import *  # noqa: F401,F403
@@ -31,6 +32,6 @@ __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join._
                   *linalg.__all__, *reduce.__all__, *shape.__all__, *unary.__all__,
                   *compound.__all__, *contractions.__all__, *cumulative.__all__,
                   *diagonals.__all__, *einsum_notation.__all__, *grids.__all__,
-                  *logarithmic.__all__,
+                  *logarithmic.__all__, *random.__all__,
                   *shifts.__all__, *sorting.__all__, *triangular.__all__,
                   "REGISTRY", "Op", "Spec"})
