@@ -42,18 +42,18 @@ def both_raise(make):
 
 
 NORMAL_CALLS = [
-    lambda L: L.normal(L.zeros(3), L.ones(2, 3)),
-    lambda L: L.normal(L.zeros(2, 1), L.ones(3)),
-    lambda L: L.normal(L.zeros(3, dtype=L.float64), L.ones(3)),
-    lambda L: L.normal(L.zeros(3), L.ones(3, dtype=L.float64)),
-    lambda L: L.normal(L.zeros(3, dtype=L.float64), 2.0),
-    lambda L: L.normal(L.zeros(3)),
-    lambda L: L.normal(2.0, L.ones(3, 2, dtype=L.float64)),
-    lambda L: L.normal(0.0, 1.0, (2, 3)),
-    lambda L: L.normal(0.0, 1.0, size=(4,), dtype=L.float64),
-    lambda L: L.normal(0, 1, (2,)),
-    lambda L: L.normal(mean=L.zeros(3), std=L.ones(3)),
-    lambda L: L.normal(L.zeros(()), L.ones(3)),
+    lambda lib: lib.normal(lib.zeros(3), lib.ones(2, 3)),
+    lambda lib: lib.normal(lib.zeros(2, 1), lib.ones(3)),
+    lambda lib: lib.normal(lib.zeros(3, dtype=lib.float64), lib.ones(3)),
+    lambda lib: lib.normal(lib.zeros(3), lib.ones(3, dtype=lib.float64)),
+    lambda lib: lib.normal(lib.zeros(3, dtype=lib.float64), 2.0),
+    lambda lib: lib.normal(lib.zeros(3)),
+    lambda lib: lib.normal(2.0, lib.ones(3, 2, dtype=lib.float64)),
+    lambda lib: lib.normal(0.0, 1.0, (2, 3)),
+    lambda lib: lib.normal(0.0, 1.0, size=(4,), dtype=lib.float64),
+    lambda lib: lib.normal(0, 1, (2,)),
+    lambda lib: lib.normal(mean=lib.zeros(3), std=lib.ones(3)),
+    lambda lib: lib.normal(lib.zeros(()), lib.ones(3)),
 ]
 
 
@@ -66,18 +66,18 @@ def test_normal_shapes_and_dtypes(k):
 
 
 @pytest.mark.parametrize("make", [
-    lambda L: L.normal(L.zeros(3), L.ones(2)),
-    lambda L: L.normal(L.zeros(3), -1.0),
-    lambda L: L.normal(0.0, -L.ones(3)),
-    lambda L: L.normal(L.zeros(3), -L.ones(3)),
-    lambda L: L.normal(L.zeros(1), L.tensor([float("nan")])),
-    lambda L: L.normal(0.0, -1.0, (2,)),
-    lambda L: L.normal(0.0, float("nan"), (2,)),
-    lambda L: L.normal(0.0, 1.0),
-    lambda L: L.normal(L.zeros(3, dtype=L.int64), 1.0),
-    lambda L: L.normal(0.0, 1.0, (2,), dtype=L.int64),
-    lambda L: L.ones(2).normal_(0, -1),
-    lambda L: L.ones(2, dtype=L.int64).normal_(),
+    lambda lib: lib.normal(lib.zeros(3), lib.ones(2)),
+    lambda lib: lib.normal(lib.zeros(3), -1.0),
+    lambda lib: lib.normal(0.0, -lib.ones(3)),
+    lambda lib: lib.normal(lib.zeros(3), -lib.ones(3)),
+    lambda lib: lib.normal(lib.zeros(1), lib.tensor([float("nan")])),
+    lambda lib: lib.normal(0.0, -1.0, (2,)),
+    lambda lib: lib.normal(0.0, float("nan"), (2,)),
+    lambda lib: lib.normal(0.0, 1.0),
+    lambda lib: lib.normal(lib.zeros(3, dtype=lib.int64), 1.0),
+    lambda lib: lib.normal(0.0, 1.0, (2,), dtype=lib.int64),
+    lambda lib: lib.ones(2).normal_(0, -1),
+    lambda lib: lib.ones(2, dtype=lib.int64).normal_(),
 ])
 def test_normal_errors(make):
     both_raise(make)
@@ -130,7 +130,8 @@ def test_forward_ad_tangents_are_zero_as_torch():
     tangents = []
     for lib, fwd in ((gg, gfwd), (torch, tfwd)):
         with fwd.dual_level():
-            p = fwd.make_dual(lib.full((3,), 0.5, dtype=lib.float64), lib.ones(3, dtype=lib.float64))
+            p = fwd.make_dual(lib.full((3,), 0.5, dtype=lib.float64),
+                              lib.ones(3, dtype=lib.float64))
             outs = [lib.normal(p, 1.0), lib.normal(p, p + 1), lib.bernoulli(p)]
             tangents.append([fwd.unpack_dual(o).tangent.tolist() for o in outs])
     assert tangents[0] == tangents[1]
@@ -151,12 +152,12 @@ def test_bernoulli_values_dtypes_and_statistics():
     assert np.all(np.abs(freq[1:4] - [0.1, 0.5, 0.9]) < 6 * se)
     y = gg.bernoulli(gg.zeros(n), 0.25).numpy()
     assert abs(y.mean() - 0.25) < 6 * np.sqrt(0.25 * 0.75 / n)
-    for make in (lambda L: L.bernoulli(L.full((3,), 0.5)),
-                 lambda L: L.bernoulli(L.tensor([1, 0]), 0.5),
-                 lambda L: L.tensor([True, False]).bernoulli(0.5),
-                 lambda L: L.full((2, 3), 0.5, dtype=L.float64).bernoulli(),
-                 lambda L: L.zeros(4).bernoulli_(0.5),
-                 lambda L: L.zeros(2, 3).bernoulli_(L.full((3,), 0.5, dtype=L.float64))):
+    for make in (lambda lib: lib.bernoulli(lib.full((3,), 0.5)),
+                 lambda lib: lib.bernoulli(lib.tensor([1, 0]), 0.5),
+                 lambda lib: lib.tensor([True, False]).bernoulli(0.5),
+                 lambda lib: lib.full((2, 3), 0.5, dtype=lib.float64).bernoulli(),
+                 lambda lib: lib.zeros(4).bernoulli_(0.5),
+                 lambda lib: lib.zeros(2, 3).bernoulli_(lib.full((3,), 0.5, dtype=lib.float64))):
         got, want = make(gg), make(torch)
         assert tuple(got.shape) == tuple(want.shape)
         assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
@@ -165,14 +166,14 @@ def test_bernoulli_values_dtypes_and_statistics():
 
 
 @pytest.mark.parametrize("make", [
-    lambda L: L.bernoulli(L.tensor([2.0])),
-    lambda L: L.bernoulli(L.tensor([-0.5, 0.5])),
-    lambda L: L.bernoulli(L.tensor([1, 0])),
-    lambda L: L.bernoulli(L.tensor([0.5]), 2.0),
-    lambda L: L.bernoulli(L.tensor([0.5]), p=L.tensor([0.2])),
-    lambda L: L.tensor([0.5]).bernoulli_(1.5),
-    lambda L: L.tensor([0.5, 0.5]).bernoulli_(L.tensor([0.2, 2.0])),
-    lambda L: L.tensor([0.5, 0.5]).bernoulli_(L.tensor([1, 0])),
+    lambda lib: lib.bernoulli(lib.tensor([2.0])),
+    lambda lib: lib.bernoulli(lib.tensor([-0.5, 0.5])),
+    lambda lib: lib.bernoulli(lib.tensor([1, 0])),
+    lambda lib: lib.bernoulli(lib.tensor([0.5]), 2.0),
+    lambda lib: lib.bernoulli(lib.tensor([0.5]), p=lib.tensor([0.2])),
+    lambda lib: lib.tensor([0.5]).bernoulli_(1.5),
+    lambda lib: lib.tensor([0.5, 0.5]).bernoulli_(lib.tensor([0.2, 2.0])),
+    lambda lib: lib.tensor([0.5, 0.5]).bernoulli_(lib.tensor([1, 0])),
 ])
 def test_bernoulli_errors(make):
     both_raise(make)
@@ -202,35 +203,35 @@ def test_bernoulli_gradients_as_torch():
 
 
 @pytest.mark.parametrize("make", [
-    lambda L: L.multinomial(L.zeros(3), 1),
-    lambda L: L.multinomial(L.zeros(3), 1, True),
-    lambda L: L.multinomial(L.tensor([1.0, -1, 2]), 1),
-    lambda L: L.multinomial(L.tensor([1.0, -1, 2]), 1, True),
-    lambda L: L.multinomial(L.tensor([1.0, float("inf"), 2]), 1),
-    lambda L: L.multinomial(L.tensor([1.0, float("nan"), 2]), 1, True),
-    lambda L: L.multinomial(L.tensor([1.0, 1, 2]), 4),
-    lambda L: L.multinomial(L.tensor([1.0, 1, 2]), 0),
-    lambda L: L.multinomial(L.tensor([1.0, 1, 2]), -1, True),
-    lambda L: L.multinomial(L.tensor(1.0), 1),
-    lambda L: L.multinomial(L.ones(2, 2, 2), 1),
-    lambda L: L.multinomial(L.tensor([1, 2]), 1),
-    lambda L: L.multinomial(L.tensor([[1.0, 2], [0, 0]]), 1),
-    lambda L: L.multinomial(L.tensor([[1.0, 2], [0, -1]]), 1, True),
-    lambda L: L.multinomial(L.ones(2, 0), 2),
-    lambda L: L.multinomial(L.ones(3), 2.0),
-    lambda L: L.multinomial(L.ones(3), True),
+    lambda lib: lib.multinomial(lib.zeros(3), 1),
+    lambda lib: lib.multinomial(lib.zeros(3), 1, True),
+    lambda lib: lib.multinomial(lib.tensor([1.0, -1, 2]), 1),
+    lambda lib: lib.multinomial(lib.tensor([1.0, -1, 2]), 1, True),
+    lambda lib: lib.multinomial(lib.tensor([1.0, float("inf"), 2]), 1),
+    lambda lib: lib.multinomial(lib.tensor([1.0, float("nan"), 2]), 1, True),
+    lambda lib: lib.multinomial(lib.tensor([1.0, 1, 2]), 4),
+    lambda lib: lib.multinomial(lib.tensor([1.0, 1, 2]), 0),
+    lambda lib: lib.multinomial(lib.tensor([1.0, 1, 2]), -1, True),
+    lambda lib: lib.multinomial(lib.tensor(1.0), 1),
+    lambda lib: lib.multinomial(lib.ones(2, 2, 2), 1),
+    lambda lib: lib.multinomial(lib.tensor([1, 2]), 1),
+    lambda lib: lib.multinomial(lib.tensor([[1.0, 2], [0, 0]]), 1),
+    lambda lib: lib.multinomial(lib.tensor([[1.0, 2], [0, -1]]), 1, True),
+    lambda lib: lib.multinomial(lib.ones(2, 0), 2),
+    lambda lib: lib.multinomial(lib.ones(3), 2.0),
+    lambda lib: lib.multinomial(lib.ones(3), True),
 ])
 def test_multinomial_errors(make):
     both_raise(make)
 
 
 def test_multinomial_shapes_and_flags():
-    for make in (lambda L: L.multinomial(L.tensor([1.0, 0, 2]), 3),
-                 lambda L: L.multinomial(L.ones(2, 3, dtype=L.float64), 2),
-                 lambda L: L.multinomial(L.ones(3), 5, True),
-                 lambda L: L.multinomial(L.ones(0, 3), 2),
-                 lambda L: L.ones(3, requires_grad=True).multinomial(2, replacement=True),
-                 lambda L: L.ones(4, 3).multinomial(7, True)):
+    for make in (lambda lib: lib.multinomial(lib.tensor([1.0, 0, 2]), 3),
+                 lambda lib: lib.multinomial(lib.ones(2, 3, dtype=lib.float64), 2),
+                 lambda lib: lib.multinomial(lib.ones(3), 5, True),
+                 lambda lib: lib.multinomial(lib.ones(0, 3), 2),
+                 lambda lib: lib.ones(3, requires_grad=True).multinomial(2, replacement=True),
+                 lambda lib: lib.ones(4, 3).multinomial(7, True)):
         got, want = make(gg), make(torch)
         assert tuple(got.shape) == tuple(want.shape)
         assert got.dtype == gg.int64 and not got.requires_grad and got.grad_fn is None
