@@ -101,11 +101,12 @@ def normal(mean, std=1.0, size=None, *, generator: Generator | None = None, dtyp
     (broadcast; the result has the dtype of the tensor mean, else of std), or
     ``normal(mean, std, size)`` for two numbers."""
     mean_t, std_t = isinstance(mean, Value), isinstance(std, Value)
+    if (size is None) != (mean_t or std_t):  # no overload takes a size with a tensor
+        got = ", ".join("Tensor" if isinstance(a, Value) else type(a).__name__
+                        for a in (mean, std, size) if a is not None)
+        raise TypeError(f"normal() received an invalid combination of arguments - got "
+                        f"({got}), but expected one of:\n{_NORMAL_SIGNATURES}")
     if not mean_t and not std_t:
-        if size is None:
-            raise TypeError(f"normal() received an invalid combination of arguments - got "
-                            f"({type(mean).__name__}, {type(std).__name__}), but expected one "
-                            f"of:\n{_NORMAL_SIGNATURES}")
         _check_std(std)
         dt = to_dtype(dtype).np if dtype is not None else get_default_dtype().np
         _check_floating(dt, "normal_kernel_cpu")
