@@ -520,3 +520,37 @@ for _red in ("sum", "mean"):
                                                                 include_self=inc))(_red, _inc),
             inputs(normal(*X), ints(2, 4, high=3), normal(2, 4)),
             in_dims=((0, 0, 0), (None, None, 0), (1, 0, None))))
+
+# ---- sampling (graphgrad.ops.random) --------------------------------------------------
+# Pure given their raw samples (the last input): torch computes the same transform of the
+# samples, detached, as its samplers give zero tangents.
+
+def _sampler(name, torch_fn):
+    def fn(m, *xs, **params):
+        if m is TORCH:
+            return torch_fn(*xs)
+        return getattr(m.ops.random, name).apply(*xs, **params)
+    return fn
+
+
+def uniform01(*shape):
+    return lambda rng: rng.random(shape)
+
+
+CASES += [
+    _case("normal_op", "Normal",
+          _sampler("Normal", lambda mean, std, z: (mean + std * z).detach() + 0 * (mean + std)),
+          inputs(normal(*X), positive(*X), normal(*X))),
+    _case("bernoulli_op", "Bernoulli",
+          _sampler("Bernoulli", lambda p, u: (u < p).to(p.dtype) + 0 * p),
+          inputs(lambda rng: rng.uniform(0.05, 0.95, X), uniform01(*X))),
+    _case("multinomial_op", "Multinomial",
+          lambda m, p, u: _sampler("Multinomial", lambda p, u: torch.topk(
+              p / -torch.log1p(-u), 2).indices)(m, p, u, num_samples=2, replacement=False),
+          inputs(positive(*X), uniform01(*X)), jvp=False),
+    _case("multinomial_op_replacement", "Multinomial",
+          lambda m, p, u: _sampler("Multinomial", lambda p, u: torch.searchsorted(
+              torch.cumsum(p, -1) / p.sum(-1, keepdim=True), u, right=True).clamp(max=3))(
+              m, p, u, num_samples=5, replacement=True),
+          inputs(positive(*X), uniform01(3, 5)), jvp=False),
+]

@@ -1850,3 +1850,43 @@ for _red in ("sum", "mean"):  # prod/amax/amin: tests/test_ops_peer_suite.py (no
                  (lambda r, inc: lambda m, a, i, s, dim: m.scatter_reduce(
                      a, dim, i, s, r, include_self=inc))(_red, _inc),
                  _scatter_example(unique=False)))
+
+# sampling (graphgrad.ops.random) ----------------------------------------------------------
+# The ops are pure given their raw samples (the last input, drawn by random_tensor in the
+# public functions), so each case passes the samples in and torch computes the same
+# transform of them; the gradients are zero, as torch's normal and bernoulli give.
+
+
+def _sampling_op(name):
+    def fn(*xs, **params):
+        return getattr(gg.ops.random, name).apply(*xs, **params)
+    return fn
+
+
+def _torch_zero_grad(value, *inputs):
+    """``value`` with zero gradients to ``inputs`` (torch's rule for its samplers)."""
+    return value.detach() + sum(x.sum() * 0 for x in inputs)
+
+
+add(
+    case("normal_op", "Normal", lambda m, mean, std, z: _sampling_op("Normal")(mean, std, z),
+         fixed((normal, (3, 1)), (positive, (4,)), (normal, (3, 4)), nograd=(2,)),
+         torch_fn=lambda m, mean, std, z: _torch_zero_grad(mean + std * z, mean, std),
+         fd=False),
+    case("bernoulli_op", "Bernoulli", lambda m, p, u: _sampling_op("Bernoulli")(p, u),
+         fixed((uniform(0.05, 0.95), (3, 4)), (uniform(0.0, 1.0), (3, 4)), nograd=(1,)),
+         torch_fn=lambda m, p, u: _torch_zero_grad((u < p).to(p.dtype), p), fd=False),
+    case("bernoulli_op_p", "Bernoulli",
+         lambda m, x, u: _sampling_op("Bernoulli")(x, u, p=0.3),
+         fixed((normal, (5,)), (uniform(0.0, 1.0), (5,))),
+         torch_fn=lambda m, x, u: (u < 0.3).to(x.dtype), grad=False),
+    case("multinomial_op", "Multinomial",
+         lambda m, p, u: _sampling_op("Multinomial")(p, u, num_samples=3, replacement=False),
+         fixed((positive, (2, 5)), (uniform(0.0, 1.0), (2, 5))),
+         torch_fn=lambda m, p, u: m.topk(p / -m.log1p(-u), 3).indices, grad=False),
+    case("multinomial_op_replacement", "Multinomial",
+         lambda m, p, u: _sampling_op("Multinomial")(p, u, num_samples=6, replacement=True),
+         fixed((positive, (4,)), (uniform(0.0, 1.0), (6,))),
+         torch_fn=lambda m, p, u: m.searchsorted(m.cumsum(p, -1) / p.sum(), u, right=True)
+         .clamp(max=3), grad=False, float32=False),
+)

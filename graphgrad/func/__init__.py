@@ -1,9 +1,11 @@
 """Layer ``func``: composable function transforms (``torch.func``): grad, vjp, jvp,
-jacrev, jacfwd, hessian, hvp, linearize, vmap."""
+jacrev, jacfwd, hessian, hvp, linearize, vmap; functional_call and stack_module_state."""
 
+from .functional_call import functional_call, stack_module_state
 from .pytree import tree_flatten, tree_map, tree_unflatten
 from .transforms import grad, grad_and_value, hessian, hvp, jacfwd, jacrev, jvp, linearize, vjp
 from .vmap import BatchedTensor, vmap
 
 __all__ = ["grad", "grad_and_value", "vjp", "jvp", "linearize", "jacrev", "jacfwd", "hessian",
-           "hvp", "vmap", "BatchedTensor", "tree_flatten", "tree_unflatten", "tree_map"]
+           "hvp", "vmap", "BatchedTensor", "functional_call", "stack_module_state", "tree_flatten",
+           "tree_unflatten", "tree_map"]

@@ -30,6 +30,7 @@ from . import logarithmic as LG
 from . import shifts as SH
 from . import sorting as SO
 from . import triangular as TR
+from . import random as RA
 from . import repeats as RP
 from . import scattering as SC
 from . import signs as SG
@@ -184,12 +185,6 @@ def _uniform_(self, a=0.0, b=1.0, *, generator=None):
                                     .astype(self._array.dtype)), "uniform_")
 
 
-def _normal_(self, mean=0.0, std=1.0, *, generator=None):
-    from graphgrad.tensor.creation import rng_of
-    return fill_inplace(self, Tensor._make(rng_of(generator).normal(mean, std, self._array.shape)
-                                    .astype(self._array.dtype)), "normal_")
-
-
 def _tensor_where(self, condition, other):
     return C.where(condition, self, other)
 
@@ -319,7 +314,8 @@ _METHODS = {
     "scatter_add_": _inplace(I.scatter_add, "scatter_add_"),
     "index_put_": _inplace(I.index_put, "index_put_"),
     "zero_": _zero_, "fill_": _fill_, "copy_": _copy_, "uniform_": _uniform_,
-    "normal_": _normal_,
+    "normal_": RA.normal_, "bernoulli_": RA.bernoulli_,
+    "bernoulli": RA.bernoulli, "multinomial": RA.multinomial,
 }
 
 # sorting, triangles and diagonals, shifts, cumulative and compound arithmetic

@@ -18,7 +18,7 @@ from .pixelshuffle import PixelShuffle, PixelUnshuffle
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d,
                       AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d, MaxPool3d, MaxUnpool1d,
                       MaxUnpool2d, MaxUnpool3d, Upsample)
-from .rnn import GRU, LSTM, RNN
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell, RNNCellBase
 from .sparse import Embedding
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
                           TransformerEncoder, TransformerEncoderLayer)
@@ -36,5 +36,6 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", 
            "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Upsample",
            "Embedding", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
            "TransformerDecoderLayer", "TransformerDecoder", "Transformer",
-           "RNN", "LSTM", "GRU", *activation.__all__, *loss.__all__,
+           "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
+           *activation.__all__, *loss.__all__,
            *padding.__all__]

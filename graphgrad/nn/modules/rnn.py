@@ -1,8 +1,9 @@
 """Layer ``nn``: the recurrent layers ``RNN``, ``LSTM`` and ``GRU`` with PyTorch's
 parameter names (``weight_ih_l0``, ``bias_hh_l1_reverse``...), gate order, layouts
 (``batch_first``, unbatched input), stacking with inter-layer dropout and
-bidirectionality. Each step is a few graphgrad ops, so gradients (of any order) flow
-through time with no rule of their own.
+bidirectionality, and the single-step cells ``RNNCell``, ``LSTMCell`` and ``GRUCell``.
+Each step is a few graphgrad ops, so gradients (of any order) flow through time with no
+rule of their own; a layer and its cell run the same step function.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..init import uniform_
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["RNN", "LSTM", "GRU"]
+__all__ = ["RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
 
 def _rnn_tanh_cell(x, state, w_ih, w_hh, b_ih, b_hh):
@@ -199,7 +200,15 @@ class RNN(_SingleState):
         super().__init__(*args, **kwargs)
 
     def _step(self, *args):
-        return (_rnn_tanh_cell if self.nonlinearity == "tanh" else _rnn_relu_cell)(*args)
+        return _elman_step(self.nonlinearity)(*args)
+
+
+def _elman_step(nonlinearity: str):
+    if nonlinearity == "tanh":
+        return _rnn_tanh_cell
+    if nonlinearity == "relu":
+        return _rnn_relu_cell
+    raise RuntimeError(f"Unknown nonlinearity: {nonlinearity}")
 
 
 class GRU(_SingleState):
@@ -238,3 +247,109 @@ class LSTM(_RNNBase):
         if unbatched:
             h_n, c_n = h_n.squeeze(1), c_n.squeeze(1)
         return self._output(out, unbatched), (h_n, c_n)
+
+
+class RNNCellBase(Module):
+    """One recurrent step: ``weight_ih`` (chunks * hidden, input), ``weight_hh`` (chunks *
+    hidden, hidden) and the biases, initialised uniform on +-1/sqrt(hidden_size) as the
+    layers are. Inputs are (N, input_size) or unbatched (input_size,)."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, num_chunks: int,
+                 device=None, dtype=None) -> None:
+        super().__init__()
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.bias = bias
+        self.weight_ih = Parameter(empty(num_chunks * hidden_size, input_size, dtype=dtype))
+        self.weight_hh = Parameter(empty(num_chunks * hidden_size, hidden_size, dtype=dtype))
+        if bias:
+            self.bias_ih = Parameter(empty(num_chunks * hidden_size, dtype=dtype))
+            self.bias_hh = Parameter(empty(num_chunks * hidden_size, dtype=dtype))
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+        self.reset_parameters()
+
+    reset_parameters = _RNNBase.reset_parameters
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.bias is not True:
+            s += f", bias={self.bias}"
+        if getattr(self, "nonlinearity", "tanh") != "tanh":
+            s += f", nonlinearity={self.nonlinearity}"
+        return s
+
+    def _states(self, input: Tensor, hx: tuple | None, count: int, label: str):
+        """(input as (N, input_size), the ``count`` states as (N, hidden_size), whether the
+        input was unbatched), with PyTorch's checks in its order (``label``: how its
+        messages name state ``k``, formatted with ``k``)."""
+        cls = type(self).__name__
+        if input.ndim not in (1, 2):
+            raise ValueError(f"{cls}: Expected input to be 1D or 2D, got {input.ndim}D instead")
+        if hx is not None:
+            for k, h in enumerate(hx):
+                if h.ndim not in (1, 2):
+                    raise ValueError(f"{cls}: Expected {label.format(k)} to be 1D or 2D, got "
+                                     f"{h.ndim}D instead")
+        unbatched = input.ndim == 1
+        if unbatched:
+            input = input.unsqueeze(0)
+        if hx is None:
+            hx = (zeros(input.shape[0], self.hidden_size, dtype=input.dtype),) * count
+        elif unbatched:
+            hx = tuple(h.unsqueeze(0) for h in hx)
+        if input.shape[1] != self.input_size:
+            raise RuntimeError(f"input has inconsistent input_size: got {input.shape[1]} "
+                               f"expected {self.input_size}")
+        for k, h in enumerate(hx):
+            if h.shape[0] != input.shape[0]:
+                raise RuntimeError(f"Input batch size {input.shape[0]} doesn't match hidden{k} "
+                                   f"batch size {h.shape[0]}")
+            if h.shape[1] != self.hidden_size:
+                raise RuntimeError(f"hidden{k} has inconsistent hidden_size: got {h.shape[1]}, "
+                                   f"expected {self.hidden_size}")
+        return input, hx, unbatched
+
+    def _weights(self) -> tuple:
+        return self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh
+
+
+class RNNCell(RNNCellBase):
+    """``h' = tanh(W_ih x + b_ih + W_hh h + b_hh)`` (or relu); ``forward(input, hx=None)``."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 nonlinearity: str = "tanh", device=None, dtype=None) -> None:
+        super().__init__(input_size, hidden_size, bias, 1, device, dtype)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
+        x, (h,), unbatched = self._states(input, None if hx is None else (hx,), 1, "hidden")
+        h = _elman_step(self.nonlinearity)(x, h, *self._weights())
+        return h.squeeze(0) if unbatched else h
+
+
+class GRUCell(RNNCellBase):
+    """One GRU step, gates (r, z, n) as PyTorch's; ``forward(input, hx=None)``."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None,
+                 dtype=None) -> None:
+        super().__init__(input_size, hidden_size, bias, 3, device, dtype)
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
+        x, (h,), unbatched = self._states(input, None if hx is None else (hx,), 1, "hidden")
+        h = _gru_cell(x, h, *self._weights())
+        return h.squeeze(0) if unbatched else h
+
+
+class LSTMCell(RNNCellBase):
+    """One LSTM step, gates (i, f, g, o); ``forward(input, (h, c)=None) -> (h', c')``."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None,
+                 dtype=None) -> None:
+        super().__init__(input_size, hidden_size, bias, 4, device, dtype)
+
+    def forward(self, input: Tensor, hx: tuple | None = None) -> tuple:
+        x, (h, c), unbatched = self._states(input, hx, 2, "hx[{}]")
+        h, c = _lstm_cell(x, (h, c), *self._weights())
+        return (h.squeeze(0), c.squeeze(0)) if unbatched else (h, c)
