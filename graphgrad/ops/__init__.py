@@ -3,7 +3,7 @@ ops, shape/dtype rule), and the functions and Tensor methods that call them."""
 
 from . import arithmetic, bce, compare, index, join, linalg, nll, reduce, shape, unary  # noqa: F401
 from . import compound, contractions, cumulative, diagonals, einsum_notation  # noqa: F401
-from . import grids, logarithmic, shifts, sorting, triangular  # noqa: F401
+from . import grids, logarithmic, shifts, sorting, sparse_coo, triangular  # noqa: F401
 from .arithmetic import *  # noqa: F401,F403
 from .base import REGISTRY, NO_PARAMS, Op, Spec, spec_of  # noqa: F401
 from .compare import *  # noqa: F401,F403
@@ -22,15 +22,17 @@ from .reduce import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
 from .shifts import *  # noqa: F401,F403
 from .sorting import *  # noqa: F401,F403
+from .sparse_coo import *  # noqa: F401,F403
 from .triangular import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 
 _install()
+sparse_coo.install()
 
 __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join.__all__,
                   *linalg.__all__, *reduce.__all__, *shape.__all__, *unary.__all__,
                   *compound.__all__, *contractions.__all__, *cumulative.__all__,
                   *diagonals.__all__, *einsum_notation.__all__, *grids.__all__,
                   *logarithmic.__all__,
-                  *shifts.__all__, *sorting.__all__, *triangular.__all__,
+                  *shifts.__all__, *sorting.__all__, *sparse_coo.__all__, *triangular.__all__,
                   "REGISTRY", "Op", "Spec"})
