@@ -8,6 +8,11 @@ The gradient of a sparse tensor is sparse where PyTorch's is: ``to_dense`` and
 ``torch.spmm`` and ``@`` give a dense one. A sparse tensor made from a ``values``
 tensor that requires grad passes its gradient on to those values, so a graph network's
 edge weights train through the same engine as its dense weights, to any order.
+
+The op classes start with ``_``, which keeps them out of ``ops.REGISTRY``: the
+registry's ops promise jvp and batching rules, graph IR and complex-step support, none
+of which the sparse layout has (the functions below refuse sparse tensors under a
+transform or tracer). ``SPARSE_OPS`` lists them.
 """
 
 from __future__ import annotations
@@ -33,12 +38,13 @@ def _gather(g, indices):
 
 def _masked(g, s):
     """The gradient ``g`` (dense or sparse) of sparse ``s`` kept at ``s``'s nonzeros."""
-    idx = SparseIndices.apply(s)
-    values = SparseValuesAt.apply(g, idx) if g.is_sparse else _gather(g, idx)
-    return SparseCooTensor.apply(idx, values, size=tuple(s.shape), coalesced=False)
+    idx = _SparseIndices.apply(s)
+    values = _SparseValuesAt.apply(g, idx) if g.is_sparse else _gather(g, idx)
+    return _SparseCooTensor.apply(idx, values, size=tuple(s.shape), coalesced=False)
 
 
-class SparseCooTensor(Op):
+class _SparseCooTensor(Op):
+    backward_name = "SparseCooTensorWithDimsAndTensorsBackward0"
     """``sparse_coo_tensor(indices, values, size)`` once the arguments are checked."""
 
     promotes = False
@@ -51,11 +57,12 @@ class SparseCooTensor(Op):
     @staticmethod
     def vjp(g, out, indices, values, *, size, coalesced):
         if g.is_sparse:
-            return None, SparseValuesAt.apply(g, indices)
+            return None, _SparseValuesAt.apply(g, indices)
         return None, _gather(g, indices)
 
 
-class SparseValuesAt(Op):
+class _SparseValuesAt(Op):
+    backward_name = "SparseValuesAtBackward0"
     """The values of a sparse tensor (duplicates summed) at given index columns: the
     gradient of the values a sparse tensor was built from, given its sparse gradient."""
 
@@ -68,10 +75,11 @@ class SparseValuesAt(Op):
 
     @staticmethod
     def vjp(g, out, s, indices):
-        return SparseCooTensor.apply(indices, g, size=tuple(s.shape), coalesced=False), None
+        return _SparseCooTensor.apply(indices, g, size=tuple(s.shape), coalesced=False), None
 
 
-class SparseIndices(Op):
+class _SparseIndices(Op):
+    backward_name = "SparseIndicesBackward0"
     """The unique, sorted index columns of a sparse tensor (where its gradient lives)."""
 
     differentiable = False
@@ -82,7 +90,8 @@ class SparseIndices(Op):
         return K.coalesce(s).indices
 
 
-class Coalesce(Op):
+class _Coalesce(Op):
+    backward_name = "CoalesceBackward0"
     """Duplicates summed, indices sorted: the same tensor, so the gradient passes as is."""
 
     promotes = False
@@ -97,7 +106,8 @@ class Coalesce(Op):
         return (g,)
 
 
-class ToDense(Op):
+class _ToDense(Op):
+    backward_name = "ToDenseBackward0"
     promotes = False
 
     @staticmethod
@@ -109,7 +119,8 @@ class ToDense(Op):
         return (_masked(g, s),)
 
 
-class ToSparse(Op):
+class _ToSparse(Op):
+    backward_name = "ToSparseBackward0"
     promotes = False
     saves_inputs = ()
 
@@ -119,10 +130,11 @@ class ToSparse(Op):
 
     @staticmethod
     def vjp(g, out, a, *, sparse_dim):
-        return (ToDense.apply(g) if g.is_sparse else g,)
+        return (_ToDense.apply(g) if g.is_sparse else g,)
 
 
-class Values(Op):
+class _Values(Op):
+    backward_name = "ValuesBackward0"
     """``values()`` of a coalesced sparse tensor, differentiable (``_values()`` is not)."""
 
     promotes = False
@@ -133,11 +145,12 @@ class Values(Op):
 
     @staticmethod
     def vjp(g, out, s):
-        return (SparseCooTensor.apply(SparseIndices.apply(s), g, size=tuple(s.shape),
+        return (_SparseCooTensor.apply(_SparseIndices.apply(s), g, size=tuple(s.shape),
                                       coalesced=True),)
 
 
-class SparseMm(Op):
+class _SparseMm(Op):
+    backward_name = "SparseMmBackward0"
     """``s @ d`` for a 2-d sparse ``s`` and a dense matrix ``d`` (``s.T @ d`` when
     ``transpose``). ``masked``: ``s``'s gradient is sparse, at its nonzeros
     (``torch.sparse.mm``), else dense (``torch.mm``)."""
@@ -152,21 +165,22 @@ class SparseMm(Op):
     def vjp(g, out, s, d, *, transpose, masked):
         gs = gd = None
         if needs_grad(d):
-            gd = SparseMm.apply(s, g, transpose=not transpose, masked=masked)
+            gd = _SparseMm.apply(s, g, transpose=not transpose, masked=masked)
         if needs_grad(s):
             if not masked:
                 gs = d @ g.mT if transpose else g @ d.mT
             else:
-                idx = SparseIndices.apply(s)
+                idx = _SparseIndices.apply(s)
                 rows, cols = idx[0], idx[1]
                 if transpose:
                     rows, cols = cols, rows
                 values = (g.index_select(0, rows) * d.index_select(0, cols)).sum(-1)
-                gs = SparseCooTensor.apply(idx, values, size=tuple(s.shape), coalesced=False)
+                gs = _SparseCooTensor.apply(idx, values, size=tuple(s.shape), coalesced=False)
         return gs, gd
 
 
-class SparseAdd(Op):
+class _SparseAdd(Op):
+    backward_name = "AddBackward0"
     promotes = False
     saves_inputs = ()
 
@@ -177,6 +191,10 @@ class SparseAdd(Op):
     @staticmethod
     def vjp(g, out, a, b):
         return g, g
+
+
+SPARSE_OPS = (_SparseCooTensor, _SparseValuesAt, _SparseIndices, _Coalesce, _ToDense,
+              _ToSparse, _Values, _SparseMm, _SparseAdd)
 
 
 # ---- the functions ---------------------------------------------------------------------
@@ -227,9 +245,7 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None,
                            f"{nnz}, nnz from values: {values.shape[0]}")
     dense_shape = tuple(values.shape[1:])
     if size is None:
-        if nnz and idx.min() < 0:
-            d = int(idx.min(axis=1).argmin())
-            raise RuntimeError(f"found negative index {idx[d].min()} for dim {d}")
+        _check_bounds(idx, (float("inf"),) * sd)  # negative indices
         size = tuple(int(m) + 1 for m in idx.max(axis=1)) if nnz else (0,) * sd
         size += dense_shape
     size = tuple(int(n) for n in size)
@@ -240,7 +256,7 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None,
         raise RuntimeError(f"values has incorrect size, expected {[nnz, *size[sd:]]}, got "
                            f"{[nnz, *dense_shape]}")
     _check_bounds(idx, size)
-    out = SparseCooTensor.apply(Tensor._make(idx), values, size=size,
+    out = _SparseCooTensor.apply(Tensor._make(idx), values, size=size,
                                 coalesced=bool(is_coalesced) or nnz <= 1)
     if requires_grad:
         out.requires_grad_(True)
@@ -271,14 +287,14 @@ def _scalar_name(t) -> str:
 def sparse_mm(sparse, dense) -> Tensor:
     """``torch.sparse.mm``: a dense result; ``sparse``'s gradient is sparse."""
     _check_mm("sparse.mm", sparse, dense)
-    return SparseMm.apply(sparse, dense, transpose=False, masked=True)
+    return _SparseMm.apply(sparse, dense, transpose=False, masked=True)
 
 
 def spmm(input, mat2) -> Tensor:
     """``torch.spmm`` (also ``torch.mm``, ``@`` with a sparse left side): a dense
     result; ``input``'s gradient is dense, as PyTorch's."""
     _check_mm("mm", input, mat2)
-    return SparseMm.apply(input, mat2, transpose=False, masked=False)
+    return _SparseMm.apply(input, mat2, transpose=False, masked=False)
 
 
 def sparse_sum(input, dim=None, dtype=None) -> Tensor:
@@ -299,14 +315,14 @@ def coalesce(self) -> SparseTensor:
     if self._array.coalesced:
         return self
     _no_transforms("coalesce")
-    return Coalesce.apply(self)
+    return _Coalesce.apply(self)
 
 
 def _values(self) -> Tensor:
     if not self._array.coalesced:
         raise RuntimeError("Cannot get values on an uncoalesced tensor, please call "
                            ".coalesce() first")
-    return Values.apply(self)
+    return _Values.apply(self)
 
 
 def to_dense(self, dtype=None, *, masked_grad: bool = True) -> Tensor:
@@ -315,7 +331,7 @@ def to_dense(self, dtype=None, *, masked_grad: bool = True) -> Tensor:
     if dtype is not None:
         raise RuntimeError("dtype argument is not supported by sparse_to_dense")
     _no_transforms("to_dense")
-    return ToDense.apply(self)
+    return _ToDense.apply(self)
 
 
 def to_sparse(self, sparse_dim: int | None = None, *, layout=None) -> SparseTensor:
@@ -333,7 +349,7 @@ def to_sparse(self, sparse_dim: int | None = None, *, layout=None) -> SparseTens
         raise RuntimeError(f"dense_to_sparse: sparse_dim argument must be in [0,{self.ndim}] "
                            f"range, but {sparse_dim} is given")
     _no_transforms("to_sparse")
-    return ToSparse.apply(self, sparse_dim=sparse_dim)
+    return _ToSparse.apply(self, sparse_dim=sparse_dim)
 
 
 def _sparse_add(self, other):
@@ -344,9 +360,9 @@ def _sparse_add(self, other):
                                f"has size {list(self.shape)} while other has size "
                                f"{list(other.shape)} (FYI: dense-sparse addition does not "
                                "currently support broadcasting)")
-        return SparseAdd.apply(self, other)
+        return _SparseAdd.apply(self, other)
     if isinstance(other, Value):
-        return ToDense.apply(self) + other
+        return _ToDense.apply(self) + other
     raise NotImplementedError(f"add: sparse {fmt_shape(tuple(self.shape))} + "
                               f"{type(other).__name__}: {K.REFUSAL}")
 
