@@ -19,8 +19,9 @@ from collections.abc import Sequence
 
 from graphgrad.backend import stand_in, xp
 from graphgrad.ops.unbroadcast import unbroadcast
-from graphgrad.tensor import Tensor, Value, active_modes, leaf_of, set_grad_mode
+from graphgrad.tensor import Tensor, Value, active_modes, set_grad_mode
 from graphgrad.tensor.grad_fn import op_backward_name
+from graphgrad.tensor.sparse_tensor import leaf_of
 from graphgrad.tensor.toposort import toposort
 from graphgrad.tensor.views import identity_at, refresh_if_stale
 

@@ -21,6 +21,7 @@ from .tensor import Tensor
 from .value import Extras, Value
 
 __all__ = ["Value", "Tensor", "Size", "Extras", "BackwardNode", "AccumulateGrad",
-           "RemovableHandle", "SparseTensor", "leaf_of", "record", "dispatch", "Mode", "push_mode", "pop_mode",
+           "RemovableHandle", "SparseTensor", "record", "dispatch", "Mode", "push_mode",
+           "pop_mode",
            "current_mode", "active_modes", "is_active", "is_grad_enabled", "set_grad_mode",
            "device", "cuda", *_creation_all]
