@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from graphgrad.backend import xp
 from graphgrad.backend import sparse_array as K
-from graphgrad.tensor import SparseTensor, Tensor, Value, current_mode, tensor
+from graphgrad.tensor import SparseTensor, Tensor, Value, current_mode, tensor, zeros
 
 from .arithmetic import needs_grad
-from .base import Op, fmt_shape
+from .base import Op, fmt_shape, normalize_dim
 from .unary import cast
 
 __all__ = ["sparse_coo_tensor", "spmm"]  # sparse_mm, sparse_sum: graphgrad.sparse
@@ -305,6 +305,39 @@ def sparse_sum(input, dim=None, dtype=None) -> Tensor:
                                   ".to_dense() first")
     total = _values(coalesce(input)).sum()
     return total if dtype is None else cast(total, dtype)
+
+
+def sparse_softmax(input, dim: int, dtype=None, *, log: bool = False) -> SparseTensor:
+    """``torch.sparse.softmax`` (``log``: ``log_softmax``) along a sparse ``dim``: over
+    the stored entries only (the others count as -inf); the result holds the input's
+    coalesced indices. A composite: its gradient is that of exp, scatter_add and index."""
+    name = "log_softmax" if log else "softmax"
+    if not isinstance(input, SparseTensor):
+        raise NotImplementedError(f"sparse.{name}: expected a sparse COO tensor")
+    dim = normalize_dim(dim, input.ndim, name)
+    if dim >= input.sparse_dim() or input.dense_dim():
+        raise NotImplementedError(f"sparse.{name}: graphgrad supports a sparse dim of a tensor "
+                                  "without dense dims")
+    c = coalesce(input)
+    values = _values(c)
+    if dtype is not None:
+        values = cast(values, dtype)
+    idx = c._array.indices
+    # the entries that share every index but ``dim``'s are normalized together
+    others = xp.delete(idx, dim, axis=0)
+    keys = xp.ravel_multi_index(tuple(others), tuple(xp.delete(c.shape, dim))) \
+        if len(others) else xp.zeros(idx.shape[1], xp.int64)
+    _, inv = xp.unique(keys, return_inverse=True)
+    n_groups = int(inv.max()) + 1 if inv.size else 0
+    # a per-group shift for stability: a constant, so the gradient is unchanged
+    top = xp.full(n_groups, -xp.inf, values._array.dtype)
+    xp.maximum.at(top, inv, values._array)
+    group = Tensor._make(inv.reshape(-1).astype(xp.int64))
+    z = values - Tensor._make(top[inv])
+    e = z.exp()
+    total = zeros(n_groups, dtype=values.dtype).scatter_add(0, group, e)
+    out = z - total.log().index_select(0, group) if log else e / total.index_select(0, group)
+    return _SparseCooTensor.apply(Tensor._make(idx), out, size=tuple(c.shape), coalesced=True)
 
 
 # ---- the methods -----------------------------------------------------------------------
