@@ -282,3 +282,11 @@ def test_transforms_refuse_sparse_tensors_by_name():
     s = gg.sparse_coo_tensor(gg.tensor(IDX), gg.tensor(VAL))
     with pytest.raises(NotImplementedError, match="sparse COO tensors are not supported"):
         gg.func.vmap(lambda d: gg.sparse.mm(s, d))(gg.ones(4, 3, 2))
+
+
+def test_legacy_sparse_float_tensor_constructor():
+    """pygcn: ``torch.sparse.FloatTensor(indices, values, shape)``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = torch.sparse.FloatTensor(torch.tensor(IDX), torch.tensor(VAL), torch.Size([3, 4]))
+    _same_sparse(gg.sparse.FloatTensor(gg.tensor(IDX), gg.tensor(VAL), gg.Size([3, 4])), t)

@@ -2,10 +2,10 @@
 (the ops live in ``graphgrad.ops.sparse_coo``)."""
 
 from graphgrad.ops.sparse_coo import sparse_mm as mm
-from graphgrad.ops.sparse_coo import sparse_softmax
+from graphgrad.ops.sparse_coo import sparse_coo_tensor, sparse_softmax
 from graphgrad.ops.sparse_coo import sparse_sum as sum  # noqa: A004 - PyTorch's name
 
-__all__ = ["mm", "sum", "softmax", "log_softmax"]
+__all__ = ["mm", "sum", "softmax", "log_softmax", "FloatTensor"]
 
 
 def softmax(input, dim: int, dtype=None):
@@ -16,3 +16,10 @@ def softmax(input, dim: int, dtype=None):
 def log_softmax(input, dim: int, dtype=None):
     """``torch.sparse.log_softmax``: over the stored entries along ``dim``."""
     return sparse_softmax(input, dim, dtype, log=True)
+
+
+def FloatTensor(indices, values, size=None):  # noqa: N802 - PyTorch's legacy name
+    """``torch.sparse.FloatTensor(indices, values, size)``, the legacy constructor that
+    pygcn builds its adjacency with: ``sparse_coo_tensor``, keeping the values' dtype as
+    PyTorch does."""
+    return sparse_coo_tensor(indices, values, size)
