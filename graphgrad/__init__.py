@@ -12,6 +12,8 @@ from .tensor import *  # noqa: F401,F403
 from .tensor import Size, Tensor, Value, is_grad_enabled
 from . import ops
 from .ops import *  # noqa: F401,F403
+from .backend.sparse_array import layout, sparse_coo, strided
+from . import sparse
 from . import autograd
 from .autograd import enable_grad, inference_mode, no_grad, set_grad_enabled
 from . import func

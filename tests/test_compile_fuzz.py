@@ -35,6 +35,9 @@ def same(want, got) -> None:
     if isinstance(want, gg.Tensor):
         assert isinstance(got, gg.Tensor), (want, got)
         assert want.dtype == got.dtype and want.shape == got.shape, (want, got)
+        assert want.layout is got.layout, (want, got)
+        if want.is_sparse:  # compared as the dense tensors they stand for
+            want, got = want.to_dense(), got.to_dense()
         np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-6,
                                    atol=1e-6)
     elif isinstance(want, (tuple, list)):

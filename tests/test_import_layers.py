@@ -15,6 +15,7 @@ RANKS = [
     ["backend"],
     ["tensor"],
     ["ops"],
+    ["sparse"],
     ["autograd"],
     ["func"],
     ["numdiff"],

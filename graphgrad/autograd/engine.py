@@ -22,6 +22,7 @@ from graphgrad.ops.base import tensor_type_name
 from graphgrad.ops.unbroadcast import unbroadcast
 from graphgrad.tensor import Tensor, Value, active_modes, set_grad_mode
 from graphgrad.tensor.grad_fn import op_backward_name
+from graphgrad.tensor.sparse_tensor import leaf_of
 from graphgrad.tensor.toposort import toposort
 from graphgrad.tensor.views import identity_at, refresh_if_stale
 
@@ -368,7 +369,7 @@ def _accumulate(t: Value, g: Tensor, create_graph: bool, steal: bool = False) ->
     ``steal`` (see ``_stealable``) a first gradient's array becomes ``.grad`` uncopied."""
     old = t._grad
     if old is None:
-        t._grad = g if create_graph else Tensor._make(g._array if steal else g._array.copy())
+        t._grad = g if create_graph else leaf_of(g._array if steal else g._array.copy())
     elif create_graph or old._requires_grad:
         t._grad = old + g
     elif old._array.flags.writeable and old._array.dtype == g._array.dtype:
@@ -376,7 +377,7 @@ def _accumulate(t: Value, g: Tensor, create_graph: bool, steal: bool = False) ->
         if old._version_counter is not None:
             old._version_counter[0] += 1
     else:
-        t._grad = Tensor._make(old._array + g._array)
+        t._grad = leaf_of(old._array + g._array)  # sparse + sparse stays sparse
     ext = t._extras
     if ext is not None and ext.post_hooks and t.op is None:
         for hook in list(ext.post_hooks):

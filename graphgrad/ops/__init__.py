@@ -3,7 +3,7 @@ ops, shape/dtype rule), and the functions and Tensor methods that call them."""
 
 from . import arithmetic, bce, compare, index, join, linalg, nll, reduce, shape, unary  # noqa: F401
 from . import compound, contractions, cumulative, diagonals, einsum_notation, refusals  # noqa: F401
-from . import grids, logarithmic, random, shifts, sorting, triangular  # noqa: F401
+from . import grids, logarithmic, random, shifts, sorting, sparse_coo, triangular  # noqa: F401
 from . import repeats, scattering, signs  # noqa: F401
 from .signs import *  # noqa: F401,F403
 from .arithmetic import *  # noqa: F401,F403
@@ -27,6 +27,7 @@ from .scattering import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
 from .shifts import *  # noqa: F401,F403
 from .sorting import *  # noqa: F401,F403
+from .sparse_coo import *  # noqa: F401,F403
 from .triangular import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 
@@ -36,10 +37,11 @@ __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join._
                   *diagonals.__all__, *einsum_notation.__all__, *grids.__all__,
                   *logarithmic.__all__, *random.__all__,
                   *shifts.__all__, *signs.__all__, *repeats.__all__, *scattering.__all__,
-                  *sorting.__all__, *triangular.__all__,
+                  *sorting.__all__, *sparse_coo.__all__, *triangular.__all__,
                   "REGISTRY", "Op", "Spec"})
 
 _install()
+sparse_coo.install()
 
 from .aliases import with_numpy_aliases as _with_numpy_aliases  # noqa: E402
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from graphgrad.backend import result_float_dtype, xp
+from graphgrad.tensor import SparseTensor
 
 from .arithmetic import needs_grad
 from .base import Op, Spec, broadcast_shapes, fmt_shape, spec_of
@@ -150,6 +151,8 @@ def _example(v, bdim) -> Spec:
 
 
 def matmul(input, other):
+    if type(input) is SparseTensor:  # the sparse product (ops.sparse_coo)
+        return input.matmul(other)
     return Matmul.apply(input, other)
 
 
@@ -160,6 +163,8 @@ def _check_ndim(name: str, t, ndim: int, what: str) -> None:
 
 
 def mm(input, mat2):
+    if type(input) is SparseTensor:  # the sparse product (ops.sparse_coo)
+        return input.mm(mat2)
     _check_ndim("mm", input, 2, "self")
     _check_ndim("mm", mat2, 2, "mat2")
     return Matmul.apply(input, mat2)

@@ -16,10 +16,12 @@ from .grad_fn import AccumulateGrad, BackwardNode, RemovableHandle
 from .modes import (Mode, active_modes, current_mode, is_active, is_grad_enabled, pop_mode,
                     push_mode, set_grad_mode)
 from .size import Size
+from .sparse_tensor import SparseTensor, leaf_of
 from .tensor import Tensor
 from .value import Extras, Value
 
 __all__ = ["Value", "Tensor", "Size", "Extras", "BackwardNode", "AccumulateGrad",
-           "RemovableHandle", "record", "dispatch", "Mode", "push_mode", "pop_mode",
+           "RemovableHandle", "SparseTensor", "record", "dispatch", "Mode", "push_mode",
+           "pop_mode",
            "current_mode", "active_modes", "is_active", "is_grad_enabled", "set_grad_mode",
            "device", "cuda", *_creation_all]

@@ -11,8 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from graphgrad.backend import promote_result, xp
+from graphgrad.backend.sparse_array import SparseArray
 
 from .modes import _state
+from .sparse_tensor import SparseTensor
 from .tensor import Tensor
 from .value import Value
 from .views import mark_view, saved_versions
@@ -55,6 +57,8 @@ def dispatch(op, args: tuple, params: dict) -> Any:
     except Exception as e:  # the shape/dtype rule explains what NumPy only hints at
         raise op.explain_failure(e, args, params) from e
     if type(out) is not _ndarray:  # ufuncs return NumPy scalars for 0-d inputs
+        if type(out) is SparseArray:  # a sparse op's result; off the dense path
+            return _sparse_result(op, args, params, out, state)
         out = xp.asarray(out)
     if op.promotes:
         odt = out.dtype
@@ -69,4 +73,14 @@ def dispatch(op, args: tuple, params: dict) -> Any:
     t = _make(out)
     if op.view:
         mark_view(t, op, args, params)
+    return t
+
+
+def _sparse_result(op, args: tuple, params: dict, out: SparseArray, state) -> SparseTensor:
+    """``dispatch``'s end for an op whose result is sparse: a SparseTensor, recorded as
+    a dense result is."""
+    t = SparseTensor._make(out)
+    if state.grad_enabled and op.differentiable and out.dtype.kind in "fc" and any(
+            isinstance(a, Value) and a._requires_grad for a in args):
+        return record(op, args, params, out, node=t)
     return t

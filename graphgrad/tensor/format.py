@@ -61,7 +61,8 @@ def format_array(arr) -> str:
     return text.replace(", ...,", ",  ...,")
 
 
-def tensor_repr(t) -> str:
+def tensor_repr(t, show_dtype: bool = True) -> str:
+    """``show_dtype=False``: the parts of a sparse tensor, whose dtype is shown once."""
     arr = t._array
     suffix = []
     if arr.size == 0:
@@ -72,7 +73,7 @@ def tensor_repr(t) -> str:
         body = format_array(arr)
     kind = arr.dtype
     default = get_default_dtype().np
-    if not (kind == default or kind == xp.int64 or kind == xp.bool_
+    if show_dtype and not (kind == default or kind == xp.int64 or kind == xp.bool_
             or (kind == xp.complex64 and default == xp.float32)):
         suffix.append(f"dtype={t.dtype!r}")
     if t.op is not None and t._requires_grad:

@@ -14,6 +14,7 @@ from typing import Any
 from graphgrad.backend import dtype as _dtype
 from graphgrad.backend import from_numpy_dtype, xp
 from graphgrad.backend import get_default_dtype as _default_dtype
+from graphgrad.backend.sparse_array import strided as _strided
 
 from .device import device as _device
 from .grad_fn import BackwardNode, RemovableHandle
@@ -96,6 +97,14 @@ class Tensor(Value):
     @property
     def is_cuda(self) -> bool:
         return False
+
+    @property
+    def is_sparse(self) -> bool:  # SparseTensor says True
+        return False
+
+    @property
+    def layout(self):
+        return _strided
 
     def __len__(self) -> int:
         if self._array.ndim == 0:
