@@ -6,8 +6,9 @@ derivatives work), and the op set under PyTorch's names.
 """
 
 from . import backend
-from .backend import (bool_ as bool, complex64, complex128, dtype, float16, float32, float64,
-                      get_default_dtype, int8, int16, int32, int64, set_default_dtype, uint8)
+from .backend import (bfloat16, bool_ as bool, complex64, complex128, dtype, float16, float32,
+                      float64, get_default_dtype, int8, int16, int32, int64, set_default_dtype,
+                      uint8)
 from .tensor import *  # noqa: F401,F403
 from .tensor import Size, Tensor, Value, is_grad_enabled
 from . import ops

@@ -93,6 +93,20 @@ def _scale_by(lib, base, once):
     return ScaleBy
 
 
+def _square(lib, base, once):
+    class Square(base):  # the double-backward tutorial's first example
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 2
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            (x,) = ctx.saved_tensors
+            return grad_out * 2 * x
+    return Square
+
+
 def _square_once(lib, base, once):
     class SquareOnce(base):
         @staticmethod
@@ -127,7 +141,7 @@ def test_values_and_gradients_match_torch(make):
     np.testing.assert_allclose(gx.grad.numpy(), tx.grad.numpy(), rtol=1e-12)
 
 
-@pytest.mark.parametrize("make", [_exp, _legendre, _cube_setup_context],
+@pytest.mark.parametrize("make", [_exp, _legendre, _cube_setup_context, _square],
                          ids=lambda m: m.__name__)
 def test_double_backward_through_a_backward_written_in_ops(make):
     g_fn, t_fn = _both(make)
@@ -137,6 +151,10 @@ def test_double_backward_through_a_backward_written_in_ops(make):
     (gg2,) = gg.autograd.grad(gg1.sum(), gx)
     (tg2,) = torch.autograd.grad(tg1.sum(), tx)
     np.testing.assert_allclose(gg2.numpy(), tg2.numpy(), rtol=1e-12)
+    # and as the tutorial checks it: gradcheck and gradgradcheck (finite differences)
+    x = gg.tensor([0.3, -1.2, 2.0], dtype=gg.float64, requires_grad=True)
+    assert gg.autograd.gradcheck(g_fn.apply, (x,))
+    assert gg.autograd.gradgradcheck(g_fn.apply, (x,))
 
 
 def test_once_differentiable_gives_a_gradient_that_is_not_differentiable():

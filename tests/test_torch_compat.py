@@ -339,3 +339,15 @@ def test_torch_names_map_to_graphgrad_modules():
     assert err.value.name == "torch.distributions"
     assert TorchAliasFinder().find_spec("numpy") is None
     assert TorchAliasFinder().find_spec("torchvision") is None
+
+
+def test_bfloat16_can_be_named_and_refuses_every_use():
+    """nanoGPT's first lines build a table holding torch.bfloat16; graphgrad has no such
+    tensors, so naming the dtype works and using it raises, naming it."""
+    table = {"float32": gg.float32, "bfloat16": gg.bfloat16}
+    assert repr(table["bfloat16"]) == "graphgrad.bfloat16"
+    assert gg.bfloat16.is_floating_point and gg.bfloat16.itemsize == torch.bfloat16.itemsize
+    for use in (lambda: gg.ones(2, dtype=gg.bfloat16), lambda: gg.ones(2).to(gg.bfloat16),
+                lambda: gg.zeros(2).type(gg.bfloat16), lambda: gg.tensor([1.0], dtype="bfloat16")):
+        with pytest.raises(NotImplementedError, match="graphgrad has no bfloat16 tensors"):
+            use()

@@ -14,7 +14,8 @@ from .promotion import (_default_np, promote_result, promote_types, result_float
 
 __all__ = [
     "xp", "dtype", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
-    "uint8", "bool_", "complex64", "complex128", "to_dtype", "from_numpy_dtype",
+    "uint8", "bool_", "complex64", "complex128", "bfloat16", "MissingDtype", "to_dtype",
+    "from_numpy_dtype",
     "get_default_dtype", "set_default_dtype", "result_float_dtype", "torch_promotion",
     "result_type", "promote_types", "promote_result", "stand_in",
 ]
@@ -73,6 +74,28 @@ bool_ = dtype("bool", xp.bool_)
 complex64 = dtype("complex64", xp.complex64)
 complex128 = dtype("complex128", xp.complex128)
 
+
+
+class MissingDtype:
+    """A dtype PyTorch has and graphgrad does not (NumPy has no bfloat16): programs may
+    name it (nanoGPT's table of dtypes does), and any use of it raises, naming it."""
+
+    __slots__ = ("name", "itemsize")
+    is_floating_point, is_complex, is_signed = True, False, True
+
+    def __init__(self, name: str, itemsize: int):
+        self.name, self.itemsize = name, itemsize
+
+    def __repr__(self) -> str:
+        return f"graphgrad.{self.name}"
+
+    def error(self) -> NotImplementedError:
+        return NotImplementedError(f"graphgrad.{self.name}: graphgrad has no {self.name} "
+                                   f"tensors yet (NumPy has no such type); use float32")
+
+
+bfloat16 = MissingDtype("bfloat16", 2)
+
 _ALL = (float16, float32, float64, int8, int16, int32, int64, uint8, bool_, complex64, complex128)
 _BY_NP = {d.np: d for d in _ALL}
 _BY_NAME = {d.name: d for d in _ALL}
@@ -113,10 +136,14 @@ def to_dtype(d) -> dtype:
     """Accept a graphgrad dtype, a name (``"float32"``), a NumPy dtype or a Python type."""
     if isinstance(d, dtype):
         return d
+    if isinstance(d, MissingDtype):
+        raise d.error()
     if isinstance(d, str):
         try:
             return _BY_NAME[d]
         except KeyError:
+            if d == bfloat16.name:
+                raise bfloat16.error() from None
             raise TypeError(f"unknown dtype {d!r}") from None
     if d is float:
         return get_default_dtype()
