@@ -13,7 +13,7 @@ from typing import Any
 from graphgrad.backend import promote_result, xp
 from graphgrad.backend.sparse_array import SparseArray
 
-from .modes import _state
+from .modes import per_thread
 from .sparse_tensor import SparseTensor
 from .tensor import Tensor
 from .value import Value
@@ -48,7 +48,7 @@ def record(op, args: tuple, params: dict, out, node: Value | None = None) -> Ten
 
 def dispatch(op, args: tuple, params: dict) -> Any:
     """Run ``op`` on ``args`` (tensors and Python scalars) with keyword ``params``."""
-    state = _state
+    state = per_thread.state
     if state.top is not None:
         return state.top.process(op, args, params)
     arrays = [a._array if isinstance(a, Value) else a for a in args]

@@ -11,8 +11,8 @@ does not care: ``process`` (an op call), ``process_inplace`` (an in-place write)
 ``batches`` (whether a tensor is this mode's batched stand-in), ``to_python`` (a
 tensor turned into a Python number), ``randomness`` and ``batched_random`` (random
 draws under vmap). Nothing outside this module touches the
-stack itself; the state is in one object (``_state``) that ``dispatch`` reads on the
-hot path. That state is per thread (see ``_State``).
+stack itself; the state is in one object (``State``) that ``dispatch`` reads on the
+hot path. That state is per thread (see ``_PerThread``).
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Mode", "push_mode", "pop_mode", "current_mode", "active_modes", "is_active",
-           "is_grad_enabled", "set_grad_mode"]
+__all__ = ["Mode", "push_mode", "pop_mode", "current_mode",
+           "active_modes", "is_active", "is_grad_enabled", "set_grad_mode"]
 
 
-class _State(threading.local):
+class State:
     """What is active: the stack of modes, its top (read by ``dispatch`` on every op
-    call) and grad mode. One per thread, as PyTorch's grad mode: a thread's ``no_grad``
-    or vmap level is invisible to the others, and a new thread starts in the default
-    state (``__init__`` runs again in each thread that reads it)."""
+    call) and grad mode."""
+
+    __slots__ = ("stack", "top", "grad_enabled")
 
     def __init__(self):
         self.stack: list[Mode] = []
@@ -37,7 +37,18 @@ class _State(threading.local):
         self.grad_enabled = True
 
 
-_state = _State()
+class _PerThread(threading.local):
+    """One ``State`` per thread, as PyTorch's grad mode: a thread's ``no_grad`` or vmap
+    level is invisible to the others, and a new thread starts in the default state
+    (``__init__`` runs again in each thread that reads it). ``dispatch`` reads the
+    thread's state once per op call (``per_thread.state``) and then plain slots: two
+    reads of a ``threading.local`` cost twice one."""
+
+    def __init__(self):
+        self.state = State()
+
+
+per_thread = _PerThread()
 
 
 class Mode:
@@ -87,52 +98,55 @@ class _Lowered:
         self.mode = mode
 
     def __enter__(self):
-        stack = _state.stack
-        self.index = stack.index(self.mode)
-        del stack[self.index]
-        _state.top = stack[-1] if stack else None
+        state = per_thread.state
+        self.index = state.stack.index(self.mode)
+        del state.stack[self.index]
+        state.top = state.stack[-1] if state.stack else None
 
     def __exit__(self, *exc):
-        stack = _state.stack
-        stack.insert(self.index, self.mode)
-        _state.top = stack[-1]
+        state = per_thread.state
+        state.stack.insert(self.index, self.mode)
+        state.top = state.stack[-1]
 
 
 def push_mode(mode: Mode) -> None:
-    _state.stack.append(mode)
-    _state.top = mode
+    state = per_thread.state
+    state.stack.append(mode)
+    state.top = mode
 
 
 def pop_mode(mode: Mode) -> None:
-    stack = _state.stack
+    state = per_thread.state
+    stack = state.stack
     if not stack or stack[-1] is not mode:
         raise RuntimeError("graphgrad: dispatch stack corrupted (a mode popped out of order)")
     stack.pop()
-    _state.top = stack[-1] if stack else None
+    state.top = stack[-1] if stack else None
 
 
 def current_mode() -> Mode | None:
     """The mode on top of the stack, None in plain eager mode."""
-    return _state.top
+    return per_thread.state.top
 
 
 def active_modes() -> tuple[Mode, ...]:
     """The modes on the stack, bottom first."""
-    return tuple(_state.stack)
+    return tuple(per_thread.state.stack)
 
 
 def is_active(mode: Mode) -> bool:
     """Whether ``mode`` is on the stack now (not lowered, not popped)."""
-    return mode in _state.stack
+    return mode in per_thread.state.stack
 
 
 def is_grad_enabled() -> bool:
     """Whether ops record the graph for reverse-mode differentiation."""
-    return _state.grad_enabled
+    return per_thread.state.grad_enabled
 
 
 def set_grad_mode(mode: bool) -> bool:
     """Set grad mode; returns the previous mode (used by ``graphgrad.autograd.grad_mode``)."""
-    prev = _state.grad_enabled
-    _state.grad_enabled = bool(mode)
+    state = per_thread.state
+    prev = state.grad_enabled
+    state.grad_enabled = bool(mode)
     return prev
