@@ -158,3 +158,22 @@ def _torch_style(backend, torch):
     if backend is returns_interpreter:
         return lambda gm, example_inputs: torch.fx.Interpreter(gm).run
     return backend
+
+
+@pytest.mark.parametrize("backend", STYLES[:4] + ["eager"], ids=lambda b: getattr(b, "__name__", b))
+def test_python_scalars_and_new_shapes_keep_eager_semantics(backend):
+    """Python numbers read at run time keep Python-scalar type promotion (an int tensor
+    times a float is float32), and new shapes (recompiled, then symbolic sizes) run the
+    module the backend returned."""
+    def f(x, s):
+        return x * s + 1, (x.float() * s).double() / s, x.shape[0] * s
+
+    cf = gg.compile(f, backend=backend)
+    for shape, s in [((3,), 2.5), ((5, 2), 0.5), ((4,), 3), ((2, 7), 1.5)]:
+        x = gg.arange(int(np.prod(shape))).reshape(*shape)
+        *got, got_n = cf(x, s)
+        *want, want_n = f(x, s)
+        assert type(got_n) is type(want_n) and got_n == want_n
+        for a, b in zip(got, want, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
