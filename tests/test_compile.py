@@ -28,7 +28,9 @@ def _fresh():
     compiler.reset()
 
 
-def _ops(graph) -> list[str]:
+def _ops(gm) -> list[str]:
+    """The op names of a captured graph (a backend is handed a GraphModule: gm.graph)."""
+    graph = getattr(gm, "graph", gm)
     return [n.target_name for n in graph.nodes if n.kind not in ("placeholder", "output")]
 
 
@@ -168,7 +170,7 @@ def test_decorator_forms_and_backend_callable():
 
     def gm_forward(gm):
         from graphgrad.graph import Interpreter
-        return Interpreter(gm).run
+        return Interpreter(gm.graph).run   # the IR under the GraphModule
 
     @gg.compile(backend=my_backend)
     def f(x, y):
@@ -390,9 +392,9 @@ def test_default_backend_runs_the_graph_optimized_by_the_passes():
 
     ran = []
 
-    def capture(graph, example_inputs):
-        fn = default(graph, example_inputs)
-        ran.append((graph, fn.graph))
+    def capture(gm, example_inputs):
+        fn = default(gm, example_inputs)
+        ran.append((gm.graph, fn.graph))
         return fn
 
     def f(x):

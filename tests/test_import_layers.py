@@ -24,7 +24,8 @@ RANKS = [
     ["backends"],
     ["nn", "optim", "data", "utils", "serialization"],
     ["static"],
-    ["fx", "jit", "dynamo"],
+    ["fx", "jit"],
+    ["dynamo"],          # hands backends fx GraphModules, as torch._dynamo builds on fx
     ["capture", "compiler"],
     ["torch_compat"],
     ["train", "run"],

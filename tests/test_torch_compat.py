@@ -348,6 +348,7 @@ def test_bfloat16_can_be_named_and_refuses_every_use():
     assert repr(table["bfloat16"]) == "graphgrad.bfloat16"
     assert gg.bfloat16.is_floating_point and gg.bfloat16.itemsize == torch.bfloat16.itemsize
     for use in (lambda: gg.ones(2, dtype=gg.bfloat16), lambda: gg.ones(2).to(gg.bfloat16),
-                lambda: gg.zeros(2).type(gg.bfloat16), lambda: gg.tensor([1.0], dtype="bfloat16")):
+                lambda: gg.zeros(2).type(gg.bfloat16), lambda: gg.tensor([1.0], dtype="bfloat16"),
+                lambda: gg.ones(2).bfloat16()):
         with pytest.raises(NotImplementedError, match="graphgrad has no bfloat16 tensors"):
             use()

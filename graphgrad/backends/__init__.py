@@ -1,7 +1,8 @@
 """Layer ``backends``: Graph -> callable, what runs a ``graphgrad.graph.Graph``.
 
-A backend is ``backend(graph, example_inputs) -> callable`` (PyTorch's convention), the
-callable taking the graph's inputs and returning the tuple of its outputs.
+A backend is ``backend(gm, example_inputs) -> callable`` (PyTorch's convention): ``gm`` a
+``graphgrad.fx.GraphModule`` whose ``gm.graph`` is the IR (a bare ``Graph`` is taken too),
+the callable taking the graph's inputs and returning the tuple of its outputs.
 ``graphgrad.compile(backend=...)`` hands each graph it captures to one, looked up by
 name (registry.py: ``BACKENDS``, ``register_backend``, ``lookup_backend``, also
 reachable as ``graphgrad.dynamo.BACKENDS`` etc.).
@@ -19,8 +20,8 @@ This package sits above ``passes`` (the default backend optimizes first) and bel
 """
 
 from .array_program import array_program, default
-from .eager import eager, print_backend
+from .eager import eager, graph_of, print_backend
 from .registry import BACKENDS, lookup_backend, register_backend
 
 __all__ = ["BACKENDS", "register_backend", "lookup_backend", "eager", "print_backend",
-           "default", "array_program"]
+           "default", "array_program", "graph_of"]

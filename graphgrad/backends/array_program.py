@@ -1,14 +1,16 @@
 """Layer ``backends``: the ``"default"`` backend, a Graph as one Python program.
 
-``default(graph, example_inputs)``: the graph optimized by ``graphgrad.passes``, then its
-printed Python program, exec'd once (no per-node interpretation: the fastest backend
-graphgrad has); where no gradient is needed, ``array_program`` makes a program on the
-arrays themselves that calls each op's ``forward`` directly.
+``default(gm, example_inputs)``: the graph (``gm.graph`` of a GraphModule) optimized by
+``graphgrad.passes``, then its printed Python program, exec'd once (no per-node
+interpretation: the fastest backend graphgrad has); where no gradient is needed,
+``array_program`` makes a program on the arrays themselves that calls each op's
+``forward`` directly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from graphgrad.backend import xp
 from graphgrad.graph import Graph, Node, dynamic_tuple_text, is_dynamic, python_code
@@ -17,15 +19,17 @@ from graphgrad.tensor import Value, dispatch, is_grad_enabled
 from graphgrad.tensor.modes import current_mode
 from graphgrad.tensor import Tensor
 
+from .eager import graph_of
+
 __all__ = ["default", "array_program"]
 
 
-def default(graph: Graph, example_inputs: list) -> Callable:
+def default(gm: Any, example_inputs: list) -> Callable:
     """The graph after ``graphgrad.passes.optimize`` (exact simplifications, constant
     folding, CSE, dead code) as its printed program; when no gradient is needed, a program
     on NumPy arrays that calls each op's ``forward`` directly (no dispatch, no Tensor per
     intermediate). The callable's ``graph`` attribute is the optimized graph it runs."""
-    graph, _ = optimize(graph)
+    graph, _ = optimize(graph_of(gm))
     slow = python_code(graph, name="forward").fn
     fast = array_program(graph, example_inputs, slow)
     run = slow if fast is None else fast

@@ -9,10 +9,17 @@ interpreter (``graphgrad.graph.Interpreter``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from graphgrad.graph import Graph, Interpreter
 
-__all__ = ["eager", "print_backend"]
+__all__ = ["eager", "print_backend", "graph_of"]
+
+
+def graph_of(gm: Any) -> Graph:
+    """The IR graph a backend is handed: ``gm.graph`` of a GraphModule (what
+    ``graphgrad.compile`` passes, as PyTorch does), or a bare ``Graph``."""
+    return gm if isinstance(gm, Graph) else gm.graph
 
 
 class _NoWrap(Interpreter):
@@ -27,11 +34,12 @@ class _NoWrap(Interpreter):
         return () if out is None else env[out]
 
 
-def eager(graph: Graph, example_inputs: list) -> Callable:
-    return _NoWrap(graph).run
+def eager(gm: Any, example_inputs: list) -> Callable:
+    return _NoWrap(graph_of(gm)).run
 
 
-def print_backend(graph: Graph, example_inputs: list) -> Callable:
+def print_backend(gm: Any, example_inputs: list) -> Callable:
+    graph = graph_of(gm)
     print(f"--- graph {graph.name}: {sum(n.kind not in ('placeholder', 'output') for n in graph)}"
           f" ops ---")
     print(graph.tabular())

@@ -23,6 +23,7 @@ from graphgrad.graph import needed_nodes
 
 from . import config
 from graphgrad.backends import lookup_backend
+from graphgrad.fx.graph_module import captured_graph_module
 from .capture import Capture, Templatizer, Unsupported
 from .codegen import Codegen
 from .recompile import recompile_reason
@@ -500,7 +501,8 @@ class CompiledFunction:
             counters["graphs"] += 1
             counters["ops"] += ops
             self.graphs.append(graph)
-            compiled = self.backend(graph, examples)
+            # backends written for PyTorch take a GraphModule (gm.graph is the IR)
+            compiled = self.backend(captured_graph_module(graph), examples)
             args = ", ".join(src.expr(pool) for src, _ in inputs)
             body = f"tuple({pool(compiled)}({args})) + ({carried})"
             if not isinstance(end, Return):

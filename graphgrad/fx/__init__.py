@@ -19,10 +19,10 @@ is the value at trace time. ``x.detach()`` is a ``Detach`` node (stop-gradient).
 
 from .api import symbolic_trace
 from .errors import TraceError
-from .graph_module import GraphModule
+from .graph_module import GraphModule, captured_graph_module
 from .interpreter import Interpreter, Transformer
 from .proxy import Proxy
 from .tracer import PH, Tracer
 
 __all__ = ["symbolic_trace", "Tracer", "Proxy", "GraphModule", "Interpreter", "Transformer",
-           "TraceError", "PH"]
+           "TraceError", "PH", "captured_graph_module"]

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphgrad.func.pytree import tree_unflatten
+from graphgrad.func.pytree import LEAF, TreeSpec, tree_unflatten
 from graphgrad.graph import Graph, Node, PythonCode, Symbol, python_code, short
 from graphgrad.nn import Module, Parameter
 from graphgrad.tensor import Value
 
-__all__ = ["GraphModule"]
+__all__ = ["GraphModule", "captured_graph_module"]
 
 _BASIC = (bool, int, float, complex, str, type(None))
 
@@ -156,6 +156,16 @@ class GraphModule(Module):
 
     def __repr__(self) -> str:
         return f"{self._class_name}(\n  {self.code.strip().replace(chr(10), chr(10) + '  ')}\n)"
+
+
+def captured_graph_module(graph: Graph) -> GraphModule:
+    """What ``graphgrad.compile`` hands a backend for a captured ``graph``: a GraphModule
+    whose forward returns the tuple of the graph's outputs, as the GraphModules that
+    ``torch._dynamo`` hands its backends do (so ``return gm`` and ``return gm.forward``
+    are callables of the same contract as the built-in backends' results)."""
+    gm = GraphModule({}, graph)
+    gm.__dict__["_out_spec"] = TreeSpec("tuple", None, (LEAF,) * len(graph.outputs))
+    return gm
 
 
 def _check_spec(name: str, p: Node, value: Any, dtype: bool) -> None:
