@@ -222,6 +222,17 @@ def _chunk_method(self, chunks, dim=0):
     return J.chunk(self, chunks, dim)
 
 
+def _flip_method(self, *dims):
+    """``x.flip(0, 1)`` or ``x.flip((0, 1))`` (``torch.flip`` takes only the sequence)."""
+    if len(dims) == 1:
+        if isinstance(dims[0], (tuple, list)):
+            dims = dims[0]
+        elif not isinstance(dims[0], int):
+            raise TypeError(f"flip(): argument 'dims' (position 1) must be tuple of ints, not "
+                            f"{type(dims[0]).__name__}")
+    return S.flip(self, tuple(dims))
+
+
 def _split_method(self, split_size, dim=0):
     return J.split(self, split_size, dim)
 
@@ -284,7 +295,8 @@ _METHODS = {
     **{n: getattr(S, n) for n in (
         "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "swapaxes",
         "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to", "repeat", "tile",
-        "flip", "movedim", "ravel")},
+        "movedim", "ravel")},
+    "flip": _flip_method,
     "view": S.view, "view_as": lambda self, other: S.view(self, *other.shape),
     "reshape_as": lambda self, other: S.reshape(self, *other.shape),
     "contiguous": _contiguous, "is_contiguous": _is_contiguous,

@@ -11,12 +11,13 @@ import math
 from typing import NamedTuple
 
 from graphgrad.backend import result_float_dtype, xp
+from graphgrad.tensor.creation import invalid_arguments
 
 from .arithmetic import Mul, Sub
 from .base import Op, Spec, normalize_dim, normalize_dims
 from .batching import to_front
 from .compare import where
-from .refusals import empty_check, no_bool, no_kernel
+from .refusals import NOT_GIVEN, empty_check, no_bool, no_kernel
 from .unary import Exp
 
 __all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var",
@@ -135,7 +136,7 @@ class Prod(_Reduce):
         shape = a.shape
         out_e = expand_back(out, shape, dim, keepdim)
         is_zero = a == 0
-        nonzero_prod = where(is_zero, 1.0, a).prod(dim=dim, keepdim=True).expand(shape)
+        nonzero_prod = Prod.apply(where(is_zero, 1.0, a), dim=dim, keepdim=True).expand(shape)
         zeros = is_zero.sum(dim=dim, keepdim=True).expand(shape)
         other_zero = where(is_zero, a, 0.0).sum(dim=dim, keepdim=True).expand(shape) - a
         at_zero = nonzero_prod * where(zeros == 1, 1.0, where(zeros == 2, other_zero, 0.0))
@@ -391,9 +392,22 @@ def mean(input, dim=None, keepdim: bool = False, *, dtype=None):
     return Mean.apply(input, **params)
 
 
-def prod(input, dim=None, keepdim: bool = False, *, dtype=None):
+_PROD_OVERLOADS = ("Tensor input, *, torch.dtype dtype = None",
+                   "Tensor input, int dim, bool keepdim = False, *, torch.dtype dtype = None, "
+                   "Tensor out = None")
+
+
+def prod(input, dim=NOT_GIVEN, keepdim: bool = False, *, dtype=None):
+    """The product of all elements, or over one dim: PyTorch's prod takes a single int dim
+    (its argument parser refuses None, a tuple or a list; the reduction over several dims
+    is ``Prod.apply`` with a tuple, which gradient rules use)."""
     from graphgrad.backend import to_dtype
-    params = {"dim": _dims(input, dim, "prod"), "keepdim": keepdim}
+    if dim is not NOT_GIVEN:
+        if isinstance(dim, bool) or not isinstance(dim, int) and (
+                not hasattr(dim, "__index__") or isinstance(dim, float)):
+            raise invalid_arguments("prod", (input, dim), _PROD_OVERLOADS)
+        dim = dim.__index__()
+    params = {"dim": _dims(input, None if dim is NOT_GIVEN else dim, "prod"), "keepdim": keepdim}
     if dtype is not None:
         params["dtype"] = to_dtype(dtype).np
     return Prod.apply(input, **params)
@@ -441,17 +455,27 @@ def _select_extremum(input, dim, keepdim, arg, name):
     return MaxMin(values, indices)
 
 
-def max(input, dim=None, keepdim: bool = False):
+_EXTREMUM_OVERLOADS = ("Tensor input, *, Tensor out = None",
+                       "Tensor input, Tensor other, *, Tensor out = None",
+                       "Tensor input, int dim, bool keepdim = False, *, tuple of Tensors out = "
+                       "None")
+
+
+def max(input, dim=NOT_GIVEN, keepdim: bool = False):
     """``max(x)``: the largest element; ``max(x, dim)``: (values, indices);
-    ``max(x, other)``: elementwise maximum."""
-    if dim is None:
+    ``max(x, other)``: elementwise maximum. (A dim of None is refused, as in PyTorch.)"""
+    if dim is NOT_GIVEN:
         return amax(input, _name="max")
+    if dim is None:
+        raise invalid_arguments("max", (input, dim), _EXTREMUM_OVERLOADS)
     return _select_extremum(input, dim, keepdim, _argmax, "max")
 
 
-def min(input, dim=None, keepdim: bool = False):
-    if dim is None:
+def min(input, dim=NOT_GIVEN, keepdim: bool = False):
+    if dim is NOT_GIVEN:
         return amin(input, _name="min")
+    if dim is None:
+        raise invalid_arguments("min", (input, dim), _EXTREMUM_OVERLOADS)
     return _select_extremum(input, dim, keepdim, _argmin, "min")
 
 
@@ -490,8 +514,14 @@ def var(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=Non
     """Variance over ``dim`` with Bessel's ``correction`` (default 1)."""
     if isinstance(dim, bool):  # var(x, False): the old unbiased positional form
         dim, unbiased = None, dim
-    dims = _dims(input, dim, "var")
-    if input._array.dtype.kind not in "fc":
+    floating = input._array.dtype.kind in "fc"
+    try:
+        dims = _dims(input, dim, "var")
+    except (IndexError, RuntimeError):
+        if floating:
+            raise
+        dims = None  # PyTorch refuses the dtype before it looks at the dims' range
+    if not floating:
         raise RuntimeError("std and var only support floating point and complex dtypes")
     n = 1
     for d in dims:
@@ -539,6 +569,9 @@ def norm(input, p="fro", dim=None, keepdim: bool = False, dtype=None):
 
 
 def logsumexp(input, dim, keepdim: bool = False):
+    if dim is None:  # PyTorch's argument parser: dim is required here
+        raise TypeError("logsumexp(): argument 'dim' (position 2) must be tuple of ints, not "
+                        "NoneType")
     return Logsumexp.apply(input, dim=_dims(input, dim, "logsumexp"), keepdim=keepdim)
 
 

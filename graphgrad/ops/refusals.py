@@ -10,8 +10,12 @@ from graphgrad.tensor import Value
 
 from .base import normalize_dim, scalar_name
 
-__all__ = ["SEQUENCE_AS_TUPLE", "sequence_as_tuple", "check_index_range", "check_along_dim",
-           "narrow_dim", "narrow_start", "empty_check", "no_kernel", "no_bool"]
+__all__ = ["NOT_GIVEN", "SEQUENCE_AS_TUPLE", "sequence_as_tuple", "check_index_range",
+           "check_along_dim", "narrow_dim", "narrow_start", "empty_check", "no_kernel", "no_bool"]
+
+# the default of an argument PyTorch has an overload without, where passing None is refused
+# (``prod(x)`` reduces everything; ``prod(x, None)`` is no overload of PyTorch's)
+NOT_GIVEN = object()
 
 SEQUENCE_AS_TUPLE = (
     "Using a non-tuple sequence for multidimensional indexing is deprecated and will be "
