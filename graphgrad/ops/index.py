@@ -473,6 +473,7 @@ def gather(input, dim: int, index, *, sparse_grad: bool = False):
 def take_along_dim(input, indices, dim=None):
     if dim is None:
         return gather(input.reshape(-1), 0, indices.reshape(-1))
+    dim = int_arg(dim, "take_along_dim", "dim", 3)
     if input.ndim != indices.ndim:
         raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same "
                            f"number of dimensions, but got {input.ndim} dimensions for input, "

@@ -37,6 +37,7 @@ from . import signs as SG
 from .aliases import with_numpy_aliases
 from .base import NO_PARAMS, normalize_dim
 from .inplace import apply_inplace, fill_inplace
+from .refusals import int_tuple_arg
 
 _Add, _Sub, _Mul, _Div, _Pow = A.Add, A.Sub, A.Mul, A.Div, A.Pow
 
@@ -227,9 +228,8 @@ def _flip_method(self, *dims):
     if len(dims) == 1:
         if isinstance(dims[0], (tuple, list)):
             dims = dims[0]
-        elif not isinstance(dims[0], int):
-            raise TypeError(f"flip(): argument 'dims' (position 1) must be tuple of ints, not "
-                            f"{type(dims[0]).__name__}")
+        else:
+            dims = int_tuple_arg(dims[0], "flip", "dims", 1)
     return S.flip(self, tuple(dims))
 
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 from graphgrad.backend import xp
 from graphgrad.tensor import Value
 
+from graphgrad.tensor.creation import invalid_arguments
+
 from .base import normalize_dim, scalar_name
 
 __all__ = ["NOT_GIVEN", "SEQUENCE_AS_TUPLE", "sequence_as_tuple", "check_index_range",
-           "check_along_dim", "narrow_dim", "narrow_start", "empty_check", "no_kernel", "no_bool"]
+           "check_along_dim", "is_int", "int_tuple_arg", "narrow_dim", "narrow_start",
+           "empty_check", "no_kernel", "no_bool"]
 
 # the default of an argument PyTorch has an overload without, where passing None is refused
 # (``prod(x)`` reduces everything; ``prod(x, None)`` is no overload of PyTorch's)
@@ -57,8 +60,42 @@ def check_along_dim(index, shape: tuple, dim: int) -> None:
                                f"{dim} with size {size}")
 
 
+def is_int(v) -> bool:
+    """Whether PyTorch's argument parser takes ``v`` as an int: an int or an integer-like
+    (a NumPy integer, a tensor), never a bool or a float."""
+    return not isinstance(v, (bool, float)) and (
+        isinstance(v, int) or hasattr(type(v), "__index__"))
+
+
+def int_tuple_arg(value, op: str, arg: str, position: int, single: bool = True) -> tuple:
+    """``value`` (a sequence of ints, or one int where ``single``) as a tuple, or PyTorch's
+    argument-parser TypeError naming ``arg`` (its wording for a bad first element differs
+    from that for a later one)."""
+    if isinstance(value, (tuple, list)):
+        for i, v in enumerate(value):
+            if not is_int(v):
+                if i == 0:
+                    raise TypeError(f"{op}(): argument '{arg}' (position {position}) must be "
+                                    f"tuple of ints, but found element of type "
+                                    f"{type(v).__name__} at pos 0")
+                raise TypeError(f"{op}(): argument '{arg}' failed to unpack the object at pos "
+                                f"{position} with error \"type must be tuple of ints,but got "
+                                f"{type(v).__name__}\"")
+        return tuple(value)
+    if single and is_int(value):
+        return (value,)
+    raise TypeError(f"{op}(): argument '{arg}' (position {position}) must be tuple of ints, "
+                    f"not {type(value).__name__}")
+
+
+_NARROW_OVERLOADS = ("Tensor input, int dim, Tensor start, int length",
+                     "Tensor input, int dim, int start, int length")
+
+
 def narrow_dim(input, dim: int, start: int, length: int) -> int:
     """narrow's first checks, in PyTorch's order; the normalized dim."""
+    if not (is_int(dim) and is_int(start) and is_int(length)):
+        raise invalid_arguments("narrow", (input, dim, start, length), _NARROW_OVERLOADS)
     if input.ndim == 0:
         raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
     if length < 0:

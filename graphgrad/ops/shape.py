@@ -11,7 +11,7 @@ from graphgrad.tensor.creation import invalid_arguments
 
 from .base import Op, Spec, int_arg, normalize_dim, scalar_name
 from .batching import align, to_front
-from .refusals import NOT_GIVEN
+from .refusals import NOT_GIVEN, int_tuple_arg, is_int
 
 __all__ = ["reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose",
            "swapaxes", "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to",
@@ -383,11 +383,11 @@ def movedim(input, source, destination):
     """Move dim(s) ``source`` to position(s) ``destination`` (ints or sequences of them);
     the other dims keep their order."""
     nd = input.ndim
-    if not (_is_int(source) and _is_int(destination) or _int_sequence(source)
+    if not (is_int(source) and is_int(destination) or _int_sequence(source)
             and _int_sequence(destination)):
         raise invalid_arguments("movedim", (input, source, destination), _MOVEDIM_OVERLOADS)
-    src = [source] if isinstance(source, int) else list(source)
-    dst = [destination] if isinstance(destination, int) else list(destination)
+    src = list(source) if isinstance(source, (tuple, list)) else [source]
+    dst = list(destination) if isinstance(destination, (tuple, list)) else [destination]
     if len(src) != len(dst):
         raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims) "
                            f"should contain the same number of dims as destination ({dst} dims)")
@@ -450,20 +450,14 @@ def tile(input, *dims):
     return repeat(input, *dims)
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _int_sequence(v) -> bool:
-    return isinstance(v, (tuple, list)) and all(_is_int(d) for d in v)
+    return isinstance(v, (tuple, list)) and all(is_int(d) for d in v)
 
 
 def flip(input, dims):
     """``torch.flip(x, dims)``: dims is a tuple or list (the method ``x.flip(0, 1)`` also
     takes ints)."""
-    if not isinstance(dims, (tuple, list)):
-        raise TypeError(f"flip(): argument 'dims' (position 2) must be tuple of ints, not "
-                        f"{type(dims).__name__}")
+    dims = int_tuple_arg(dims, "flip", "dims", 2, single=False)
     return Flip.apply(input, dims=_distinct_dims(dims, input.ndim, "flip"))
 
 
