@@ -9,6 +9,7 @@ from graphgrad.tensor import Value
 
 from .compare import where
 from .elementwise import Elementwise
+from .refusals import SEQUENCES, sequence_operand
 
 __all__ = ["add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "neg", "maximum",
            "minimum", "needs_grad", "true_divide", "subtract", "multiply", "divide", "fmod",
@@ -297,10 +298,14 @@ class Atan2(Elementwise):
 
 
 def add(input, other, *, alpha=1):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("add", input, other)
     return Add.apply(input, other if alpha == 1 else other * alpha)
 
 
 def sub(input, other, *, alpha=1):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("sub", input, other)
     return Sub.apply(input, other if alpha == 1 else other * alpha)
 
 
@@ -309,6 +314,8 @@ def rsub(input, other, *, alpha=1):
 
 
 def mul(input, other):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("mul", input, other)
     return Mul.apply(input, other)
 
 
@@ -325,6 +332,8 @@ def _integer_power(a, b):
 
 
 def div(input, other, *, rounding_mode: str | None = None):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("div", input, other)
     if rounding_mode is None:
         return Div.apply(input, other)
     if rounding_mode not in ("floor", "trunc"):
@@ -334,18 +343,26 @@ def div(input, other, *, rounding_mode: str | None = None):
 
 
 def floor_divide(input, other):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("floor_divide", input, other)
     return FloorDivide.apply(input, other)
 
 
 def remainder(input, other):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("remainder", input, other)
     return Remainder.apply(input, other)
 
 
 def fmod(input, other):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("fmod", input, other)
     return Fmod.apply(input, other)
 
 
 def pow(input, exponent):
+    if type(exponent) in SEQUENCES:
+        raise sequence_operand("pow", input, exponent)
     return Pow.apply(input, exponent)
 
 
@@ -354,14 +371,20 @@ def neg(input):
 
 
 def maximum(input, other):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("maximum", input, other)
     return Maximum.apply(input, other)
 
 
 def minimum(input, other):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("minimum", input, other)
     return Minimum.apply(input, other)
 
 
 def atan2(input, other):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("atan2", input, other)
     return Atan2.apply(input, other)
 
 

@@ -13,8 +13,8 @@ from graphgrad.tensor.creation import invalid_arguments
 from .base import normalize_dim, scalar_name
 
 __all__ = ["NOT_GIVEN", "SEQUENCE_AS_TUPLE", "sequence_as_tuple", "check_index_range",
-           "check_along_dim", "is_int", "int_tuple_arg", "narrow_dim", "narrow_start",
-           "empty_check", "no_kernel", "no_bool"]
+           "check_along_dim", "is_int", "int_tuple_arg", "SEQUENCES", "sequence_operand",
+           "narrow_dim", "narrow_start", "empty_check", "no_kernel", "no_bool"]
 
 # the default of an argument PyTorch has an overload without, where passing None is refused
 # (``prod(x)`` reduces everything; ``prod(x, None)`` is no overload of PyTorch's)
@@ -37,13 +37,16 @@ def sequence_as_tuple(index) -> bool:
 
 def check_index_range(index, size: int, dim: int | None = None) -> None:
     """PyTorch's index_select/embedding refuse an index outside ``[0, size)`` (a negative
-    index does not count from the end there, unlike ``x[i]``). ``dim`` 1 of a tensor of
-    two or more dims takes PyTorch's other kernel, with its other message."""
+    index does not count from the end there, unlike ``x[i]``). ``dim`` is given for a
+    tensor of two or more dims: an empty one has its own message, and dim 1 takes
+    PyTorch's other kernel, with its other message."""
     arr = index._array
     if type(arr) is not xp.ndarray or not arr.size:
         return  # a symbolic index (a graph being built): its values are not known yet
     bad = (arr < 0) | (arr >= size)
     if bad.any():
+        if dim is not None and size == 0:
+            raise RuntimeError("index_select(): self indexing axis dim should be positive")
         if dim == 1:
             raise RuntimeError(f"INDICES element is out of DATA bounds, id={int(arr[bad][0])} "
                                f"axis_dim={size}")
@@ -58,6 +61,28 @@ def check_along_dim(index, shape: tuple, dim: int) -> None:
         if bad.any():
             raise RuntimeError(f"index {int(index[bad].flat[0])} is out of bounds for dimension "
                                f"{dim} with size {size}")
+
+
+SEQUENCES = (list, tuple)
+_OUT = "*, Tensor out = None"
+# the overloads of the binary ops whose argument parser lists them when refusing ``other``
+_NUMBER_OVERLOADS = {
+    "floor_divide": (f"Tensor input, Tensor other, {_OUT}", "Tensor input, Number other"),
+    "remainder": (f"Tensor input, Tensor other, {_OUT}", "Number self, Tensor other",
+                  f"Tensor input, Number other, {_OUT}"),
+    "fmod": (f"Tensor input, Tensor other, {_OUT}", f"Tensor input, Number other, {_OUT}"),
+    "pow": (f"Tensor input, Tensor exponent, {_OUT}", f"Number self, Tensor exponent, {_OUT}",
+            f"Tensor input, Number exponent, {_OUT}"),
+}
+
+
+def sequence_operand(name: str, input, other) -> TypeError:
+    """PyTorch's argument parser refuses a list or tuple as a binary op's second operand
+    (NumPy would make an array of it); callers test ``type(other) in SEQUENCES`` first."""
+    if name in _NUMBER_OVERLOADS:
+        return invalid_arguments(name, (input, other), _NUMBER_OVERLOADS[name])
+    return TypeError(f"{name}(): argument 'other' (position 2) must be Tensor, not "
+                     f"{type(other).__name__}")
 
 
 def is_int(v) -> bool:
