@@ -98,6 +98,9 @@ class Op:
     # the result is right for inputs of every rank (elementwise ops, matmul): jit.script
     # runs one generic graph for inputs of unknown rank only when each op is
     rank_free = False
+    # PyTorch refuses operands of different dtypes (matmul): in complex-step mode the real
+    # operands are cast to the complex dtype first
+    same_dtypes = False
     jvp = None              # forward-mode rule, added by the forward-AD issue
     batch = None            # batching rule, added by the vmap issue
 
@@ -259,7 +262,8 @@ SCALAR_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int
 # the C type names some PyTorch messages print (masked_fill, matmul)
 C_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32": "int",
            "int16": "short int", "int8": "signed char", "uint8": "unsigned char",
-           "float16": "c10::Half"}
+           "float16": "c10::Half", "complex64": "c10::complex<float>",
+           "complex128": "c10::complex<double>", "bool": "bool"}
 
 
 def scalar_name(np_dtype) -> str:
