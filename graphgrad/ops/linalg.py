@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from graphgrad.backend import xp
 from graphgrad.tensor import SparseTensor
 
@@ -106,6 +108,9 @@ class Matmul(Op):
         ka = sa[-1]
         kb = sb[0] if len(sb) == 1 else sb[-2]
         if ka is not None and kb is not None and ka != kb:
+            if len(sb) == 2 and None not in sa:  # PyTorch's mm (the rows of a folded)
+                raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
+                                   f"({math.prod(sa[:-1])}x{ka} and {kb}x{sb[1]})")
             raise RuntimeError(f"matmul: shapes {fmt_shape(sa)} and {fmt_shape(sb)} cannot be "
                                f"multiplied ({ka} != {kb})")
         batch = broadcast_shapes("matmul", sa[:-2], sb[:-2])
