@@ -332,6 +332,21 @@ CASES = [
                                                                    m.ones(0, 3))),
     ("index_select_empty_dim", lambda m: m.ones(2, 0).index_select(1, m.tensor([0]))),
     ("index_select_empty_vector", lambda m: m.ones(0).index_select(0, m.tensor([0]))),
+    # found by the probe's other seeds
+    ("embedding_1d_weight", lambda m: m.nn.functional.embedding(m.tensor([0]), m.ones(3))),
+    ("chunk_0d", lambda m: m.tensor(1.).chunk(2)),
+    ("getitem_list_out_of_bounds", lambda m: m.ones(3)[[3]]),
+    ("getitem_tensor_out_of_bounds", lambda m: m.ones(3)[m.tensor([3])]),
+    ("max_0d_bad_dim", lambda m: m.tensor(1.).max(2)),
+    ("min_0d_dim", lambda m: m.tensor(1.).min(-1)),
+    ("flatten_0d_bad_dim", lambda m: m.ones(()).flatten(1, 0)),
+    ("flatten_0d", lambda m: m.ones(()).flatten(0, -1)),
+    ("div_none", lambda m: m.div(m.ones(0, 3), None)),
+    ("pow_none_type", lambda m: _type_only(m, lambda: m.pow(m.ones(3), None))),
+    ("dropout_nan", lambda m: m.nn.functional.dropout(m.ones(3), float("nan"))),
+    ("take_along_dim_float_indices", lambda m: m.take_along_dim(m.ones(4), m.tensor([0.]), 0)),
+    ("take_along_dim_int_indices", lambda m: m.take_along_dim(
+        m.ones(4), m.tensor([0], dtype=m.int32), 0)),
 ]
 
 

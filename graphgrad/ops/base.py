@@ -233,6 +233,8 @@ def _numpy_reworded(name: str, err: Exception, args: tuple) -> str:
     too_many = re.match(r"too many indices for array: array is (\d+)-dimensional", msg)
     if too_many:
         return f"too many indices for tensor of dimension {too_many.group(1)}"
+    if isinstance(err, IndexError) and "out of bounds for axis" in msg:
+        return msg.replace("for axis", "for dimension")  # an advanced index
     if isinstance(err, xp.exceptions.AxisError):
         return msg.replace("axis", "dimension").replace("array of dimension", "tensor of dimension")
     if isinstance(err, ZeroDivisionError) or not msg:

@@ -229,6 +229,8 @@ def split(tensor, split_size_or_sections, dim: int = 0):
 
 def chunk(input, chunks: int, dim: int = 0):
     chunks = int_arg(chunks, "chunk", "chunks", 1)
+    if input.ndim == 0:
+        raise RuntimeError("chunk expects at least a 1-dimensional tensor")
     if chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
     d = normalize_dim(dim, input.ndim, "chunk")

@@ -442,7 +442,7 @@ def _select_extremum(input, dim, keepdim, arg, name):
             from .arithmetic import maximum, minimum
             return (maximum if name == "max" else minimum)(input, dim)
         raise TypeError(f"{name}(): argument 'dim' must be int, not {type(dim).__name__}")
-    d = normalize_dim(dim, input.ndim, name) if input.ndim else 0
+    d = normalize_dim(dim, input.ndim, name)  # a 0-d tensor takes dim 0 or -1
     if input.ndim == 0:
         return MaxMin(input, arg(input))
     empty_check(name, tuple(input.shape), d)

@@ -63,7 +63,7 @@ def check_along_dim(index, shape: tuple, dim: int) -> None:
                                f"{dim} with size {size}")
 
 
-SEQUENCES = (list, tuple)
+SEQUENCES = (list, tuple, type(None))  # what a binary op's other may not be
 _OUT = "*, Tensor out = None"
 # the overloads of the binary ops whose argument parser lists them when refusing ``other``
 _NUMBER_OVERLOADS = {
@@ -77,8 +77,9 @@ _NUMBER_OVERLOADS = {
 
 
 def sequence_operand(name: str, input, other) -> TypeError:
-    """PyTorch's argument parser refuses a list or tuple as a binary op's second operand
-    (NumPy would make an array of it); callers test ``type(other) in SEQUENCES`` first."""
+    """PyTorch's argument parser refuses a list, tuple or None as a binary op's second
+    operand (NumPy would make an array of it); callers test ``type(other) in SEQUENCES``
+    first."""
     if name in _NUMBER_OVERLOADS:
         return invalid_arguments(name, (input, other), _NUMBER_OVERLOADS[name])
     return TypeError(f"{name}(): argument 'other' (position 2) must be Tensor, not "

@@ -305,10 +305,10 @@ def flatten(input, start_dim: int = 0, end_dim: int = -1):
         start_dim = int_arg(start_dim, "flatten", "start_dim", 2)
         end_dim = int_arg(end_dim, "flatten", "end_dim", 3)
     nd = input.ndim
-    if nd == 0:
-        return reshape(input, 1)
     s = normalize_dim(start_dim, nd, "flatten")
     e = normalize_dim(end_dim, nd, "flatten")
+    if nd == 0:
+        return reshape(input, 1)
     if s > e:
         raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
     shape = tuple(input.shape)

@@ -24,6 +24,8 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
 def _check_probability(p: float) -> None:
     if p < 0.0 or p > 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if p != p:  # NaN passes PyTorch's Python check; its kernel refuses it
+        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {p}")
 
 
 def _drop(input, p: float, mask_shape: tuple, inplace: bool):
