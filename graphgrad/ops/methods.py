@@ -308,7 +308,9 @@ _METHODS = {
     # dtype and construction
     "to": _to, "type": _type, "type_as": _type_as,
     "float": lambda self: U.cast(self, "float32"), "double": lambda self: U.cast(self, "float64"),
-    "half": lambda self: U.cast(self, "float16"), "long": lambda self: U.cast(self, "int64"),
+    "half": lambda self: U.cast(self, "float16"),
+    "bfloat16": lambda self: U.cast(self, "bfloat16"),  # refused: NumPy has no bfloat16
+    "long": lambda self: U.cast(self, "int64"),
     "int": lambda self: U.cast(self, "int32"), "bool": lambda self: U.cast(self, "bool"),
     "cpu": lambda self: self,
     "new_zeros": _new_zeros, "new_ones": _new_ones, "new_full": _new_full,
