@@ -347,6 +347,11 @@ CASES = [
     ("take_along_dim_float_indices", lambda m: m.take_along_dim(m.ones(4), m.tensor([0.]), 0)),
     ("take_along_dim_int_indices", lambda m: m.take_along_dim(
         m.ones(4), m.tensor([0], dtype=m.int32), 0)),
+    ("mean_ints_bad_dims", lambda m: m.mean(m.ones(3, dtype=m.int64), (0, 1))),
+    ("mean_ints_float_dim_type", lambda m: _type_only(m, lambda: m.mean(
+        m.ones(3, dtype=m.int64), 1.5))),
+    ("norm_ints", lambda m: m.norm(m.ones(3, dtype=m.int64))),
+    ("mean_ints_with_dtype", lambda m: m.mean(m.arange(4), 0, dtype=m.float32)),
 ]
 
 

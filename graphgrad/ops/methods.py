@@ -19,6 +19,7 @@ from . import index as I
 from . import index_order as O
 from . import join as J
 from . import linalg as L
+from . import moments as MO
 from . import reduce as R
 from . import shape as S
 from . import unary as U
@@ -288,8 +289,8 @@ _METHODS = {
     "where": _tensor_where,
     # reductions
     **{n: getattr(R, n) for n in (
-        "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var", "std",
-        "norm", "logsumexp", "softmax", "log_softmax", "all", "any", "cumsum", "nansum",
+        "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "norm",
+        "logsumexp", "softmax", "log_softmax", "all", "any", "cumsum", "nansum",
         "count_nonzero")},
     # shape
     **{n: getattr(S, n) for n in (
@@ -303,6 +304,7 @@ _METHODS = {
     # indexing and joining
     "gather": I.gather, "scatter_add": I.scatter_add, "index_select": I.index_select,
     "masked_fill": I.masked_fill, "masked_select": I.masked_select, "nonzero": I.nonzero,
+    "var": MO.var, "std": MO.std,
     "take_along_dim": I.take_along_dim, "select": I.select, "narrow": I.narrow,
     "split": _split_method, "chunk": _chunk_method, "unbind": _unbind_method,
     # dtype and construction

@@ -1,7 +1,8 @@
 """Layer ``ops``: reductions over ``dim`` (int, tuple or None) with ``keepdim``: sum, mean,
 prod, amax/amin, argmax/argmin, norm, logsumexp; and softmax/log_softmax.
 
-``var``, ``std``, ``max``/``min`` with a dim, ``all``/``any`` are built from these.
+``max``/``min`` with a dim, ``all``/``any`` are built from these (``var``/``std`` in
+``moments``).
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from graphgrad.backend import result_float_dtype, xp
 from graphgrad.tensor.creation import invalid_arguments
 
 from .arithmetic import Mul, Sub
-from .base import Op, Spec, normalize_dim, normalize_dims
+from .base import Op, Spec, normalize_dim, normalize_dims, scalar_name
 from .batching import to_front
 from .compare import where
 from .refusals import NOT_GIVEN, empty_check, no_bool, no_kernel
 from .unary import Exp
 
-__all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var",
-           "std", "var_mean", "std_mean", "norm", "vector_norm", "logsumexp", "softmax",
-           "log_softmax", "all", "any", "count_nonzero", "cumsum", "nansum"]
+__all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "norm",
+           "vector_norm", "logsumexp", "softmax", "log_softmax", "all", "any", "count_nonzero",
+           "cumsum", "nansum"]
 
 
 def _kept_shape(shape: tuple, dims: tuple) -> tuple:
@@ -94,10 +95,7 @@ class Mean(_Reduce):
 
     @staticmethod
     def forward(a, *, dim, keepdim, dtype=None):
-        if a.dtype.kind not in "fc" and dtype is None:
-            raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be "
-                               f"either a floating point or complex dtype. Got: "
-                               f"{a.dtype.name.capitalize()}")
+        _mean_dtype(a.dtype, dtype)
         if not a.size:  # the mean of nothing is NaN, without NumPy's warning (PyTorch has none)
             with xp.errstate(all="ignore"):
                 return xp.asarray(xp.add.reduce(a, axis=dim, keepdims=keepdim, dtype=dtype) / 0)
@@ -366,6 +364,23 @@ def along_dim_batched(op, a, bdim, dim: int):
     return op.apply(a, dim=dim + 1)
 
 
+def _mean_dtype(a_dtype, dtype) -> None:
+    if a_dtype.kind not in "fc" and dtype is None:
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a "
+                           f"floating point or complex dtype. Got: {scalar_name(a_dtype)}")
+
+
+def _dims_dtype_first(input, dim, name: str, check_dtype) -> tuple:
+    """``_dims`` in PyTorch's order: a dtype the reduction refuses (``check_dtype()``
+    raises) is reported before a dim out of range or repeated; the argument parser's
+    TypeErrors still come first."""
+    try:
+        return _dims(input, dim, name)
+    except (IndexError, RuntimeError):
+        check_dtype()
+        raise
+
+
 def _dims(input, dim, name):
     if isinstance(dim, (list, tuple)) and not dim:
         dim = None  # PyTorch: an empty dim list reduces over every dim
@@ -386,7 +401,9 @@ def nansum(input, dim=None, keepdim: bool = False):
 
 def mean(input, dim=None, keepdim: bool = False, *, dtype=None):
     from graphgrad.backend import to_dtype
-    params = {"dim": _dims(input, dim, "mean"), "keepdim": keepdim}
+    dims = _dims_dtype_first(input, dim, "mean",
+                             lambda: _mean_dtype(input._array.dtype, dtype))
+    params = {"dim": dims, "keepdim": keepdim}
     if dtype is not None:
         params["dtype"] = to_dtype(dtype).np
     return Mean.apply(input, **params)
@@ -504,55 +521,10 @@ def argmin(input, dim=None, keepdim: bool = False):
     return _argmin(input, dim, keepdim)
 
 
-def _correction(unbiased, correction):
-    if correction is not None:
-        return correction
-    return 1 if unbiased is None or unbiased else 0
-
-
-def var(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
-    """Variance over ``dim`` with Bessel's ``correction`` (default 1)."""
-    if isinstance(dim, bool):  # var(x, False): the old unbiased positional form
-        dim, unbiased = None, dim
-    floating = input._array.dtype.kind in "fc"
-    try:
-        dims = _dims(input, dim, "var")
-    except (IndexError, RuntimeError):
-        if floating:
-            raise
-        dims = None  # PyTorch refuses the dtype before it looks at the dims' range
-    if not floating:
-        raise RuntimeError("std and var only support floating point and complex dtypes")
-    n = 1
-    for d in dims:
-        n *= input.shape[d]
-    centered = input - input.mean(dim=dims, keepdim=True)
-    return (centered * centered).sum(dim=dims, keepdim=keepdim) / builtins.max(
-        n - _correction(unbiased, correction), 0)
-
-
-def std(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
-    v = var(input, dim, unbiased, keepdim, correction=correction)
-    # where the variance is 0, sqrt's derivative is infinite; PyTorch's std gives the
-    # gradient 0 there instead of nan. The inner where keeps nan out of the unused branch.
-    flat = v == 0
-    return where(flat, 0.0, where(flat, 1.0, v).sqrt())
-
-
-def var_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
-    return (var(input, dim, unbiased, keepdim, correction=correction),
-            mean(input, dim, keepdim))
-
-
-def std_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
-    return (std(input, dim, unbiased, keepdim, correction=correction),
-            mean(input, dim, keepdim))
-
-
 def vector_norm(input, ord=2, dim=None, keepdim: bool = False, *, dtype=None):
     if input._array.dtype.kind not in "fc":
         raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as "
-                           f"input. Got {input.dtype.name.capitalize()}")
+                           f"input. Got {scalar_name(input._array.dtype)}")
     if dtype is not None:  # computed in that dtype, as PyTorch
         input = input.to(dtype)
     return Norm.apply(input, p=float(ord), dim=_dims(input, dim, "norm"), keepdim=keepdim)
