@@ -161,9 +161,11 @@ def test_corpus_outputs_and_gradients_equal_eager(case):
 
 
 def _mlp(seed: int):
+    """A float64 MLP: the tests feed float64 examples, and PyTorch's linear refuses
+    float64 examples for float32 weights (mixed dtypes)."""
     gg.manual_seed(seed)
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(),
-                         nn.Linear(16, 3))
+                         nn.Linear(16, 3)).double()
 
 
 def test_compiled_mlp_training_step_losses_equal_eager_for_50_steps():

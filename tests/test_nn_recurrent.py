@@ -79,7 +79,7 @@ def test_recurrent_dropout_between_layers_only_in_training():
         nn.GRU(3, 4, dropout=0.5)
     gg.manual_seed(0)
     m = nn.LSTM(3, 4, 2, dropout=0.5)
-    x = gg.tensor(rand(5, 2, 3))
+    x = gg.tensor(rand(5, 2, 3), dtype=gg.float32)  # the layer's dtype, as PyTorch requires
     a, b = m(x)[0], m(x)[0]
     assert not np.allclose(a.detach().numpy(), b.detach().numpy())  # a fresh mask each call
     m.eval()

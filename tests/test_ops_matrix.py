@@ -148,7 +148,8 @@ def test_einsum_sublist_form_matches_torch():
 
 def test_einsum_third_derivative_of_a_quadratic_form():
     a = np.array([[1.0, 2.0], [0.5, -1.0]])
-    x = gg.tensor([0.3, -0.7], requires_grad=True)
+    # float64 throughout: PyTorch's einsum refuses float32 x with float64 a
+    x = gg.tensor([0.3, -0.7], dtype=gg.float64, requires_grad=True)
     y = gg.einsum("i,ij,j->", x, gg.tensor(a), x) * gg.einsum("i->", x)
     (g1,) = gg.autograd.grad(y, x, create_graph=True)
     (h,) = gg.autograd.grad(g1.sum(), x, create_graph=True)

@@ -51,7 +51,21 @@ class ComplexStepMode(Mode):
                     raise ComplexStepError(f"complex step: {op.__name__} is not holomorphic "
                                            f"and got a complex scalar")
         with self.lowered():
+            if op.same_dtypes:
+                args = _complex_operands(args)
             return dispatch(op, args, params)
+
+
+def _complex_operands(args: tuple) -> tuple:
+    """PyTorch (and graphgrad) refuse a product of a complex and a real tensor; the
+    complex step makes them by design (a complex input meets real weights), so the
+    operands are cast to their common complex dtype first."""
+    arrays = [a._array for a in args if isinstance(a, Value)]
+    if not any(x.dtype.kind == "c" for x in arrays):
+        return args
+    common = np.result_type(*arrays)
+    return tuple(a.to(common) if isinstance(a, Value) and a._array.dtype != common else a
+                 for a in args)
 
 
 @contextlib.contextmanager

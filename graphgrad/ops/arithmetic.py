@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 
 from graphgrad.backend import xp
-from graphgrad.tensor import Value
+from graphgrad.tensor import Value, dispatch
 
 from .compare import where
+from .base import NO_PARAMS
 from .elementwise import Elementwise
+from .refusals import SEQUENCES, sequence_operand
 
 __all__ = ["add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "neg", "maximum",
            "minimum", "needs_grad", "true_divide", "subtract", "multiply", "divide", "fmod",
@@ -297,11 +299,16 @@ class Atan2(Elementwise):
 
 
 def add(input, other, *, alpha=1):
-    return Add.apply(input, other if alpha == 1 else other * alpha)
+    if type(other) in SEQUENCES:
+        raise sequence_operand("add", input, other)
+    # dispatch directly (not Add.apply): the functional form is as cheap as ``+``
+    return dispatch(Add, (input, other if alpha == 1 else other * alpha), NO_PARAMS)
 
 
 def sub(input, other, *, alpha=1):
-    return Sub.apply(input, other if alpha == 1 else other * alpha)
+    if type(other) in SEQUENCES:
+        raise sequence_operand("sub", input, other)
+    return dispatch(Sub, (input, other if alpha == 1 else other * alpha), NO_PARAMS)
 
 
 def rsub(input, other, *, alpha=1):
@@ -309,7 +316,9 @@ def rsub(input, other, *, alpha=1):
 
 
 def mul(input, other):
-    return Mul.apply(input, other)
+    if type(other) in SEQUENCES:
+        raise sequence_operand("mul", input, other)
+    return dispatch(Mul, (input, other), NO_PARAMS)
 
 
 def _integer_power(a, b):
@@ -325,8 +334,10 @@ def _integer_power(a, b):
 
 
 def div(input, other, *, rounding_mode: str | None = None):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("div", input, other)
     if rounding_mode is None:
-        return Div.apply(input, other)
+        return dispatch(Div, (input, other), NO_PARAMS)
     if rounding_mode not in ("floor", "trunc"):
         raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
                          f"but found '{rounding_mode}'")
@@ -334,18 +345,26 @@ def div(input, other, *, rounding_mode: str | None = None):
 
 
 def floor_divide(input, other):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("floor_divide", input, other)
     return FloorDivide.apply(input, other)
 
 
 def remainder(input, other):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("remainder", input, other)
     return Remainder.apply(input, other)
 
 
 def fmod(input, other):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("fmod", input, other)
     return Fmod.apply(input, other)
 
 
 def pow(input, exponent):
+    if type(exponent) in SEQUENCES:
+        raise sequence_operand("pow", input, exponent)
     return Pow.apply(input, exponent)
 
 
@@ -354,14 +373,20 @@ def neg(input):
 
 
 def maximum(input, other):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("maximum", input, other)
     return Maximum.apply(input, other)
 
 
 def minimum(input, other):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("minimum", input, other)
     return Minimum.apply(input, other)
 
 
 def atan2(input, other):
+    if type(other) in SEQUENCES:
+        raise sequence_operand("atan2", input, other)
     return Atan2.apply(input, other)
 
 

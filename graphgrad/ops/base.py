@@ -98,6 +98,9 @@ class Op:
     # the result is right for inputs of every rank (elementwise ops, matmul): jit.script
     # runs one generic graph for inputs of unknown rank only when each op is
     rank_free = False
+    # PyTorch refuses operands of different dtypes (matmul): in complex-step mode the real
+    # operands are cast to the complex dtype first
+    same_dtypes = False
     jvp = None              # forward-mode rule, added by the forward-AD issue
     batch = None            # batching rule, added by the vmap issue
 
@@ -230,6 +233,8 @@ def _numpy_reworded(name: str, err: Exception, args: tuple) -> str:
     too_many = re.match(r"too many indices for array: array is (\d+)-dimensional", msg)
     if too_many:
         return f"too many indices for tensor of dimension {too_many.group(1)}"
+    if isinstance(err, IndexError) and "out of bounds for axis" in msg:
+        return msg.replace("for axis", "for dimension")  # an advanced index
     if isinstance(err, xp.exceptions.AxisError):
         return msg.replace("axis", "dimension").replace("array of dimension", "tensor of dimension")
     if isinstance(err, ZeroDivisionError) or not msg:
@@ -259,7 +264,8 @@ SCALAR_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "int
 # the C type names some PyTorch messages print (masked_fill, matmul)
 C_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32": "int",
            "int16": "short int", "int8": "signed char", "uint8": "unsigned char",
-           "float16": "c10::Half"}
+           "float16": "c10::Half", "complex64": "c10::complex<float>",
+           "complex128": "c10::complex<double>", "bool": "bool"}
 
 
 def scalar_name(np_dtype) -> str:

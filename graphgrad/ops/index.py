@@ -16,7 +16,7 @@ from graphgrad.tensor import Tensor
 from graphgrad.tensor.creation import fitted_scalar, invalid_arguments, is_number
 
 from .arithmetic import needs_grad
-from .base import C_NAMES, Op, Spec, normalize_dim, int_arg
+from .base import C_NAMES, Op, Spec, normalize_dim, int_arg, scalar_name
 from .refusals import (SEQUENCE_AS_TUPLE, check_along_dim, check_index_range, narrow_dim,
                        narrow_start, sequence_as_tuple)
 from .batching import align, all_to_front, batch_size, materialize, to_front
@@ -473,10 +473,14 @@ def gather(input, dim: int, index, *, sparse_grad: bool = False):
 def take_along_dim(input, indices, dim=None):
     if dim is None:
         return gather(input.reshape(-1), 0, indices.reshape(-1))
+    dim = int_arg(dim, "take_along_dim", "dim", 3)
     if input.ndim != indices.ndim:
         raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same "
                            f"number of dimensions, but got {input.ndim} dimensions for input, "
                            f"and {indices.ndim} dimensions for indices")
+    if indices._array.dtype != xp.int64:
+        raise RuntimeError(f"torch.take_along_dim(): dtype of indices should be Long but got "
+                           f"{scalar_name(indices._array.dtype)}")
     return gather(input, dim, indices)
 
 

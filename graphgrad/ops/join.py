@@ -8,6 +8,7 @@ from graphgrad.backend import result_float_dtype, xp
 from .base import Op, Spec, normalize_dim, int_arg
 from .batching import all_to_front, to_front
 from .index import getitem
+from .refusals import int_tuple_arg
 
 __all__ = ["cat", "concat", "concatenate", "stack", "pad", "split", "chunk", "unbind",
            "hstack", "vstack", "tensor_split"]
@@ -156,6 +157,8 @@ def _widths(ndim: int, pad: tuple) -> list:
 
 def cat(tensors, dim: int = 0):
     tensors = tuple(tensors)
+    if type(dim) is not int:  # PyTorch's argument parser refuses it first
+        dim = int_arg(dim, "cat", "dim", 2)
     if not tensors:
         raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
     for i, t in enumerate(tensors):
@@ -198,6 +201,9 @@ def pad(input, pad, mode: str = "constant", value=None):
 def split(tensor, split_size_or_sections, dim: int = 0):
     """Pieces of ``split_size`` along ``dim`` (the last may be smaller), or of the listed
     sizes."""
+    if not isinstance(split_size_or_sections, int):  # PyTorch's argument parser first
+        split_size_or_sections = int_tuple_arg(split_size_or_sections, "split_with_sizes",
+                                               "split_sizes", 2)
     if tensor.ndim == 0:
         raise RuntimeError("split expects at least a 1-dimensional tensor")
     d = normalize_dim(dim, tensor.ndim, "split")
@@ -223,6 +229,8 @@ def split(tensor, split_size_or_sections, dim: int = 0):
 
 def chunk(input, chunks: int, dim: int = 0):
     chunks = int_arg(chunks, "chunk", "chunks", 1)
+    if input.ndim == 0:
+        raise RuntimeError("chunk expects at least a 1-dimensional tensor")
     if chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
     d = normalize_dim(dim, input.ndim, "chunk")

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
-from graphgrad.backend import result_float_dtype, xp
+import math
+
+from graphgrad.backend import xp
 from graphgrad.tensor import SparseTensor
 
 from .arithmetic import needs_grad
-from .base import Op, Spec, broadcast_shapes, fmt_shape, spec_of
+from .base import C_NAMES, Op, Spec, broadcast_shapes, fmt_shape, scalar_name, spec_of
 from .batching import align, logical_ndim, to_front
 from .reduce import Sum
 from .shape import Permute
 
-__all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "outer", "inner"]
+__all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "outer", "inner", "check_linear_dtypes"]
 
 
 class Matmul(Op):
     """NumPy/PyTorch ``matmul``: vectors, matrices, and batches that broadcast."""
 
     rank_free = True
+    same_dtypes = True
 
     @staticmethod
     def saves_inputs(a, b):  # a's gradient reads b, b's reads a
@@ -30,6 +33,8 @@ class Matmul(Op):
         if a.ndim == 0 or b.ndim == 0:
             raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are "
                                f"{a.ndim}D and {b.ndim}D")
+        if a.dtype is not b.dtype:  # (equal dtypes are nearly always the same object)
+            Matmul.infer(a, b)  # PyTorch refuses mixed dtypes (after the shapes)
         return xp.matmul(a, b)
 
     @staticmethod
@@ -103,13 +108,35 @@ class Matmul(Op):
         ka = sa[-1]
         kb = sb[0] if len(sb) == 1 else sb[-2]
         if ka is not None and kb is not None and ka != kb:
+            if len(sb) == 2 and None not in sa:  # PyTorch's mm (the rows of a folded)
+                raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
+                                   f"({math.prod(sa[:-1])}x{ka} and {kb}x{sb[1]})")
             raise RuntimeError(f"matmul: shapes {fmt_shape(sa)} and {fmt_shape(sb)} cannot be "
                                f"multiplied ({ka} != {kb})")
         batch = broadcast_shapes("matmul", sa[:-2], sb[:-2])
         shape = batch + (sa[-2:-1] if len(sa) > 1 else ()) + (sb[-1:] if len(sb) > 1 else ())
-        dt = xp.result_type(a.dtype, b.dtype)
-        cast = result_float_dtype(dt, a.dtype, b.dtype)
-        return Spec(shape, cast if cast is not None else dt)
+        if a.dtype != b.dtype:
+            raise RuntimeError(_mixed_dtypes(a, b))
+        return Spec(shape, a.dtype)
+
+
+def _mixed_dtypes(a, b) -> str:
+    """PyTorch's refusal of a product of two dtypes, worded by the kernel it picks."""
+    if a.ndim == 1 and b.ndim == 1:
+        return (f"dot : expected both vectors to have same dtype, but found "
+                f"{scalar_name(a.dtype)} and {scalar_name(b.dtype)}")
+    if b.ndim == 1:
+        return (f"addmv input tensors must have the same dtype, but got {scalar_name(b.dtype)}, "
+                f"{scalar_name(a.dtype)}, and {scalar_name(b.dtype)}")
+    if b.ndim == 2:
+        return (f"expected m1 and m2 to have the same dtype, but got: {_c_name(a.dtype)} != "
+                f"{_c_name(b.dtype)}")
+    return f"expected scalar type {scalar_name(a.dtype)} but found {scalar_name(b.dtype)}"
+
+
+def _c_name(dtype) -> str:
+    name = xp.dtype(dtype).name
+    return C_NAMES.get(name, name)
 
 
 def _fold(a, b, da, db, la, lb):
@@ -216,6 +243,8 @@ class Linear(Op):
     def forward(x, w, b=None):
         if x.ndim != 2 or w.ndim != 2:  # (NumPy would broadcast other ranks)
             _check_linear(x.shape, w.shape, None)
+        if x.dtype is not w.dtype or b is not None and b.dtype is not w.dtype:
+            Linear.infer(x, w, b)  # PyTorch refuses mixed dtypes (after the shapes)
         # other mistakes make NumPy raise; dispatch then asks ``infer`` for the message
         out = xp.matmul(x, w.T)  # BLAS reads the transposed weight in place
         if b is not None:
@@ -281,10 +310,21 @@ class Linear(Op):
     @classmethod
     def infer(cls, x, w, b=None) -> Spec:
         _check_linear(x.shape, w.shape, None if b is None else b.shape)
-        out_shape = (x.shape[0], w.shape[0])
-        dt = xp.result_type(*(s.dtype for s in (x, w, b) if s is not None))
-        cast = result_float_dtype(dt, *(s.dtype for s in (x, w, b) if s is not None))
-        return Spec(out_shape, cast if cast is not None else dt)
+        check_linear_dtypes(x, w, b)
+        return Spec((x.shape[0], w.shape[0]), w.dtype)
+
+
+def check_linear_dtypes(x, w, b=None) -> None:
+    """PyTorch's refusals of ``addmm(bias, x, weight.T)`` (or of ``x @ weight.T``) on
+    operands of different dtypes."""
+    if b is not None and b.dtype != w.dtype:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got "
+                           f"{scalar_name(b.dtype)} and {scalar_name(w.dtype)}")
+    if x.dtype != w.dtype:
+        if b is None:
+            raise RuntimeError(_mixed_dtypes(x, w))
+        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got "
+                           f"{scalar_name(x.dtype)} and {scalar_name(w.dtype)}")
 
 
 def _batch_first(v, bdim):

@@ -19,6 +19,7 @@ from . import index as I
 from . import index_order as O
 from . import join as J
 from . import linalg as L
+from . import moments as MO
 from . import reduce as R
 from . import shape as S
 from . import unary as U
@@ -37,6 +38,7 @@ from . import signs as SG
 from .aliases import with_numpy_aliases
 from .base import NO_PARAMS, normalize_dim
 from .inplace import apply_inplace, fill_inplace
+from .refusals import int_tuple_arg
 
 _Add, _Sub, _Mul, _Div, _Pow = A.Add, A.Sub, A.Mul, A.Div, A.Pow
 
@@ -225,6 +227,16 @@ def _chunk_method(self, chunks, dim=0):
     return J.chunk(self, chunks, dim)
 
 
+def _flip_method(self, *dims):
+    """``x.flip(0, 1)`` or ``x.flip((0, 1))`` (``torch.flip`` takes only the sequence)."""
+    if len(dims) == 1:
+        if isinstance(dims[0], (tuple, list)):
+            dims = dims[0]
+        else:
+            dims = int_tuple_arg(dims[0], "flip", "dims", 1)
+    return S.flip(self, tuple(dims))
+
+
 def _split_method(self, split_size, dim=0):
     return J.split(self, split_size, dim)
 
@@ -280,20 +292,22 @@ _METHODS = {
     "where": _tensor_where,
     # reductions
     **{n: getattr(R, n) for n in (
-        "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var", "std",
-        "norm", "logsumexp", "softmax", "log_softmax", "all", "any", "cumsum", "nansum",
+        "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "norm",
+        "logsumexp", "softmax", "log_softmax", "all", "any", "cumsum", "nansum",
         "count_nonzero")},
     # shape
     **{n: getattr(S, n) for n in (
         "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "swapaxes",
         "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to", "repeat", "tile",
-        "flip", "movedim", "ravel")},
+        "movedim", "ravel")},
+    "flip": _flip_method,
     "view": S.view, "view_as": lambda self, other: S.view(self, *other.shape),
     "reshape_as": lambda self, other: S.reshape(self, *other.shape),
     "contiguous": _contiguous, "is_contiguous": _is_contiguous,
     # indexing and joining
     "gather": I.gather, "scatter_add": I.scatter_add, "index_select": I.index_select,
     "masked_fill": I.masked_fill, "masked_select": I.masked_select, "nonzero": I.nonzero,
+    "var": MO.var, "std": MO.std,
     "take_along_dim": I.take_along_dim, "select": I.select, "narrow": I.narrow,
     "split": _split_method, "chunk": _chunk_method, "unbind": _unbind_method,
     # dtype and construction

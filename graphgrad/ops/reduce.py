@@ -1,7 +1,8 @@
 """Layer ``ops``: reductions over ``dim`` (int, tuple or None) with ``keepdim``: sum, mean,
 prod, amax/amin, argmax/argmin, norm, logsumexp; and softmax/log_softmax.
 
-``var``, ``std``, ``max``/``min`` with a dim, ``all``/``any`` are built from these.
+``max``/``min`` with a dim, ``all``/``any`` are built from these (``var``/``std`` in
+``moments``).
 """
 
 from __future__ import annotations
@@ -11,17 +12,18 @@ import math
 from typing import NamedTuple
 
 from graphgrad.backend import result_float_dtype, xp
+from graphgrad.tensor.creation import invalid_arguments
 
 from .arithmetic import Mul, Sub
-from .base import Op, Spec, normalize_dim, normalize_dims
+from .base import Op, Spec, normalize_dim, normalize_dims, scalar_name
 from .batching import to_front
 from .compare import where
-from .refusals import empty_check, no_bool, no_kernel
+from .refusals import NOT_GIVEN, empty_check, no_bool, no_kernel
 from .unary import Exp
 
-__all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var",
-           "std", "var_mean", "std_mean", "norm", "vector_norm", "logsumexp", "softmax",
-           "log_softmax", "all", "any", "count_nonzero", "cumsum", "nansum"]
+__all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "norm",
+           "vector_norm", "logsumexp", "softmax", "log_softmax", "all", "any", "count_nonzero",
+           "cumsum", "nansum"]
 
 
 def _kept_shape(shape: tuple, dims: tuple) -> tuple:
@@ -93,10 +95,7 @@ class Mean(_Reduce):
 
     @staticmethod
     def forward(a, *, dim, keepdim, dtype=None):
-        if a.dtype.kind not in "fc" and dtype is None:
-            raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be "
-                               f"either a floating point or complex dtype. Got: "
-                               f"{a.dtype.name.capitalize()}")
+        _mean_dtype(a.dtype, dtype)
         if not a.size:  # the mean of nothing is NaN, without NumPy's warning (PyTorch has none)
             with xp.errstate(all="ignore"):
                 return xp.asarray(xp.add.reduce(a, axis=dim, keepdims=keepdim, dtype=dtype) / 0)
@@ -135,7 +134,7 @@ class Prod(_Reduce):
         shape = a.shape
         out_e = expand_back(out, shape, dim, keepdim)
         is_zero = a == 0
-        nonzero_prod = where(is_zero, 1.0, a).prod(dim=dim, keepdim=True).expand(shape)
+        nonzero_prod = Prod.apply(where(is_zero, 1.0, a), dim=dim, keepdim=True).expand(shape)
         zeros = is_zero.sum(dim=dim, keepdim=True).expand(shape)
         other_zero = where(is_zero, a, 0.0).sum(dim=dim, keepdim=True).expand(shape) - a
         at_zero = nonzero_prod * where(zeros == 1, 1.0, where(zeros == 2, other_zero, 0.0))
@@ -365,6 +364,23 @@ def along_dim_batched(op, a, bdim, dim: int):
     return op.apply(a, dim=dim + 1)
 
 
+def _mean_dtype(a_dtype, dtype) -> None:
+    if a_dtype.kind not in "fc" and dtype is None:
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a "
+                           f"floating point or complex dtype. Got: {scalar_name(a_dtype)}")
+
+
+def _dims_dtype_first(input, dim, name: str, check_dtype) -> tuple:
+    """``_dims`` in PyTorch's order: a dtype the reduction refuses (``check_dtype()``
+    raises) is reported before a dim out of range or repeated; the argument parser's
+    TypeErrors still come first."""
+    try:
+        return _dims(input, dim, name)
+    except (IndexError, RuntimeError):
+        check_dtype()
+        raise
+
+
 def _dims(input, dim, name):
     if isinstance(dim, (list, tuple)) and not dim:
         dim = None  # PyTorch: an empty dim list reduces over every dim
@@ -385,15 +401,30 @@ def nansum(input, dim=None, keepdim: bool = False):
 
 def mean(input, dim=None, keepdim: bool = False, *, dtype=None):
     from graphgrad.backend import to_dtype
-    params = {"dim": _dims(input, dim, "mean"), "keepdim": keepdim}
+    dims = _dims_dtype_first(input, dim, "mean",
+                             lambda: _mean_dtype(input._array.dtype, dtype))
+    params = {"dim": dims, "keepdim": keepdim}
     if dtype is not None:
         params["dtype"] = to_dtype(dtype).np
     return Mean.apply(input, **params)
 
 
-def prod(input, dim=None, keepdim: bool = False, *, dtype=None):
+_PROD_OVERLOADS = ("Tensor input, *, torch.dtype dtype = None",
+                   "Tensor input, int dim, bool keepdim = False, *, torch.dtype dtype = None, "
+                   "Tensor out = None")
+
+
+def prod(input, dim=NOT_GIVEN, keepdim: bool = False, *, dtype=None):
+    """The product of all elements, or over one dim: PyTorch's prod takes a single int dim
+    (its argument parser refuses None, a tuple or a list; the reduction over several dims
+    is ``Prod.apply`` with a tuple, which gradient rules use)."""
     from graphgrad.backend import to_dtype
-    params = {"dim": _dims(input, dim, "prod"), "keepdim": keepdim}
+    if dim is not NOT_GIVEN:
+        if isinstance(dim, bool) or not isinstance(dim, int) and (
+                not hasattr(dim, "__index__") or isinstance(dim, float)):
+            raise invalid_arguments("prod", (input, dim), _PROD_OVERLOADS)
+        dim = dim.__index__()
+    params = {"dim": _dims(input, None if dim is NOT_GIVEN else dim, "prod"), "keepdim": keepdim}
     if dtype is not None:
         params["dtype"] = to_dtype(dtype).np
     return Prod.apply(input, **params)
@@ -428,7 +459,7 @@ def _select_extremum(input, dim, keepdim, arg, name):
             from .arithmetic import maximum, minimum
             return (maximum if name == "max" else minimum)(input, dim)
         raise TypeError(f"{name}(): argument 'dim' must be int, not {type(dim).__name__}")
-    d = normalize_dim(dim, input.ndim, name) if input.ndim else 0
+    d = normalize_dim(dim, input.ndim, name)  # a 0-d tensor takes dim 0 or -1
     if input.ndim == 0:
         return MaxMin(input, arg(input))
     empty_check(name, tuple(input.shape), d)
@@ -441,17 +472,27 @@ def _select_extremum(input, dim, keepdim, arg, name):
     return MaxMin(values, indices)
 
 
-def max(input, dim=None, keepdim: bool = False):
+_EXTREMUM_OVERLOADS = ("Tensor input, *, Tensor out = None",
+                       "Tensor input, Tensor other, *, Tensor out = None",
+                       "Tensor input, int dim, bool keepdim = False, *, tuple of Tensors out = "
+                       "None")
+
+
+def max(input, dim=NOT_GIVEN, keepdim: bool = False):
     """``max(x)``: the largest element; ``max(x, dim)``: (values, indices);
-    ``max(x, other)``: elementwise maximum."""
-    if dim is None:
+    ``max(x, other)``: elementwise maximum. (A dim of None is refused, as in PyTorch.)"""
+    if dim is NOT_GIVEN:
         return amax(input, _name="max")
+    if dim is None:
+        raise invalid_arguments("max", (input, dim), _EXTREMUM_OVERLOADS)
     return _select_extremum(input, dim, keepdim, _argmax, "max")
 
 
-def min(input, dim=None, keepdim: bool = False):
-    if dim is None:
+def min(input, dim=NOT_GIVEN, keepdim: bool = False):
+    if dim is NOT_GIVEN:
         return amin(input, _name="min")
+    if dim is None:
+        raise invalid_arguments("min", (input, dim), _EXTREMUM_OVERLOADS)
     return _select_extremum(input, dim, keepdim, _argmin, "min")
 
 
@@ -480,49 +521,10 @@ def argmin(input, dim=None, keepdim: bool = False):
     return _argmin(input, dim, keepdim)
 
 
-def _correction(unbiased, correction):
-    if correction is not None:
-        return correction
-    return 1 if unbiased is None or unbiased else 0
-
-
-def var(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
-    """Variance over ``dim`` with Bessel's ``correction`` (default 1)."""
-    if isinstance(dim, bool):  # var(x, False): the old unbiased positional form
-        dim, unbiased = None, dim
-    dims = _dims(input, dim, "var")
-    if input._array.dtype.kind not in "fc":
-        raise RuntimeError("std and var only support floating point and complex dtypes")
-    n = 1
-    for d in dims:
-        n *= input.shape[d]
-    centered = input - input.mean(dim=dims, keepdim=True)
-    return (centered * centered).sum(dim=dims, keepdim=keepdim) / builtins.max(
-        n - _correction(unbiased, correction), 0)
-
-
-def std(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
-    v = var(input, dim, unbiased, keepdim, correction=correction)
-    # where the variance is 0, sqrt's derivative is infinite; PyTorch's std gives the
-    # gradient 0 there instead of nan. The inner where keeps nan out of the unused branch.
-    flat = v == 0
-    return where(flat, 0.0, where(flat, 1.0, v).sqrt())
-
-
-def var_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
-    return (var(input, dim, unbiased, keepdim, correction=correction),
-            mean(input, dim, keepdim))
-
-
-def std_mean(input, dim=None, unbiased=None, keepdim: bool = False, *, correction=None):
-    return (std(input, dim, unbiased, keepdim, correction=correction),
-            mean(input, dim, keepdim))
-
-
 def vector_norm(input, ord=2, dim=None, keepdim: bool = False, *, dtype=None):
     if input._array.dtype.kind not in "fc":
         raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as "
-                           f"input. Got {input.dtype.name.capitalize()}")
+                           f"input. Got {scalar_name(input._array.dtype)}")
     if dtype is not None:  # computed in that dtype, as PyTorch
         input = input.to(dtype)
     return Norm.apply(input, p=float(ord), dim=_dims(input, dim, "norm"), keepdim=keepdim)
@@ -539,6 +541,9 @@ def norm(input, p="fro", dim=None, keepdim: bool = False, dtype=None):
 
 
 def logsumexp(input, dim, keepdim: bool = False):
+    if dim is None:  # PyTorch's argument parser: dim is required here
+        raise TypeError("logsumexp(): argument 'dim' (position 2) must be tuple of ints, not "
+                        "NoneType")
     return Logsumexp.apply(input, dim=_dims(input, dim, "logsumexp"), keepdim=keepdim)
 
 

@@ -7,8 +7,11 @@ import math
 
 from graphgrad.backend import xp
 
-from .base import Op, Spec, normalize_dim, scalar_name
+from graphgrad.tensor.creation import invalid_arguments
+
+from .base import Op, Spec, int_arg, normalize_dim, scalar_name
 from .batching import align, to_front
+from .refusals import NOT_GIVEN, int_tuple_arg, is_int
 
 __all__ = ["reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose",
            "swapaxes", "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to",
@@ -298,11 +301,14 @@ def ravel(input):
 
 
 def flatten(input, start_dim: int = 0, end_dim: int = -1):
+    if type(start_dim) is not int or type(end_dim) is not int:  # PyTorch's argument parser
+        start_dim = int_arg(start_dim, "flatten", "start_dim", 2)
+        end_dim = int_arg(end_dim, "flatten", "end_dim", 3)
     nd = input.ndim
-    if nd == 0:
-        return reshape(input, 1)
     s = normalize_dim(start_dim, nd, "flatten")
     e = normalize_dim(end_dim, nd, "flatten")
+    if nd == 0:
+        return reshape(input, 1)
     if s > e:
         raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
     shape = tuple(input.shape)
@@ -315,9 +321,14 @@ def unflatten(input, dim: int, sizes):
     return reshape(input, shape[:d] + tuple(sizes) + shape[d + 1:])
 
 
-def squeeze(input, dim=None):
+_SQUEEZE_OVERLOADS = ("Tensor input", "Tensor input, int dim", "Tensor input, tuple of ints dim")
+
+
+def squeeze(input, dim=NOT_GIVEN):
     shape = tuple(input.shape)
-    if dim is None:
+    if dim is None:  # no overload of PyTorch's takes None
+        raise invalid_arguments("squeeze", (input, dim), _SQUEEZE_OVERLOADS)
+    if dim is NOT_GIVEN:
         dims = {i for i, s in enumerate(shape) if s == 1}
     else:
         dims = _distinct_dims(dim if isinstance(dim, (tuple, list)) else (dim,), len(shape),
@@ -343,7 +354,10 @@ def permute(input, *dims):
     return Permute.apply(input, dims=tuple(normalize_dim(d, nd, "permute") for d in dims))
 
 
-def transpose(input, dim0: int, dim1: int):
+def transpose(input, dim0: int, dim1: int, *, _names=("transpose", "dim0", "dim1")):
+    if type(dim0) is not int or type(dim1) is not int:  # PyTorch's argument parser first
+        op, name0, name1 = _names
+        dim0, dim1 = int_arg(dim0, op, name0, 2), int_arg(dim1, op, name1, 3)
     nd = input.ndim
     d0, d1 = normalize_dim(dim0, nd, "transpose"), normalize_dim(dim1, nd, "transpose")
     if nd == 0:
@@ -353,15 +367,27 @@ def transpose(input, dim0: int, dim1: int):
     return Permute.apply(input, dims=tuple(dims))
 
 
-swapaxes = swapdims = transpose
+def swapaxes(input, axis0: int, axis1: int):
+    return transpose(input, axis0, axis1, _names=("swapaxes", "axis0", "axis1"))
+
+
+def swapdims(input, dim0: int, dim1: int):
+    return transpose(input, dim0, dim1, _names=("swapdims", "dim0", "dim1"))
+
+
+_MOVEDIM_OVERLOADS = ("Tensor input, tuple of ints source, tuple of ints destination",
+                      "Tensor input, int source, int destination")
 
 
 def movedim(input, source, destination):
     """Move dim(s) ``source`` to position(s) ``destination`` (ints or sequences of them);
     the other dims keep their order."""
     nd = input.ndim
-    src = [source] if isinstance(source, int) else list(source)
-    dst = [destination] if isinstance(destination, int) else list(destination)
+    if not (is_int(source) and is_int(destination) or _int_sequence(source)
+            and _int_sequence(destination)):
+        raise invalid_arguments("movedim", (input, source, destination), _MOVEDIM_OVERLOADS)
+    src = list(source) if isinstance(source, (tuple, list)) else [source]
+    dst = list(destination) if isinstance(destination, (tuple, list)) else [destination]
     if len(src) != len(dst):
         raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims) "
                            f"should contain the same number of dims as destination ({dst} dims)")
@@ -424,9 +450,14 @@ def tile(input, *dims):
     return repeat(input, *dims)
 
 
+def _int_sequence(v) -> bool:
+    return isinstance(v, (tuple, list)) and all(is_int(d) for d in v)
+
+
 def flip(input, dims):
-    if isinstance(dims, int):
-        dims = (dims,)
+    """``torch.flip(x, dims)``: dims is a tuple or list (the method ``x.flip(0, 1)`` also
+    takes ints)."""
+    dims = int_tuple_arg(dims, "flip", "dims", 2, single=False)
     return Flip.apply(input, dims=_distinct_dims(dims, input.ndim, "flip"))
 
 

@@ -10,25 +10,22 @@ from __future__ import annotations
 from graphgrad.backend import xp
 
 from .base import normalize_dim, int_arg
+from .refusals import int_tuple_arg
 
 __all__ = ["roll", "rot90", "diff"]
-
-
-def _as_tuple(v) -> tuple:
-    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
 
 
 def roll(input, shifts, dims=None):
     """Elements shifted cyclically by ``shifts[i]`` along ``dims[i]``; without ``dims``
     the tensor is shifted as if flattened, then given its shape back."""
     from .join import cat
-    shifts = _as_tuple(shifts)
+    shifts = int_tuple_arg(shifts, "roll", "shifts", 2)
     if dims is None:
         if len(shifts) != 1:
             raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, "
                                f"dims:0")
         return roll(input.reshape(-1), shifts, 0).reshape(tuple(input.shape))
-    dims = _as_tuple(dims)
+    dims = int_tuple_arg(dims, "roll", "dims", 3)
     if len(shifts) != len(dims):
         raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, "
                            f"dims:{len(dims)}")

@@ -15,6 +15,7 @@ from graphgrad.backend import xp
 from .base import Op, Spec, normalize_dim, int_arg
 from .batching import all_to_front, to_front
 from .reduce import MaxMin
+from .refusals import NOT_GIVEN
 
 __all__ = ["argsort", "sort", "topk", "msort", "kthvalue", "median", "searchsorted",
            "bucketize"]
@@ -126,16 +127,16 @@ def kthvalue(input, k: int, dim: int = -1, keepdim: bool = False):
     return _one_per_slice(input, order.narrow(d, k - 1, 1), d, keepdim)
 
 
-def median(input, dim=None, keepdim: bool = False):
+def median(input, dim=NOT_GIVEN, keepdim: bool = False):
     """``median(x)``: the lower median of all elements; ``median(x, dim)``: the lower
     median of each slice and its index (``torch.return_types.median``). A slice with
     NaN has median NaN (the index of its first NaN), as in PyTorch."""
     from .compare import isnan, where
-    if dim is None:
+    if dim is NOT_GIVEN:
         if input.numel() == 0:
             return input.new_full((), float("nan"))
         return median(input.reshape(-1), 0).values
-    d = _dim(input, dim, "median")
+    d = _dim(input, int_arg(dim, "median", "dim", 2), "median")
     if input.ndim == 0:
         return MaxMin(input.clone(), Argsort.apply(input, dim=0, descending=False))
     n = input.shape[d]

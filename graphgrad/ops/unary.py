@@ -328,22 +328,30 @@ class Sign(_ZeroGrad):
         return a.copy() if a.dtype == xp.bool_ else xp.sign(a)  # NumPy has no bool loop
 
 
+def _rounding(fn, name: str):
+    """A rounding op's forward: PyTorch has no bool kernel for it (NumPy keeps the bools,
+    or makes float16 of them)."""
+    def forward(a, **params):
+        if a.dtype == xp.bool_:
+            raise NotImplementedError(f'"{name}_vml_cpu" not implemented for \'Bool\'')
+        return fn(a, **params)
+    return staticmethod(forward)
+
+
 class Floor(_ZeroGrad):
-    forward = staticmethod(xp.floor)
+    forward = _rounding(xp.floor, "floor")
 
 
 class Ceil(_ZeroGrad):
-    forward = staticmethod(xp.ceil)
+    forward = _rounding(xp.ceil, "ceil")
 
 
 class Trunc(_ZeroGrad):
-    forward = staticmethod(xp.trunc)
+    forward = _rounding(xp.trunc, "trunc")
 
 
 class Round(_ZeroGrad):
-    @staticmethod
-    def forward(a, *, decimals=0):
-        return xp.round(a, decimals)
+    forward = _rounding(lambda a, *, decimals=0: xp.round(a, decimals), "round")
 
 
 class Sqrt(_FromOutput):

@@ -296,10 +296,13 @@ def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False)
     return _new(xp.full(_size((size,)), fill_value, dtype), requires_grad)
 
 
-def arange(start, end=None, step=1, dtype=None, device=None,
+_NO_END = object()  # arange(end): PyTorch refuses an end of None
+
+
+def arange(start, end=_NO_END, step=1, dtype=None, device=None,
            requires_grad: bool = False) -> Tensor:
     check_device(device)
-    if end is None:
+    if end is _NO_END:
         start, end = 0, start
     if dtype is None:
         is_int = all(isinstance(v, int) for v in (start, end, step))

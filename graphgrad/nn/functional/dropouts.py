@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 
 from graphgrad import ops
+from graphgrad.ops.base import scalar_name
 
 from .activations import _activation
 
@@ -23,16 +24,21 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
 def _check_probability(p: float) -> None:
     if p < 0.0 or p > 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if p != p:  # NaN passes PyTorch's Python check; its kernel refuses it
+        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {p}")
 
 
 def _drop(input, p: float, mask_shape: tuple, inplace: bool):
     """``input`` times a random mask of ``mask_shape`` (broadcast over the rest) that
     keeps with probability ``1 - p``, scaled by ``1/(1-p)``."""
-    if p == 1.0:
-        return _activation(input, lambda x: x * 0.0, inplace, "dropout_")
+    if p == 1.0:  # zeros of input's dtype
+        return _activation(input, lambda x: x * 0, inplace, "dropout_")
+    if input._array.dtype.kind not in "fc":  # the float scale cannot be stored back
+        raise RuntimeError(f"result type Float can't be cast to the desired output type "
+                           f"{scalar_name(input._array.dtype)}")
     from graphgrad.tensor.creation import random_tensor
     keep = random_tensor(lambda rng, s: rng.random(s), mask_shape, input._array.dtype) >= p
-    scale = ops.where(keep, 1.0 / (1.0 - p), 0.0)
+    scale = ops.where(keep, 1.0 / (1.0 - p), 0.0).to(input.dtype)  # float16 stays float16
     return _activation(input, lambda x: x * scale, inplace, "dropout_")
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 
-from graphgrad.ops.linalg import Linear
+from graphgrad.ops.linalg import Linear, check_linear_dtypes
 
 __all__ = ["linear", "bilinear"]
 
@@ -14,6 +14,8 @@ def linear(input, weight, bias=None):
     case; PyTorch's addmm), the composite for other ranks."""
     if input.ndim == 2 and weight.ndim == 2:
         return Linear.apply(input, weight) if bias is None else Linear.apply(input, weight, bias)
+    if bias is not None and weight.ndim == 2:  # the dtypes as addmm checks them
+        check_linear_dtypes(input._array, weight._array, bias._array)
     out = input @ weight.mT if weight.ndim > 1 else input @ weight
     return out + bias if bias is not None else out
 

@@ -98,6 +98,12 @@ def _class_dim_last(t):
     return ops.movedim(t, 1, -1).reshape(-1, t.shape[1])
 
 
+def _check_batch_size(n_input: int, n_target: int) -> None:
+    if n_input != n_target:
+        raise ValueError(f"Expected input batch_size ({n_input}) to match target batch_size "
+                         f"({n_target}).")
+
+
 def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100,
              reduce=None, reduction: str = "mean"):
     """Negative log likelihood of class indices ``target`` under log-probabilities
@@ -106,11 +112,8 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
     if not isinstance(target, Value) or target._array.dtype.kind not in "iu":
         raise RuntimeError(f"nll_loss: expected target of integer dtype (class indices), got "
                            f"{getattr(target, 'dtype', type(target).__name__)}")
-    n_expected = 1 if input.ndim == 1 else input.shape[0]
-    n_target = 1 if target.ndim == 0 else target.shape[0]
-    if n_expected != n_target:
-        raise ValueError(f"Expected input batch_size ({n_expected}) to match target batch_size "
-                         f"({n_target}).")
+    _check_batch_size(1 if input.ndim == 1 else input.shape[0],
+                      1 if target.ndim == 0 else target.shape[0])
     if _plain_classification(input, target, weight, ignore_index, reduction, 0.0):
         return NllLoss.apply(input, target)  # the training case: one op, as in PyTorch
     logp = _class_dim_last(input)
@@ -154,6 +157,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     c = input.shape[class_dim]
     if isinstance(target, Value) and target._array.dtype.kind == "f":  # probabilities
         if tuple(target.shape) != tuple(input.shape):
+            if input.ndim >= 2 and target.ndim >= 1:  # PyTorch reads it as class indices
+                _check_batch_size(input.shape[0], target.shape[0])
             raise RuntimeError(f"cross_entropy: expected target of shape {tuple(input.shape)} "
                                f"for class probabilities, got {tuple(target.shape)}")
         t = target * (1 - label_smoothing) + label_smoothing / c if label_smoothing else target

@@ -19,7 +19,9 @@ def embedding(input, weight, padding_idx: int | None = None, max_norm=None,
     if not isinstance(input, Value) or input._array.dtype.kind not in "iu":
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the "
                            "following scalar types: Long, Int")
-    ops.check_index_range(input, weight.shape[0])
+    if weight.ndim != 2:
+        raise RuntimeError("'weight' must be 2-D")
+    ops.check_index_range(input, weight.shape[0], 0)
     out = weight[input]
     if padding_idx is not None:
         if padding_idx < 0:
