@@ -14,9 +14,8 @@ import torch
 import graphgrad as gg
 from helpers import close
 
-# torch.Tensor methods graphgrad still lacks although it has the op: in-place shape
-# changes (squeeze_, t_...: the in-place machinery writes values, not shapes)
-NOT_YET = {"squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_"}
+# torch.Tensor methods graphgrad still lacks although it has the op
+NOT_YET: set = set()
 
 
 def _missing() -> set:
@@ -237,3 +236,41 @@ def test_type_names_and_casts_as_torch(target):
     assert str(got.dtype).split(".")[-1] == str(expected.dtype).split(".")[-1]
     assert got.type() == expected.type().replace("torch.", "graphgrad.")
     assert x_g.type(getattr(gg, name.split(".")[-1])).dtype == got.dtype
+
+
+_SHAPE_IN_PLACE = [("squeeze_", ()), ("squeeze_", (1,)), ("unsqueeze_", (0,)), ("t_", ()),
+                   ("transpose_", (0, 2)), ("swapaxes_", (1, 0)), ("swapdims_", (-1, 0))]
+
+
+@pytest.mark.parametrize("name,args", _SHAPE_IN_PLACE)
+def test_in_place_shape_changes_match_torch(name, args):
+    """The tensor becomes the view (shape, values, one version step), records the view's
+    history for gradients, and refuses a leaf that requires grad, as PyTorch."""
+    data = np.arange(6.0).reshape((2, 3) if name == "t_" else (2, 1, 3))
+    results = []
+    for lib in (torch, gg):
+        a = lib.tensor(data, requires_grad=True)
+        b = a * 2
+        before = b._version
+        out = getattr(b, name)(*args)
+        weights = lib.tensor(np.arange(b.numel(), dtype=np.float64).reshape(tuple(b.shape)))
+        (b * weights).sum().backward()
+        results.append((out is b, tuple(b.shape), b._version - before,
+                        b.detach().numpy(), a.grad.numpy()))
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+            getattr(lib.tensor(data, requires_grad=True), name)(*args)
+    t, g = results
+    assert g[:3] == t[:3]
+    np.testing.assert_array_equal(g[3], t[3])
+    np.testing.assert_array_equal(g[4], t[4])
+
+
+def test_in_place_shape_change_refuses_what_graphgrad_cannot_replay():
+    x = gg.ones(2, 3)
+    v = x[0]
+    with pytest.raises(NotImplementedError, match="is a view or has views"):
+        x.t_()
+    with pytest.raises(NotImplementedError, match="is a view or has views"):
+        v.unsqueeze_(0)
+    with pytest.raises(NotImplementedError, match="under a transform"):
+        gg.func.vmap(lambda r: r.unsqueeze_(0))(gg.ones(2, 3))

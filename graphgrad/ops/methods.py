@@ -38,6 +38,7 @@ from . import signs as SG
 from .aliases import with_numpy_aliases
 from .base import NO_PARAMS, normalize_dim
 from .inplace import apply_inplace, fill_inplace
+from .inplace_shape import SHAPE_INPLACE_METHODS
 from .refusals import int_tuple_arg
 
 _Add, _Sub, _Mul, _Div, _Pow = A.Add, A.Sub, A.Mul, A.Div, A.Pow
@@ -301,6 +302,7 @@ _METHODS = {
         "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to", "repeat", "tile",
         "movedim", "ravel")},
     "flip": _flip_method,
+    **SHAPE_INPLACE_METHODS,
     "view": S.view, "view_as": lambda self, other: S.view(self, *other.shape),
     "reshape_as": lambda self, other: S.reshape(self, *other.shape),
     "contiguous": _contiguous, "is_contiguous": _is_contiguous,
