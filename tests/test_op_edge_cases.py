@@ -548,3 +548,25 @@ def test_indexed_writes_refuse_or_wrap_indices_as_torch(case):
         assert str(t_err) in str(g_err.value)
         return
     np.testing.assert_array_equal(fn(gg).numpy(), expected.numpy())
+
+
+_SEEDED_PROBE_CASES = {  # found by bench/op_bad_input.py --seed 1..3
+    "linspace_one_step_to_inf": lambda lib: lib.linspace(2, float("inf"), 1),
+    "chunk_of_an_empty_dim": lambda lib: lib.stack(lib.zeros(0, 3).chunk(5)),
+    "chunk_of_an_empty_dim_1": lambda lib: lib.stack(lib.zeros(2, 0).chunk(3, 1)),
+    "take_along_dim_of_a_list": lambda lib: lib.take_along_dim(lib.ones(3, 4), [[0]], 0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_SEEDED_PROBE_CASES))
+def test_seeded_probe_cases_match_torch(case):
+    fn = _SEEDED_PROBE_CASES[case]
+    try:
+        expected = fn(torch)
+    except TypeError as t_err:
+        with pytest.raises(TypeError, match=re.escape(str(t_err))):
+            fn(gg)
+        return
+    got = fn(gg)
+    assert tuple(got.shape) == tuple(expected.shape)
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())

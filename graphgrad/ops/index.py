@@ -471,6 +471,9 @@ def gather(input, dim: int, index, *, sparse_grad: bool = False):
 
 
 def take_along_dim(input, indices, dim=None):
+    if not isinstance(indices, Value):
+        raise TypeError(f"take_along_dim(): argument 'indices' (position 2) must be Tensor, "
+                        f"not {type(indices).__name__}")
     if dim is None:
         return gather(input.reshape(-1), 0, indices.reshape(-1))
     dim = int_arg(dim, "take_along_dim", "dim", 3)

@@ -235,8 +235,9 @@ def chunk(input, chunks: int, dim: int = 0):
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
     d = normalize_dim(dim, input.ndim, "chunk")
     size = input.shape[d]
-    step = -(-size // chunks) if size else 1
-    return split(input, step, d)
+    if not size:  # PyTorch: ``chunks`` empty pieces
+        return tuple(_slice_along(input, d, 0, 0) for _ in range(chunks))
+    return split(input, -(-size // chunks), d)
 
 
 def tensor_split(input, indices_or_sections, dim: int = 0):

@@ -341,6 +341,8 @@ def linspace(start, end, steps: int, dtype=None, device=None,
         raise NotImplementedError('"linspace_cpu" not implemented for \'Bool\'')
     if isinstance(steps, int) and steps < 0:
         raise RuntimeError("number of steps must be non-negative")
+    if steps == 1:  # the start alone (NumPy computes start + 0 * (end - start): nan for inf)
+        return _new(xp.array(start, dtype=xp.float64).reshape(1).astype(_dt(dtype)), requires_grad)
     return _new(xp.linspace(start, end, steps).astype(_dt(dtype)), requires_grad)
 
 
