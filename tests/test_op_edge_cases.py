@@ -570,3 +570,42 @@ def test_seeded_probe_cases_match_torch(case):
     got = fn(gg)
     assert tuple(got.shape) == tuple(expected.shape)
     np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+_BOOL_REFUSALS = {
+    "sub_float_bool": lambda lib: lib.ones(2) - lib.tensor([True, False]),
+    "sub_bool_float": lambda lib: lib.tensor([True, False]) - lib.ones(2),
+    "sub_python_bool": lambda lib: lib.ones(2) - True,
+    "rsub_python_bool": lambda lib: True - lib.ones(2),
+    "remainder_bools": lambda lib: lib.remainder(lib.tensor([True, False]), True),
+    "median_all": lambda lib: lib.tensor([True, False]).median(),
+    "median_dim": lambda lib: lib.tensor([True, False]).median(0),
+    "relu": lambda lib: lib.relu(lib.tensor([True, False])),
+    "abs": lambda lib: lib.tensor([True, False]).abs(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BOOL_REFUSALS))
+def test_bool_inputs_refused_as_torch(case):
+    fn = _BOOL_REFUSALS[case]
+    with pytest.raises((RuntimeError, NotImplementedError)) as t_err:
+        fn(torch)
+    with pytest.raises(type(t_err.value)) as g_err:
+        fn(gg)
+    assert str(t_err.value) in str(g_err.value)
+    np.testing.assert_array_equal(gg.remainder(gg.ones(2), True).numpy(), [0.0, 0.0])
+
+
+@pytest.mark.parametrize("loss", ["mse_loss", "huber_loss", "smooth_l1_loss"])
+def test_losses_take_a_bool_operand_beside_a_float_one_as_torch(loss):
+    mask, ones = [[True, False]], np.ones((1, 2), dtype=np.float32)
+    for first_bool in (True, False):
+        values = []
+        for lib in (torch, gg):
+            b, f = lib.tensor(mask), lib.tensor(ones)
+            fn = getattr(lib.nn.functional, loss)
+            try:
+                values.append(float(fn(b, f) if first_bool else fn(f, b)))
+            except RuntimeError as e:  # huber_loss(bool, float): PyTorch refuses
+                values.append(str(e))
+        assert values[0] == values[1]

@@ -36,10 +36,28 @@ class Add(Elementwise):
         return Add.apply(_t(dots[0]), _t(dots[1]))
 
 
+_SUB_BOOL = ("Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
+             "trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
+def _is_bool(v) -> bool:
+    return v.dtype.kind == "b" if type(v) is xp.ndarray else type(v) is bool
+
+
+def _subtract(a, b):
+    """NumPy subtracts a bool array from a float one; PyTorch refuses any bool operand."""
+    a_bool, b_bool = _is_bool(a), _is_bool(b)
+    if a_bool and b_bool:  # (NumPy's own refusal, which the error path rewords)
+        return xp.subtract(a, b)
+    if a_bool or b_bool:
+        raise RuntimeError(_SUB_BOOL)
+    return xp.subtract(a, b)
+
+
 class Sub(Elementwise):
     holomorphic = True
     saves_inputs = ()
-    forward = staticmethod(xp.subtract)
+    forward = staticmethod(_subtract)
 
     @staticmethod
     def vjp(g, out, a, b):
@@ -70,10 +88,13 @@ class Mul(Elementwise):
         return _plus(da * b if da is not None else None, a * db if db is not None else None)
 
 
-def _integer_division(fn):
+def _integer_division(fn, no_bool: str | None = None):
     """``fn`` (an integer-valued division) that refuses a zero divisor when both operands
-    are integers, as PyTorch does (NumPy returns 0 with a warning)."""
+    are integers, as PyTorch does (NumPy returns 0 with a warning), and two bool operands
+    when PyTorch has no bool kernel (``no_bool`` names it)."""
     def forward(a, b, **params):
+        if no_bool and _is_bool(a) and _is_bool(b):
+            raise NotImplementedError(f'"{no_bool}_cpu" not implemented for \'Bool\'')
         if _integral(a) and _integral(b) and xp.any(xp.asarray(b) == 0):
             raise RuntimeError("ZeroDivisionError")
         return fn(a, b, **params)
@@ -130,7 +151,7 @@ class FloorDivide(Elementwise):
 class Remainder(Elementwise):
     """Python's ``%``: the result takes the divisor's sign (``torch.remainder``)."""
 
-    forward = _integer_division(xp.remainder)
+    forward = _integer_division(xp.remainder, "remainder")
 
     @staticmethod
     def vjp(g, out, a, b):

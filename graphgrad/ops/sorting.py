@@ -132,6 +132,11 @@ def median(input, dim=NOT_GIVEN, keepdim: bool = False):
     median of each slice and its index (``torch.return_types.median``). A slice with
     NaN has median NaN (the index of its first NaN), as in PyTorch."""
     from .compare import isnan, where
+    if dim is not NOT_GIVEN:
+        dim = int_arg(dim, "median", "dim", 2)
+    if input._array.dtype.kind == "b":
+        kernel = "median_cpu" if dim is NOT_GIVEN else "median_out"
+        raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
     if dim is NOT_GIVEN:
         if input.numel() == 0:
             return input.new_full((), float("nan"))

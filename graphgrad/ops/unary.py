@@ -233,6 +233,8 @@ class Relu(_FromOutput):
 
     @staticmethod
     def forward(a):
+        if a.dtype.kind == "b":
+            raise RuntimeError("Boolean inputs not supported for relu")
         return xp.maximum(a, 0).astype(a.dtype, copy=False)
 
     @staticmethod
@@ -304,7 +306,11 @@ class Softplus(_Unary):
 
 class Abs(_Unary):
     promotes = False
-    forward = staticmethod(xp.abs)
+    @staticmethod
+    def forward(a):
+        if a.dtype.kind == "b":
+            raise NotImplementedError('"abs_cpu" not implemented for \'Bool\'')
+        return xp.abs(a)
 
     @staticmethod
     def vjp(g, out, a):

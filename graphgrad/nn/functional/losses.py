@@ -6,8 +6,9 @@ from __future__ import annotations
 import warnings
 
 from graphgrad import ops
-from graphgrad.backend import xp
+from graphgrad.backend import bool_, xp
 from graphgrad.ops import softplus
+from graphgrad.ops.base import scalar_name
 from graphgrad.ops.bce import BinaryCrossEntropy
 from graphgrad.ops.nll import NllLoss
 from graphgrad.tensor import Tensor, Value
@@ -56,10 +57,20 @@ def _warn_size(input, target, name: str) -> None:
                       stacklevel=3)
 
 
+def _difference(input, target):
+    """``input - target`` for the losses whose PyTorch kernels take a bool operand beside
+    a float one (mse, huber, smooth_l1: the bool side is cast; ``-`` refuses bools)."""
+    if input.dtype is bool_ and target.dtype is not bool_:
+        input = input.to(target.dtype)
+    elif target.dtype is bool_ and input.dtype is not bool_:
+        target = target.to(input.dtype)
+    return input - target
+
+
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
     reduction = legacy_reduction(size_average, reduce, reduction)
     _warn_size(input, target, "mse_loss")
-    d = input - target
+    d = _difference(input, target)
     return _reduce(d * d, reduction, "mse_loss")
 
 
@@ -72,7 +83,10 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mea
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0):
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
-    d = (input - target).abs()
+    if input.dtype is bool_ and target.dtype is not bool_:  # its kernel writes into input's dtype
+        raise RuntimeError(f"result type {scalar_name(target._array.dtype)} can't be cast to "
+                           f"the desired output type Bool")
+    d = _difference(input, target).abs()
     loss = ops.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
     return _reduce(loss, reduction, "huber_loss")
 
@@ -84,7 +98,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     if beta == 0:  # L1 (the quadratic branch, 0/0 in its gradient, is never taken)
         return l1_loss(input, target, reduction=reduction)
-    d = (input - target).abs()
+    d = _difference(input, target).abs()
     loss = ops.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
     return _reduce(loss, reduction, "smooth_l1_loss")
 
