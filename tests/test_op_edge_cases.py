@@ -555,6 +555,11 @@ _SEEDED_PROBE_CASES = {  # found by bench/op_bad_input.py --seed 1..3
     "chunk_of_an_empty_dim": lambda lib: lib.stack(lib.zeros(0, 3).chunk(5)),
     "chunk_of_an_empty_dim_1": lambda lib: lib.stack(lib.zeros(2, 0).chunk(3, 1)),
     "take_along_dim_of_a_list": lambda lib: lib.take_along_dim(lib.ones(3, 4), [[0]], 0),
+    "take_along_dim_broadcasts": lambda lib: lib.take_along_dim(
+        lib.arange(12.0).reshape(3, 4), lib.tensor([[0]]), 0),
+    "take_along_dim_broadcasts_1": lambda lib: lib.take_along_dim(
+        lib.arange(12.0).reshape(3, 4), lib.tensor([[0, 1]]), 1),
+    "dropout_p1_keeps_bool": lambda lib: lib.nn.functional.dropout(lib.tensor([True]), 1.0),
 }
 
 

@@ -16,7 +16,7 @@ from graphgrad.tensor import Tensor
 from graphgrad.tensor.creation import fitted_scalar, invalid_arguments, is_number
 
 from .arithmetic import needs_grad
-from .base import C_NAMES, Op, Spec, normalize_dim, int_arg, scalar_name
+from .base import C_NAMES, Op, Spec, broadcast_shapes, int_arg, normalize_dim, scalar_name
 from .refusals import (SEQUENCE_AS_TUPLE, check_along_dim, check_index_range, narrow_dim,
                        narrow_start, sequence_as_tuple)
 from .batching import align, all_to_front, batch_size, materialize, to_front
@@ -484,7 +484,17 @@ def take_along_dim(input, indices, dim=None):
     if indices._array.dtype != xp.int64:
         raise RuntimeError(f"torch.take_along_dim(): dtype of indices should be Long but got "
                            f"{scalar_name(indices._array.dtype)}")
-    return gather(input, dim, indices)
+    d = normalize_dim(dim, input.ndim, "take_along_dim")
+    # the other dims broadcast, as PyTorch's take_along_dim does (gather's do not)
+    shape = list(broadcast_shapes("take_along_dim", _without(input.shape, d),
+                                  _without(indices.shape, d)))
+    input = input.expand(*shape[:d], input.shape[d], *shape[d:])
+    indices = indices.expand(*shape[:d], indices.shape[d], *shape[d:])
+    return gather(input, d, indices)
+
+
+def _without(shape: tuple, d: int) -> tuple:
+    return tuple(shape[:d]) + tuple(shape[d + 1:])
 
 
 def scatter_add(input, dim: int, index, src):

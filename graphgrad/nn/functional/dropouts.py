@@ -32,7 +32,7 @@ def _drop(input, p: float, mask_shape: tuple, inplace: bool):
     """``input`` times a random mask of ``mask_shape`` (broadcast over the rest) that
     keeps with probability ``1 - p``, scaled by ``1/(1-p)``."""
     if p == 1.0:  # zeros of input's dtype
-        return _activation(input, lambda x: x * 0, inplace, "dropout_")
+        return _activation(input, lambda x: (x * 0).to(x.dtype), inplace, "dropout_")
     if input._array.dtype.kind not in "fc":  # the float scale cannot be stored back
         raise RuntimeError(f"result type Float can't be cast to the desired output type "
                            f"{scalar_name(input._array.dtype)}")
