@@ -614,3 +614,25 @@ def test_losses_take_a_bool_operand_beside_a_float_one_as_torch(loss):
             except RuntimeError as e:  # huber_loss(bool, float): PyTorch refuses
                 values.append(str(e))
         assert values[0] == values[1]
+
+
+_CROSS_ENTROPY_ORDER = {
+    "same_shape_int_target": lambda lib: lib.nn.functional.cross_entropy(
+        lib.ones(3, 4, dtype=lib.bool), lib.ones(3, 4, dtype=lib.int64)),
+    "empty_batch_bool_target": lambda lib: lib.nn.functional.cross_entropy(
+        lib.ones(0, 4), lib.ones(3, 4, dtype=lib.bool)),
+    "0d_float_target": lambda lib: lib.nn.functional.cross_entropy(lib.ones(3, 4),
+                                                                   lib.tensor(1.0)),
+    "1d_input_2d_target": lambda lib: lib.nn.functional.cross_entropy(
+        lib.ones(4), lib.ones(3, 4, dtype=lib.int64)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_CROSS_ENTROPY_ORDER))
+def test_cross_entropy_checks_in_torchs_order(case):
+    fn = _CROSS_ENTROPY_ORDER[case]
+    with pytest.raises((RuntimeError, ValueError)) as t_err:
+        fn(torch)
+    with pytest.raises(type(t_err.value)) as g_err:
+        fn(gg)
+    assert str(t_err.value) in str(g_err.value)

@@ -164,6 +164,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     """Softmax cross entropy of logits ``input`` (N, C) against class indices (or class
     probabilities, a float tensor of the input's shape)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
+    _check_cross_entropy_target(input, target)
     class_dim = 0 if input.ndim == 1 else 1
     if _plain_classification(input, target, weight, ignore_index, reduction, label_smoothing):
         return NllLoss.apply(ops.log_softmax(input, dim=1), target)
@@ -198,6 +199,22 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     else:
         smooth = smooth.reshape(tuple(target.shape))
     return (1 - label_smoothing) * nll + (label_smoothing / c) * smooth
+
+
+def _check_cross_entropy_target(input, target) -> None:
+    """PyTorch's first checks, in its order: a target of the input's shape holds class
+    probabilities (floating point); otherwise the batch sizes must match, and a 1-D
+    input takes a 0-D or 1-D target."""
+    if not isinstance(target, Value) or not isinstance(input, Value):
+        return
+    if tuple(target.shape) == tuple(input.shape):
+        if target._array.dtype.kind != "f":
+            raise RuntimeError(f"Expected floating point type for target with class "
+                               f"probabilities, got {scalar_name(target._array.dtype)}")
+    elif input.ndim > 1:
+        _check_batch_size(input.shape[0], target.shape[0] if target.ndim else 0)
+    elif input.ndim == 1 and target.ndim > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
 
 
 def _plain_classification(input, target, weight, ignore_index, reduction, smoothing) -> bool:
