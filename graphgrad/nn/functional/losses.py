@@ -71,6 +71,9 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
     reduction = legacy_reduction(size_average, reduce, reduction)
     _warn_size(input, target, "mse_loss")
     d = _difference(input, target)
+    if d._array.dtype.kind not in "fc":
+        raise NotImplementedError(f'"mse_cpu" not implemented for '
+                                  f"'{scalar_name(d._array.dtype)}'")
     return _reduce(d * d, reduction, "mse_loss")
 
 
@@ -211,6 +214,8 @@ def _check_cross_entropy_target(input, target) -> None:
         if target._array.dtype.kind != "f":
             raise RuntimeError(f"Expected floating point type for target with class "
                                f"probabilities, got {scalar_name(target._array.dtype)}")
+    elif input._array.dtype.kind not in "fc":
+        return  # PyTorch's log_softmax refuses it first (as graphgrad's does, next)
     elif input.ndim > 1:
         _check_batch_size(input.shape[0], target.shape[0] if target.ndim else 0)
     elif input.ndim == 1 and target.ndim > 1:
