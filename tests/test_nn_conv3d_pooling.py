@@ -313,3 +313,33 @@ def test_max_pool_indices_of_nan_windows_as_torch():
             for lib in (gg, torch)]
     for a, b in zip(*outs, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("shape,size", [((2, 3, 7, 5), (3, 2)), ((3, 6, 6), 4),
+                                        ((1, 2, 5, 9), (1, 4)), ((2, 4, 3, 3), (None, 2))])
+def test_adaptive_max_pool2d_indices_match_torch(shape, size):
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 4, size=shape).astype(np.float64)  # ties: the first max, as torch
+    a.flat[3] = np.nan
+    results = []
+    for lib in (torch, gg):
+        x = lib.tensor(a, requires_grad=True)
+        values, indices = lib.nn.functional.adaptive_max_pool2d(x, size, return_indices=True)
+        module = lib.nn.AdaptiveMaxPool2d(size, return_indices=True)(x)
+        values.nan_to_num(0.0).sum().backward()
+        results.append((values.detach().numpy(), indices.numpy(), module[1].numpy(),
+                        x.grad.numpy()))
+    for t, g in zip(*results, strict=True):
+        np.testing.assert_array_equal(g, t)
+
+
+def test_adaptive_max_pool1d_matches_torch():
+    a = np.random.default_rng(1).normal(size=(2, 3, 10))
+    results = []
+    for lib in (torch, gg):
+        x = lib.tensor(a)
+        values, indices = lib.nn.functional.adaptive_max_pool1d(x, 4, return_indices=True)
+        plain = lib.nn.AdaptiveMaxPool1d(4)(x)
+        results.append((values.numpy(), indices.numpy(), plain.numpy()))
+    for t, g in zip(*results, strict=True):
+        np.testing.assert_array_equal(g, t)

@@ -16,7 +16,7 @@ from .convolution import single
 
 __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
            "max_unpool1d", "max_unpool2d", "max_unpool3d", "adaptive_avg_pool1d",
-           "adaptive_avg_pool2d", "adaptive_max_pool2d"]
+           "adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d"]
 
 _DILATION_NAMES = {2: ("dilationH", "dilationW"), 3: ("dilationT", "dilationH", "dilationW")}
 
@@ -282,11 +282,39 @@ def adaptive_avg_pool2d(input, output_size):
 
 
 def adaptive_max_pool2d(input, output_size, return_indices: bool = False):
-    """Max over PyTorch's adaptive windows (see ``adaptive_avg_pool2d``)."""
-    if return_indices:
-        raise NotImplementedError("adaptive_max_pool2d(return_indices=True) is not supported")
+    """Max over PyTorch's adaptive windows (see ``adaptive_avg_pool2d``); with
+    ``return_indices``, also each max's flat index in its (H, W) plane."""
     oh, ow = _adaptive_size(input, output_size, "adaptive_max_pool2d")
+    if return_indices:
+        return _adaptive_max_with_indices(input, oh, ow)
     return _adaptive_2d(input, oh, ow, lambda x, d: ops.max(x, dim=d, keepdim=True).values)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices: bool = False):
+    """``adaptive_max_pool2d`` over (N, C, L) or (C, L) inputs."""
+    out = adaptive_max_pool2d(input.unsqueeze(-2), (1, single(output_size)), return_indices)
+    if return_indices:
+        return out[0].squeeze(-2), out[1].squeeze(-2)
+    return out.squeeze(-2)
+
+
+def _adaptive_max_with_indices(input, oh: int, ow: int) -> tuple:
+    """Each window's max and its index in the flattened (H, W) plane: the first max in
+    scan order, a NaN counting as the max, as PyTorch's kernel. Windows are not
+    separable for the index, so each is reduced whole."""
+    h, w = input.shape[-2], input.shape[-1]
+    values, indices = [], []
+    for i in range(oh):
+        r0, r1 = (i * h) // oh, -(-(i + 1) * h // oh)
+        for j in range(ow):
+            c0, c1 = (j * w) // ow, -(-(j + 1) * w // ow)
+            window = input[..., r0:r1, c0:c1]
+            best = ops.max(window.reshape(*window.shape[:-2], -1), dim=-1)
+            width = c1 - c0
+            values.append(best.values)
+            indices.append((best.indices // width + r0) * w + best.indices % width + c0)
+    shape = (*input.shape[:-2], oh, ow)
+    return ops.stack(values, -1).reshape(shape), ops.stack(indices, -1).reshape(shape)
 
 
 def _adaptive_size(input, output_size, name: str) -> tuple[int, int]:

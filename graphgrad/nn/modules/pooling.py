@@ -132,6 +132,11 @@ class AdaptiveMaxPool2d(AdaptiveAvgPool2d):
         return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)
 
 
+class AdaptiveMaxPool1d(AdaptiveMaxPool2d):
+    def forward(self, input: Tensor) -> Tensor:
+        return F.adaptive_max_pool1d(input, self.output_size, self.return_indices)
+
+
 class MaxPool1d(MaxPool2d):
     """Over (N, C, L) or (C, L) inputs; ``MaxPool2d``'s arguments, as ints."""
 
