@@ -117,8 +117,9 @@ def _re(msg: str) -> str:
     return re.escape(msg)
 
 
-@pytest.mark.parametrize("op", [lambda s: s.exp(), lambda s: s.view(-1), lambda s: s * 2.0,
-                                lambda s: s[0], lambda s: gg.ones(3, 3) @ s])
+@pytest.mark.parametrize("op", [lambda s: s.exp(), lambda s: s.view(-1),
+                                lambda s: s * gg.ones(3, 3), lambda s: s[0],
+                                lambda s: gg.ones(3, 3) @ s])
 def test_dense_ops_on_sparse_raise_not_implemented_naming_layout(op):
     s = gg.sparse_coo_tensor(gg.tensor(IDX), gg.tensor(VAL))
     with pytest.raises(NotImplementedError, match="sparse_coo"):
@@ -290,3 +291,22 @@ def test_legacy_sparse_float_tensor_constructor():
         warnings.simplefilter("ignore")
         t = torch.sparse.FloatTensor(torch.tensor(IDX), torch.tensor(VAL), torch.Size([3, 4]))
     _same_sparse(gg.sparse.FloatTensor(gg.tensor(IDX), gg.tensor(VAL), gg.Size([3, 4])), t)
+
+
+def test_scaling_and_transposing_a_sparse_tensor_match_torch():
+    """``s * number``, ``number * s`` and ``s.t()`` stay sparse, and gradients reach the
+    values the sparse tensor was built from."""
+    results = []
+    for lib in (torch, gg):
+        i = lib.tensor([[0, 1, 1, 2], [2, 0, 2, 1]])
+        v = lib.tensor([3.0, 4.0, 5.0, 6.0], dtype=lib.float64, requires_grad=True)
+        s = lib.sparse_coo_tensor(i, v, (3, 3))
+        d = lib.tensor(np.arange(9.0).reshape(3, 3), dtype=lib.float64, requires_grad=True)
+        out = lib.sparse.mm((s * 2.5).t(), d) + lib.sparse.mm(0.5 * s, d)
+        out.sum().backward()
+        results.append(((s * 2).is_sparse, s.t().is_sparse, out.detach().numpy(),
+                        v.grad.numpy(), d.grad.numpy(), s.t().to_dense().detach().numpy()))
+    t, g = results
+    assert g[:2] == t[:2] == (True, True)
+    for a, b in zip(g[2:], t[2:], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)

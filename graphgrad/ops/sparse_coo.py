@@ -400,6 +400,33 @@ def _sparse_add(self, other):
                               f"{type(other).__name__}: {K.REFUSAL}")
 
 
+def _rebuilt(self, values_of, indices_of, size: tuple, coalesced: bool) -> SparseTensor:
+    """A sparse tensor from this one's coalesced entries: ``values_of(values)`` at
+    ``indices_of(indices)`` (graphgrad ops on the values, so gradients reach them)."""
+    c = coalesce(self)
+    return _SparseCooTensor.apply(Tensor._make(indices_of(c._array.indices)),
+                                  values_of(_Values.apply(c)), size=size, coalesced=coalesced)
+
+
+def _sparse_mul(self, other):
+    """sparse * number (or 0-d tensor) is sparse: the values scaled."""
+    if isinstance(other, SparseTensor) or isinstance(other, Value) and other.ndim:
+        raise NotImplementedError(f"mul: sparse {fmt_shape(tuple(self.shape))} * "
+                                  f"{type(other).__name__}: {K.REFUSAL}")
+    _no_transforms("mul")
+    return _rebuilt(self, lambda v: v * other, lambda i: i, tuple(self.shape), True)
+
+
+def _sparse_t(self):
+    """The transpose of a 2-D sparse tensor (its index rows swapped)."""
+    if self.ndim != 2 or self._array.values.ndim != 1:
+        raise NotImplementedError(f"t: sparse {fmt_shape(tuple(self.shape))} with dense "
+                                  f"dims or not 2-D: {K.REFUSAL}")
+    _no_transforms("t")
+    return _rebuilt(self, lambda v: v, lambda i: i[::-1].copy(), tuple(self.shape)[::-1],
+                    False)
+
+
 def _sparse_matmul(self, other):
     return spmm(self, other)
 
@@ -431,7 +458,8 @@ _SPARSE_METHODS = {
     "coalesce": coalesce, "values": _values, "to_dense": to_dense, "to_sparse": to_sparse,
     "__add__": _sparse_add, "__radd__": _sparse_add, "add": _sparse_add,
     "__matmul__": _sparse_matmul, "mm": _sparse_matmul, "matmul": _sparse_matmul,
-    "sum": _sum,
+    "sum": _sum, "__mul__": _sparse_mul, "__rmul__": _sparse_mul, "mul": _sparse_mul,
+    "t": _sparse_t,
 }
 _DENSE_METHODS = {
     "coalesce": coalesce, "to_dense": to_dense, "to_sparse": to_sparse,
