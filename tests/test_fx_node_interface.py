@@ -231,3 +231,33 @@ def test_retargeting_maps_back_to_op_classes():
     view = fx.symbolic_trace(lambda x: gg.relu(x) + 1.0).fx_graph
     with pytest.raises(TypeError, match="only a call_function node"):
         view.nodes[0].target = F.gelu
+
+
+def insert_neg_after(graph, target, neg) -> None:
+    """torch.fx's insertion idiom: a new node after each call of ``target``, which then
+    takes over that call's users."""
+    for n in list(graph.nodes):
+        if n.op == "call_function" and n.target is target:
+            with graph.inserting_after(n):
+                new = graph.call_function(neg, (n,))
+            n.replace_all_uses_with(new, delete_user_cb=lambda user, new=new: user is not new)
+    graph.lint()
+
+
+@pytest.mark.parametrize("name", ["mlp", "residual"])
+def test_inserting_nodes_runs_on_both(name):
+    make, shapes = PROGRAMS[name]
+    arrays = _arrays(shapes)
+    tgm = torch.fx.symbolic_trace(make(torch))
+    insert_neg_after(tgm.graph, torch.relu, torch.neg)
+    tgm.recompile()
+    gm, out = _capture(make(gg), arrays, edit=lambda g: insert_neg_after(g, gg.relu, gg.neg))
+    assert call_names(gm.fx_graph) == call_names(tgm.graph)
+    assert call_names(gm.fx_graph).count("neg") >= 1
+    want = _numpy(tgm(*[torch.tensor(a) for a in arrays]))
+    for a, b in zip(_numpy(out), want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    neg = gm.fx_graph.find_nodes(op="call_function", target=gg.neg)[0]
+    assert neg.meta["tensor_meta"].shape == neg.args[0].meta["tensor_meta"].shape
+    with pytest.raises(NotImplementedError, match="call_function nodes only"):
+        gm.fx_graph.create_node("placeholder", "y")

@@ -5,14 +5,16 @@ torch.fx: ``node.op`` is one of torch.fx's six opcodes, ``node.target`` the publ
 graphgrad function of a call (``graphgrad.relu`` for the ``Relu`` op), ``node.args`` /
 ``node.kwargs`` / ``node.users`` refer to other views, ``node.meta["val"]`` and
 ``node.meta["tensor_meta"]`` give the shape and dtype where the IR knows them; the graph
-iterates its nodes in order, prints torch.fx's table, finds, erases, eliminates dead code
-and lints. So a pass written for torch.fx runs on graphgrad.
+iterates its nodes in order, prints torch.fx's table, finds, inserts calls
+(``inserting_before/after``, ``call_function``, ``create_node``), erases, eliminates
+dead code and lints. So a pass written for torch.fx runs on graphgrad.
 
 Why a view and not new attribute values on ``graph.Node``: the IR's ``Node.op`` is the op
 class and ``Node.target`` the variable an ``assign`` writes, read in some fifty places
 (printer, passes, backends, frontends), and ``gm.graph`` is read as the IR by as many.
-Giving those names torch.fx's meaning would fork every consumer. The view holds no state
-of its own: every read looks at the IR node, every edit (``node.target = F.gelu``,
+Giving those names torch.fx's meaning would fork every consumer. The view keeps no graph
+of its own (only each node's ``meta`` dict, filled from its Spec): every read looks at
+the IR node, every edit (``node.target = F.gelu``, ``call_function``,
 ``replace_all_uses_with``, ``erase_node``, ``eliminate_dead_code``) changes the IR graph
 in place, so there is still one graph; ``gm.recompile()`` then runs the edited graph.
 
@@ -42,6 +44,7 @@ graph as ``fx_graph.graph``.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from graphgrad.graph import Graph, Node
@@ -187,12 +190,14 @@ class FxNode:
         return {self.graph.view(n): None for n in self.graph.graph.nodes
                 if any(i is me for i in (*n.inputs, *n.deps))}
 
-    def replace_all_uses_with(self, replace_with: FxNode) -> list[FxNode]:
-        """Make every user read ``replace_with`` instead; returns the users changed."""
+    def replace_all_uses_with(self, replace_with: FxNode,
+                              delete_user_cb=lambda user: True) -> list[FxNode]:
+        """Make every user (those ``delete_user_cb`` accepts) read ``replace_with``
+        instead; returns the users changed."""
         me, new = self.node, replace_with.node
         changed = []
         for n in self.graph.graph.nodes:
-            if n is new:
+            if not delete_user_cb(self.graph.view(n)):
                 continue
             if any(i is me for i in (*n.inputs, *n.deps)):
                 n.inputs = tuple(new if i is me else i for i in n.inputs)
@@ -211,6 +216,7 @@ class FxGraph:
         self.graph = graph
         self.owning_module = owning_module
         self._views: dict[Node, FxNode] = {}
+        self._insert: tuple[str, Node] | None = None   # inserting_before/after's point
 
     def view(self, node: Node) -> FxNode:
         v = self._views.get(node)
@@ -229,6 +235,52 @@ class FxGraph:
         """The nodes of opcode ``op`` (and ``target``, when given), in graph order."""
         return [n for n in self.nodes
                 if n.op == op and (target is None or n.target is target or n.target == target)]
+
+    # ---- editing ----------------------------------------------------------------------
+
+    @contextmanager
+    def inserting_before(self, node: FxNode):
+        saved, self._insert = self._insert, ("before", node.node)
+        try:
+            yield
+        finally:
+            self._insert = saved
+
+    @contextmanager
+    def inserting_after(self, node: FxNode):
+        saved, self._insert = self._insert, ("after", node.node)
+        try:
+            yield
+        finally:
+            self._insert = saved
+
+    def create_node(self, op: str, target: Any, args: tuple = (), kwargs: dict | None = None,
+                    name: str | None = None) -> FxNode:
+        """A new ``call_function`` node of the op ``target`` names (``graphgrad.neg``),
+        inserted where ``inserting_before/after`` says (else before the output). ``kwargs``
+        are the op's params as the IR stores them; the op's shape rule gives the spec. The
+        other opcodes are made by the frontends, not here."""
+        if op != "call_function":
+            raise NotImplementedError(f"create_node makes call_function nodes only, not {op!r}")
+        from graphgrad.graph.builder import GraphBuilder
+        opcls = op_of(target)
+        inputs = tuple(a.node if isinstance(a, FxNode) else a for a in args)
+        params = dict(kwargs or {})
+        spec = GraphBuilder.infer(opcls, list(inputs), params, False)
+        node = Node(self.graph, "call", self.graph.unique_name(name or _snake(opcls.__name__)),
+                    op=opcls, inputs=inputs, params=params, spec=spec)
+        nodes = self.graph.nodes
+        if self._insert is None:
+            at = len(nodes) - 1 if self.graph.output_node is not None else len(nodes)
+        else:
+            where, anchor = self._insert
+            at = nodes.index(anchor) + (where == "after")   # right after it, as torch.fx
+        nodes.insert(at, node)
+        return self.view(node)
+
+    def call_function(self, the_function: Any, args: tuple | None = None,
+                      kwargs: dict | None = None) -> FxNode:
+        return self.create_node("call_function", the_function, tuple(args or ()), kwargs)
 
     def erase_node(self, to_erase: FxNode) -> None:
         users = to_erase.users
