@@ -21,8 +21,9 @@ from .api import symbolic_trace
 from .errors import TraceError
 from .graph_module import GraphModule, captured_graph_module
 from .interpreter import Interpreter, Transformer
+from .node_view import FxGraph, FxNode
 from .proxy import Proxy
 from .tracer import PH, Tracer
 
 __all__ = ["symbolic_trace", "Tracer", "Proxy", "GraphModule", "Interpreter", "Transformer",
-           "TraceError", "PH", "captured_graph_module"]
+           "TraceError", "PH", "captured_graph_module", "FxGraph", "FxNode"]

@@ -78,6 +78,17 @@ class GraphModule(Module):
         self.__dict__["_graph"] = g
         self.recompile()
 
+    @property
+    def fx_graph(self):
+        """``graph`` with torch.fx's node interface (``fx.node_view``): ``node.op`` is
+        "call_function", ``node.target`` is ``graphgrad.relu``... Edits made through it
+        change ``graph`` itself; call ``recompile()`` after them, as in torch.fx."""
+        from .node_view import FxGraph
+        view = self.__dict__.get("_fx_view")
+        if view is None or view.graph is not self.graph:
+            view = self.__dict__["_fx_view"] = FxGraph(self.graph, self)
+        return view
+
     def recompile(self) -> PythonCode:
         """Regenerate ``code`` from ``graph`` (call it after editing the graph)."""
         d = self.__dict__
