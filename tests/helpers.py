@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import graphgrad as gg
@@ -120,3 +121,13 @@ def assert_same_parameters(g_model, t_model, tol):
     for name, p in g_model.named_parameters():
         np.testing.assert_allclose(p.detach().numpy(), t[name].detach().numpy(), rtol=tol,
                                    atol=tol, err_msg=name)
+
+
+def raises_as_torch(call, error=RuntimeError):
+    """``call(lib)`` raises ``error`` with the same message in torch and graphgrad."""
+    messages = []
+    for lib in (torch, gg):
+        with pytest.raises(error) as info:
+            call(lib)
+        messages.append(str(info.value))
+    assert messages[1] == messages[0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import close, rand, step_both, twin_layers
+from helpers import close, rand, raises_as_torch, step_both, twin_layers
 
 import graphgrad as gg
 
@@ -159,16 +159,6 @@ def test_max_pool_of_integers_pads_with_the_dtype_minimum():
           torch.nn.functional.avg_pool2d(torch.tensor(x), 3, 2, 1, ceil_mode=True))
 
 
-def _raises_as_torch(call, error=RuntimeError):
-    """``call(lib)`` raises the same type with the same message in both libraries."""
-    messages = []
-    for lib in (torch, gg):
-        with pytest.raises(error) as info:
-            call(lib)
-        messages.append(str(info.value))
-    assert messages[1] == messages[0]
-
-
 CONV_ERRORS = [
     lambda lib: lib.nn.functional.conv2d(lib.ones(1, 1, 5, 5), lib.ones(1, 1, 3, 3),
                                          dilation=0),
@@ -211,7 +201,7 @@ CONV_ERRORS = [
 
 @pytest.mark.parametrize("call", CONV_ERRORS, ids=range(len(CONV_ERRORS)))
 def test_convolution_errors_as_torch(call):
-    _raises_as_torch(call)
+    raises_as_torch(call)
 
 
 POOL_ERRORS = [
@@ -250,7 +240,7 @@ POOL_ERRORS = [
 
 @pytest.mark.parametrize("error,call", POOL_ERRORS, ids=range(len(POOL_ERRORS)))
 def test_pooling_errors_as_torch(error, call):
-    _raises_as_torch(call, error)
+    raises_as_torch(call, error)
 
 
 def _pooled(lib):
@@ -277,7 +267,7 @@ UNPOOL_ERRORS = [
 
 @pytest.mark.parametrize("error,call", UNPOOL_ERRORS, ids=range(len(UNPOOL_ERRORS)))
 def test_max_unpool_errors_as_torch(error, call):
-    _raises_as_torch(lambda lib: call(lib, *_pooled(lib)), error)
+    raises_as_torch(lambda lib: call(lib, *_pooled(lib)), error)
 
 
 def test_module_reprs_match_torch():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import close, rand, step_both, twin_layers
+from helpers import close, rand, raises_as_torch, step_both, twin_layers
 
 import graphgrad as gg
 
@@ -80,7 +80,7 @@ def test_uint8_bilinear_equals_torch_exactly():
     for x, kw in _uint8_cases(400):
         if min(int(s * f) for s, f in zip(x.shape[2:], np.broadcast_to(
                 kw.get("scale_factor", 1.0), 2), strict=True)) == 0:
-            _raises_as_torch(lambda lib, x=x, kw=kw: lib.nn.functional.interpolate(
+            raises_as_torch(lambda lib, x=x, kw=kw: lib.nn.functional.interpolate(
                 lib.tensor(x), mode="bilinear", **kw), RuntimeError)
             continue
         expected = torch.nn.functional.interpolate(torch.tensor(x), mode="bilinear", **kw)
@@ -96,15 +96,6 @@ def test_uint8_bilinear_equals_torch_exactly():
     out = gg.nn.functional.interpolate(gg.tensor(x), size=(1, 3), mode="bilinear",
                                        align_corners=True)
     assert out.numpy().tolist() == [[[[0, 100, 200]]]]
-
-
-def _raises_as_torch(call, error):
-    messages = []
-    for lib in (torch, gg):
-        with pytest.raises(error) as info:
-            call(lib)
-        messages.append(str(info.value))
-    assert messages[1] == messages[0]
 
 
 ERRORS = [
@@ -132,4 +123,4 @@ ERRORS = [
 
 @pytest.mark.parametrize("error,call", ERRORS, ids=range(len(ERRORS)))
 def test_interpolate_errors_as_torch(error, call):
-    _raises_as_torch(call, error)
+    raises_as_torch(call, error)

@@ -310,7 +310,6 @@ def _write_back(ctx: FunctionCtx, out: Value) -> Value:
         x._requires_grad = True
     else:
         bump_version(x)
-    x._array = out._array
     ctx._saved = tuple(x if t is out else t for t in ctx._saved)
     ctx._versions = tuple(t._version if t is not None else 0 for t in ctx._saved)
     return x

@@ -40,13 +40,20 @@ _SUB_BOOL = ("Subtraction, the `-` operator, with a bool tensor is not supported
              "trying to invert a mask, use the `~` or `logical_not()` operator instead.")
 
 
+_BOOL = xp.dtype(xp.bool_)  # NumPy's dtype objects of builtin types are singletons
+
+
 def _is_bool(v) -> bool:
-    return v.dtype.kind == "b" if type(v) is xp.ndarray else type(v) is bool
+    return v.dtype is _BOOL if type(v) is xp.ndarray else type(v) is bool
 
 
 def _subtract(a, b):
-    """NumPy subtracts a bool array from a float one; PyTorch refuses any bool operand."""
-    a_bool, b_bool = _is_bool(a), _is_bool(b)
+    """NumPy subtracts a bool array from a float one; PyTorch refuses any bool operand.
+    (Inline tests: a subtraction is a common op, and two helper calls cost half again
+    NumPy's own time on small arrays.)"""
+    ta, tb = type(a), type(b)
+    a_bool = a.dtype is _BOOL if ta is xp.ndarray else ta is bool
+    b_bool = b.dtype is _BOOL if tb is xp.ndarray else tb is bool
     if a_bool and b_bool:  # (NumPy's own refusal, which the error path rewords)
         return xp.subtract(a, b)
     if a_bool or b_bool:

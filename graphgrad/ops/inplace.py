@@ -23,7 +23,7 @@ from graphgrad.tensor.views import (bump_version, old_identity, rebase, root_bas
                                     views_follow_grad)
 
 from .arithmetic import needs_grad
-from .base import broadcast_shapes, saved_inputs
+from .base import broadcast_shapes, saved_inputs, scalar_name
 
 __all__ = ["apply_inplace", "fill_inplace", "setitem_name", "check_allowed", "write_back_of",
            "keep_if_saved", "inplace_error_of_vmap"]
@@ -78,17 +78,12 @@ def _write(t: Tensor, arr, name: str) -> None:
         raise RuntimeError(f"{name}: output with shape {list(t._array.shape)} doesn't match the "
                            f"broadcast shape {list(arr.shape)}")
     if not xp.can_cast(arr.dtype, t._array.dtype, "same_kind"):
-        raise RuntimeError(f"result type {_type_name(arr.dtype)} can't be cast to the desired "
-                           f"output type {_type_name(t._array.dtype)}")
+        raise RuntimeError(f"result type {scalar_name(arr.dtype)} can't be cast to the desired "
+                           f"output type {scalar_name(t._array.dtype)}")
     if not t._array.flags.writeable:
         raise RuntimeError(f"{name}: unsupported operation: the tensor's memory is read-only "
                            "(it is an expanded view, or windows that overlap); clone() it first")
     t._array[...] = arr
-
-
-def _type_name(dt) -> str:
-    return {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int",
-            "bool": "Bool", "float16": "Half"}.get(xp.dtype(dt).name, xp.dtype(dt).name)
 
 
 _VMAP_INPLACE = ("vmap: inplace arithmetic(self, *extra_args) is not possible because there "

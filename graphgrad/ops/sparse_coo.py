@@ -22,7 +22,7 @@ from graphgrad.backend import sparse_array as K
 from graphgrad.tensor import SparseTensor, Tensor, Value, current_mode, tensor, zeros
 
 from .arithmetic import needs_grad
-from .base import Op, fmt_shape, normalize_dim
+from .base import Op, fmt_shape, normalize_dim, scalar_name
 from .unary import cast
 
 __all__ = ["sparse_coo_tensor", "spmm"]  # sparse_mm, sparse_sum: graphgrad.sparse
@@ -275,13 +275,9 @@ def _check_mm(name: str, s, d) -> None:
         raise RuntimeError(f"addmm: Argument #3 (dense): Expected dim 0 size {s.shape[1]}, got "
                            f"{d.shape[0]}")
     if d.dtype != s.dtype:
-        raise RuntimeError(f"expected scalar type {_scalar_name(s)} but found {_scalar_name(d)}")
+        raise RuntimeError(f"expected scalar type {scalar_name(s._array.dtype)} but found "
+                           f"{scalar_name(d._array.dtype)}")
     _no_transforms(name)
-
-
-def _scalar_name(t) -> str:
-    return {"float64": "Double", "float32": "Float", "float16": "Half", "int64": "Long",
-            "int32": "Int"}.get(t.dtype.name, t.dtype.name)
 
 
 def sparse_mm(sparse, dense) -> Tensor:

@@ -7,6 +7,7 @@ is a plain graphgrad Tensor."""
 from __future__ import annotations
 
 from graphgrad import backend
+from graphgrad.ops.base import scalar_name
 from graphgrad.tensor import Size, Tensor
 from graphgrad.tensor.creation import empty, tensor
 
@@ -29,29 +30,26 @@ class _TypedTensorMeta(type):
             data = args[0]
             if isinstance(data, Tensor):
                 if data.dtype != cls.dtype:  # PyTorch refuses to convert here
-                    raise TypeError(f"expected {cls._type_name} (got "
-                                    f"{_TYPE_NAMES[data.dtype]})")
+                    raise TypeError(f"expected {scalar_name(cls.dtype.np)} (got "
+                                    f"{scalar_name(data._array.dtype)})")
                 return data
             return tensor(data, dtype=cls.dtype)
         raise TypeError(f"new() received an invalid combination of arguments - got "
                         f"({', '.join(type(a).__name__ for a in args)})")
 
 
-def _typed(name: str, dtype: backend.dtype, type_name: str) -> type:
-    return _TypedTensorMeta(name, (), {"dtype": dtype, "_type_name": type_name,
+def _typed(dtype: backend.dtype) -> type:
+    name = f"{scalar_name(dtype.np)}Tensor"  # PyTorch's ScalarType name: FloatTensor...
+    return _TypedTensorMeta(name, (), {"dtype": dtype,
                                        "__doc__": f"``torch.{name}``: {dtype} tensors"})
 
 
-_TYPE_NAMES = {backend.float32: "Float", backend.float64: "Double", backend.float16: "Half",
-               backend.int64: "Long", backend.int32: "Int", backend.int16: "Short",
-               backend.int8: "Char", backend.uint8: "Byte", backend.bool_: "Bool"}
-
-FloatTensor = _typed("FloatTensor", backend.float32, "Float")
-DoubleTensor = _typed("DoubleTensor", backend.float64, "Double")
-HalfTensor = _typed("HalfTensor", backend.float16, "Half")
-LongTensor = _typed("LongTensor", backend.int64, "Long")
-IntTensor = _typed("IntTensor", backend.int32, "Int")
-ShortTensor = _typed("ShortTensor", backend.int16, "Short")
-CharTensor = _typed("CharTensor", backend.int8, "Char")
-ByteTensor = _typed("ByteTensor", backend.uint8, "Byte")
-BoolTensor = _typed("BoolTensor", backend.bool_, "Bool")
+FloatTensor = _typed(backend.float32)
+DoubleTensor = _typed(backend.float64)
+HalfTensor = _typed(backend.float16)
+LongTensor = _typed(backend.int64)
+IntTensor = _typed(backend.int32)
+ShortTensor = _typed(backend.int16)
+CharTensor = _typed(backend.int8)
+ByteTensor = _typed(backend.uint8)
+BoolTensor = _typed(backend.bool_)
