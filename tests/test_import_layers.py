@@ -22,7 +22,8 @@ RANKS = [
     ["graph"],
     ["passes"],
     ["backends"],
-    ["nn", "optim", "data", "utils", "serialization"],
+    ["nn", "optim", "data", "utils"],
+    ["serialization"],     # reads safetensors through utils, builds nn.Parameter
     ["static"],
     ["fx", "jit"],
     ["dynamo"],          # hands backends fx GraphModules, as torch._dynamo builds on fx
