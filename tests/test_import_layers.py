@@ -27,7 +27,7 @@ RANKS = [
     ["static"],
     ["fx", "jit"],
     ["dynamo"],          # hands backends fx GraphModules, as torch._dynamo builds on fx
-    ["capture", "compiler"],
+    ["capture", "compiler", "onnx"],  # onnx: export from jit.trace's graph
     ["torch_compat"],
     ["train", "run"],
     ["cli"],
