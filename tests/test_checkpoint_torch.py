@@ -300,3 +300,17 @@ def test_torch_state_dict_metadata_and_bytes_io():
     save(back, out, format="torch")
     out.seek(0)
     assert list(torch.load(out, weights_only=True)) == ["0.weight", "0.bias"]
+
+
+def test_torch_optimizer_state_dict_loads(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, betas=(0.8, 0.9))
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "epoch": 3},
+               tmp_path / "ckpt.pt")
+    back = load(tmp_path / "ckpt.pt")
+    ref = opt.state_dict()
+    assert back["epoch"] == 3 and back["optim"]["param_groups"][0]["betas"] == (0.8, 0.9)
+    for k, v in ref["state"][0].items():
+        assert np.array_equal(back["optim"]["state"][0][k].numpy(), v.numpy())

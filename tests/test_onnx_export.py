@@ -207,6 +207,10 @@ def test_arguments_are_checked(tmp_path):
     with pytest.raises(ValueError, match="dynamic_axes names 'y'"):
         export(nn.Linear(2, 2), (gg.randn(1, 2),), None, input_names=["x"],
                dynamic_axes={"y": [0]})
+    with pytest.raises(TypeError, match="unexpected keyword arguments"):
+        export(nn.Linear(2, 2), (gg.randn(1, 2),), None, training=True)
+    with pytest.raises(ValueError, match="dynamo=True"):
+        export(nn.Linear(2, 2), (gg.randn(1, 2),), None, dynamo=True)
     buf = io.BytesIO()
     export(nn.Linear(2, 2), gg.randn(1, 2), buf)  # a file object and a bare tensor
     assert onnx.load_from_string(buf.getvalue()).graph.node

@@ -146,9 +146,9 @@ def export(model: Module | Callable, args: Any, f: str | os.PathLike | IO[bytes]
     if kwargs.pop("dynamo", False):
         raise ValueError("graphgrad.onnx.export: dynamo=True (torch.export) is not "
                          "supported; graphgrad exports from its jit.trace graph")
-    unknown = set(kwargs) - {"training", "operator_export_type", "keep_initializers_as_inputs"}
-    if unknown:
-        raise TypeError(f"export() got unexpected keyword arguments {sorted(unknown)}")
+    if kwargs:  # PyTorch's other options (training=, operator_export_type=...) are not here
+        raise TypeError(f"graphgrad.onnx.export() got unexpected keyword arguments "
+                        f"{sorted(kwargs)}")
     opset = DEFAULT_OPSET if opset_version is None else int(opset_version)
     if opset not in SUPPORTED_OPSETS:
         raise ValueError(f"graphgrad.onnx.export: opset_version {opset} is not supported "
