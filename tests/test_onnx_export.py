@@ -234,3 +234,9 @@ def test_torch_onnx_under_graphgrad_run(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("Linear False")
     onnx.checker.check_model(onnx.load(str(tmp_path / "lin.onnx")))
+
+
+def test_missing_onnx_package_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import fails as if not installed
+    with pytest.raises(ImportError, match=r"pip install 'graphgrad\[onnx\]'"):
+        export(nn.Linear(2, 2), (gg.randn(1, 2),), None)
