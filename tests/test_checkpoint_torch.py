@@ -314,3 +314,17 @@ def test_torch_optimizer_state_dict_loads(tmp_path):
     assert back["epoch"] == 3 and back["optim"]["param_groups"][0]["betas"] == (0.8, 0.9)
     for k, v in ref["state"][0].items():
         assert np.array_equal(back["optim"]["state"][0][k].numpy(), v.numpy())
+
+
+def test_primitive_values_both_ways(tmp_path):
+    import collections
+    obj = {"bytes": b"abc\xff", "set": {1, 2}, "complex": 1 + 2j, "ba": bytearray(b"xy"),
+           "counter": collections.Counter("aab"), "float": 1.5, "none": None, "big": 2**70,
+           "neg": -5, "tuple": (1, "x"), "device": torch.device("cpu"), "dtype": torch.int64}
+    torch.save(obj, tmp_path / "p.pt")
+    back = load(tmp_path / "p.pt")
+    plain = {k: v for k, v in obj.items() if k not in ("device", "dtype")}
+    assert {k: back[k] for k in plain} == plain
+    assert back["device"] == "cpu" and back["dtype"] is gg.int64
+    save(back, tmp_path / "q.pt", format="torch")
+    assert torch.load(tmp_path / "q.pt", weights_only=True) == obj
