@@ -328,3 +328,27 @@ def test_primitive_values_both_ways(tmp_path):
     assert back["device"] == "cpu" and back["dtype"] is gg.int64
     save(back, tmp_path / "q.pt", format="torch")
     assert torch.load(tmp_path / "q.pt", weights_only=True) == obj
+
+
+def test_mmap_maps_storages_copy_on_write(tmp_path):
+    base = torch.arange(12.0).reshape(3, 4)
+    torch.save({"base": base, "view": base[1:, ::2], "empty": torch.ones(0)}, tmp_path / "t.pt")
+    raw = (tmp_path / "t.pt").read_bytes()
+    back = load(tmp_path / "t.pt", mmap=True)
+    assert np.array_equal(back["view"].numpy(), base[1:, ::2].numpy())
+    assert isinstance(_root_array(back["base"].numpy()), np.memmap)
+    back["base"][1, 0] = 100.0  # seen through the view, never written to the file
+    assert back["view"][0, 0].item() == 100.0
+    assert (tmp_path / "t.pt").read_bytes() == raw
+    with pytest.raises(ValueError, match="f must be a file path in order to use the mmap"):
+        load(io.BytesIO(raw), mmap=True)
+    path = _lying_file(tmp_path / "lie.pt", {"w": _tensor_claim(
+        _Store("FloatStorage", "0", 1 << 40), 0, (1,), (1,))}, {"0": bytes(16)})
+    with pytest.raises(CheckpointError, match="holds 16 bytes but the pickle declares"):
+        load(path, mmap=True)
+
+
+def _root_array(a):
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a

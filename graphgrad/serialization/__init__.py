@@ -103,10 +103,11 @@ def load(f: str | os.PathLike | IO[bytes], map_location: Any = None,
     ``weights_only`` (default True) restricts torch files to tensors, containers and
     primitive values; ``weights_only=False`` can execute arbitrary code from the file:
     only for trusted files. ``map_location`` is accepted and has no effect (CPU only). At
-    most ``max_bytes`` (default ``MAX_LOAD_BYTES``) of data is read."""
-    if mmap:
-        raise ValueError("graphgrad.load reads the file into memory: mmap=True is not "
-                         "supported")
+    most ``max_bytes`` (default ``MAX_LOAD_BYTES``) of data is read; with ``mmap=True`` a
+    torch file's storages are mapped copy-on-write from the file instead (as PyTorch's
+    MAP_PRIVATE), so loading allocates nothing for them."""
+    if mmap and not isinstance(f, (str, os.PathLike)):  # PyTorch's check and wording
+        raise ValueError("f must be a file path in order to use the mmap argument")
     if pickle_module is not None and pickle_module is not pickle:
         raise ValueError("graphgrad.load: only the standard pickle module is supported")
     if weights_only is None:
@@ -140,7 +141,8 @@ def load(f: str | os.PathLike | IO[bytes], map_location: Any = None,
                     fail("not a graphgrad checkpoint (no __structure__ entry) nor a "
                          "torch.save file (no data.pkl)")
                 return read_torch_zip(zf, top, fail, limit, weights_only,
-                                      pickle_load_args.get("encoding", "utf-8"))
+                                      pickle_load_args.get("encoding", "utf-8"),
+                                      os.fspath(f) if mmap else None)
         except (CheckpointError, NotImplementedError):
             raise
         except pickle.UnpicklingError as e:

@@ -16,7 +16,9 @@ before they are read.
 from __future__ import annotations
 
 import io
+import os
 import pickle
+import struct
 import zipfile
 from collections.abc import Callable
 from typing import Any
@@ -61,8 +63,9 @@ class _Storage:
 class _Loader:
     """The storages and tensor builders of one archive."""
 
-    def __init__(self, zf: zipfile.ZipFile, top: str, fail: Callable, max_bytes: int):
-        self.zf, self.top, self.fail = zf, top, fail
+    def __init__(self, zf: zipfile.ZipFile, top: str, fail: Callable, max_bytes: int,
+                 mmap_path: str | None = None):
+        self.zf, self.top, self.fail, self.mmap_path = zf, top, fail, mmap_path
         self.limit = self.budget = max_bytes
         self.storages: dict[str, _Storage] = {}
         order = self.record("byteorder")
@@ -117,12 +120,40 @@ class _Loader:
             if have.array.dtype != dtype or have.array.size != numel:
                 self.fail(f"storage {key!r} is referenced as two different storages")
             return have
-        raw = bytearray(self.member(f"data/{key}", numel * dtype.itemsize))
-        array = xp.frombuffer(raw, dtype=dtype)  # a bytearray: writable, as torch's is
+        array = self.mapped(f"data/{key}", numel, dtype) if self.mmap_path else None
+        if array is None:
+            raw = bytearray(self.member(f"data/{key}", numel * dtype.itemsize))
+            array = xp.frombuffer(raw, dtype=dtype)  # a bytearray: writable, as torch's is
         if self.byteorder != ("little" if xp.little_endian else "big") and dtype.itemsize > 1:
             array = array.byteswap()
         storage = self.storages[key] = _Storage(array, key)
         return storage
+
+    def mapped(self, name: str, numel: int, dtype) -> Any:
+        """Member ``name`` mapped copy-on-write from the file (``mmap=True``: PyTorch's
+        MAP_PRIVATE), or None where it cannot be (compressed, empty); sizes checked as
+        for a read, but nothing is allocated."""
+        try:
+            info = self.zf.getinfo(self.top + name)
+        except KeyError:
+            self.fail(f"missing archive member {self.top + name!r}")
+        nbytes = numel * dtype.itemsize
+        if info.file_size != nbytes:
+            self.fail(f"member {name!r} holds {info.file_size} bytes but the pickle declares "
+                      f"{nbytes}")
+        if info.compress_type != zipfile.ZIP_STORED or not numel:
+            return None
+        with open(self.mmap_path, "rb") as fh:
+            fh.seek(info.header_offset)
+            head = fh.read(30)
+            size = os.fstat(fh.fileno()).st_size
+        if len(head) != 30 or head[:4] != b"PK\x03\x04":
+            self.fail(f"member {name!r} has no local header")
+        name_len, extra_len = struct.unpack("<HH", head[26:30])
+        offset = info.header_offset + 30 + name_len + extra_len
+        if offset + nbytes > size:
+            self.fail(f"member {name!r} runs past the end of the file")
+        return xp.memmap(self.mmap_path, dtype=dtype, mode="c", offset=offset, shape=(numel,))
 
     # ------------------------------------------------------------------ rebuild functions
     def view(self, storage: Any, offset: Any, size: Any, stride: Any) -> Any:
@@ -211,11 +242,13 @@ class _FullUnpickler(pickle.Unpickler):
 
 
 def read_torch_zip(zf: zipfile.ZipFile, top: str, fail: Callable, max_bytes: int,
-                   weights_only: bool, encoding: str = "utf-8") -> Any:
-    """The object a ``torch.save`` archive holds; see the module docstring."""
+                   weights_only: bool, encoding: str = "utf-8",
+                   mmap_path: str | None = None) -> Any:
+    """The object a ``torch.save`` archive holds; see the module docstring. With
+    ``mmap_path`` (the archive's file) storages are mapped from it instead of read."""
     if any(name.startswith(top + "code/") for name in zf.namelist()):
         fail("a TorchScript archive (torch.jit.save): graphgrad.load reads torch.save files")
-    loader = _Loader(zf, top, fail, max_bytes)
+    loader = _Loader(zf, top, fail, max_bytes, mmap_path)
     data = loader.member("data.pkl", None)
     if weights_only:
         return WeightsUnpickler(data, loader.persistent_load, loader.rebuilders(),
