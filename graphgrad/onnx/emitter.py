@@ -109,8 +109,5 @@ class Emitter:
                     else a for a in args]
         return xp.dtype(result_type(*operands))
 
-    def axes(self, axes: Sequence[int]) -> str:
-        return self.ints(axes)
-
     def unsqueeze(self, name: str, axes: Sequence[int]) -> str:
         return self.op("Unsqueeze", [name, self.ints(axes)])

@@ -4,6 +4,7 @@ ints, slices, None, Ellipsis and one integer index tensor; ``Gather``)."""
 
 from __future__ import annotations
 
+from graphgrad.backend import xp
 from graphgrad.graph import Node
 from graphgrad.ops.index import TENSOR_SLOT
 
@@ -136,11 +137,7 @@ def _getitem(em: Emitter, node: Node, args: list) -> str:
             name = em.op("Gather", [name, em.cast(index, "int64")], axis=d)
             d += index.rank
         else:  # an int: a 0-d index removes the dim
-            name = em.op("Gather", [name, em.const(_int64_scalar(int(item)), "index")],
+            name = em.op("Gather", [name, em.const(xp.asarray(int(item), dtype=xp.int64), "index")],
                          axis=d)
     return name
 
-
-def _int64_scalar(value: int):
-    from graphgrad.backend import xp
-    return xp.asarray(value, dtype=xp.int64)

@@ -19,7 +19,7 @@ from graphgrad.tensor import Size, Tensor
 from graphgrad.tensor.device import device
 
 __all__ = ["ALLOWED_GLOBALS", "STORAGE_DTYPES", "StorageType", "storage_name", "numpy_dtype",
-           "REBUILD_TENSOR_V2", "REBUILD_PARAMETER", "lookup_torch_global", "TorchFeature"]
+           "TorchFeature"]
 
 # The legacy typed storage classes torch still writes (torch.FloatStorage...) and the
 # dtype each holds; UntypedStorage holds bytes.
@@ -143,18 +143,6 @@ def _bytearray(source: Any = b"", *args: Any) -> bytearray:
 
 
 ALLOWED_GLOBALS: dict[str, Any] = _allowed()
-REBUILD_TENSOR_V2 = "torch._utils._rebuild_tensor_v2"
-REBUILD_PARAMETER = "torch._utils._rebuild_parameter"
-
-
-def lookup_torch_global(path: str, rebuilders: dict[str, Any]) -> Any:
-    """The object for the allowed global ``path``; ``rebuilders`` (path -> function bound
-    to one file's storages) override the table's entries for the rebuild functions."""
-    if path in rebuilders:
-        return rebuilders[path]
-    return ALLOWED_GLOBALS[path]
-
-
 def storage_name(np_dtype) -> str:
     """``FloatStorage`` for float32...: the class name torch writes for a dtype."""
     name = to_dtype(np_dtype).name
