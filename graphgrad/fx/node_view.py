@@ -48,6 +48,7 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from graphgrad.graph import Graph, Node
+from graphgrad.graph.python_call import PYTHON_CALL_KINDS, bind_call
 from graphgrad.ops import REGISTRY, Op
 
 __all__ = ["FxGraph", "FxNode", "TensorMetadata", "public_function", "op_of"]
@@ -55,7 +56,8 @@ __all__ = ["FxGraph", "FxNode", "TensorMetadata", "public_function", "op_of"]
 _CALL_KINDS = frozenset({"cond", "while_loop", "while_grad", "vjp", "item", "shape",
                          "assign", "group", "random"})
 _OPCODE = {"placeholder": "placeholder", "constant": "get_attr", "variable": "get_attr",
-           "call": "call_function", "call_module": "call_module", "output": "output"}
+           "call": "call_function", "call_module": "call_module", "output": "output",
+           "call_function": "call_function", "call_method": "call_method"}
 
 
 class TensorMetadata(NamedTuple):
@@ -148,7 +150,7 @@ class FxNode:
         n = self.node
         if n.kind == "call":
             return public_function(n.op)
-        if n.kind in ("variable", "call_module") and "target" in n.params:
+        if n.kind in ("variable", "call_module", *PYTHON_CALL_KINDS) and "target" in n.params:
             return n.params["target"]
         if n.kind in ("placeholder", "constant"):
             return n.name
@@ -158,6 +160,9 @@ class FxNode:
     def target(self, value: Any) -> None:
         """Retarget a call (``node.target = graphgrad.nn.functional.gelu``): the IR node's
         op class becomes the one ``value`` names; its inputs and params stay."""
+        if self.node.kind in PYTHON_CALL_KINDS:   # a call recorded as torch.fx records it
+            self.node.params = {**self.node.params, "target": value}
+            return
         if self.node.kind != "call":
             raise TypeError(f"only a call_function node of an op can be retargeted; "
                             f"{self.name!r} is {self.op} ({self.node.kind} in the IR)")
@@ -172,11 +177,16 @@ class FxNode:
         if n.kind == "output":   # torch.fx: one argument, the returned structure
             outs = tuple(self._view(v) for v in n.inputs)
             return (outs[0] if len(outs) == 1 else outs,)
+        if n.kind in PYTHON_CALL_KINDS:
+            return bind_call(n.params, [self._view(v) for v in n.inputs])[0]
         return tuple(self._view(v) for v in n.inputs)
 
     @property
     def kwargs(self) -> dict:
-        return dict(self.node.params) if self.node.kind == "call" else {}
+        n = self.node
+        if n.kind in PYTHON_CALL_KINDS:
+            return bind_call(n.params, [self._view(v) for v in n.inputs])[1]
+        return dict(n.params) if n.kind == "call" else {}
 
     @property
     def all_input_nodes(self) -> list[FxNode]:

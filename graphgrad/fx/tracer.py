@@ -36,6 +36,7 @@ from graphgrad.tensor.modes import current_mode
 
 from .errors import CONTROL_FLOW, ITERATION, in_graphgrad, trace_error, user_location
 from .proxy import Proxy, ProxyArray, ShapeProxy
+from .python_calls import patched_functions
 
 __all__ = ["Tracer", "PH"]
 
@@ -76,6 +77,9 @@ class Tracer(GraphBuilder):
         self._shapes: dict[Node, ShapeProxy] = {}
         self._constants = 0
         self.dtype_read = False   # whether graphgrad code read a traced value's dtype
+        # without the inputs' ranks, calls that need them are recorded as torch.fx records
+        # calls (python_calls); with example inputs, as op nodes only
+        self.defer = True
 
     # ---- overridable policy -----------------------------------------------------------
 
@@ -128,7 +132,10 @@ class Tracer(GraphBuilder):
         self._attr_names = {id(t): n for n, t in (*self.root.named_parameters(),
                                                   *self.root.named_buffers())}
         kwargs = self._placeholders(fn, concrete_args, input_specs)
-        with self.active(), _patch_module_call():
+        self.defer = input_specs is None
+        fn_globals = getattr(inspect.unwrap(fn), "__globals__", None) if self.defer else None
+        patching = patched_functions(fn_globals) if self.defer else contextlib.nullcontext()
+        with self.active(), _patch_module_call(), patching:
             try:
                 out = fn(**kwargs)
             except Exception as e:  # say which trace it was; the user's line is in the stack

@@ -7,6 +7,7 @@ with the interpreter.
 from __future__ import annotations
 
 import keyword
+import sys
 from typing import Any, NamedTuple
 
 from graphgrad.backend import xp
@@ -14,6 +15,7 @@ from graphgrad.ops import REGISTRY
 
 from .graph import Graph
 from .interpreter import as_tensor
+from .python_call import call_arguments_text
 from .random_node import draw
 from .vjp_node import run_vjp_rule, while_grad_replay
 from .node import Dyn, Node
@@ -115,6 +117,19 @@ class _Emitter:
         self.glb[name] = value
         return name
 
+    def function_name(self, fn) -> str:
+        """A function as the printed code names it: by its public path where graphgrad
+        exports it (``graphgrad.sum``, ``graphgrad.nn.functional.softmax``), else as a
+        global of the program."""
+        root = sys.modules.get("graphgrad")
+        name = getattr(fn, "__name__", "")
+        for path in ("", ".nn.functional", ".linalg", ".special", ".fft"):
+            ns = sys.modules.get("graphgrad" + path)
+            if root is not None and ns is not None and getattr(ns, name, None) is fn:
+                self.glb["graphgrad"] = root   # the package: runtime lookup, not an import
+                return f"graphgrad{path}.{name}"
+        return self.pooled(fn, "f")
+
     def function(self, graph: Graph, fname: str) -> None:
         used = {"dtype"} | set(self.glb)
         names: dict[Node, str] = {}
@@ -164,6 +179,13 @@ class _Emitter:
                 else:
                     parts.append(f"{key}={self.pooled(v, 'p')}")
             return f"{op}({', '.join(parts)})"
+        if n.kind == "call_method":
+            text = call_arguments_text(n.params, args, lambda v: self.pooled(v, "p"))
+            head, _, rest = text.partition(", ")
+            return f"{head}.{n.params['target']}({rest})"
+        if n.kind == "call_function":
+            text = call_arguments_text(n.params, args, lambda v: self.pooled(v, "p"))
+            return f"{self.function_name(n.params['target'])}({text})"
         if n.kind == "item":
             return f"{args[0]}[{n.params['index']}]"
         if n.kind == "call_module":  # the module is a state slot, read like a variable
