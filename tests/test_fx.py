@@ -544,13 +544,14 @@ def test_interpreter_hooks_and_garbage_collection():
     x, y = _t(3), _t(3, seed=1)
     interp = Recording(gm)
     np.testing.assert_allclose(_np(interp.run(x, y)), _np(f(x, y)))
-    assert seen == ["Add", "Relu", "Mul"]
-    assert set(interp.env) == {gm.graph.output_node}   # everything else freed at last use
+    assert seen == ["add", "relu", "mul"]   # the public functions, as torch.fx's targets
+    (output,) = gm.fx_graph.find_nodes(op="output")
+    assert set(interp.env) == {output}   # everything else freed at last use
     keep = Recording(gm, garbage_collect_values=False)
     keep.run(x, y)
-    assert len(keep.env) == len(gm.graph.nodes)
+    assert len(keep.env) == len(gm.fx_graph.nodes)
     # partial evaluation: pre-set the add node's value
-    add = gm.graph.node("add")
+    (add,) = gm.fx_graph.find_nodes(op="call_function", target=gg.add)
     out = fx.Interpreter(gm).run(x, y, initial_env={add: gg.ones(3, dtype=gg.float64)})
     np.testing.assert_allclose(_np(out), _np(y))
 
@@ -561,8 +562,8 @@ def test_transformer_swaps_add_for_mul():
 
     class AddToMul(fx.Transformer):
         def call_function(self, target, args, kwargs):
-            if target is REGISTRY["Add"]:
-                target = REGISTRY["Mul"]
+            if target is gg.add:
+                target = gg.mul
             return super().call_function(target, args, kwargs)
 
     gm = fx.symbolic_trace(f, example_inputs=(_t(3), _t(3)))

@@ -66,6 +66,11 @@ class TensorMetadata(NamedTuple):
 
     shape: tuple | None
     dtype: Any
+    requires_grad: bool = False
+    stride: tuple | None = None
+    memory_format: Any = None
+    is_quantized: bool = False
+    qparams: dict = {}   # noqa: RUF012 - torch.fx's field; never mutated
 
 
 # ---- op class <-> public function -----------------------------------------------------

@@ -88,6 +88,8 @@ class ProxyArray(StandIn):
     def dtype(self):
         proxy, _ = self._spec()
         if proxy is not None:
+            if proxy._tracer.attempting:   # without example inputs the dtype is unknown
+                raise _unknown(proxy, "dtype")   # too: the call is recorded (python_calls)
             proxy._tracer.dtype_read = True
         return xp.ndarray.dtype.__get__(self)
 

@@ -87,12 +87,15 @@ def attempt(tracer, kind: str, target: Any, call: Callable, args: tuple, kwargs:
     """``call()``; where graphgrad code in it needed a rank that is unknown, a
     ``kind`` node of ``target`` on ``args``/``kwargs`` instead."""
     snap = _snapshot(tracer)
+    tracer.attempting += 1
     try:
         return call()
     except Exception as e:
         if not _needs_rank(e):
             raise
         _restore(tracer, snap)
+    finally:
+        tracer.attempting -= 1
     return record(tracer, kind, target, args, kwargs)
 
 

@@ -80,6 +80,7 @@ class Tracer(GraphBuilder):
         # without the inputs' ranks, calls that need them are recorded as torch.fx records
         # calls (python_calls); with example inputs, as op nodes only
         self.defer = True
+        self.attempting = 0   # how many calls python_calls.attempt is trying now
 
     # ---- overridable policy -----------------------------------------------------------
 
