@@ -28,7 +28,7 @@ from graphgrad.tensor import Value
 from .graph_module import GraphModule, resolve_qualname
 from .node_view import FxGraph, FxNode, op_of
 from .proxy import Proxy
-from .python_calls import record
+from .python_calls import method_calls, record
 from .tracer import Tracer
 
 __all__ = ["Interpreter", "Transformer"]
@@ -151,6 +151,9 @@ class Interpreter(GraphInterpreter):
         return getattr(self, "run_" + node.kind)(node, args)
 
     def call_method(self, target: str, args: tuple, kwargs: dict) -> Any:
+        node = self.current_node.node
+        if node.kind == "call":   # an op node made by a method: kwargs are the op's params
+            return node.op.apply(*args, **kwargs)
         return getattr(args[0], target)(*args[1:], **kwargs)
 
     def call_module(self, target: str, args: tuple, kwargs: dict) -> Any:
@@ -186,6 +189,10 @@ class Transformer(Interpreter):
         return super().call_function(target, args, kwargs)
 
     def call_method(self, target: str, args: tuple, kwargs: dict) -> Any:
+        if self.current_node.node.kind == "call":
+            out = super().call_method(target, args, kwargs)
+            method_calls(self.tracer.graph)[out._node] = target
+            return out
         return record(self.tracer, "call_method", target, args, kwargs)
 
     def call_module(self, target: str, args: tuple, kwargs: dict) -> Any:

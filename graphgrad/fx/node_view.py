@@ -148,13 +148,16 @@ class FxNode:
     @property
     def op(self) -> str:
         kind = self.node.kind
+        if kind == "call" and self.node in self.graph.graph.__dict__.get("fx_methods", ()):
+            return "call_method"   # an op the user's code called as a tensor method
         return "call_function" if kind in _CALL_KINDS else _OPCODE[kind]
 
     @property
     def target(self) -> Any:
         n = self.node
         if n.kind == "call":
-            return public_function(n.op)
+            method = self.graph.graph.__dict__.get("fx_methods", {}).get(n)
+            return method if method is not None else public_function(n.op)
         if n.kind in ("variable", "call_module", *PYTHON_CALL_KINDS) and "target" in n.params:
             return n.params["target"]
         if n.kind in ("placeholder", "constant"):

@@ -39,8 +39,8 @@ from .python_calls import catching_method
 __all__ = ["Proxy", "ProxyArray"]
 
 _I64 = xp.dtype(xp.int64)
-_LEN = ("'len' is not supported in symbolic tracing by default (torch.fx's wording; "
-        "graphgrad.fx has no wrap()): use x.shape[0], which is traced")
+_LEN = ("'len' is not supported in symbolic tracing by default. If you want this call to be "
+        "recorded, please call graphgrad.fx.wrap('len') at module scope")
 
 
 def _unknown(proxy: Proxy, what: str) -> UnknownShapeError:

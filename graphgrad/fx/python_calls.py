@@ -19,6 +19,7 @@ the call is recorded as one node.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import operator
@@ -34,7 +35,12 @@ from graphgrad.tensor.modes import current_mode
 
 from .errors import UnknownShapeError, in_graphgrad
 
-__all__ = ["attempt", "patched_functions", "method_target", "catching_method"]
+__all__ = ["attempt", "patched_functions", "method_target", "catching_method", "record",
+           "wrap", "method_calls"]
+
+# fx.wrap's registrations: (the globals of the module that called it, the name wrapped)
+_WRAPPED: list[tuple[dict, str]] = []
+_ABSENT = object()   # a wrapped builtin that the module's globals did not hold
 
 # the modules whose public functions are graphgrad's API for tensors
 _API_MODULES = ("graphgrad", "graphgrad.nn.functional")
@@ -142,12 +148,54 @@ def catching_method(name: str, fn: Callable) -> Callable:
     @functools.wraps(fn)
     def method(self, *args, **kwargs):
         tracer = self._tracer
-        if not tracer.defer or in_graphgrad(sys._getframe(1)):
+        if in_graphgrad(sys._getframe(1)):
             return fn(self, *args, **kwargs)
-        call_args = (args[0], self) if swap and args else (self, *args)
-        return attempt(tracer, kind, target, lambda: fn(self, *args, **kwargs), call_args,
-                       kwargs)
+        first = len(tracer.graph.nodes)
+        if tracer.defer:
+            call_args = (args[0], self) if swap and args else (self, *args)
+            out = attempt(tracer, kind, target, lambda: fn(self, *args, **kwargs), call_args,
+                          kwargs)
+        else:
+            out = fn(self, *args, **kwargs)
+        node = getattr(out, "_node", None)
+        if kind == "call_method" and node is not None and node.kind == "call" and \
+                node in tracer.graph.nodes[first:]:
+            method_calls(tracer.graph)[node] = name   # torch.fx's opcode for it
+        return out
     return method
+
+
+def method_calls(graph) -> dict:
+    """The op nodes of ``graph`` that the user's code made as tensor methods
+    (``x.relu()``), with the method's name: torch.fx calls them ``call_method``. Kept on
+    the graph (passes that rebuild it drop it: their nodes are then ``call_function``)."""
+    calls = graph.__dict__.get("fx_methods")
+    if calls is None:
+        calls = graph.__dict__["fx_methods"] = {}
+    return calls
+
+
+def wrap(fn_or_name: str | Callable) -> str | Callable:
+    """``torch.fx.wrap``: called at a module's top level, it makes the function of that
+    name in the module a leaf of symbolic tracing: a call of it with a traced value is
+    recorded as one ``call_function`` node, not traced through."""
+    frame = sys._getframe(1)
+    if frame.f_code.co_name != "<module>":
+        raise NotImplementedError("wrap must be called at the top level of a module")
+    name = fn_or_name if isinstance(fn_or_name, str) else fn_or_name.__name__
+    _WRAPPED.append((frame.f_globals, name))
+    return fn_or_name
+
+
+def _leaf(fn: Callable) -> Callable:
+    """A wrapped function while tracing: one ``call_function`` node when a Proxy is passed."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        tracer = current_mode()
+        if getattr(tracer, "defer", None) is None or not _has_proxy(args, kwargs):
+            return fn(*args, **kwargs)
+        return record(tracer, "call_function", fn, args, kwargs)
+    return wrapper
 
 
 def _api_functions() -> Iterator[tuple[Any, str, Callable]]:
@@ -176,6 +224,11 @@ def patched_functions(fn_globals: dict | None) -> Iterator[None]:
         undo.append((ns, name, fn))
         setattr(ns, name, w)
     originals = {id(fn): fn for _, _, fn in undo}
+    for globs, name in _WRAPPED:
+        fn = globs.get(name, getattr(builtins, name, None))   # wrap("len"): a builtin
+        if fn is not None:
+            undo.append((globs, name, globs.get(name, _ABSENT)))
+            globs[name] = _leaf(getattr(fn, "__fx_original__", fn))
     if fn_globals is not None:
         for name, value in list(fn_globals.items()):
             if id(value) in wrappers and originals.get(id(value)) is value:
@@ -185,7 +238,9 @@ def patched_functions(fn_globals: dict | None) -> Iterator[None]:
         yield
     finally:
         for ns, name, fn in reversed(undo):
-            if isinstance(ns, dict):
+            if isinstance(ns, dict) and fn is _ABSENT:
+                del ns[name]
+            elif isinstance(ns, dict):
                 ns[name] = fn
             else:
                 setattr(ns, name, fn)
