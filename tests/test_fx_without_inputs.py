@@ -18,8 +18,7 @@ from graphgrad.fx.passes.shape_prop import ShapeProp
 from capture_corpus import CORPUS
 from lecture_cases import branch, external, shape_dependent
 
-torch = pytest.importorskip("torch")
-import torch.fx  # noqa: E402  (after the skip)
+torch = pytest.importorskip("torch.fx").fx and pytest.importorskip("torch")
 from torch.fx.passes.shape_prop import ShapeProp as TorchShapeProp  # noqa: E402
 
 CONTROL_FLOW = "symbolically traced variables cannot be used as inputs to control flow"
