@@ -18,7 +18,8 @@ from graphgrad.fx.passes.shape_prop import ShapeProp
 from capture_corpus import CORPUS
 from lecture_cases import branch, external, shape_dependent
 
-torch = pytest.importorskip("torch.fx").fx and pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.fx")   # torch.fx, imported as a submodule of torch
 from torch.fx.passes.shape_prop import ShapeProp as TorchShapeProp  # noqa: E402
 
 CONTROL_FLOW = "symbolically traced variables cannot be used as inputs to control flow"
