@@ -194,7 +194,8 @@ def _static(fn, example):
 
 
 def _fx(fn, example):
-    gm = importlib.import_module("graphgrad.fx").symbolic_trace(fn, example_inputs=tuple(example))
+    # as torch.fx traces: no example inputs (calls that need a rank run with the graph)
+    gm = importlib.import_module("graphgrad.fx").symbolic_trace(fn)
     return gm, [gm.graph]
 
 

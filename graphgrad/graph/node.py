@@ -82,8 +82,8 @@ class Node:
         if self.kind == "random":
             return f"random_{self.params['dist']}"
         if self.kind == "call_function":
-            target = self.params["target"]
-            return getattr(target, "__name__", None) or repr(target)
+            target = self.params["target"]   # a function, or a module called as one
+            return getattr(target, "__name__", None) or type(target).__name__
         if self.kind == "call_method":
             return self.params["target"]
         return self.kind
