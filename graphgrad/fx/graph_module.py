@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from graphgrad.func.pytree import LEAF, TreeSpec, tree_unflatten
-from graphgrad.graph import Graph, Node, PythonCode, Symbol, python_code, short
+from graphgrad.graph import Graph, Node, PythonCode, Symbol, short
+from graphgrad.graph.readable_code import readable_code
 from graphgrad.nn import Module, Parameter
 from graphgrad.tensor import Value
 
@@ -94,7 +95,7 @@ class GraphModule(Module):
         d = self.__dict__
         d["_reads"] = [n for n in self.graph.nodes
                        if n.kind in ("variable", "call_module") and "target" in n.params]
-        d["_python"] = python_code(self.graph, d["_state"], "forward")
+        d["_python"] = readable_code(self.graph, d["_state"], "forward")
         return d["_python"]
 
     @property
@@ -112,8 +113,9 @@ class GraphModule(Module):
 
     def print_readable(self, print_output: bool = True) -> str:
         """The generated forward inside a class, as torch.fx prints it."""
-        body = "\n".join(("    " + line) if line else line for line in self.code.splitlines())
-        text = f"class {self._class_name}(graphgrad.nn.Module):\n{body}\n"
+        head, _, defs = self.code.partition("\n\n\n")
+        body = "\n".join(("    " + line) if line else line for line in defs.splitlines())
+        text = f"{head}\n\n\nclass {self._class_name}(graphgrad.nn.Module):\n{body}\n"
         if print_output:
             print(text)
         return text
@@ -160,7 +162,7 @@ class GraphModule(Module):
         state = self.__dict__["_state"]
         state.clear()
         state.update(self.state())
-        flat = self.__dict__["_python"].fn(*inputs)
+        flat = self.__dict__["_python"].fn(self, *inputs)
         if self._out_spec is None:
             return flat[0] if len(flat) == 1 else flat
         return tree_unflatten(list(flat), self._out_spec)

@@ -43,12 +43,13 @@ graph as ``fx_graph.graph``.
 
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from graphgrad.graph import Graph, Node
 from graphgrad.graph.python_call import PYTHON_CALL_KINDS, bind_call
+from graphgrad.graph.readable_code import public_function as printed_function
+from graphgrad.graph.readable_code import snake_name
 from graphgrad.ops import REGISTRY, Op
 
 __all__ = ["FxGraph", "FxNode", "TensorMetadata", "public_function", "op_of"]
@@ -78,25 +79,18 @@ class TensorMetadata(NamedTuple):
 _TABLES: dict[str, dict] = {}
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
 def _tables() -> tuple[dict, dict]:
-    """op class -> public function (graphgrad.ops, i.e. ``graphgrad.<name>``, first, then
-    ``graphgrad.nn.functional``), and every such public function -> its op class."""
+    """op class -> public function (the printed code's: ``graph.readable_code``), and every
+    such public function -> its op class."""
     if not _TABLES:
-        import graphgrad.nn.functional as F
-        import graphgrad.ops as ops
+        import graphgrad.nn.functional  # noqa: F401 - its functions are public targets too
         to_fn: dict = {}
         to_op: dict = {}
         for op in set(REGISTRY.values()):
-            for snake in dict.fromkeys((_snake(op.__name__), op.__name__.lower())):
-                for ns in (ops, F):
-                    fn = getattr(ns, snake, None)
-                    if callable(fn) and not isinstance(fn, type):
-                        to_fn.setdefault(op, fn)
-                        to_op.setdefault(fn, op)
+            fn, _ = printed_function(op)
+            if fn is not None:
+                to_fn[op] = fn
+                to_op.setdefault(fn, op)
         _TABLES["to_fn"], _TABLES["to_op"] = to_fn, to_op
     return _TABLES["to_fn"], _TABLES["to_op"]
 
@@ -285,7 +279,7 @@ class FxGraph:
         inputs = tuple(a.node if isinstance(a, FxNode) else a for a in args)
         params = dict(kwargs or {})
         spec = GraphBuilder.infer(opcls, list(inputs), params, False)
-        node = Node(self.graph, "call", self.graph.unique_name(name or _snake(opcls.__name__)),
+        node = Node(self.graph, "call", self.graph.unique_name(name or snake_name(opcls.__name__)),
                     op=opcls, inputs=inputs, params=params, spec=spec)
         nodes = self.graph.nodes
         if self._insert is None:

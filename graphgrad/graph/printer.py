@@ -21,7 +21,7 @@ from .vjp_node import run_vjp_rule, while_grad_replay
 from .node import Dyn, Node
 from .spec import short
 
-__all__ = ["tabular", "python_code", "PythonCode"]
+__all__ = ["tabular", "python_code", "PythonCode", "Emitter", "run_while"]
 
 
 def _arg_text(a, names: dict) -> str:
@@ -78,7 +78,7 @@ def _ident(name: str, used: set) -> str:
     return out
 
 
-class _Emitter:
+class Emitter:
     def __init__(self, state: dict | None):
         self.glb: dict[str, Any] = {"dtype": xp.dtype,
                                     "_state": state if state is not None else {}}
@@ -130,6 +130,10 @@ class _Emitter:
                 return f"graphgrad{path}.{name}"
         return self.pooled(fn, "f")
 
+    def leading_params(self, fname: str) -> list[str]:
+        """Parameters before the graph's inputs (readable_code's ``self``)."""
+        return []
+
     def function(self, graph: Graph, fname: str) -> None:
         used = {"dtype"} | set(self.glb)
         names: dict[Node, str] = {}
@@ -137,6 +141,7 @@ class _Emitter:
         for p in graph.inputs:
             names[p] = _ident(p.name, used)
             params.append(names[p])
+        params = [*self.leading_params(fname), *params]
         body = []
         k = 0
         for n in graph.nodes:
@@ -214,7 +219,7 @@ class _Emitter:
         if n.kind == "cond":
             return f"({sub['then']} if bool({args[0]}) else {sub['else']})({', '.join(args[1:])})"
         if n.kind == "while_loop":
-            self.glb["_while"] = _while
+            self.glb["_while"] = run_while
             nv = n.params["n"]
             return (f"_while({sub['cond']}, {sub['body']}, ({', '.join(args[:nv])},), "
                     f"({', '.join(args[nv:])}{',' if len(args) > nv else ''}))")
@@ -227,7 +232,7 @@ class _Emitter:
         raise ValueError(f"cannot print node kind {n.kind!r}")
 
 
-def _while(cond, body, state, caps):
+def run_while(cond, body, state, caps):
     while bool(cond(*state, *caps)[0]):
         state = body(*state, *caps)
     return tuple(state)
@@ -235,7 +240,7 @@ def _while(cond, body, state, caps):
 
 def python_code(graph: Graph, state: dict | None = None, name: str = "forward") -> PythonCode:
     """The graph as a Python program (sub-graphs as functions defined before it)."""
-    e = _Emitter(state)
+    e = Emitter(state)
     e.function(graph, name)
     head = [f"# graph {graph.name!r}: {graph.count()} nodes"] + [f"# {h}" for h in graph.header]
     head += [f"# {op} = graphgrad.ops.REGISTRY[{op!r}].apply" for op in sorted(
