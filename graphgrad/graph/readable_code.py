@@ -103,9 +103,9 @@ def attribute_path(qualname: str, root: str = "self") -> str:
 
 
 class ReadableEmitter(Emitter):
-    def __init__(self, state: dict | None, top: str):
+    def __init__(self, state: dict | None, top: str, self_param: bool):
         super().__init__(state)
-        self.top = top
+        self.top = top if self_param else None
         self.glb["graphgrad"] = sys.modules["graphgrad"]
         self.lines: dict[str, str] = {}   # name -> the line of the module that defines it
 
@@ -159,9 +159,11 @@ class ReadableEmitter(Emitter):
             else None
 
 
-def readable_code(graph: Graph, state: dict | None = None, name: str = "forward") -> PythonCode:
-    """``graph`` as PyTorch-style Python (see the module docstring); ``fn(self, *inputs)``."""
-    e = ReadableEmitter(state, name)
+def readable_code(graph: Graph, state: dict | None = None, name: str = "forward", *,
+                  self_param: bool = True) -> PythonCode:
+    """``graph`` as PyTorch-style Python (see the module docstring); ``fn(self, *inputs)``
+    (``fn(*inputs)`` without ``self_param``: a graph that reads no module attributes)."""
+    e = ReadableEmitter(state, name, self_param)
     e.function(graph, name)
     head = [f"# graph {graph.name!r}: {graph.count()} nodes"] + [f"# {h}" for h in graph.header]
     pooled = sorted(k for k in e.glb if k.startswith(("_c", "_p", "_f", "_n"))

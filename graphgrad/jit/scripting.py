@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 from graphgrad.backend import xp
 from graphgrad.func.pytree import TreeSpec, tree_flatten, tree_unflatten
-from graphgrad.graph import Graph, Interpreter, Spec, Symbol, python_code, symbol, to_dot
+from graphgrad.graph.readable_code import readable_code
+from graphgrad.graph import Graph, Interpreter, Spec, Symbol, symbol, to_dot
 from graphgrad.graph.interpreter import as_tensor
 from graphgrad.tensor import Value
 
@@ -246,7 +247,7 @@ class ScriptFunction:
     @property
     def code(self) -> str:
         """The graph as Python (branches and loop bodies as functions)."""
-        return python_code(self.graph).src
+        return readable_code(self.graph, self_param=False).src
 
     @property
     def schema(self) -> str:
