@@ -97,7 +97,7 @@ def _key(node: Node):
 def attribute_path(qualname: str, root: str = "self") -> str:
     """``self.lin.weight``; ``getattr(self.layers, '0')`` where a part is no identifier."""
     expr = root
-    for part in qualname.split("."):
+    for part in qualname.split(".") if qualname else ():   # "": the module itself
         expr = f"{expr}.{part}" if _IDENT.match(part) else f"getattr({expr}, {part!r})"
     return expr
 

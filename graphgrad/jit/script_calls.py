@@ -237,6 +237,14 @@ class Calls:
         g.nodes.extend(kept)
         self.b.consts = {k: n for k, n in self.b.consts.items() if n not in removed}
         owner = getattr(fn, "__self__", None)
+        qualname = self.module_names.get(id(fn)) if is_module(fn) else None
+        if qualname is not None and not kwargs and all(isinstance(a, Symbol) for a in args):
+            # a submodule: called as self.<qualname> when the graph runs (TorchScript's
+            # prim::CallMethod), so it reads its own parameters and training flag then
+            inputs = tuple(self.b.node_of(a) for a in args)
+            node = g.add("call_module", qualname or "self", inputs=inputs, params={"target": qualname},
+                         spec=Spec(None, args[0]._node.spec.dtype), deps=self.b.deps())
+            return symbol(node)
         if isinstance(owner, Symbol):
             kind, target, args = "call_method", fn.__name__, (owner, *args)
         else:

@@ -227,8 +227,15 @@ class ScriptFunction:
         compiled = self._for(values)
         self._last = compiled
         lifted = [get() for get in compiled.lifts.getters]
-        outs = Interpreter(compiled.graph).run(*values, *lifted)
+        outs = Interpreter(compiled.graph, self.submodules()).run(*values, *lifted)
         return tree_unflatten(list(outs), compiled.out)
+
+    def submodules(self) -> dict:
+        """What the graph's call_module nodes call: the scripted module's submodules by
+        qualified name (read at each call, so replaced submodules are seen)."""
+        if not is_module(self._self):
+            return {}
+        return dict(self._self.named_modules())   # "" is the module itself
 
     def graph_for(self, *args, **kwargs) -> Graph:
         """The graph a call with these inputs runs."""
@@ -247,7 +254,7 @@ class ScriptFunction:
     @property
     def code(self) -> str:
         """The graph as Python (branches and loop bodies as functions)."""
-        return readable_code(self.graph, self_param=False).src
+        return readable_code(self.graph, self_param=is_module(self._self)).src
 
     @property
     def schema(self) -> str:
