@@ -242,7 +242,8 @@ class Calls:
             # a submodule: called as self.<qualname> when the graph runs (TorchScript's
             # prim::CallMethod), so it reads its own parameters and training flag then
             inputs = tuple(self.b.node_of(a) for a in args)
-            node = g.add("call_module", qualname or "self", inputs=inputs, params={"target": qualname},
+            node = g.add("call_module", qualname or "self", inputs=inputs,
+                         params={"target": qualname},
                          spec=Spec(None, args[0]._node.spec.dtype), deps=self.b.deps())
             return symbol(node)
         if isinstance(owner, Symbol):
