@@ -259,5 +259,5 @@ def test_inserting_nodes_runs_on_both(name):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     neg = gm.fx_graph.find_nodes(op="call_function", target=gg.neg)[0]
     assert neg.meta["tensor_meta"].shape == neg.args[0].meta["tensor_meta"].shape
-    with pytest.raises(NotImplementedError, match="call_function nodes only"):
+    with pytest.raises(NotImplementedError, match="makes call_function and call_method nodes"):
         gm.fx_graph.create_node("placeholder", "y")

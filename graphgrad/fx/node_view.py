@@ -46,10 +46,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from graphgrad.graph import Graph, Node
-from graphgrad.graph.python_call import PYTHON_CALL_KINDS, bind_call
+from graphgrad.backend import get_default_dtype
+from graphgrad.graph import Graph, Node, Spec, Symbol
+from graphgrad.graph.builder import GraphBuilder
+from graphgrad.graph.python_call import PYTHON_CALL_KINDS, bind_call, split_call
 from graphgrad.graph.readable_code import public_function as printed_function
-from graphgrad.graph.readable_code import snake_name
+from graphgrad.graph.readable_code import probe_call, single_call, snake_name
 from graphgrad.ops import REGISTRY, Op
 
 __all__ = ["FxGraph", "FxNode", "TensorMetadata", "public_function", "op_of"]
@@ -268,19 +270,45 @@ class FxGraph:
 
     def create_node(self, op: str, target: Any, args: tuple = (), kwargs: dict | None = None,
                     name: str | None = None) -> FxNode:
-        """A new ``call_function`` node of the op ``target`` names (``graphgrad.neg``),
-        inserted where ``inserting_before/after`` says (else before the output). ``kwargs``
-        are the op's params as the IR stores them; the op's shape rule gives the spec. The
-        other opcodes are made by the frontends, not here."""
-        if op != "call_function":
-            raise NotImplementedError(f"create_node makes call_function nodes only, not {op!r}")
-        from graphgrad.graph.builder import GraphBuilder
-        opcls = op_of(target)
-        inputs = tuple(a.node if isinstance(a, FxNode) else a for a in args)
-        params = dict(kwargs or {})
-        spec = GraphBuilder.infer(opcls, list(inputs), params, False)
-        node = Node(self.graph, "call", self.graph.unique_name(name or snake_name(opcls.__name__)),
-                    op=opcls, inputs=inputs, params=params, spec=spec)
+        """A new ``call_function`` or ``call_method`` node, inserted where
+        ``inserting_before/after`` says (else before the output). An op class as the
+        target makes an op node (``kwargs``: its params as the IR holds them); a function
+        whose call on these arguments is one op (``graphgrad.relu``, ``graphgrad.sum(x,
+        dim=0)``) makes that op's node; any other call (``graphgrad.addmm``, a method) is a
+        node that makes the call when the graph runs (``graph.python_call``)."""
+        if op not in ("call_function", "call_method"):
+            raise NotImplementedError(f"create_node makes call_function and call_method nodes, "
+                                      f"not {op!r} (the frontends make the others)")
+        args = tuple(a.node if isinstance(a, FxNode) else a for a in args)
+        kwargs = {k: v.node if isinstance(v, FxNode) else v for k, v in (kwargs or {}).items()}
+        if op == "call_function" and isinstance(target, type) and issubclass(target, Op):
+            spec = GraphBuilder.infer(target, list(args), kwargs, False)
+            node = Node(self.graph, "call", self.graph.unique_name(
+                name or snake_name(target.__name__)), op=target, inputs=args, params=kwargs,
+                spec=spec)
+            return self._insert_node(node)
+        call = (lambda *a, **k: getattr(a[0], target)(*a[1:], **k)) if op == "call_method" \
+            else target
+        probe = probe_call(call, args, kwargs)
+        made = single_call(probe, args)
+        if made is not None:   # one op: its node, as the frontends would record it
+            node = Node(self.graph, "call", self.graph.unique_name(
+                name or snake_name(made.op.__name__)), op=made.op, params=made.params,
+                spec=made.spec, inputs=tuple(
+                    a for a in args))
+            return self._insert_node(node)
+        values, args_s, kwargs_s = split_call(args, kwargs, lambda v: isinstance(v, Node))
+        out = probe[1] if probe is not None else None
+        spec = out._node.spec if isinstance(out, Symbol) and isinstance(out._node.spec, Spec) \
+            else Spec(None, next((v.spec.dtype for v in values if isinstance(v.spec, Spec)),
+                                 None) or get_default_dtype().np)
+        label = target if isinstance(target, str) else getattr(target, "__name__", "call")
+        node = Node(self.graph, op, self.graph.unique_name(name or label.strip("_")),
+                    inputs=tuple(values), params={"target": target, "args": args_s,
+                                                  "kwargs": kwargs_s}, spec=spec)
+        return self._insert_node(node)
+
+    def _insert_node(self, node: Node) -> FxNode:
         nodes = self.graph.nodes
         if self._insert is None:
             at = len(nodes) - 1 if self.graph.output_node is not None else len(nodes)
@@ -293,6 +321,10 @@ class FxGraph:
     def call_function(self, the_function: Any, args: tuple | None = None,
                       kwargs: dict | None = None) -> FxNode:
         return self.create_node("call_function", the_function, tuple(args or ()), kwargs)
+
+    def call_method(self, method_name: str, args: tuple | None = None,
+                    kwargs: dict | None = None) -> FxNode:
+        return self.create_node("call_method", method_name, tuple(args or ()), kwargs)
 
     def erase_node(self, to_erase: FxNode) -> None:
         users = to_erase.users

@@ -32,7 +32,8 @@ from .printer import Emitter, PythonCode
 from .spec import Spec
 from .symbol import Symbol, symbol
 
-__all__ = ["readable_code", "public_function", "snake_name", "attribute_path"]
+__all__ = ["readable_code", "public_function", "snake_name", "attribute_path", "probe_call",
+           "single_call"]
 
 _SMALL = 64          # constants with at most this many elements are written out
 _CHECKED: dict = {}  # (op, input specs, params) -> whether its public function records it
@@ -59,32 +60,48 @@ def public_function(op) -> tuple[Any, str] | tuple[None, None]:
     return None, None
 
 
+def probe_call(fn, args: tuple, kwargs: dict) -> tuple[Graph, Any] | None:
+    """``fn(*args, **kwargs)`` built in a scratch graph, each Node among ``args`` (not in
+    containers) a placeholder of its Spec: (the scratch graph, the result), or None where
+    that fails."""
+    g = Graph("probe")
+    values = []
+    for a in args:
+        if isinstance(a, Node):
+            if not isinstance(a.spec, Spec):
+                return None
+            values.append(symbol(g.placeholder(a.spec, f"x{len(values)}")))
+        else:
+            values.append(a)
+    try:
+        with GraphBuilder(g).active():
+            return g, fn(*values, **kwargs)
+    except Exception:  # noqa: BLE001 - the function takes other arguments: no such node
+        return None
+
+
+def single_call(probe: tuple[Graph, Any] | None, args: tuple) -> Node | None:
+    """The one op node a probe made, if it made exactly one, returned it, and reads the
+    probe's inputs in the places ``args`` had them."""
+    if probe is None:
+        return None
+    g, out = probe
+    made = [m for m in g.nodes if m.kind != "placeholder"]
+    if len(made) != 1 or not isinstance(out, Symbol) or out._node is not made[0]:
+        return None
+    m, phs = made[0], iter(g.inputs)
+    want = [next(phs) if isinstance(a, Node) else a for a in args]
+    same = m.kind == "call" and len(m.inputs) == len(want) and all(
+        a is b or (not isinstance(a, Node) and not isinstance(b, Node) and a == b)
+        for a, b in zip(m.inputs, want, strict=True))
+    return m if same else None
+
+
 def _records_itself(fn, node: Node) -> bool:
     """Whether ``fn(*inputs, **params)`` builds exactly ``node`` again (same op, same
     params, same inputs in the same places) in a scratch graph."""
-    g = Graph("probe")
-    args, want = [], []
-    for k, i in enumerate(node.inputs):
-        if isinstance(i, Node):
-            if not isinstance(i.spec, Spec):
-                return False
-            args.append(symbol(g.placeholder(i.spec, f"x{k}")))
-            want.append(g.inputs[-1])
-        else:
-            args.append(i)
-            want.append(i)
-    try:
-        with GraphBuilder(g).active():
-            out = fn(*args, **node.params)
-    except Exception:  # noqa: BLE001 - the function takes other arguments: not printable
-        return False
-    made = [m for m in g.nodes if m.kind != "placeholder"]
-    if len(made) != 1 or not isinstance(out, Symbol) or out._node is not made[0]:
-        return False
-    m = made[0]
-    return m.kind == "call" and m.op is node.op and m.params == node.params and \
-        len(m.inputs) == len(want) and all(a is b or (not isinstance(a, Node) and a == b)
-                                           for a, b in zip(m.inputs, want, strict=True))
+    m = single_call(probe_call(fn, node.inputs, node.params), node.inputs)
+    return m is not None and m.op is node.op and m.params == node.params
 
 
 def _key(node: Node):
