@@ -196,7 +196,7 @@ def _static(fn, example):
 def _fx(fn, example):
     # as torch.fx traces: no example inputs (calls that need a rank run with the graph)
     gm = importlib.import_module("graphgrad.fx").symbolic_trace(fn)
-    return gm, [gm.graph]
+    return gm, [gm.ir]
 
 
 def _jit_trace(fn, example):
@@ -217,7 +217,7 @@ def _compile(fn, example):
 
     def recording_backend(gm, example_inputs):
         # graphs are handed over on each (re)capture, so the list grows with new paths
-        graphs.append(getattr(gm, "graph", gm))
+        graphs.append(getattr(gm, "ir", gm))
         return eager_backend(gm, example_inputs)
 
     dynamo.reset()

@@ -42,7 +42,7 @@ def test_symbolic_trace_code_runs_as_printed(case):
     gm = fx.symbolic_trace(case.fn)
     inputs = case.make_inputs(np.random.default_rng(3))
     _reads_like_pytorch(gm.code)
-    _same(_exec(gm.code)(gm, *inputs), Interpreter(gm.graph, gm.state()).run(*inputs))
+    _same(_exec(gm.code)(gm, *inputs), Interpreter(gm.ir, gm.state()).run(*inputs))
 
 
 @pytest.mark.parametrize("case", CORPUS, ids=repr)
@@ -80,5 +80,5 @@ def test_compile_backend_code_runs_as_printed(case):
     assert handed
     for gm, example in handed:
         _reads_like_pytorch(gm.code)
-        _same(_exec(gm.code)(gm, *example), Interpreter(gm.graph, gm.state()).run(*example))
+        _same(_exec(gm.code)(gm, *example), Interpreter(gm.ir, gm.state()).run(*example))
     gg.compiler.reset()

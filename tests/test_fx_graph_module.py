@@ -12,7 +12,6 @@ import pytest
 import graphgrad as gg
 from graphgrad import compiler, fx
 from graphgrad.dynamo import counters
-from graphgrad.ops import REGISTRY
 
 from lecture_cases import branch
 
@@ -113,9 +112,9 @@ def test_a_backend_that_rewrites_the_graph_and_recompiles():
     edited = []
 
     def relu_to_gelu(gm, example_inputs):
-        for node in gm.graph.nodes:
-            if node.kind == "call" and node.op is REGISTRY["Relu"]:
-                node.op = REGISTRY["Gelu"]
+        for node in gm.graph.nodes:   # torch.fx's interface: gm.graph is the fx view
+            if node.op == "call_function" and node.target is gg.relu:
+                node.target = gg.nn.functional.gelu
                 edited.append(node.name)
         gm.recompile()
         assert "graphgrad.gelu(" in gm.code and "relu(" not in gm.code

@@ -52,10 +52,10 @@ class Interpreter(GraphInterpreter):
                  graph: Graph | FxGraph | None = None):
         if isinstance(graph, FxGraph):
             graph = graph.graph
-        ir = graph if graph is not None else module.graph
+        ir = graph if graph is not None else module.ir
         super().__init__(ir, module.state())
         self.module = module
-        self.fx_graph = module.fx_graph if ir is module.graph else FxGraph(ir, module)
+        self.fx_graph = module.graph if ir is module.ir else FxGraph(ir, module)
         self.garbage_collect_values = garbage_collect_values
         self.env: dict[FxNode, Any] = {}
         self.args_iter: Iterator = iter(())

@@ -1,22 +1,24 @@
 """Layer ``fx``: torch.fx's read-and-edit interface on graphgrad's one IR, as a thin view.
 
-``FxGraph(graph)`` (``gm.fx_graph`` of a ``GraphModule``) and its ``FxNode``s speak
-torch.fx: ``node.op`` is one of torch.fx's six opcodes, ``node.target`` the public
-graphgrad function of a call (``graphgrad.relu`` for the ``Relu`` op), ``node.args`` /
-``node.kwargs`` / ``node.users`` refer to other views, ``node.meta["val"]`` and
-``node.meta["tensor_meta"]`` give the shape and dtype where the IR knows them; the graph
-iterates its nodes in order, prints torch.fx's table, finds, inserts calls
-(``inserting_before/after``, ``call_function``, ``create_node``), erases, eliminates
-dead code and lints. So a pass written for torch.fx runs on graphgrad.
+``FxGraph(graph)`` (``gm.graph`` of a ``GraphModule``; ``gm.ir`` is the IR graph it
+views) and its ``FxNode``s speak torch.fx: ``node.op`` is one of torch.fx's six opcodes,
+``node.target`` the public graphgrad function of a call (``graphgrad.relu`` for the
+``Relu`` op), a method's name, a module's path; ``node.args`` / ``node.kwargs`` /
+``node.users`` refer to other views, ``node.meta["val"]`` and ``node.meta["tensor_meta"]``
+give the shape and dtype where the IR knows them (``passes.shape_prop`` fills the rest);
+the graph iterates its nodes in order, prints torch.fx's table, finds, inserts calls
+(``inserting_before/after``, ``call_function``, ``call_method``, ``create_node``), erases,
+eliminates dead code and lints. So a pass written for torch.fx runs on graphgrad.
 
 Why a view and not new attribute values on ``graph.Node``: the IR's ``Node.op`` is the op
 class and ``Node.target`` the variable an ``assign`` writes, read in some fifty places
-(printer, passes, backends, frontends), and ``gm.graph`` is read as the IR by as many.
-Giving those names torch.fx's meaning would fork every consumer. The view keeps no graph
-of its own (only each node's ``meta`` dict, filled from its Spec): every read looks at
-the IR node, every edit (``node.target = F.gelu``, ``call_function``,
-``replace_all_uses_with``, ``erase_node``, ``eliminate_dead_code``) changes the IR graph
-in place, so there is still one graph; ``gm.recompile()`` then runs the edited graph.
+(printer, passes, backends, frontends). Giving those names torch.fx's meaning would fork
+every consumer. The view keeps no graph of its own (only each node's ``meta`` dict, filled
+from its Spec): every read looks at the IR node (fields torch.fx has no name for, such as
+``kind``, ``spec``, ``inputs``, ``params``, read through), every edit (``node.target =
+F.gelu``, ``call_function``, ``replace_all_uses_with``, ``erase_node``,
+``eliminate_dead_code``) changes the IR graph in place, so there is still one graph;
+``gm.recompile()`` then runs the edited graph.
 
 Mapping of the IR's kinds onto torch.fx's opcodes (the nearest, as torch.fx has fewer):
 
@@ -27,7 +29,11 @@ placeholder                        placeholder       the argument's name
 constant, variable                 get_attr          the attribute path (variable), or
                                                      the node's name (a baked constant)
 call                               call_function     the public function (``graphgrad.
-                                                     relu``), else the op class
+                                                     relu``), else the op class;
+                                   call_method       the method's name, where the user's
+                                                     code called it as a tensor method
+call_function, call_method         the same          the function or the method's name
+(a call recorded without ranks)
 call_module                        call_module       the module's qualified name
 output                             output            ``"output"``
 cond, while_loop, while_grad, vjp, call_function     the IR's name for it (a str:
@@ -35,10 +41,7 @@ item, shape, assign, group, random                   ``"cond"``, ``"item"``,
                                                      ``"random_normal"``...)
 =================================  ================  ==================================
 
-graphgrad records ``x.sum(dim=0)`` and ``graphgrad.sum(x, dim=0)`` as the same node, so
-every call is ``call_function`` (torch.fx would say ``call_method`` for the first; compare
-by ``target.__name__``). The IR's own node stays reachable as ``view.node``, and its
-graph as ``fx_graph.graph``.
+The IR's own node stays reachable as ``view.node``, and its graph as ``view.graph``.
 """
 
 from __future__ import annotations
@@ -219,6 +222,12 @@ class FxNode:
                 changed.append(self.graph.view(n))
         return changed
 
+    def __getattr__(self, name: str) -> Any:
+        # the IR node's own fields (kind, spec, inputs, params, subgraphs...) read through
+        if name.startswith("__") or name == "node":
+            raise AttributeError(name)
+        return getattr(self.node, name)
+
     def __repr__(self) -> str:
         return self.name
 
@@ -244,6 +253,16 @@ class FxGraph:
 
     def __iter__(self):
         return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.graph.nodes)
+
+    def __getattr__(self, name: str) -> Any:
+        # the IR graph's own API (inputs, output_node, header, verify, to_dot...) reads
+        # through, so code written for the IR runs on ``gm.graph`` too
+        if name.startswith("__") or name == "graph":
+            raise AttributeError(name)
+        return getattr(self.graph, name)
 
     def find_nodes(self, *, op: str, target: Any = None, sort: bool = True) -> list[FxNode]:
         """The nodes of opcode ``op`` (and ``target``, when given), in graph order."""
