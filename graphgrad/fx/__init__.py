@@ -30,6 +30,8 @@ from .node_view import FxGraph, FxNode
 from .proxy import Proxy
 from .python_calls import wrap
 from .tracer import PH, Tracer
+from . import passes  # noqa: E402,I001 - graphgrad.fx.passes.shape_prop, as torch.fx's
 
 __all__ = ["symbolic_trace", "Tracer", "Proxy", "GraphModule", "Interpreter", "Transformer",
-           "TraceError", "PH", "captured_graph_module", "FxGraph", "FxNode", "wrap"]
+           "TraceError", "PH", "captured_graph_module", "FxGraph", "FxNode", "wrap",
+           "passes"]
