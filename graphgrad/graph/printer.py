@@ -7,6 +7,7 @@ with the interpreter.
 from __future__ import annotations
 
 import keyword
+import operator
 import sys
 from typing import Any, NamedTuple
 
@@ -123,6 +124,9 @@ class Emitter:
         global of the program."""
         root = sys.modules.get("graphgrad")
         name = getattr(fn, "__name__", "")
+        if getattr(operator, name, None) is fn:   # x @ y recorded as torch.fx records it
+            self.glb["operator"] = operator
+            return f"operator.{name}"
         for path in ("", ".nn.functional", ".linalg", ".special", ".fft"):
             ns = sys.modules.get("graphgrad" + path)
             if root is not None and ns is not None and getattr(ns, name, None) is fn:

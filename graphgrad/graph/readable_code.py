@@ -188,6 +188,8 @@ def readable_code(graph: Graph, state: dict | None = None, name: str = "forward"
     if pooled:
         head.append(f"# held by the program, not printable: {', '.join(pooled)}")
     head.append("import graphgrad")
+    if "operator" in e.glb:
+        head.append("import operator")
     head += [e.lines[k] for k in sorted(e.lines)]
     src = "\n".join(head) + "\n\n\n" + "\n\n".join(e.funcs)
     glb = dict(e.glb)
