@@ -79,9 +79,8 @@ def attention_module(lib):
     class SelfAttention(lib.nn.Module):
         def __init__(self):
             super().__init__()
-            self.q = lib.nn.Linear(4, 4, dtype=lib.float64)
-            self.k = lib.nn.Linear(4, 4, dtype=lib.float64)
-            self.v = lib.nn.Linear(4, 4, dtype=lib.float64)
+            for name in ("q", "k", "v"):   # the projections, registered as submodules
+                setattr(self, name, lib.nn.Linear(4, 4, dtype=lib.float64))
 
         def forward(self, x):
             scores = self.q(x) @ self.k(x).transpose(-2, -1) * 0.5
