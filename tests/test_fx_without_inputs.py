@@ -275,3 +275,16 @@ def test_tracer_subclass_with_is_leaf_module_and_create_proxy():
         assert results[lib.__name__][0] == results[lib.__name__][1]
     assert results["graphgrad"] == results["torch"]
     assert ("call_module", "block") in results["torch"][0]
+
+
+def test_a_graph_module_traced_again_and_deep_copied():
+    import copy
+    gm = fx.symbolic_trace(issue_example(gg))
+    again = fx.symbolic_trace(gm)   # its recorded calls are recorded again as they were
+    assert sequence(again.graph) == sequence(gm.graph)
+    copied = copy.deepcopy(gm)
+    assert copied.ir is not gm.ir and copied.code == gm.code
+    x, y = _arrays((2, 3, 4), (4, 2))
+    want = issue_example(gg)(gg.tensor(x), gg.tensor(y)).numpy()
+    for m in (again, copied):
+        np.testing.assert_allclose(m(gg.tensor(x), gg.tensor(y)).numpy(), want, rtol=1e-12)

@@ -9,6 +9,7 @@ point, so autograd records it and ``backward()`` reaches inputs and parameters.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from graphgrad.func.pytree import LEAF, TreeSpec, tree_unflatten
@@ -173,6 +174,19 @@ class GraphModule(Module):
         if self._out_spec is None:
             return flat[0] if len(flat) == 1 else flat
         return tree_unflatten(list(flat), self._out_spec)
+
+    def __deepcopy__(self, memo: dict) -> GraphModule:
+        """A copy with its own graph and state; the generated code is made again (it holds
+        the graphgrad package, which does not copy), as torch.fx's GraphModule does."""
+        cls = type(self)
+        new = cls.__new__(cls)
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            if key not in ("_python", "_fx_view", "_state"):
+                new.__dict__[key] = copy.deepcopy(value, memo)
+        new.__dict__["_state"] = {}
+        new.recompile()
+        return new
 
     def __repr__(self) -> str:
         return f"{self._class_name}(\n  {self.code.strip().replace(chr(10), chr(10) + '  ')}\n)"

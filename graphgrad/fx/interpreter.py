@@ -22,13 +22,13 @@ from graphgrad.func.pytree import tree_unflatten
 from graphgrad.graph import Dyn, Graph, Node, Symbol
 from graphgrad.graph import Interpreter as GraphInterpreter
 from graphgrad.graph.interpreter import as_tensor
-from graphgrad.graph.python_call import PYTHON_CALL_KINDS, bind_call
+from graphgrad.graph.python_call import PYTHON_CALL_KINDS, bind_call, split_call
 from graphgrad.tensor import Value
 
 from .graph_module import GraphModule, resolve_qualname
 from .node_view import FxGraph, FxNode, op_of
 from .proxy import Proxy
-from .python_calls import method_calls, record
+from .python_calls import attempt, method_calls, record
 from .tracer import Tracer
 
 __all__ = ["Interpreter", "Transformer"]
@@ -43,6 +43,15 @@ def _bound_params(node: Node, args: list) -> tuple[list, dict]:
                         else int(args[e.index])) if isinstance(e, Dyn) else e for e in v)
               if isinstance(v, tuple) else v for k, v in node.params.items()}
     return args[:node.nargs], params
+
+
+def _call(kind: str, target, call, args: tuple, kwargs: dict):
+    """A Python call of the graph: made now, or, while a graph is traced from this one
+    (its values are Proxies of unknown rank), recorded as it was (python_calls.attempt)."""
+    values, _, _ = split_call(args, kwargs, lambda v: isinstance(v, Proxy))
+    if values:
+        return attempt(values[0].tracer, kind, target, call, args, kwargs)
+    return call()
 
 
 class Interpreter(GraphInterpreter):
@@ -141,7 +150,8 @@ class Interpreter(GraphInterpreter):
                 return target(*args, **kwargs)
             return op.apply(*args, **kwargs)
         if node.kind in ("call_function", "call_method") or not isinstance(target, str):
-            return target(*args, **kwargs)
+            return _call(node.kind if node.kind in PYTHON_CALL_KINDS else "call_function",
+                         target, lambda: target(*args, **kwargs), args, kwargs)
         return self.run_ir_kind(node, list(args))
 
     def run_ir_kind(self, node: Node, args: list) -> Any:
@@ -154,7 +164,8 @@ class Interpreter(GraphInterpreter):
         node = self.current_node.node
         if node.kind == "call":   # an op node made by a method: kwargs are the op's params
             return node.op.apply(*args, **kwargs)
-        return getattr(args[0], target)(*args[1:], **kwargs)
+        return _call("call_method", target,
+                     lambda: getattr(args[0], target)(*args[1:], **kwargs), args, kwargs)
 
     def call_module(self, target: str, args: tuple, kwargs: dict) -> Any:
         return self.fetch_attr(target)(*args, **kwargs)
