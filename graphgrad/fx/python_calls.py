@@ -89,7 +89,8 @@ def _restore(tracer, snap: tuple) -> None:
     tracer._constants = constants
 
 
-def attempt(tracer, kind: str, target: Any, call: Callable, args: tuple, kwargs: dict) -> Any:
+def attempt(tracer: Any, kind: str, target: Any, call: Callable, args: tuple,
+            kwargs: dict) -> Any:
     """``call()``; where graphgrad code in it needed a rank that is unknown, a
     ``kind`` node of ``target`` on ``args``/``kwargs`` instead."""
     snap = _snapshot(tracer)
@@ -105,7 +106,7 @@ def attempt(tracer, kind: str, target: Any, call: Callable, args: tuple, kwargs:
     return record(tracer, kind, target, args, kwargs)
 
 
-def record(tracer, kind: str, target: Any, args: tuple, kwargs: dict):
+def record(tracer: Any, kind: str, target: Any, args: tuple, kwargs: dict) -> Any:
     """A ``call_function``/``call_method`` node; its output's rank is unknown."""
     from .proxy import Proxy
     values, args_s, kwargs_s = split_call(args, kwargs, lambda v: isinstance(v, Proxy))
@@ -165,7 +166,7 @@ def catching_method(name: str, fn: Callable) -> Callable:
     return method
 
 
-def method_calls(graph) -> dict:
+def method_calls(graph: Any) -> dict:
     """The op nodes of ``graph`` that the user's code made as tensor methods
     (``x.relu()``), with the method's name: torch.fx calls them ``call_method``. Kept on
     the graph (passes that rebuild it drop it: their nodes are then ``call_function``)."""

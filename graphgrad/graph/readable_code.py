@@ -48,7 +48,7 @@ def snake_name(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def public_function(op) -> tuple[Any, str] | tuple[None, None]:
+def public_function(op: type) -> tuple[Any, str] | tuple[None, None]:
     """The public graphgrad function named like ``op`` and its printed path."""
     for name in dict.fromkeys((snake_name(op.__name__), op.__name__.lower())):
         for path in ("graphgrad", "graphgrad.nn.functional"):
@@ -60,7 +60,7 @@ def public_function(op) -> tuple[Any, str] | tuple[None, None]:
     return None, None
 
 
-def probe_call(fn, args: tuple, kwargs: dict) -> tuple[Graph, Any] | None:
+def probe_call(fn: Any, args: tuple, kwargs: dict) -> tuple[Graph, Any] | None:
     """``fn(*args, **kwargs)`` built in a scratch graph, each Node among ``args`` (not in
     containers) a placeholder of its Spec: (the scratch graph, the result), or None where
     that fails."""
