@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphgrad.graph import Graph
+from graphgrad.graph.readable_code import public_function, readable_code
 from graphgrad.tensor import Tensor, tensor
 
 __all__ = ["report", "CaptureReport", "MethodResult", "METHODS", "other_inputs"]
@@ -88,7 +89,7 @@ class CaptureReport:
             for k, g in enumerate(r.graphs):
                 title = r.method + (f" (graph {k + 1} of {len(r.graphs)})"
                                     if len(r.graphs) > 1 else "")
-                parts.append(f"# ---- {title}\n{g.code}")
+                parts.append(f"# ---- {title}\n{_code(g)}")
         return "\n".join(parts)
 
     def __str__(self) -> str:
@@ -123,9 +124,20 @@ def _ops(graph: Graph) -> str:
             parts.append(f"cond({' | '.join(branches)})")
         elif n.subgraphs:
             parts.append(f"{n.kind}({'; '.join(_ops(g) for g in n.subgraphs.values())})")
+        elif n.kind == "call":   # by its public name, as torch.fx's targets read
+            fn, _ = public_function(n.op)
+            parts.append(fn.__name__ if fn is not None else n.target_name)
         else:
             parts.append(n.target_name)
     return ", ".join(parts)
+
+
+def _code(graph: Graph) -> str:
+    """The graph as PyTorch-style Python (``forward(self, ...)`` where it reads a module's
+    parameters or submodules, as a GraphModule's code does)."""
+    reads = any(n.kind in ("variable", "call_module") and "target" in n.params
+                for n in graph.nodes)
+    return readable_code(graph, self_param=reads).src
 
 
 def _detail(r: MethodResult) -> str:
@@ -194,8 +206,9 @@ def _static(fn, example):
 
 
 def _fx(fn, example):
-    gm = importlib.import_module("graphgrad.fx").symbolic_trace(fn, example_inputs=tuple(example))
-    return gm, [gm.graph]
+    # as torch.fx traces: no example inputs (calls that need a rank run with the graph)
+    gm = importlib.import_module("graphgrad.fx").symbolic_trace(fn)
+    return gm, [gm.ir]
 
 
 def _jit_trace(fn, example):
@@ -216,7 +229,7 @@ def _compile(fn, example):
 
     def recording_backend(gm, example_inputs):
         # graphs are handed over on each (re)capture, so the list grows with new paths
-        graphs.append(getattr(gm, "graph", gm))
+        graphs.append(getattr(gm, "ir", gm))
         return eager_backend(gm, example_inputs)
 
     dynamo.reset()

@@ -501,7 +501,7 @@ class CompiledFunction:
             counters["graphs"] += 1
             counters["ops"] += ops
             self.graphs.append(graph)
-            # backends written for PyTorch take a GraphModule (gm.graph is the IR)
+            # backends written for PyTorch take a GraphModule (gm.graph: its fx view)
             compiled = self.backend(captured_graph_module(graph), examples)
             args = ", ".join(src.expr(pool) for src, _ in inputs)
             body = f"tuple({pool(compiled)}({args})) + ({carried})"

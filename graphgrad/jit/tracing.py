@@ -41,7 +41,8 @@ import inspect
 from collections.abc import Callable
 
 from graphgrad.func.pytree import TreeSpec, tree_unflatten
-from graphgrad.graph import Graph, Interpreter, python_code, short, to_dot
+from graphgrad.graph.readable_code import readable_code
+from graphgrad.graph import Graph, Interpreter, short, to_dot
 from graphgrad.nn import Module
 from graphgrad.tensor import Value
 
@@ -72,7 +73,7 @@ class TracedFunction:
     def code(self) -> str:
         """The graph as a runnable Python ``forward`` (user inputs, then the parameters
         and other live tensors it reads)."""
-        return python_code(self.graph).src
+        return readable_code(self.graph, self_param=False).src
 
     def tabular(self) -> str:
         return self.graph.tabular()
