@@ -14,6 +14,7 @@ a compiled callable is in ``graphgrad.backends``.
 """
 
 from .builder import GraphBuilder, builder_of, building
+from . import eager_graph
 from .dot import have_dot, render, to_dot
 from .errors import FailedPreconditionError, GraphError, InvalidArgumentError, OpError
 from .graph import Graph
