@@ -29,6 +29,7 @@ RANKS = [
     ["capture", "compiler"],
     ["torch_compat"],
     ["train", "run"],
+    ["lecture"],         # demonstrates every feature; the cli's `lecture` command runs it
     ["cli"],
 ]
 RANK = {layer: i for i, names in enumerate(RANKS) for layer in names}
