@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
+from graphgrad.backend.optional import pyplot
+
 __all__ = ["LogEntry", "Timeline", "overlaps"]
 
 
@@ -56,13 +58,7 @@ class Timeline(list):
 
     def gantt(self, path: str | Path, title: str = "") -> Path:
         """Draw one bar per node run, one row per worker, to ``path`` (PNG, SVG...)."""
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError as e:
-            raise ImportError("drawing a Gantt chart needs matplotlib: pip install "
-                              "'graphgrad[plot]'") from e
+        plt = pyplot("drawing a Gantt chart")
         path = Path(path)
         workers = sorted({e.worker for e in self}) or [0]
         fig, ax = plt.subplots(figsize=(6, 0.6 + 0.5 * len(workers)))

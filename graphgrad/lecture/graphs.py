@@ -26,6 +26,14 @@ def _ops(graph) -> list[str]:
     return [n.target_name for n in graph.nodes if n.kind == "call"]
 
 
+def _cond_and_runs(g, x, y, values) -> tuple[dict, dict]:
+    """The ops of each branch of ``g``'s cond node, and ``y`` for each fed ``x``."""
+    cond = next(n for n in g.ir.nodes if n.kind == "cond")
+    branches = {k: _ops(sg) for k, sg in cond.subgraphs.items()}
+    with static.Session(graph=g) as sess:
+        return branches, {v: float(sess.run(y, {x: v})) for v in values}
+
+
 def dag(out: Path, quick: bool) -> dict:
     g = static.Graph()
     with g.as_default():
@@ -38,10 +46,7 @@ def dag(out: Path, quick: bool) -> dict:
     print("C = cond(B > 0, A + B, A - B), a control-flow node holding both branches")
     print(g.ir.tabular())
     ctrl = [(d.name, n.name) for n in g.ir.nodes for d in n.deps]
-    cond = next(n for n in g.ir.nodes if n.kind == "cond")
-    branches = {k: _ops(sg) for k, sg in cond.subgraphs.items()}
-    with static.Session(graph=g) as sess:
-        runs = {v: float(sess.run(c, {x: v})) for v in (1.0, -3.0)}
+    branches, runs = _cond_and_runs(g, x, c, (1.0, -3.0))
     print(f"dependency edges: {', '.join(f'{a} -> {b}' for a, b in ctrl)}; cond's "
           f"branches: {branches}")
     print(f"fed x = 1: B > 0 picks A + B = {runs[1.0]:g}; fed x = -3: A - B = {runs[-3.0]:g}")
@@ -72,10 +77,7 @@ def eager_vs_static(out: Path, quick: bool) -> dict:
     with g.as_default():
         x = static.placeholder(static.float32, (), name="x")
         y = lc.branch_static(x)
-    cond = next(n for n in g.ir.nodes if n.kind == "cond")
-    static_ops = {k: _ops(sg) for k, sg in cond.subgraphs.items()}
-    with static.Session(graph=g) as sess:
-        fed = {v: float(sess.run(y, {x: v})) for v in (1.0, -1.0)}
+    static_ops, fed = _cond_and_runs(g, x, y, (1.0, -1.0))
     print(f"static branch_static (static.cond): built once, holds both branches "
           f"{static_ops}; fed 1 -> {fed[1.0]:g}, fed -1 -> {fed[-1.0]:g}")
     print("branch itself cannot be built statically: `if x < 0` asks a placeholder for a "

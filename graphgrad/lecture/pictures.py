@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from graphgrad.backend import optional
 from graphgrad.graph import Graph, have_dot, render
 
 __all__ = ["graph_picture", "tensors_picture", "plot_picture", "pyplot"]
@@ -32,12 +33,9 @@ def tensors_picture(path: Path, *tensors, names: dict | None = None) -> Path | N
 def pyplot():
     """matplotlib.pyplot on the headless Agg backend, or None when it is not installed."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        return optional.pyplot("plots")
     except ImportError:
         return None
-    return plt
 
 
 def plot_picture(path: Path, draw: Callable, size: tuple = (5, 3.2)) -> Path | None:
