@@ -1,5 +1,5 @@
 """Every module imports only from its own layer or the layers below it
-(../shared/DESIGN.md, "Layers"), except the documented upward edges."""
+(docs/design.md, "Layers"), except the documented upward edges."""
 
 from __future__ import annotations
 

@@ -158,3 +158,27 @@ def test_cli_lecture(tmp_path):
     assert "graphs per call: [2, 0, 1]" in out.stdout
     bad = subprocess.run(run + ["nonsense"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "no lecture topic 'nonsense'" in bad.stderr
+
+
+def test_readme_and_docs_carry_the_map():
+    for doc in (ROOT / "README.md", ROOT / "docs" / "lecture.md"):
+        text = doc.read_text()
+        positions = [text.index(f"`{name}`") for name in ORDER]
+        assert positions == sorted(positions), doc
+
+
+def test_no_link_in_the_project_points_outside_it():
+    import re
+    files = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("examples/*"),
+             *ROOT.glob("tests/*.py"), *ROOT.glob("graphgrad/**/*.py")]
+    for f in files:
+        if f.suffix not in (".md", ".py") or f.name == "test_lecture.py":
+            continue
+        text = f.read_text()
+        assert "../shared" not in text and "shared/reference" not in text, f
+        links = re.findall(r"\]\(([^)#]+)\)", text) if f.suffix == ".md" else []
+        for target in links:
+            if target.startswith(("http://", "https://")):
+                continue
+            resolved = (f.parent / target).resolve()
+            assert resolved.exists() and ROOT in resolved.parents, (f, target)
