@@ -8,7 +8,13 @@ and each one rewritten for the static API (TF1), which cannot run the Python as 
 ``FUNC_static`` is what the report's ``static (rewritten)`` row runs next to the failing
 ``static`` row (``--static-rewrite`` names another function).
 
-``python examples/lecture_capture.py`` prints all three reports.
+``batchnorm``, a module in train mode, updates buffers (its running statistics) at every
+call; the report compares them with eager's, so a capture that drops the update is
+silently wrong:
+
+    graphgrad capture examples/lecture_capture.py:batchnorm --example "gg.randn(8, 3)"
+
+``python examples/lecture_capture.py`` prints the three functions' reports.
 """
 
 import numpy as np
@@ -30,6 +36,9 @@ def shape_dependent(x):        # Python code that needs the input's shape
 
 def external(x):               # a call into code outside the framework
     return x + np.random.rand()
+
+
+batchnorm = gg.nn.BatchNorm1d(3)   # train mode: running_mean/var move at every call
 
 
 def branch_static(x):          # both branches in the graph; the predicate picks at run time

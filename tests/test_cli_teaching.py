@@ -100,9 +100,19 @@ def test_batchnorm_in_train_mode_is_checked_by_its_buffers():
     if fx.buffers_match is False:
         assert fx.outcome == "silently wrong"
         assert any("buffer updates" in n for n in fx.notes)
+        row = next(ln for ln in rep.table().splitlines() if ln.startswith("fx."))
+        assert row.split("  ")[-1].strip().startswith("its buffer updates")   # not cut off
     else:
         assert fx.outcome == "captured"
     assert "for a module its buffers" in explain(rep)
+
+
+def test_cli_reports_the_batchnorm_module_by_its_buffers():
+    out = _cli("capture", f"{LECTURE}:batchnorm", "--example", "gg.randn(8, 3)",
+               "--methods", "jit.trace", "--full")
+    assert out.returncode == 0, out.stderr
+    assert "capture report for BatchNorm1d" in out.stdout
+    assert "== jit.trace: captured" in out.stdout
 
 
 def test_a_capture_that_drops_buffer_updates_is_silently_wrong():

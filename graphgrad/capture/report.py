@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 import linecache
 import traceback
 import warnings
@@ -179,7 +180,9 @@ def _detail(r: MethodResult) -> str:
     if not text and r.graphs:
         text = " / ".join(f"[{_ops(g)}]" for g in r.graphs)
     if r.notes:
-        text = "; ".join([text] + r.notes) if text else "; ".join(r.notes)
+        # what makes a row silently wrong must not be cut off behind a long op list
+        parts = r.notes + [text] if r.outcome == "silently wrong" else [text] + r.notes
+        text = "; ".join(p for p in parts if p)
     return text if len(text) <= 110 else text[:107] + "..."
 
 
@@ -402,8 +405,8 @@ def _run_method(method, fn, example, second, deterministic, e_second,
             res.notes.append(f"{breaks} graph break{'' if breaks == 1 else 's'}"
                              + ("; no graph: every op ran eagerly" if not res.graphs else ""))
     if res.buffers_match is False:
-        res.notes.append("drops or changes the module's buffer updates (e.g. BatchNorm's "
-                         "running statistics): they differ from one eager call's")
+        res.notes.append("its buffer updates (e.g. running statistics) differ from one "
+                         "eager call's")
     return res
 
 
@@ -457,7 +460,6 @@ def report(fn: Callable, *example_inputs, second_inputs: Sequence | None = None,
 
 
 def _source_of(fn) -> str:
-    import inspect
     try:
         return inspect.getsource(fn)
     except (OSError, TypeError):
