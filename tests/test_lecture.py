@@ -182,3 +182,26 @@ def test_no_link_in_the_project_points_outside_it():
                 continue
             resolved = (f.parent / target).resolve()
             assert resolved.exists() and ROOT in resolved.parents, (f, target)
+
+
+def test_topics_run_without_graphviz_or_matplotlib(tmp_path, monkeypatch, capsys):
+    """Without the optional tools a topic still runs and says which tool it lacks."""
+    import graphgrad.backend.optional as optional
+    import graphgrad.graph.timeline as timeline
+    import graphgrad.lecture.capturing as capturing
+    import graphgrad.lecture.pictures as pictures
+
+    def no_matplotlib(purpose):
+        raise ImportError(f"{purpose} needs matplotlib: pip install 'graphgrad[plot]'")
+
+    monkeypatch.setattr(pictures, "have_dot", lambda: False)
+    monkeypatch.setattr(capturing, "have_dot", lambda: False)
+    monkeypatch.setattr(optional, "pyplot", no_matplotlib)
+    monkeypatch.setattr(timeline, "pyplot", no_matplotlib)
+    for name in ("vjp-jvp", "graph-extension", "finite-differences", "csfd-hessian", "dag",
+                 "scheduling", "capture", "compile", "optimization"):
+        facts = run_topic(name, out=tmp_path, quick=True)
+        assert not [p for p in facts["pictures"] if p.endswith(".png")], name
+    printed = capsys.readouterr().out
+    assert "drawing graphs needs Graphviz's `dot`" in printed
+    assert "plots need matplotlib" in printed and "(no chart: drawing a Gantt chart" in printed

@@ -16,7 +16,7 @@ from graphgrad.ops import stack
 from graphgrad.tensor import eye, tensor
 from graphgrad.graph.eager_graph import from_tensors
 
-from .pictures import plot_picture, tensors_picture
+from .pictures import plot_picture, pyplot, tensors_picture
 
 __all__ = ["vjp_jvp", "jacobians_hessians", "graph_extension", "finite_differences",
            "csfd_hessian"]
@@ -112,7 +112,10 @@ def graph_extension(out: Path, quick: bool) -> dict:
 
 
 def finite_differences(out: Path, quick: bool) -> dict:
-    result = numdiff.run_study(out, x=1.5, plot=True)
+    plot = pyplot() is not None
+    if not plot:
+        print("(no step_study.png: plots need matplotlib, pip install 'graphgrad[plot]')")
+    result = numdiff.run_study(out, x=1.5, plot=plot)
     rows = result["rows"]
     best = {k: min(rows, key=lambda r, k=k: r[k]) for k in ("forward", "central",
                                                             "complex_step")}
