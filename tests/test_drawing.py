@@ -46,6 +46,7 @@ def test_every_drawing_has_a_legend_with_the_notation():
     assert 'legend_placeholder [label="input (placeholder)", shape=ellipse]' in dot
     assert 'legend_backward [label="backward op"' in dot
     assert 'legend_ctrl_a -> legend_ctrl_b' in dot
+    assert "XBackward: op X's vjp rule" in dot   # the graph has run-time vjp nodes
     assert "cluster_legend" not in to_dot(graph, legend=False)
 
 

@@ -47,6 +47,10 @@ LEGEND_NOTATION = ("each node: name / op / dtype[shape]\n"
                    "(f32[], f32[3]): several outputs")
 
 
+_VJP_NOTE = ("XBackward: op X's vjp rule, expanded\n"
+             "into ops when the run fixes the dims\n(a dim is unknown when it is built)")
+
+
 def _q(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -72,6 +76,8 @@ def legend_lines(kinds: Iterable[str], *, backward: bool = False, control: bool 
     if backward:
         lines.append(f'    legend_backward [label="backward op", shape=box, {BACKWARD_STYLE}];')
         lines.append('    legend_call -> legend_backward [label="data"];')
+    if "vjp" in present:
+        lines.append(f"    legend_vjp [label={_q(_VJP_NOTE)}, shape=box, {BACKWARD_STYLE}];")
     if control:
         lines.append('    legend_ctrl_a [label="op", shape=box];')
         lines.append('    legend_ctrl_b [label="runs after", shape=box];')
