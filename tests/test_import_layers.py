@@ -22,11 +22,12 @@ RANKS = [
     ["graph"],
     ["passes"],
     ["backends"],
-    ["nn", "optim", "data", "utils", "serialization"],
+    ["nn", "optim", "data", "utils"],
+    ["serialization"],     # reads safetensors through utils, builds nn.Parameter
     ["static"],
     ["fx", "jit"],
     ["dynamo"],          # hands backends fx GraphModules, as torch._dynamo builds on fx
-    ["capture", "compiler"],
+    ["capture", "compiler", "onnx"],  # onnx: export from jit.trace's graph
     ["torch_compat"],
     ["train", "run"],
     ["lecture"],         # demonstrates every feature; the cli's `lecture` command runs it
