@@ -24,6 +24,8 @@ from . import optim
 from . import utils
 from .serialization import load, save
 from . import graph
+# drawing the eager graph needs the IR (a layer above autograd): the root joins them
+autograd.draw = graph.eager_graph.draw
 from . import static
 from . import torch_compat
 from .torch_compat import (BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor,

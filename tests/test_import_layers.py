@@ -1,5 +1,5 @@
 """Every module imports only from its own layer or the layers below it
-(../shared/DESIGN.md, "Layers"), except the documented upward edges."""
+(docs/design.md, "Layers"), except the documented upward edges."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ RANKS = [
     ["capture", "compiler", "onnx"],  # onnx: export from jit.trace's graph
     ["torch_compat"],
     ["train", "run"],
+    ["lecture"],         # demonstrates every feature; the cli's `lecture` command runs it
     ["cli"],
 ]
 RANK = {layer: i for i, names in enumerate(RANKS) for layer in names}

@@ -366,6 +366,8 @@ class CompiledFunction:
             if not config.suppress_errors and "instructions" not in str(e):
                 raise
             if self.fullgraph:
+                if str(e).startswith("graphgrad.compile(fullgraph=True)"):
+                    raise  # the EagerStep above made it already: say it once
                 raise Unsupported(self._fullgraph_message(str(e), frames)) from None
             return self._unsupported(str(e), template, children, is_root, a, k)
         except Exception as e:  # noqa: BLE001 - run it for real: a user error raises there
