@@ -1,0 +1,89 @@
+"""Layer ``func``: Taylor mode, a level on the dispatch stack that carries truncated
+Taylor series (the machinery of ``func.jet``).
+
+While a ``TaylorLevel`` is on the stack, each op call reaches it first. It runs the op
+on the levels below (the primal, taped for reverse mode as usual), then the op's Taylor
+rule (``Op.taylor``, beside its vjp and jvp) with the level lowered, so the series
+computation is itself ordinary graphgrad ops: reverse mode records it (the gradient of
+a jet coefficient w.r.t. parameters), vmap batches it, an enclosing level sees it. This
+is forward AD's design (``autograd.forward_ad``) with K coefficients in place of one
+tangent; like JAX's ``JetTrace`` there is no fallback: an op without a rule raises.
+
+Series live in the level (by tensor identity), not on the tensors: a level is
+short-lived (one ``jet`` call) and nothing else needs them.
+"""
+
+from __future__ import annotations
+
+from graphgrad.tensor import Mode, Value, dispatch, pop_mode, push_mode
+
+__all__ = ["TaylorLevel", "no_rule_error"]
+
+
+def no_rule_error(op) -> NotImplementedError:
+    return NotImplementedError(
+        f"jet: the op {op.__name__} has no Taylor rule ({op.__name__}.taylor is not defined), "
+        f"so Taylor mode cannot propagate a series through it. Add a `taylor` rule beside "
+        f"its vjp/jvp rules in graphgrad/ops.")
+
+
+class TaylorLevel(Mode):
+    """One Taylor-mode level carrying ``order`` coefficients per tensor."""
+
+    def __init__(self, order: int):
+        self.order = order
+        self._series: dict[int, tuple[Value, list]] = {}
+
+    def __repr__(self) -> str:
+        return f"TaylorLevel(order={self.order})"
+
+    def series(self, t) -> list | None:
+        """The coefficients x_1..x_K of ``t`` at this level; None for a constant."""
+        if not isinstance(t, Value):
+            return None
+        hit = self._series.get(id(t))
+        return hit[1] if hit is not None and hit[0] is t else None
+
+    def attach(self, t: Value, terms: list) -> None:
+        if all(c is None for c in terms):
+            return
+        shape = t.shape
+        fixed = []
+        for c in terms:
+            if c is not None and isinstance(c, Value):
+                if c.shape != shape and c.ndim <= len(shape):
+                    c = c.expand(*shape)  # a rule may leave broadcasting implicit
+                if c._array.dtype != t._array.dtype:
+                    c = c.to(t.dtype)
+            elif c is not None:  # a Python number from a rule on 0-d constants
+                c = t.new_full(tuple(shape), c)
+            fixed.append(c)
+        self._series[id(t)] = (t, fixed)
+
+    def process(self, op, args: tuple, params: dict):
+        series = tuple(self.series(a) for a in args)
+        with self.lowered():
+            out = dispatch(op, args, params)
+            if all(s is None for s in series) or not isinstance(out, Value):
+                return out
+            if not op.differentiable or out._array.dtype.kind not in "fc":
+                return out  # comparisons, argmax, integer results: zero series
+            rule = getattr(op, "taylor", None)
+            if rule is None:
+                raise no_rule_error(op)
+            self.attach(out, rule(series, out, *args, **params))
+        return out
+
+    def process_inplace(self, t, fn, args, kw, name, below):
+        if self.series(t) is None and all(self.series(a) is None for a in args):
+            return below(fn)
+        raise NotImplementedError(f"jet: the in-place op {name} is not supported under "
+                                  f"Taylor mode; use its out-of-place form")
+
+    def __enter__(self) -> TaylorLevel:
+        push_mode(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pop_mode(self)
+        self._series.clear()
