@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import graphgrad as gg
 from graphgrad import func, nn
+from graphgrad.func.jet import jet_coefficients
 
 ORDER = 4
 DT = gg.float64
@@ -39,6 +40,13 @@ def _nested(lib, f, xs, vs, w, order):
 def _jet_directional(f, xs, vs, w, order):
     series = tuple([v] + [gg.zeros_like(v)] * (order - 1) for v in vs)
     y, terms = func.jet(f, tuple(xs), series)
+    # the same seed with symbolic zeros (None), the path taylor_derivatives takes
+    _, lean = jet_coefficients(f, tuple(xs), tuple([v] + [None] * (order - 1) for v in vs),
+                               order)
+    for k, (t, c) in enumerate(zip(terms, lean[0], strict=True), start=1):
+        c = gg.zeros_like(t) if c is None else c * math.factorial(k)
+        np.testing.assert_allclose(t.detach().numpy(), c.detach().numpy(), rtol=1e-13,
+                                   atol=1e-13)
     return [float((y * w).sum())] + [float((t * w).sum()) for t in terms]
 
 

@@ -377,7 +377,7 @@ class Softplus(_Unary):
         s0 = z.sigmoid()
         s = [s0, *ts.sigmoid_series(ts.full(z, ts.scale_series(series[0], beta), k), s0, k)]
         linear = z > threshold
-        return [None if x[i] is None else where(linear, x[i], ts.ode_term(x, s, i))
+        return [where(linear, 0.0 if x[i] is None else x[i], ts.ode_term(x, s, i))
                 for i in range(1, k + 1)]
 
 

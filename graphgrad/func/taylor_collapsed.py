@@ -1,0 +1,109 @@
+"""Layer ``func``: collapsed Taylor mode (Dangel, Siebert, Zeinhofer, Walther, 2025), a
+level on the dispatch stack for weighted sums of second directional derivatives.
+
+R 2-jets that share x_0 (seeds v_1..v_R, weights w_r) and are summed at the end need
+not carry R second-order coefficients: by Faa di Bruno the top coefficient of every op
+is linear in the inputs' top coefficients, y_2 = J(x_0) x_2 + P(x_1), with a Jacobian J
+that does not depend on the direction. So each tensor carries its value, the R
+first-order coefficients X_1 (one tensor, directions first) and the one *collapsed*
+coefficient X_2 = sum_r w_r x_{2,r}, and each op computes
+
+    Y_1 = the order-1 rule on X_1, per direction,
+    Y_2 = the order-1 rule on X_2 (once)  +  sum_r w_r P_r(x_{1,r}),
+
+where P_r is the op's own 2-jet rule with x_2 = 0. Both come from the op's one Taylor
+rule (``Op.taylor``): nothing here is written per op. The per-direction call is
+vmapped over the R directions, so the primal values are shared, never repeated.
+This is the eager implementation ("written directly"); for the weighted Laplacian of a
+2-jet seeded by e_i it coincides with the forward Laplacian (Li et al.) up to the 1/2.
+"""
+
+from __future__ import annotations
+
+from graphgrad.tensor import Mode, Value, dispatch, pop_mode, push_mode
+
+from .taylor_mode import no_rule_error
+from .vmap import vmap
+
+__all__ = ["CollapsedLevel"]
+
+
+class CollapsedLevel(Mode):
+    """Carries (X_1 with R directions first, collapsed X_2) per tensor."""
+
+    def __init__(self, weights):
+        self.weights = weights  # (R,) tensor: the w_r of sum_r w_r y_{2,r}
+        self._terms: dict[int, tuple[Value, Value | None, Value | None]] = {}
+
+    def terms(self, t) -> tuple | None:
+        if not isinstance(t, Value):
+            return None
+        hit = self._terms.get(id(t))
+        return hit[1:] if hit is not None and hit[0] is t else None
+
+    def seed(self, t: Value, first: Value) -> None:
+        """``t``'s R first-order coefficients ``first`` (shape (R, *t.shape))."""
+        self._terms[id(t)] = (t, first, None)
+
+    def process(self, op, args: tuple, params: dict):
+        terms = tuple(self.terms(a) for a in args)
+        with self.lowered():
+            out = dispatch(op, args, params)
+            if all(t is None for t in terms) or not isinstance(out, Value):
+                return out
+            if not op.differentiable or out._array.dtype.kind not in "fc":
+                return out
+            rule = getattr(op, "taylor", None)
+            if rule is None:
+                raise no_rule_error(op)
+            first, second = _per_direction(rule, terms, out, args, params)
+            top = None
+            if any(t is not None and t[1] is not None for t in terms):
+                top = rule(tuple(None if t is None or t[1] is None else [t[1]] for t in terms),
+                           out, *args, **params)[0]
+            if second is not None:
+                w = self.weights.reshape(-1, *([1] * out.ndim))
+                second = (second * w).sum(dim=0)
+                top = second if top is None else top + second
+            if top is not None and top.shape != out.shape:
+                top = top.expand(*out.shape)
+            if first is not None or top is not None:
+                self._terms[id(out)] = (out, first, top)
+        return out
+
+    def process_inplace(self, t, fn, args, kw, name, below):
+        if self.terms(t) is None and all(self.terms(a) is None for a in args):
+            return below(fn)
+        raise NotImplementedError(f"laplacian: the in-place op {name} is not supported under "
+                                  f"collapsed Taylor mode; use its out-of-place form")
+
+    def __enter__(self) -> CollapsedLevel:
+        push_mode(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pop_mode(self)
+        self._terms.clear()
+
+
+def _per_direction(rule, terms, out, args, params) -> tuple:
+    """The op's 2-jet rule with x_2 = 0, vmapped over the directions of the X_1s:
+    (Y_1 per direction, P per direction), each None where zero."""
+    positions = [i for i, t in enumerate(terms) if t is not None and t[0] is not None]
+    if not positions:
+        return None, None
+    pattern = []
+
+    def one_direction(*firsts):
+        series = [None] * len(terms)
+        for i, x1 in zip(positions, firsts, strict=True):
+            series[i] = [x1, None]
+        y = rule(tuple(series), out, *args, **params)
+        pattern[:] = [c is not None for c in y]
+        return tuple(c if c.shape == out.shape else c.expand(*out.shape)
+                     for c in y if c is not None)
+
+    got = list(vmap(one_direction)(*[terms[i][0] for i in positions]))
+    y1 = got.pop(0) if pattern[0] else None
+    y2 = got.pop(0) if pattern[1] else None
+    return y1, y2
