@@ -20,70 +20,43 @@ This is the eager implementation ("written directly"); for the weighted Laplacia
 
 from __future__ import annotations
 
-from graphgrad.tensor import Mode, Value, dispatch, pop_mode, push_mode
+from graphgrad.tensor import Value
 
-from .taylor_mode import no_rule_error
+from .taylor_mode import SeriesLevel
 from .vmap import vmap
 
 __all__ = ["CollapsedLevel"]
 
 
-class CollapsedLevel(Mode):
+class CollapsedLevel(SeriesLevel):
     """Carries (X_1 with R directions first, collapsed X_2) per tensor."""
 
+    name = "laplacian"
+
     def __init__(self, weights):
+        super().__init__()
         self.weights = weights  # (R,) tensor: the w_r of sum_r w_r y_{2,r}
-        self._terms: dict[int, tuple[Value, Value | None, Value | None]] = {}
 
     def terms(self, t) -> tuple | None:
-        if not isinstance(t, Value):
-            return None
-        hit = self._terms.get(id(t))
-        return hit[1:] if hit is not None and hit[0] is t else None
+        return self.lookup(t)
 
     def seed(self, t: Value, first: Value) -> None:
         """``t``'s R first-order coefficients ``first`` (shape (R, *t.shape))."""
-        self._terms[id(t)] = (t, first, None)
+        self.store(t, (first, None))
 
-    def process(self, op, args: tuple, params: dict):
-        terms = tuple(self.terms(a) for a in args)
-        with self.lowered():
-            out = dispatch(op, args, params)
-            if all(t is None for t in terms) or not isinstance(out, Value):
-                return out
-            if not op.differentiable or out._array.dtype.kind not in "fc":
-                return out
-            rule = getattr(op, "taylor", None)
-            if rule is None:
-                raise no_rule_error(op)
-            first, second = _per_direction(rule, terms, out, args, params)
-            top = None
-            if any(t is not None and t[1] is not None for t in terms):
-                top = rule(tuple(None if t is None or t[1] is None else [t[1]] for t in terms),
-                           out, *args, **params)[0]
-            if second is not None:
-                w = self.weights.reshape(-1, *([1] * out.ndim))
-                second = (second * w).sum(dim=0)
-                top = second if top is None else top + second
-            if top is not None and top.shape != out.shape:
-                top = top.expand(*out.shape)
-            if first is not None or top is not None:
-                self._terms[id(out)] = (out, first, top)
-        return out
-
-    def process_inplace(self, t, fn, args, kw, name, below):
-        if self.terms(t) is None and all(self.terms(a) is None for a in args):
-            return below(fn)
-        raise NotImplementedError(f"laplacian: the in-place op {name} is not supported under "
-                                  f"collapsed Taylor mode; use its out-of-place form")
-
-    def __enter__(self) -> CollapsedLevel:
-        push_mode(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pop_mode(self)
-        self._terms.clear()
+    def propagate(self, rule, terms, out, args, params):
+        first, second = _per_direction(rule, terms, out, args, params)
+        top = None
+        if any(t is not None and t[1] is not None for t in terms):
+            top = rule(tuple(None if t is None or t[1] is None else [t[1]] for t in terms),
+                       out, *args, **params)[0]
+        if second is not None:
+            w = self.weights.reshape(-1, *([1] * out.ndim))
+            second = (second * w).sum(dim=0)
+            top = second if top is None else top + second
+        if top is not None and top.shape != out.shape:
+            top = top.expand(*out.shape)
+        return None if first is None and top is None else (first, top)
 
 
 def _per_direction(rule, terms, out, args, params) -> tuple:
