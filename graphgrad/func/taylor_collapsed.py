@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from graphgrad.tensor import Value
 
+from graphgrad.ops.elementwise import Elementwise
+
 from .taylor_mode import SeriesLevel
 from .vmap import vmap
 
@@ -44,8 +46,8 @@ class CollapsedLevel(SeriesLevel):
         """``t``'s R first-order coefficients ``first`` (shape (R, *t.shape))."""
         self.store(t, (first, None))
 
-    def propagate(self, rule, terms, out, args, params):
-        first, second = _per_direction(rule, terms, out, args, params)
+    def propagate(self, op, rule, terms, out, args, params):
+        first, second = _per_direction(op, rule, terms, out, args, params)
         top = None
         if any(t is not None and t[1] is not None for t in terms):
             top = rule(tuple(None if t is None or t[1] is None else [t[1]] for t in terms),
@@ -59,12 +61,26 @@ class CollapsedLevel(SeriesLevel):
         return None if first is None and top is None else (first, top)
 
 
-def _per_direction(rule, terms, out, args, params) -> tuple:
-    """The op's 2-jet rule with x_2 = 0, vmapped over the directions of the X_1s:
-    (Y_1 per direction, P per direction), each None where zero."""
+def _per_direction(op, rule, terms, out, args, params) -> tuple:
+    """The op's 2-jet rule with x_2 = 0 over the directions of the X_1s: (Y_1 per
+    direction, P per direction), each None where zero. An elementwise op's rule is
+    elementwise too, so it runs on the (R, ...) terms directly, broadcasting against
+    the primals (ranks lined up first); any other op's rule is vmapped."""
     positions = [i for i, t in enumerate(terms) if t is not None and t[0] is not None]
     if not positions:
         return None, None
+    if issubclass(op, Elementwise):
+        series = [None] * len(terms)
+        for i in positions:
+            x1 = terms[i][0]
+            missing = out.ndim - (x1.ndim - 1)
+            if missing:
+                x1 = x1.reshape(x1.shape[0], *([1] * missing), *x1.shape[1:])
+            series[i] = [x1, None]
+        shape = (terms[positions[0]][0].shape[0], *out.shape)
+        y1, y2 = rule(tuple(series), out, *args, **params)
+        return tuple(c if c is None or c.shape == shape else c.expand(*shape)
+                     for c in (y1, y2))
     pattern = []
 
     def one_direction(*firsts):

@@ -48,7 +48,7 @@ class SeriesLevel(Mode):
         if payload is not None:
             self._store[id(t)] = (t, payload)
 
-    def propagate(self, rule, payloads: tuple, out, args: tuple, params: dict):
+    def propagate(self, op, rule, payloads: tuple, out, args: tuple, params: dict):
         raise NotImplementedError
 
     def process(self, op, args: tuple, params: dict):
@@ -62,7 +62,7 @@ class SeriesLevel(Mode):
             rule = getattr(op, "taylor", None)
             if rule is None:
                 raise no_rule_error(op)
-            self.store(out, self.propagate(rule, payloads, out, args, params))
+            self.store(out, self.propagate(op, rule, payloads, out, args, params))
         return out
 
     def process_inplace(self, t, fn, args, kw, name, below):
@@ -97,7 +97,7 @@ class TaylorLevel(SeriesLevel):
     def attach(self, t: Value, terms: list) -> None:
         self.store(t, _fitted(t, terms))
 
-    def propagate(self, rule, payloads, out, args, params):
+    def propagate(self, op, rule, payloads, out, args, params):
         return _fitted(out, rule(payloads, out, *args, **params))
 
 
