@@ -321,3 +321,11 @@ def test_grad_of_a_jet_coefficient_wrt_parameters():
     (want,) = torch.autograd.grad(d2, tw)
     np.testing.assert_allclose(float(second), float(d2), rtol=1e-12)
     np.testing.assert_allclose(gw.numpy(), want.numpy(), rtol=1e-10)
+
+
+def test_cli_demo_shows_nesting_and_jet(capsys):
+    from graphgrad.cli import main
+    assert main(["demo", "--order", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "nested grad" in out and "jet" in out and "closed form" in out
+    assert len([ln for ln in out.splitlines() if ln.strip()[:1].isdigit()]) == 8
