@@ -74,17 +74,18 @@ def _check_method(method: str) -> None:
 def _weighted_second(f, x, directions: np.ndarray, weights: np.ndarray, method: str):
     """sum_r w_r d^2/dt^2 f(x + t v_r), with the v_r applied to the last dim of x."""
     r, d = directions.shape
-    seeds = tensor(directions, dtype=x.dtype).reshape(r, *([1] * (x.ndim - 1)), d) \
-        .expand(r, *x.shape)
+    # (r, 1, ..., d): the same seed for every point of a batch, broadcast where used
+    seeds = tensor(directions, dtype=x.dtype).reshape(r, *([1] * (x.ndim - 1)), d)
+    spelled = seeds.expand(r, *x.shape)
     w = tensor(weights, dtype=x.dtype)
     if method == "reverse":
-        return _reverse(f, x, seeds, w)
+        return _reverse(f, x, spelled, w)
     if method == "taylor":
         def second(v):
             out, terms = jet_coefficients(f, (x,), ([v, None],), 2)
             y2 = terms[0][1]
             return zeros_like(out) if y2 is None else y2
-        per = vmap(second)(seeds)
+        per = vmap(second)(spelled)
         return 2 * (per * w.reshape(r, *([1] * (per.ndim - 1)))).sum(dim=0)
     level = CollapsedLevel(w)
     x0 = x.view_as(x)

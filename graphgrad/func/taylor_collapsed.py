@@ -23,6 +23,7 @@ from __future__ import annotations
 from graphgrad.tensor import Value
 
 from graphgrad.ops.elementwise import Elementwise
+from graphgrad.ops.linalg import Linear, Matmul
 
 from .taylor_mode import SeriesLevel
 from .vmap import vmap
@@ -38,6 +39,7 @@ class CollapsedLevel(SeriesLevel):
     def __init__(self, weights):
         super().__init__()
         self.weights = weights  # (R,) tensor: the w_r of sum_r w_r y_{2,r}
+        self.unit = bool((weights._array == 1).all())  # the Laplacian: no weighting pass
 
     def terms(self, t) -> tuple | None:
         return self.lookup(t)
@@ -53,12 +55,19 @@ class CollapsedLevel(SeriesLevel):
             top = rule(tuple(None if t is None or t[1] is None else [t[1]] for t in terms),
                        out, *args, **params)[0]
         if second is not None:
-            w = self.weights.reshape(-1, *([1] * out.ndim))
-            second = (second * w).sum(dim=0)
+            if not self.unit:
+                second = second * self.weights.reshape(-1, *([1] * out.ndim))
+            second = second.sum(dim=0)
             top = second if top is None else top + second
         if top is not None and top.shape != out.shape:
             top = top.expand(*out.shape)
         return None if first is None and top is None else (first, top)
+
+
+# ops whose first operand's rows are independent: a first-order term that is the same
+# for every row (the Laplacian's seed e_r, shape (1, d)) may stay unbroadcast, so the
+# first layer multiplies R rows, not R times the batch
+_ROW_WISE = (Linear, Matmul)
 
 
 def _per_direction(op, rule, terms, out, args, params) -> tuple:
@@ -86,6 +95,9 @@ def _per_direction(op, rule, terms, out, args, params) -> tuple:
     def one_direction(*firsts):
         series = [None] * len(terms)
         for i, x1 in zip(positions, firsts, strict=True):
+            arg = args[i]
+            if x1.shape != arg.shape and not (i == 0 and op in _ROW_WISE and arg.ndim >= 2):
+                x1 = x1.expand(*arg.shape)  # a broadcast seed, spelled out for this op
             series[i] = [x1, None]
         y = rule(tuple(series), out, *args, **params)
         pattern[:] = [c is not None for c in y]

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 __all__ = ["full", "order_of", "plus", "times", "cauchy", "ode_term", "linear_taylor",
            "zero_taylor", "exp_series", "log_series", "div_series", "mul_series",
-           "sigmoid_series", "scale_series", "bilinear", "pow_series", "sin_cos_series",
-           "logsumexp_series"]
+           "sigmoid_series", "scale_series", "bilinear", "square_cauchy", "pow_series",
+           "sin_cos_series", "logsumexp_series"]
 
 
 def order_of(series) -> int:
@@ -43,8 +43,30 @@ def plus(*terms):
     return total
 
 
-def times(a, b):
-    return None if a is None or b is None else a * b
+def times(a, b, scale: float = 1.0):
+    """scale * a * b (None if either is zero). The scale goes onto the smaller operand:
+    a primal (B, H) times a coefficient carrying directions (R, B, H) then costs one
+    pass over the large array, not two."""
+    if a is None or b is None:
+        return None
+    if scale == 1.0:
+        return a * b
+    if _size(a) <= _size(b):
+        return (a * scale) * b
+    return a * (b * scale)
+
+
+def _size(t) -> int:
+    return t.numel() if hasattr(t, "numel") else 1
+
+
+def square_cauchy(y: list, k: int, scale: float = 1.0):
+    """scale * sum_{j=0..k} y_j y_{k-j}, each distinct product once (the sum is
+    symmetric): y_0 y_k appears twice, so it is one product scaled by 2."""
+    terms = [times(y[j], y[k - j], 2.0 * scale) for j in range((k + 1) // 2)]
+    if k % 2 == 0:
+        terms.append(times(y[k // 2], y[k // 2], scale))
+    return plus(*terms)
 
 
 def cauchy(a: list, b: list, k: int, start: int = 0, stop: int | None = None):
@@ -57,8 +79,7 @@ def cauchy(a: list, b: list, k: int, start: int = 0, stop: int | None = None):
 def ode_term(x: list, g: list, k: int):
     """y_k for y' = g(x) x': (1/k) sum_{j=1..k} j x_j g_{k-j}. Needs g_0..g_{k-1} only,
     which is what lets exp, tanh, sin... build y and g side by side."""
-    return plus(*(times(x[j], g[k - j]) * (j / k) if x[j] is not None and g[k - j] is not None
-                  else None for j in range(1, k + 1)))
+    return plus(*(times(x[j], g[k - j], j / k) for j in range(1, k + 1)))
 
 
 def linear_taylor(cls, series, out, *inputs, **params) -> list:
@@ -120,12 +141,13 @@ def div_series(a: list, b: list, y0, order: int) -> list:
 
 
 def sigmoid_series(x: list, y0, order: int) -> list:
-    """sigmoid: y' = w x' with w = y - y^2 carried alongside."""
+    """sigmoid: y' = w x' with w = y - y^2 carried alongside (up to order K-1: y_K
+    needs no w_K)."""
     y, w = [y0], [y0 - y0 * y0]
     for k in range(1, order + 1):
         y.append(ode_term(x, w, k))
-        yy = cauchy(y, y, k)
-        w.append(plus(y[k], None if yy is None else -yy))
+        if k < order:
+            w.append(plus(y[k], square_cauchy(y, k, -1.0)))
     return y[1:]
 
 

@@ -166,8 +166,8 @@ class Tanh(_FromOutput):
         x, y, w = ts.full(a, series[0], k), [out], [1 - out * out]
         for i in range(1, k + 1):
             y.append(ts.ode_term(x, w, i))
-            yy = ts.cauchy(y, y, i)
-            w.append(None if yy is None else -yy)
+            if i < k:  # y_K needs w up to K-1
+                w.append(ts.square_cauchy(y, i, -1.0))
         return y[1:]
 
 
