@@ -8,6 +8,11 @@ sum_ij C_ij d_ij f = tr(C H) takes the eigenvectors of sym(C) with its eigenvalu
 weights (signed: indefinite C works). ``x`` is one point (d,) or a batch (B, d) on which
 ``f`` acts row by row (an ``nn.Module`` does); a vector-valued ``f`` gets the operator
 of each output.
+
+``method="collapsed"`` is written directly, as a dispatch level
+(``func/taylor_collapsed.py``). The same collapse also exists as a graph rewrite,
+``graphgrad.passes.collapse_taylor`` on the captured ``method="taylor"`` computation
+(``capture_taylor_operator``); tests/test_collapse_taylor.py checks that they agree.
 """
 
 from __future__ import annotations
