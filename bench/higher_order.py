@@ -61,19 +61,13 @@ def best_of(repeats: int, fn, *args):
     return best, out
 
 
-def _nested_gg(f, k: int):
-    x = gg.tensor(X0, dtype=gg.float64, requires_grad=True)
+def _nested(lib, f, k: int):
+    """The k-th derivative of f at X0 by nesting ``lib.autograd.grad(create_graph=True)``
+    (graphgrad or torch: the same calls)."""
+    x = lib.tensor(X0, dtype=lib.float64, requires_grad=True)
     y = f(x)
     for _ in range(k):
-        (y,) = gg.autograd.grad(y, x, create_graph=True)
-    return y
-
-
-def _nested_torch(f, k: int):
-    x = torch.tensor(X0, dtype=torch.float64, requires_grad=True)
-    y = f(x)
-    for _ in range(k):
-        (y,) = torch.autograd.grad(y, x, create_graph=True)
+        (y,) = lib.autograd.grad(y, x, create_graph=True)
     return y
 
 
@@ -97,14 +91,14 @@ def kth_derivative(orders, repeats: int) -> dict:
             for label, share in (("nested_shared", True), ("nested_plain", False)):
                 prev = set_sharing(share)
                 try:
-                    t, y = best_of(repeats, _nested_gg, f_gg, k)
+                    t, y = best_of(repeats, _nested, gg, f_gg, k)
                 finally:
                     set_sharing(prev)
                 row[label] = {"seconds": t, "nodes": len(toposort([y])), "value": float(y)}
             x = gg.tensor(X0, dtype=gg.float64)
             t, ys = best_of(repeats, func.taylor_derivatives, f_gg, x, 1.0, k)
             row["jet"] = {"seconds": t, "value": float(ys[k])}
-            t, y = best_of(repeats, _nested_torch, f_torch, k)
+            t, y = best_of(repeats, _nested, torch, f_torch, k)
             row["torch_nested"] = {"seconds": t, "nodes": _torch_nodes(y),
                                    "value": float(y.detach())}
             values = [row[m]["value"] for m in ("nested_shared", "nested_plain", "jet",
@@ -212,20 +206,18 @@ def pinn(iters: int) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="k <= 6, d <= 16, fewer repeats")
-    args = p.parse_args()
-    orders = range(1, 7) if args.quick else range(1, 11)
-    dims = (2, 16) if args.quick else (2, 16, 64, 256)
-    repeats = 2 if args.quick else 5
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="k <= 6, d <= 16, fewer repeats")
+    quick = parser.parse_args().quick
+    orders, dims = (range(1, 7), (2, 16)) if quick else (range(1, 11), (2, 16, 64, 256))
+    repeats = 2 if quick else 5
     load_before = os.getloadavg()
     result = {"benchmark": "higher_order", "float": "float64",
               "threads": "1 (OMP/OpenBLAS/MKL, torch.set_num_threads)",
               "jax": "not installed: jax.experimental.jet and jax.jit(nested grad) not measured",
               "kth_derivative": kth_derivative(orders, repeats),
-              "laplacian": laplacian(dims, 256, 3 if not args.quick else 2),
-              "pinn": pinn(100 if args.quick else 300)}
+              "laplacian": laplacian(dims, 256, 2 if quick else 3),
+              "pinn": pinn(100 if quick else 300)}
     result["load_average_before_after"] = [load_before, os.getloadavg()]
     print(json.dumps(result, indent=2))
 
