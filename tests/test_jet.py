@@ -329,3 +329,34 @@ def test_cli_demo_shows_nesting_and_jet(capsys):
     out = capsys.readouterr().out
     assert "nested grad" in out and "jet" in out and "closed form" in out
     assert len([ln for ln in out.splitlines() if ln.strip()[:1].isdigit()]) == 8
+
+
+def test_jvp_of_a_jet_coefficient():
+    """Forward mode over Taylor mode: the tangent of the 4th directional derivative."""
+    v = gg.tensor([1.0, -0.5, 2.0], dtype=DT)
+
+    def fourth(x):
+        return func.taylor_derivatives(lambda t: (t.sin() * t.tanh()).sum(), x, v, 4)[4]
+    x0, u0 = np.array([0.3, -0.2, 0.9]), np.array([0.7, 0.1, -0.4])
+    _, tangent = func.jvp(fourth, (gg.tensor(x0),), (gg.tensor(u0),))
+    # torch: the 4th derivative along v by nesting, then its directional derivative along u
+    x, u, tv = torch.tensor(x0, requires_grad=True), torch.tensor(u0), torch.tensor(v.numpy())
+    t = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    y = ((x + t * tv).sin() * (x + t * tv).tanh()).sum()
+    for _ in range(4):
+        (y,) = torch.autograd.grad(y, t, create_graph=True)
+    (gx,) = torch.autograd.grad(y, x)
+    np.testing.assert_allclose(float(tangent), float((gx * u).sum()), rtol=1e-10)
+
+
+def test_jet_and_laplacian_inside_compile():
+    """graphgrad.compile runs them correctly; dynamo's policy runs graphgrad.func eagerly,
+    so they are a graph break, not captured (graphgrad/dynamo/policy.py)."""
+    def f(x):
+        return func.taylor_derivatives(lambda t: t.sin() * t.tanh(), x, gg.ones_like(x), 4)[4]
+
+    def g(x):
+        return func.laplacian(lambda p: (p.sin() * p.tanh()).sum(-1))(x)
+    x, xb = gg.randn(5, dtype=DT), gg.randn(4, 3, dtype=DT)
+    np.testing.assert_allclose(gg.compile(f)(x).numpy(), f(x).numpy(), rtol=1e-14)
+    np.testing.assert_allclose(gg.compile(g)(xb).numpy(), g(xb).numpy(), rtol=1e-14)
