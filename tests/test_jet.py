@@ -73,6 +73,11 @@ def _positive(a):
     return np.abs(a) + 0.5
 
 
+def _unit(a):
+    """Inside (-0.8, 0.8): away from asin's and atanh's branch points, tan's poles."""
+    return 0.8 * np.tanh(a)
+
+
 def _off_kinks(a, at=0.0):
     d = a - at
     return at + np.sign(d + (d == 0)) * (np.abs(d) + 0.15)
@@ -82,33 +87,32 @@ def _array(shape, seed):
     return np.random.default_rng(seed).standard_normal(shape)
 
 
+# functions of one tensor with the same name in both libraries: name -> input transform
+SAME_NAME = {"exp": None, "log": _positive, "sin": None, "cos": None, "tanh": None,
+             "sigmoid": None, "sqrt": _positive, "rsqrt": _positive,
+             "reciprocal": _positive, "erf": None, "expm1": None, "log1p": _positive,
+             "relu": _off_kinks, "abs": _off_kinks, "sinh": None, "cosh": None,
+             "tan": _unit, "asin": _unit, "acos": _unit, "atan": None, "asinh": None,
+             "acosh": lambda a: _positive(a) + 1.0, "atanh": _unit, "log2": _positive,
+             "log10": _positive, "exp2": None}
 # name: (graphgrad f, torch f, input transform)
-UNARY = {
-    "exp": (gg.exp, torch.exp, None),
-    "log": (gg.log, torch.log, _positive),
-    "sin": (gg.sin, torch.sin, None),
-    "cos": (gg.cos, torch.cos, None),
-    "tanh": (gg.tanh, torch.tanh, None),
-    "sigmoid": (gg.sigmoid, torch.sigmoid, None),
+UNARY = {name: (getattr(gg, name), getattr(torch, name), prep)
+         for name, prep in SAME_NAME.items()}
+UNARY.update({
     "softplus": (lambda x: nn.functional.softplus(x, beta=1.5),
                  lambda x: torch.nn.functional.softplus(x, beta=1.5), None),
-    "sqrt": (gg.sqrt, torch.sqrt, _positive),
-    "rsqrt": (gg.rsqrt, torch.rsqrt, _positive),
-    "reciprocal": (gg.reciprocal, torch.reciprocal, _positive),
     "pow3": (lambda x: x ** 3, lambda x: x ** 3, None),
     "pow2.5": (lambda x: x ** 2.5, lambda x: x ** 2.5, _positive),
     "rpow": (lambda x: 1.7 ** x, lambda x: 1.7 ** x, None),
-    "erf": (gg.erf, torch.erf, None),
-    "expm1": (gg.expm1, torch.expm1, None),
-    "log1p": (gg.log1p, torch.log1p, _positive),
     "neg": (lambda x: -x, lambda x: -x, None),
-    "relu": (gg.relu, torch.relu, _off_kinks),
-    "abs": (gg.abs, torch.abs, _off_kinks),
     "clamp": (lambda x: gg.clamp(x, -0.5, 0.5), lambda x: torch.clamp(x, -0.5, 0.5),
               lambda a: _off_kinks(_off_kinks(a, 0.5), -0.5)),
     "sign": (lambda x: gg.sign(x) * x, lambda x: torch.sign(x) * x, _off_kinks),
     "cast_clone": (lambda x: x.clone().to(gg.float64), lambda x: x.clone(), None),
-}
+    "gelu": (nn.functional.gelu, torch.nn.functional.gelu, None),
+    "gelu_tanh": (lambda x: nn.functional.gelu(x, approximate="tanh"),
+                  lambda x: torch.nn.functional.gelu(x, approximate="tanh"), None),
+})
 
 
 @pytest.mark.parametrize("name", sorted(UNARY))
@@ -137,6 +141,8 @@ BINARY = {
     "pow": (lambda a, b: b ** a, lambda a, b: b ** a, _positive),
     "maximum": (gg.maximum, torch.maximum, None),
     "minimum": (gg.minimum, torch.minimum, None),
+    "remainder": (lambda a, b: a % b, lambda a, b: a % b, lambda b: _positive(b) + 1.0),
+    "fmod": (gg.fmod, torch.fmod, lambda b: _positive(b) + 1.0),
     "where": (lambda a, b: gg.where(gg.tensor(np.sign(a.detach().numpy()) > 0), a, b),
               lambda a, b: torch.where(torch.sign(a.detach()) > 0, a, b), None),
 }
@@ -185,6 +191,12 @@ REDUCTIONS = {
     "cat": (lambda x: gg.cat([x, x.sin()], dim=0), lambda x: torch.cat([x, x.sin()], dim=0)),
     "stack": (lambda x: gg.stack([x, x * x], dim=-1),
               lambda x: torch.stack([x, x * x], dim=-1)),
+    "tril": (lambda x: gg.tril(x.reshape(x.shape[0], -1)),
+             lambda x: torch.tril(x.reshape(x.shape[0], -1))),
+    "scatter_add": (lambda x: gg.zeros(4, dtype=DT).scatter_add(
+        0, gg.tensor([0, 2, 2, 3][:x.shape[0]]), x.reshape(x.shape[0], -1)[:, 0]),
+        lambda x: torch.zeros(4, dtype=torch.float64).scatter_add(
+        0, torch.tensor([0, 2, 2, 3][:x.shape[0]]), x.reshape(x.shape[0], -1)[:, 0])),
     "expand": (lambda x: x.unsqueeze(0).expand(2, *x.shape).tanh(),
                lambda x: x.unsqueeze(0).expand(2, *x.shape).tanh()),
 }

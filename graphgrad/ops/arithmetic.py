@@ -187,6 +187,8 @@ class Remainder(Elementwise):
         da, db = dots
         return _plus(da, -db * (a / b).floor() if db is not None else None)
 
+    taylor = classmethod(ts.linear_taylor)  # a - floor(a / b) b: linear between jumps
+
 
 class Fmod(Elementwise):
     """C's fmod: the result takes the dividend's sign."""
@@ -202,6 +204,8 @@ class Fmod(Elementwise):
     def jvp(dots, out, a, b):
         da, db = dots
         return _plus(da, -db * (a / b).trunc() if db is not None else None)
+
+    taylor = classmethod(ts.linear_taylor)
 
 
 class Pow(Elementwise):

@@ -281,6 +281,8 @@ class IndexPut(Op):
         return IndexPut.apply(db, 0.0 if dv is None else dv, *index_tensors, spec=spec,
                               accumulate=accumulate)
 
+    taylor = classmethod(ts.linear_taylor)
+
     @classmethod
     def batch(cls, vals, bdims, *, spec, accumulate):
         base, values = vals[0], vals[1]
@@ -464,6 +466,8 @@ class ScatterAdd(Op):
         if ds is None:
             return db
         return ScatterAdd.apply(db, index, ds, dim=dim)
+
+    taylor = classmethod(ts.linear_taylor)
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):

@@ -18,7 +18,7 @@ from __future__ import annotations
 __all__ = ["full", "order_of", "plus", "times", "cauchy", "ode_term", "linear_taylor",
            "zero_taylor", "exp_series", "log_series", "div_series", "mul_series",
            "sigmoid_series", "scale_series", "bilinear", "square_cauchy", "pow_series",
-           "sin_cos_series", "logsumexp_series"]
+           "sin_cos_series", "logsumexp_series", "by_derivative", "quadratic_series"]
 
 
 def order_of(series) -> int:
@@ -168,14 +168,26 @@ def pow_series(x: list, y0, r, order: int) -> list:
     return y[1:]
 
 
-def sin_cos_series(x: list, s0, c0, order: int) -> tuple[list, list]:
-    """sin and cos together: s' = c x', c' = -s x'."""
+def sin_cos_series(x: list, s0, c0, order: int, sign: float = -1.0) -> tuple[list, list]:
+    """sin and cos together: s' = c x', c' = -s x'; with ``sign=+1`` sinh and cosh
+    (c' = +s x')."""
     s, c = [s0], [c0]
     for k in range(1, order + 1):
         sk, ck = ode_term(x, c, k), ode_term(x, s, k)
         s.append(sk)
-        c.append(None if ck is None else -ck)
+        c.append(None if ck is None else (ck if sign > 0 else -ck))
     return s[1:], c[1:]
+
+
+def by_derivative(x: list, g: list, order: int) -> list:
+    """y_1..y_K for y' = g x', given the full series of g (JAX's ``def_deriv``)."""
+    return [ode_term(x, g, k) for k in range(1, order + 1)]
+
+
+def quadratic_series(x: list, a: float, b: float, order: int) -> list:
+    """The full series of a + b x^2."""
+    sq = mul_series(x, x, order)
+    return [a + b * (x[0] * x[0])] + scale_series(sq, b)
 
 
 def logsumexp_series(xs: list, e0, dim, order: int) -> tuple[list, list]:

@@ -104,6 +104,12 @@ class Log2(_Unary):
     def vjp(g, out, a):
         return (g / (a * math.log(2.0)),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)  # log(x) / log 2
+        return ts.scale_series(ts.log_series(ts.full(a, series[0], k), out * _LN2, k),
+                               1 / _LN2)
+
 
 class Log10(_Unary):
     holomorphic = True
@@ -112,6 +118,12 @@ class Log10(_Unary):
     @staticmethod
     def vjp(g, out, a):
         return (g / (a * math.log(10.0)),)
+
+    @staticmethod
+    def taylor(series, out, a):
+        k, ln10 = ts.order_of(series), math.log(10.0)
+        return ts.scale_series(ts.log_series(ts.full(a, series[0], k), out * ln10, k),
+                               1 / ln10)
 
 
 class Sin(_Unary):
@@ -150,6 +162,17 @@ class Tan(_FromOutput):
     def vjp(g, out, a):
         return (g * (out * out + 1),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        # y' = w x' with w = 1 + y^2 carried alongside
+        k = ts.order_of(series)
+        x, y, w = ts.full(a, series[0], k), [out], [out * out + 1]
+        for i in range(1, k + 1):
+            y.append(ts.ode_term(x, w, i))
+            if i < k:
+                w.append(ts.square_cauchy(y, i))
+        return y[1:]
+
 
 class Tanh(_FromOutput):
     holomorphic = True
@@ -179,6 +202,11 @@ class Sinh(_Unary):
     def vjp(g, out, a):
         return (g * a.cosh(),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)
+        return ts.sin_cos_series(ts.full(a, series[0], k), out, a.cosh(), k, 1.0)[0]
+
 
 class Cosh(_Unary):
     holomorphic = True
@@ -187,6 +215,11 @@ class Cosh(_Unary):
     @staticmethod
     def vjp(g, out, a):
         return (g * a.sinh(),)
+
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)
+        return ts.sin_cos_series(ts.full(a, series[0], k), a.sinh(), out, k, 1.0)[1]
 
 
 class Asin(_Unary):
@@ -197,6 +230,10 @@ class Asin(_Unary):
     def vjp(g, out, a):
         return (g * (1 - a * a).rsqrt(),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        return _inverse_rule(series, a, 1.0, -1.0, -0.5)  # y' = (1 - x^2)^(-1/2) x'
+
 
 class Acos(_Unary):
     holomorphic = True
@@ -205,6 +242,10 @@ class Acos(_Unary):
     @staticmethod
     def vjp(g, out, a):
         return (-g * (1 - a * a).rsqrt(),)
+
+    @staticmethod
+    def taylor(series, out, a):
+        return ts.scale_series(_inverse_rule(series, a, 1.0, -1.0, -0.5), -1.0)
 
 
 class Atan(_Unary):
@@ -215,6 +256,10 @@ class Atan(_Unary):
     def vjp(g, out, a):
         return (g / (a * a + 1),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        return _inverse_rule(series, a, 1.0, 1.0, -1.0)  # y' = x' / (1 + x^2)
+
 
 class Asinh(_Unary):
     holomorphic = True
@@ -223,6 +268,10 @@ class Asinh(_Unary):
     @staticmethod
     def vjp(g, out, a):
         return (g * (a * a + 1).rsqrt(),)
+
+    @staticmethod
+    def taylor(series, out, a):
+        return _inverse_rule(series, a, 1.0, 1.0, -0.5)
 
 
 class Acosh(_Unary):
@@ -233,6 +282,10 @@ class Acosh(_Unary):
     def vjp(g, out, a):
         return (g * (a * a - 1).rsqrt(),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        return _inverse_rule(series, a, -1.0, 1.0, -0.5)
+
 
 class Atanh(_Unary):
     holomorphic = True
@@ -242,6 +295,10 @@ class Atanh(_Unary):
     def vjp(g, out, a):
         return (g / (1 - a * a),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        return _inverse_rule(series, a, 1.0, -1.0, -1.0)
+
 
 class Exp2(_FromOutput):
     holomorphic = True
@@ -250,6 +307,11 @@ class Exp2(_FromOutput):
     @staticmethod
     def vjp(g, out, a):
         return (g * out * _LN2,)
+
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)  # exp(x log 2)
+        return ts.exp_series(ts.full(a * _LN2, ts.scale_series(series[0], _LN2), k), out, k)
 
 
 class Sigmoid(_FromOutput):
@@ -277,6 +339,16 @@ class Sigmoid(_FromOutput):
     def taylor(series, out, a):
         k = ts.order_of(series)
         return ts.sigmoid_series(ts.full(a, series[0], k), out, k)
+
+
+def _inverse_rule(series, a, c0: float, c2: float, power: float) -> list:
+    """The rule of an inverse trig/hyperbolic function, y' = (c0 + c2 x^2)^power x':
+    the jet of c0 + c2 x^2, then of its power, then the general pattern."""
+    k = ts.order_of(series)
+    x = ts.full(a, series[0], k)
+    u = ts.quadratic_series(x, c0, c2, k)
+    g0 = u[0] ** power
+    return ts.by_derivative(x, [g0, *ts.pow_series(u, g0, power, k)], k)
 
 
 class Relu(_FromOutput):
@@ -353,6 +425,26 @@ class Gelu(_Unary):
         cdf = 0.5 * (1 + (a / _SQRT_2).erf())
         pdf = (-0.5 * a * a).exp() / _SQRT_2PI
         return (g * (cdf + a * pdf),)
+
+    @staticmethod
+    def taylor(series, out, a, *, approximate="none"):
+        # x * Phi(x): the jet of Phi (erf of x / sqrt 2, or the tanh form), then Leibniz
+        k = ts.order_of(series)
+        x = ts.full(a, series[0], k)
+        if approximate == "tanh":
+            c = math.sqrt(2.0 / math.pi)
+            cube = ts.mul_series(x, [a * a, *ts.mul_series(x, x, k)], k)
+            u0 = c * (a + 0.044715 * a * a * a)
+            u = [ts.plus(ts.times(s, c), ts.times(q, 0.044715 * c))
+                 for s, q in zip(series[0], cube, strict=True)]
+            t0 = u0.tanh()
+            half = [0.5 * (1 + t0), *ts.scale_series(Tanh.taylor((u,), t0, u0), 0.5)]
+        else:
+            z0 = a / _SQRT_2
+            z = ts.scale_series(series[0], 1 / _SQRT_2)
+            e0 = z0.erf()
+            half = [0.5 * (1 + e0), *ts.scale_series(Erf.taylor((z,), e0, z0), 0.5)]
+        return ts.mul_series(x, half, k)
 
 
 class Softplus(_Unary):
