@@ -102,3 +102,15 @@ def test_bad_method_and_coefficients():
         func.laplacian(gg.sin, method="fast")
     with pytest.raises(ValueError, match="coefficients must be"):
         func.linear_operator(gg.sin, np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_laplacian_under_vmap_of_a_single_point_function(method):
+    def f(p):
+        return (p.sin() * p.tanh()).sum() * p[0]
+    xs = gg.randn(4, 3, dtype=DT)
+    batched = func.vmap(func.laplacian(f, method=method))(xs).detach().numpy()
+    each = [float(func.laplacian(f, method=method)(xs[i])) for i in range(4)]
+    hess = func.vmap(func.hessian(f))(xs).numpy()
+    np.testing.assert_allclose(batched, each, rtol=1e-13)
+    np.testing.assert_allclose(batched, np.trace(hess, axis1=-2, axis2=-1), rtol=1e-11)
