@@ -163,6 +163,13 @@ def _issue(pg: ProcessGroup, requests: list, what: str, async_op: bool, steps: l
     return None
 
 
+def _root(pg: ProcessGroup, global_rank: int | None, group_rank: int | None) -> int:
+    """The root's rank in ``pg``: ``group_rank`` if given, else global rank (default 0)."""
+    if group_rank is not None:
+        return group_rank
+    return _group_rank(pg, 0 if global_rank is None else global_rank)
+
+
 def _group_rank(pg: ProcessGroup, global_rank: int) -> int:
     if global_rank not in pg.ranks:
         raise ValueError(f"The global rank {global_rank} is not part of the group {pg}")
@@ -198,7 +205,7 @@ def broadcast(tensor: Tensor, src: int | None = None, group: Any = None,
     pg = resolve(group)
     if pg is None:
         return None
-    root = group_src if group_src is not None else _group_rank(pg, src)
+    root = _root(pg, src, group_src)
     buf, back = _buffer(tensor)
     req = pg.comm.Ibcast(buf, root=root)
     return _issue(pg, [req], "broadcast", async_op, [back], [tensor])
@@ -210,7 +217,7 @@ def reduce(tensor: Tensor, dst: int | None = None, op: Any = ReduceOp.SUM, group
     pg = resolve(group)
     if pg is None:
         return None
-    root = group_dst if group_dst is not None else _group_rank(pg, dst)
+    root = _root(pg, dst, group_dst)
     buf, back = _buffer(tensor)
     mop = _mpi_op(op, [buf])
     MPI = mpi()
@@ -312,6 +319,20 @@ def reduce_scatter(output: Tensor, input_list: list[Tensor], op: Any = ReduceOp.
                   [_average([buf], op, pg.size()), back], [output])
 
 
+def _is_root(pg: ProcessGroup, root: int, tensors: list | None, name: str, role: str
+             ) -> bool:
+    """Whether this rank is ``root``; the list argument must be given there and only there,
+    with one tensor per rank."""
+    if pg.rank() == root:
+        if tensors is None:
+            raise ValueError(f"Argument ``{name}`` must be specified on {role} rank.")
+        _check_list(tensors, pg.size(), name)
+        return True
+    if tensors:
+        raise ValueError(f"Argument ``{name}`` must NOT be specified on non-{role} ranks.")
+    return False
+
+
 def gather(tensor: Tensor, gather_list: list[Tensor] | None = None, dst: int | None = None,
            group: Any = None, async_op: bool = False,
            group_dst: int | None = None) -> Work | None:
@@ -319,19 +340,13 @@ def gather(tensor: Tensor, gather_list: list[Tensor] | None = None, dst: int | N
     pg = resolve(group)
     if pg is None:
         return None
-    root = group_dst if group_dst is not None else _group_rank(pg, 0 if dst is None else dst)
+    root = _root(pg, dst, group_dst)
     send = np.ascontiguousarray(tensor._array)
-    if pg.rank() == root:
-        if gather_list is None:
-            raise ValueError("Argument ``gather_list`` must be specified on destination rank.")
-        _check_list(gather_list, pg.size(), "gather")
+    if _is_root(pg, root, gather_list, "gather_list", "destination"):
         out = np.empty((pg.size(), *send.shape), send.dtype)
         req = pg.comm.Igather(send, out, root=root)
         return _issue(pg, [req], "gather", async_op, [_scatter_into(gather_list, out)],
                       gather_list)
-    if gather_list:
-        raise ValueError("Argument ``gather_list`` must NOT be specified on non-destination "
-                         "ranks.")
     req = pg.comm.Igather(send, None, root=root)
     return _issue(pg, [req], "gather", async_op, [], [])
 
@@ -343,17 +358,11 @@ def scatter(tensor: Tensor, scatter_list: list[Tensor] | None = None, src: int |
     pg = resolve(group)
     if pg is None:
         return None
-    root = group_src if group_src is not None else _group_rank(pg, 0 if src is None else src)
+    root = _root(pg, src, group_src)
     buf, back = _buffer(tensor)
-    if pg.rank() == root:
-        if scatter_list is None:
-            raise ValueError("Argument ``scatter_list`` must be specified on source rank.")
-        _check_list(scatter_list, pg.size(), "scatter")
+    if _is_root(pg, root, scatter_list, "scatter_list", "source"):
         req = pg.comm.Iscatter(_stacked(scatter_list, buf), buf, root=root)
     else:
-        if scatter_list:
-            raise ValueError("Argument ``scatter_list`` must NOT be specified on non-source "
-                             "ranks.")
         req = pg.comm.Iscatter(None, buf, root=root)
     return _issue(pg, [req], "scatter", async_op, [back], [tensor])
 

@@ -82,22 +82,29 @@ def mean_over_ranks(value):
     return float(t) / W
 
 
+def step(opt, loss):
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+def step_both(ddp, ref, opt, opt_ref, loss_ref, x, y, what):
+    """One step of the oracle (its loss given) and of DDP on this rank's half; the mean
+    of the ranks' losses equals the oracle's, and so do the weights after the step."""
+    step(opt_ref, loss_ref)
+    loss = loss_fn(ddp(half(x)), half(y))
+    step(opt, loss)
+    close(mean_over_ranks(loss), float(loss_ref), f"{what} loss")
+    same_params(ddp, ref, what)
+
+
 # ---- MLP: 2 ranks on halves == 1 process on the whole batch --------------------------------
 ref, ddp = pair(mlp)
 same_params(ddp, ref, "after construction (broadcast from rank 0)")
 opt_ref = gg.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
 opt = gg.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
-for step, (x, y) in enumerate(batches((8, 5), 20, seed=1)):
-    loss_ref = loss_fn(ref(x), y)
-    opt_ref.zero_grad()
-    loss_ref.backward()
-    opt_ref.step()
-    loss = loss_fn(ddp(half(x)), half(y))
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    close(mean_over_ranks(loss), float(loss_ref), f"MLP loss at step {step}")
-    same_params(ddp, ref, f"MLP step {step}")
+for i, (x, y) in enumerate(batches((8, 5), 20, seed=1)):
+    step_both(ddp, ref, opt, opt_ref, loss_fn(ref(x), y), x, y, f"MLP step {i}")
 assert len(ddp._buckets) > 1
 ok("DDP MLP 2 ranks on halves == 1 process on the whole batch, 20 steps, float64")
 
@@ -122,7 +129,7 @@ ok(f"overlap: first of {len(launches)} bucket allreduces launched with {launches
 ref, ddp = pair(cnn)
 opt_ref = gg.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
 opt = gg.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-for step, (x, y) in enumerate(batches((8, 1, 6, 6), 20, seed=3)):
+for i, (x, y) in enumerate(batches((8, 1, 6, 6), 20, seed=3)):
     n = x.shape[0] // W
     losses = []
     kept = None
@@ -133,19 +140,10 @@ for step, (x, y) in enumerate(batches((8, 1, 6, 6), 20, seed=3)):
     with gg.no_grad():  # running statistics: rank 0's (broadcast every forward)
         for b, k in zip(ref.buffers(), kept, strict=True):
             b.copy_(k)
-    loss_ref = sum(losses) / W
-    opt_ref.zero_grad()
-    loss_ref.backward()
-    opt_ref.step()
-    loss = loss_fn(ddp(half(x)), half(y))
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    close(mean_over_ranks(loss), float(loss_ref), f"CNN loss at step {step}")
-    same_params(ddp, ref, f"CNN step {step}")
+    step_both(ddp, ref, opt, opt_ref, sum(losses) / W, x, y, f"CNN step {i}")
     if R == 0:
         for (name, b), c in zip(ddp.module.named_buffers(), ref.buffers(), strict=True):
-            close(b.numpy(), c.numpy(), f"CNN buffer {name} at step {step}")
+            close(b.numpy(), c.numpy(), f"CNN buffer {name} at step {i}")
 ok("DDP CNN+BatchNorm (per-rank batch statistics, rank 0's running statistics), 20 steps")
 
 # ---- no_sync: gradient accumulation over 2 micro-batches ---------------------------------
@@ -153,8 +151,8 @@ ref, ddp = pair(mlp)
 opt_ref = gg.optim.SGD(ref.parameters(), lr=0.1)
 opt = gg.optim.SGD(ddp.parameters(), lr=0.1)
 data = list(batches((8, 5), 10, seed=4))
-for step in range(5):
-    (xa, ya), (xb, yb) = data[2 * step], data[2 * step + 1]
+for i in range(5):
+    (xa, ya), (xb, yb) = data[2 * i], data[2 * i + 1]
     opt_ref.zero_grad()
     loss_fn(ref(xa), ya).backward()
     loss_fn(ref(xb), yb).backward()
@@ -166,7 +164,7 @@ for step in range(5):
         assert ddp.comm_log == [], "no allreduce inside no_sync"
     loss_fn(ddp(half(xb)), half(yb)).backward()
     opt.step()
-    same_params(ddp, ref, f"no_sync step {step}")
+    same_params(ddp, ref, f"no_sync step {i}")
 ok("no_sync accumulation")
 
 
@@ -207,15 +205,13 @@ gg.manual_seed(0)
 ddp = DDP(Branchy(), find_unused_parameters=True)
 opt_ref = gg.optim.SGD(ref.parameters(), lr=0.1)
 opt = gg.optim.SGD(ddp.parameters(), lr=0.1)
-for step, (x, y) in enumerate(batches((8, 5), 5, seed=6)):
-    opt_ref.zero_grad()
-    loss_fn(ref(x), y).backward()
-    opt_ref.step()
+for i, (x, y) in enumerate(batches((8, 5), 5, seed=6)):
+    step(opt_ref, loss_fn(ref(x), y))
     opt.zero_grad()
     loss_fn(ddp(half(x)), half(y)).backward()
     assert ddp.module.unused.weight.grad is None and ddp.module.extra.weight.grad is None
     opt.step()
-    same_params(ddp, ref, f"find_unused_parameters step {step}")
+    same_params(ddp, ref, f"find_unused_parameters step {i}")
 # a parameter used on rank 1 only: both ranks get rank 1's gradient / 2
 ddp.module.use_extra = R == 1
 local = Branchy()
