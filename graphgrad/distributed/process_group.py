@@ -27,8 +27,17 @@ default_pg_timeout = timedelta(minutes=30)  # PyTorch's default_pg_timeout
 _INSTALL = "pip install 'graphgrad[distributed]' (mpi4py and Open MPI)"
 
 
+# Open MPI's default non-blocking allreduce (libnbc's choice) took about twice as long as
+# the blocking one for 100 MB on 2 ranks; Rabenseifner's algorithm (3) was as fast or
+# faster (measured here, bench/distributed.py). Read at MPI_Init; a user's setting wins.
+_MPI_DEFAULTS = {"OMPI_MCA_coll_libnbc_iallreduce_algorithm": "3"}
+
+
 def mpi():
     """The ``mpi4py.MPI`` module, or a RuntimeError saying how to install it."""
+    if "mpi4py.MPI" not in sys.modules:
+        for name, value in _MPI_DEFAULTS.items():
+            os.environ.setdefault(name, value)
     try:
         from mpi4py import MPI
     except ImportError as e:
