@@ -167,6 +167,29 @@ for i in range(5):
     same_params(ddp, ref, f"no_sync step {i}")
 ok("no_sync accumulation")
 
+# ---- gradient_as_bucket_view: .grad is a view of the bucket, values unchanged ------------
+gg.manual_seed(0)
+ref = mlp()
+gg.manual_seed(0)
+ddp = DDP(mlp(), bucket_cap_mb=0.001, gradient_as_bucket_view=True)
+opt_ref = gg.optim.SGD(ref.parameters(), lr=0.1)
+opt = gg.optim.SGD(ddp.parameters(), lr=0.1)
+for i in range(4):
+    (xa, ya), (xb, yb) = data[2 * i], data[2 * i + 1]
+    opt_ref.zero_grad()
+    loss_fn(ref(xa), ya).backward()
+    loss_fn(ref(xb), yb).backward()
+    opt_ref.step()
+    opt.zero_grad(set_to_none=i % 2 == 0)
+    with ddp.no_sync():
+        loss_fn(ddp(half(xa)), half(ya)).backward()
+    loss_fn(ddp(half(xb)), half(yb)).backward()
+    for p in ddp.parameters():
+        assert any(np.shares_memory(p.grad._array, b.buffer) for b in ddp._buckets)
+    opt.step()
+    same_params(ddp, ref, f"gradient_as_bucket_view step {i}")
+ok("gradient_as_bucket_view: .grad views the buckets; equal to 1 process")
+
 
 # ---- unused parameters --------------------------------------------------------------------
 class Branchy(nn.Module):

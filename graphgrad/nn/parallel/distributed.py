@@ -9,7 +9,9 @@ gradient is complete; it copies the gradient into its bucket, and when a bucket 
 its non-blocking allreduce (``Iallreduce`` via ``graphgrad.distributed.all_reduce``) starts
 at once, in bucket order, while backward goes on with the earlier layers. The hook that
 completes the last bucket waits for all of them and divides by the world size; each
-hook's returned view of its bucket slot becomes ``.grad`` when the pass ends. So
+hook returns a view of its bucket slot, which the engine copies into ``.grad`` when the
+pass ends (with ``gradient_as_bucket_view`` the hook makes ``.grad`` that view itself
+and returns zeros for the engine to add). So
 ``.grad`` is the average over ranks of each rank's accumulated gradient, as in PyTorch.
 After the first synchronized backward, the buckets are rebuilt once in the order the
 gradients actually became ready (as PyTorch's Reducer does).
@@ -90,8 +92,8 @@ def _tensors_in(value: Any) -> Iterator[Tensor]:
 
 class DistributedDataParallel(Module):
     """Data parallelism: wrap the model on every rank; gradients are averaged across ranks
-    during backward. ``gradient_as_bucket_view`` and ``static_graph`` are accepted and
-    change no values (``.grad`` is a copy of the bucket slot)."""
+    during backward. With ``gradient_as_bucket_view`` each ``.grad`` is a view of its
+    bucket slot (no copy); ``static_graph`` is accepted and changes nothing."""
 
     def __init__(self, module: Module, device_ids: list | None = None,
                  output_device: Any = None, dim: int = 0, broadcast_buffers: bool = True,
@@ -183,7 +185,8 @@ class DistributedDataParallel(Module):
                     t._array = values.copy()
                 start += n
 
-    def _locate(self) -> list[tuple[_Bucket, int]]:
+    def _locate(self) -> list[tuple[int, int]]:
+        """(bucket, offset in its buffer) of every parameter."""
         where: list = [None] * len(self._params)
         for k, b in enumerate(self._buckets):
             for i in b.indices:
@@ -249,7 +252,7 @@ class DistributedDataParallel(Module):
             return self._mark_ready(index, grad)
         return hook
 
-    def _mark_ready(self, i: int, grad: Tensor | None) -> Tensor:
+    def _mark_ready(self, i: int, grad: Tensor | None) -> Tensor | np.ndarray:
         """Put parameter i's gradient (plus what ``.grad`` holds already, as PyTorch
         reduces the accumulated gradient) into its bucket slot; launch full buckets."""
         if self._ready[i]:
@@ -270,9 +273,15 @@ class DistributedDataParallel(Module):
             slot[...] = 0 if old is None else old._array
         else:
             np.add(grad._array, 0 if old is None else old._array, out=slot)
-            p._grad = None  # the engine writes the returned (averaged) slot as .grad
         bucket.pending -= 1
         self._launch_ready()
+        if grad is None:
+            return slot
+        if self.gradient_as_bucket_view:
+            # .grad is the slot itself; the engine adds the returned zeros to it in place
+            p._grad = Tensor._make(slot)
+            return Tensor._make(np.broadcast_to(np.zeros((), slot.dtype), slot.shape))
+        p._grad = None  # the engine makes .grad a copy of the returned (averaged) slot
         return Tensor._make(slot)
 
     def _launch_ready(self) -> None:
@@ -301,7 +310,8 @@ class DistributedDataParallel(Module):
                 p = self._params[i]
                 k, offset = self._where[i]
                 slot = self._buckets[k].buffer[offset:offset + p._array.size]
-                p._grad = leaf_of(slot.reshape(p._array.shape).copy())
+                slot = slot.reshape(p._array.shape)
+                p._grad = leaf_of(slot if self.gradient_as_bucket_view else slot.copy())
         if not self._rebuilt:  # PyTorch's Reducer: buckets follow the observed ready order
             self._rebuilt = True
             self._rebuild_order = self._ready_order + [
