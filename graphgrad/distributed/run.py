@@ -19,6 +19,7 @@ import argparse
 import os
 import runpy
 import sys
+import traceback
 
 from .launch import launch, run_rank
 
@@ -26,10 +27,23 @@ __all__ = ["main", "run_file"]
 
 
 def run_file(path: str, args: list[str]) -> int:
-    """Run the Python file ``path`` as ``__main__`` with ``sys.argv = [path, *args]``."""
+    """Run the Python file ``path`` as ``__main__`` with ``sys.argv = [path, *args]``; on
+    an exception, its traceback from the file's first frame on (as ``python path`` shows
+    it) and exit code 1."""
+    script = os.path.abspath(path)
     sys.argv = [path, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    runpy.run_path(path, run_name="__main__")
+    sys.path.insert(0, os.path.dirname(script))
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit:
+        raise
+    except BaseException as e:  # noqa: BLE001 - reported like python reports it
+        sys.last_value = e  # run_rank reports it to the launcher
+        tb = e.__traceback__
+        while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb or e.__traceback__)
+        return 1
     return 0
 
 
