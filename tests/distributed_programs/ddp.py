@@ -161,7 +161,7 @@ for i in range(5):
     with ddp.no_sync():
         ddp.comm_log.clear()
         loss_fn(ddp(half(xa)), half(ya)).backward()
-        assert ddp.comm_log == [], "no allreduce inside no_sync"
+        assert not ddp.comm_log, "no allreduce inside no_sync"
     loss_fn(ddp(half(xb)), half(yb)).backward()
     opt.step()
     same_params(ddp, ref, f"no_sync step {i}")

@@ -5,14 +5,15 @@ Construction checks that every rank has the same parameter shapes and broadcasts
 parameters and buffers. Parameters are put into buckets (reverse registration order,
 grouped by dtype; the first bucket holds up to 1 MiB, the others ``bucket_cap_mb``), each a
 flat buffer. A hook on every parameter fires during backward as soon as that parameter's
-gradient is complete; it copies the gradient into its bucket, and when a bucket is full
-its non-blocking allreduce (``Iallreduce`` via ``graphgrad.distributed.all_reduce``) starts
-at once, in bucket order, while backward goes on with the earlier layers. The hook that
-completes the last bucket waits for all of them and divides by the world size; each
+gradient is complete; it copies the gradient, divided by the world size (as PyTorch's
+DDP divides before the allreduce), into its bucket, and when a bucket is full its
+non-blocking allreduce (``Iallreduce`` via ``graphgrad.distributed.all_reduce``) starts at
+once, in bucket order, while backward goes on with the earlier layers: the sum that comes
+back is the average. The hook that completes the last bucket waits for all of them. Each
 hook returns a view of its bucket slot, which the engine copies into ``.grad`` when the
-pass ends (with ``gradient_as_bucket_view`` the hook makes ``.grad`` that view itself
-and returns zeros for the engine to add). So
-``.grad`` is the average over ranks of each rank's accumulated gradient, as in PyTorch.
+pass ends (with ``gradient_as_bucket_view`` the hook makes ``.grad`` that view itself and
+returns zeros for the engine to add). So ``.grad`` is the average over ranks of each
+rank's accumulated gradient, as in PyTorch.
 After the first synchronized backward, the buckets are rebuilt once in the order the
 gradients actually became ready (as PyTorch's Reducer does).
 
@@ -26,6 +27,7 @@ a launch with ``grads_ready < n_grads`` started while backward was still running
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -130,6 +132,7 @@ class DistributedDataParallel(Module):
                                "have any parameter that requires a gradient.")
         self._params = params
         self._world = self.process_group.size()
+        self._scale = 1.0 / self._world
         if init_sync:
             self._verify_shapes()
             self._broadcast([*params, *module.buffers()])
@@ -137,7 +140,7 @@ class DistributedDataParallel(Module):
         self._rebuilt = find_unused_parameters  # PyTorch rebuilds only without detection
         self._where = self._locate()
         self._handles = [p.register_hook(self._make_hook(i)) for i, p in enumerate(params)]
-        self.comm_log: list[tuple] = []
+        self.comm_log: deque[tuple] = deque(maxlen=4096)  # the recent events only
         self._syncing = False       # this iteration's backward averages gradients
         self._finished = True       # the last synchronized backward reduced every bucket
         self._ready: list[bool] = []
@@ -269,10 +272,16 @@ class DistributedDataParallel(Module):
         bucket = self._buckets[k]
         slot = bucket.buffer[offset:offset + p._array.size].reshape(p._array.shape)
         old = p._grad
-        if grad is None:
-            slot[...] = 0 if old is None else old._array
+        # divided by the world size on the way in (as PyTorch's DDP divides before the
+        # allreduce): the sum that comes back is the average, with no pass over it after
+        local = [a._array for a in (grad, old) if a is not None]
+        if not local:
+            slot[...] = 0
+        elif len(local) == 2:
+            np.add(local[0], local[1], out=slot)
+            slot *= self._scale
         else:
-            np.add(grad._array, 0 if old is None else old._array, out=slot)
+            np.multiply(local[0], self._scale, out=slot)
         bucket.pending -= 1
         self._launch_ready()
         if grad is None:
@@ -300,7 +309,6 @@ class DistributedDataParallel(Module):
         on another rank are written now (no hook of theirs fires on this rank)."""
         for k, b in enumerate(self._buckets):
             b.work.wait()
-            b.buffer /= self._world
             self.comm_log.append(("wait", k, len(self._ready_order), len(self._params)))
         self._finished = True
         if self._used_work is not None:
