@@ -284,6 +284,9 @@ class DistributedDataParallel(Module):
             np.multiply(local[0], self._scale, out=slot)
         bucket.pending -= 1
         self._launch_ready()
+        for b in self._buckets[:self._next]:  # MPI moves data only while it is called:
+            if b.work is not None:            # each hook lets launched buckets progress
+                b.work.is_completed()
         if grad is None:
             return slot
         if self.gradient_as_bucket_view:
