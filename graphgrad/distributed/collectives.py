@@ -58,7 +58,7 @@ _MPI_OPS = {"SUM": "SUM", "AVG": "SUM", "PRODUCT": "PROD", "MIN": "MIN", "MAX": 
             "BAND": "BAND", "BOR": "BOR", "BXOR": "BXOR"}
 
 
-def _mpi_op(op: Any, arrays: list[np.ndarray]):
+def _mpi_op(op: Any, arrays: list[np.ndarray]) -> Any:
     name = getattr(op, "name", None)
     if name not in _MPI_OPS:
         raise ValueError(f"Cannot use ReduceOp.{name or op} with MPI")

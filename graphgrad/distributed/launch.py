@@ -26,7 +26,9 @@ import sys
 import sysconfig
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 __all__ = ["find_mpiexec", "mpiexec_command", "launch", "rank_environment", "rank_failed",
            "run_rank", "THREAD_VARS"]
@@ -140,7 +142,7 @@ def _set_torchrun_env() -> None:
             os.environ.setdefault(torch_name, os.environ[mpi_name])
 
 
-def run_rank(run, *args) -> int:
+def run_rank(run: Callable[..., int], *args: Any) -> int:
     """Run ``run(*args)`` (returns an exit code) as one rank of a launch: torchrun's
     environment variables set, and a failure reported and the job aborted."""
     _set_torchrun_env()

@@ -33,7 +33,7 @@ _INSTALL = "pip install 'graphgrad[distributed]' (mpi4py and Open MPI)"
 _MPI_DEFAULTS = {"OMPI_MCA_coll_libnbc_iallreduce_algorithm": "3"}
 
 
-def mpi():
+def mpi() -> Any:
     """The ``mpi4py.MPI`` module, or a RuntimeError saying how to install it."""
     if "mpi4py.MPI" not in sys.modules:
         for name, value in _MPI_DEFAULTS.items():

@@ -28,7 +28,7 @@ a launch with ``grads_ready < n_grads`` started while backward was still running
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -199,7 +199,7 @@ class DistributedDataParallel(Module):
     # ---- forward -------------------------------------------------------------------------
 
     @contextmanager
-    def no_sync(self):
+    def no_sync(self) -> Iterator[None]:
         """Inside, backward passes only accumulate local gradients; the first synchronized
         backward after it averages the accumulated ones."""
         old = self.require_backward_grad_sync
@@ -248,7 +248,7 @@ class DistributedDataParallel(Module):
 
     # ---- backward --------------------------------------------------------------------------
 
-    def _make_hook(self, index: int):
+    def _make_hook(self, index: int) -> Callable[[Tensor], Tensor | None]:
         def hook(grad: Tensor) -> Tensor | None:
             if not self._syncing or self._finished:
                 return None
