@@ -143,3 +143,11 @@ def test_graphgrad_train_nproc_2_trains_data_parallel(tmp_path):
     assert acc > 0.85
     assert out.stdout.count("test accuracy") == 1  # rank 0 prints, rank 1 does not
     assert (tmp_path / "digits_mlp.npz").is_file()
+
+
+def test_graphgrad_run_nproc_names_the_failed_rank():
+    out = _run("-m", "graphgrad", "run", "--nproc", "2", str(PROGRAMS / "failure.py"),
+               "raise")
+    assert out.returncode != 0
+    assert "graphgrad run: rank 1 failed: ValueError: rank 1 fails on purpose at step 3" \
+        in out.stderr

@@ -88,6 +88,14 @@ def step(opt, loss):
     opt.step()
 
 
+def accumulated_step(model, opt, *batches_):
+    """One optimizer step on the gradients of several whole batches, accumulated."""
+    opt.zero_grad()
+    for x, y in batches_:
+        loss_fn(model(x), y).backward()
+    opt.step()
+
+
 def step_both(ddp, ref, opt, opt_ref, loss_ref, x, y, what):
     """One step of the oracle (its loss given) and of DDP on this rank's half; the mean
     of the ranks' losses equals the oracle's, and so do the weights after the step."""
@@ -153,10 +161,7 @@ opt = gg.optim.SGD(ddp.parameters(), lr=0.1)
 data = list(batches((8, 5), 10, seed=4))
 for i in range(5):
     (xa, ya), (xb, yb) = data[2 * i], data[2 * i + 1]
-    opt_ref.zero_grad()
-    loss_fn(ref(xa), ya).backward()
-    loss_fn(ref(xb), yb).backward()
-    opt_ref.step()
+    accumulated_step(ref, opt_ref, (xa, ya), (xb, yb))
     opt.zero_grad()
     with ddp.no_sync():
         ddp.comm_log.clear()
@@ -176,10 +181,7 @@ opt_ref = gg.optim.SGD(ref.parameters(), lr=0.1)
 opt = gg.optim.SGD(ddp.parameters(), lr=0.1)
 for i in range(4):
     (xa, ya), (xb, yb) = data[2 * i], data[2 * i + 1]
-    opt_ref.zero_grad()
-    loss_fn(ref(xa), ya).backward()
-    loss_fn(ref(xb), yb).backward()
-    opt_ref.step()
+    accumulated_step(ref, opt_ref, (xa, ya), (xb, yb))
     opt.zero_grad(set_to_none=i % 2 == 0)
     with ddp.no_sync():
         loss_fn(ddp(half(xa)), half(ya)).backward()
