@@ -86,8 +86,6 @@ def numdiff_study(args: argparse.Namespace) -> int:
 
 def _launch_train(args: argparse.Namespace) -> int:
     """``graphgrad train --nproc N``: the same command as N MPI ranks."""
-    import os
-
     from graphgrad.distributed.launch import launch
     cmd = [sys.executable, "-m", "graphgrad", "train", "--model", args.model, "--epochs",
            str(args.epochs), "--batch-size", str(args.batch_size), "--lr", str(args.lr),
@@ -95,8 +93,8 @@ def _launch_train(args: argparse.Namespace) -> int:
            "--nproc", str(args.nproc)]
     cmd += [f"--{f.replace('_', '-')}" for f in ("compile", "quiet", "no_plot")
             if getattr(args, f)]
-    os.environ["GRAPHGRAD_TRAIN_RANK"] = "1"  # the ranks train instead of launching
-    return launch(args.nproc, cmd, prog="graphgrad train")
+    # the ranks train instead of launching again
+    return launch(args.nproc, cmd, prog="graphgrad train", extra_env={"GRAPHGRAD_TRAIN_RANK": "1"})
 
 
 def train(args: argparse.Namespace) -> int:

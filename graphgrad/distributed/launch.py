@@ -78,11 +78,14 @@ def rank_environment(nproc: int, env: dict[str, str] | None = None) -> dict[str,
 _KILLED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on\s+signal (\d+)")
 
 
-def launch(nproc: int, command: list[str], prog: str = "graphgrad run") -> int:
-    """Run ``command`` as ``nproc`` MPI ranks; 0 when every rank succeeded, else the failed
-    rank's exit code (non-zero) after a line on stderr naming the rank."""
+def launch(nproc: int, command: list[str], prog: str = "graphgrad run",
+           extra_env: dict[str, str] | None = None) -> int:
+    """Run ``command`` as ``nproc`` MPI ranks (``extra_env`` added to their environment);
+    0 when every rank succeeded, else the failed rank's exit code (non-zero) after a line
+    on stderr naming the rank."""
     with tempfile.TemporaryDirectory(prefix="graphgrad-launch-") as reports:
         env = rank_environment(nproc)
+        env.update(extra_env or {})
         env[_REPORT_DIR] = reports
         proc = subprocess.Popen(mpiexec_command(nproc, command), env=env,
                                 stderr=subprocess.PIPE, text=True, errors="replace")
