@@ -23,11 +23,12 @@ RANKS = [
     ["passes"],
     ["backends"],
     ["distributed"],     # below nn and utils: DDP (nn.parallel) and DistributedSampler use it
-    ["nn", "optim", "data", "utils", "serialization"],
+    ["nn", "optim", "data", "utils"],
+    ["serialization"],     # reads safetensors through utils, builds nn.Parameter
     ["static"],
     ["fx", "jit"],
     ["dynamo"],          # hands backends fx GraphModules, as torch._dynamo builds on fx
-    ["capture", "compiler"],
+    ["capture", "compiler", "onnx"],  # onnx: export from jit.trace's graph
     ["torch_compat"],
     ["train", "run"],
     ["cli"],

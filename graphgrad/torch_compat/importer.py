@@ -5,7 +5,7 @@ graphgrad.nn``), so a program sees one framework whichever way it imports it.
 
 ``torch.X.Y`` is ``graphgrad.X.Y`` where graphgrad has that module; otherwise the CPU-only
 stand-in of this package named in ``STAND_INS`` (``torch.backends.cudnn``, ``torch.amp``,
-``torch.onnx``...); otherwise a ModuleNotFoundError saying it is not in graphgrad yet.
+``torch.cuda``...); otherwise a ModuleNotFoundError saying it is not in graphgrad yet.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ STAND_INS = {
     "torch.backends.cudnn": "graphgrad.torch_compat.backends.cudnn",
     "torch.backends.mps": "graphgrad.torch_compat.backends.mps",
     "torch.backends.mkldnn": "graphgrad.torch_compat.backends.mkldnn",
-    "torch.onnx": "graphgrad.torch_compat.onnx",
     "torch.utils.benchmark": "graphgrad.torch_compat.benchmark",
 }
 
