@@ -88,6 +88,7 @@ def test_ddp_on_two_ranks_equals_one_process(ddp):
     assert ("DDP CNN+BatchNorm (per-rank batch statistics, rank 0's running statistics), "
             "20 steps") in oks
     assert "no_sync accumulation" in oks
+    assert "buckets: one in the first iteration, rebuilt by size in ready order after it" in oks
     assert "gradient_as_bucket_view: .grad views the buckets; equal to 1 process" in oks
     assert "unused parameters without find_unused_parameters: PyTorch's error at iteration 1" \
         in oks

@@ -133,6 +133,16 @@ assert ddp._buckets[0].indices[0] == n_grads - 1 or ddp._buckets[0].indices[0] =
 ok(f"overlap: first of {len(launches)} bucket allreduces launched with {launches[0][2]} of "
    f"{n_grads} gradients ready")
 
+# PyTorch 2.13's bucketing: one bucket in the first iteration, rebuilt after its backward
+_, fresh = pair(mlp)
+assert len(fresh._buckets) == 1 and sorted(fresh._buckets[0].indices) == list(range(n_grads))
+x, y = next(batches((8, 5), 1, seed=2))
+loss_fn(fresh(half(x)), half(y)).backward()
+fresh(half(x))  # the rebuild takes effect at the next forward
+assert len(fresh._buckets) > 1
+assert sorted(sum((b.indices for b in fresh._buckets), [])) == list(range(n_grads))
+ok("buckets: one in the first iteration, rebuilt by size in ready order after it")
+
 # ---- CNN with BatchNorm -------------------------------------------------------------------
 ref, ddp = pair(cnn)
 opt_ref = gg.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)

@@ -2,10 +2,14 @@
 graphgrad's MPI process groups.
 
 Construction checks that every rank has the same parameter shapes and broadcasts rank 0's
-parameters and buffers. Parameters are put into buckets (reverse registration order,
-grouped by dtype; the first bucket holds up to 1 MiB, the others ``bucket_cap_mb``), each a
-flat buffer. A hook on every parameter fires during backward as soon as that parameter's
-gradient is complete; it copies the gradient, divided by the world size (as PyTorch's
+parameters and buffers. Parameters are put into buckets, each a flat buffer, grouped by
+dtype: as in PyTorch 2.13, the first iteration has one bucket, and after its backward the
+buckets are rebuilt in the order the gradients became ready, the first holding up to
+1 MiB and the others ``bucket_cap_mb`` (with ``find_unused_parameters=True``: sized
+buckets in reverse registration order from the start, never rebuilt).
+
+A hook on every parameter fires during backward as soon as that parameter's gradient is
+complete; it copies the gradient, divided by the world size (as PyTorch's
 DDP divides before the allreduce), into its bucket, and when a bucket is full its
 non-blocking allreduce (``Iallreduce`` via ``graphgrad.distributed.all_reduce``) starts at
 once, in bucket order, while backward goes on with the earlier layers: the sum that comes
@@ -14,8 +18,6 @@ hook returns a view of its bucket slot, which the engine copies into ``.grad`` w
 pass ends (with ``gradient_as_bucket_view`` the hook makes ``.grad`` that view itself and
 returns zeros for the engine to add). So ``.grad`` is the average over ranks of each
 rank's accumulated gradient, as in PyTorch.
-After the first synchronized backward, the buckets are rebuilt once in the order the
-gradients actually became ready (as PyTorch's Reducer does).
 
 BatchNorm without SyncBatchNorm, as in PyTorch: each rank normalizes with its own batch's
 statistics; with ``broadcast_buffers=True`` every forward starts from rank 0's buffers, so
@@ -27,6 +29,7 @@ a launch with ``grads_ready < n_grads`` started while backward was still running
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -136,8 +139,11 @@ class DistributedDataParallel(Module):
         if init_sync:
             self._verify_shapes()
             self._broadcast([*params, *module.buffers()])
-        self._buckets = _assign_buckets(list(range(len(params)))[::-1], params, self._caps)
-        self._rebuilt = find_unused_parameters  # PyTorch rebuilds only without detection
+        # PyTorch 2.13: without unused-parameter detection the first iteration has one
+        # bucket (per dtype), rebuilt by size in the order gradients became ready
+        first = self._caps if find_unused_parameters else [sys.maxsize, sys.maxsize]
+        self._buckets = _assign_buckets(list(range(len(params)))[::-1], params, first)
+        self._rebuilt = find_unused_parameters
         self._where = self._locate()
         self._handles = [p.register_hook(self._make_hook(i)) for i, p in enumerate(params)]
         self.comm_log: deque[tuple] = deque(maxlen=4096)  # the recent events only
