@@ -123,14 +123,32 @@ def numdiff_study(args: argparse.Namespace) -> int:
     return 0
 
 
+def _launch_train(args: argparse.Namespace) -> int:
+    """``graphgrad train --nproc N``: the same command as N MPI ranks."""
+    from graphgrad.distributed.launch import launch
+    cmd = [sys.executable, "-m", "graphgrad", "train", "--model", args.model, "--epochs",
+           str(args.epochs), "--batch-size", str(args.batch_size), "--lr", str(args.lr),
+           "--optimizer", args.optimizer, "--seed", str(args.seed), "--out", args.out,
+           "--nproc", str(args.nproc)]
+    cmd += [f"--{f.replace('_', '-')}" for f in ("compile", "quiet", "no_plot")
+            if getattr(args, f)]
+    # the ranks train instead of launching again
+    return launch(args.nproc, cmd, prog="graphgrad train", extra_env={"GRAPHGRAD_TRAIN_RANK": "1"})
+
+
 def train(args: argparse.Namespace) -> int:
     """Train a classifier on scikit-learn's 8x8 digits (held-out test split): progress bar
-    with loss and accuracy, then the test accuracy, mean step time and checkpoint path."""
+    with loss and accuracy, then the test accuracy, mean step time and checkpoint path.
+    With --nproc N, data-parallel on N ranks through mpiexec (DistributedDataParallel)."""
+    import os
+    if args.nproc > 1 and not os.environ.get("GRAPHGRAD_TRAIN_RANK"):
+        return _launch_train(args)
     try:
         from graphgrad.train import train_digits
         train_digits(model=args.model, epochs=args.epochs, batch_size=args.batch_size,
                      lr=args.lr, optimizer=args.optimizer, seed=args.seed, quiet=args.quiet,
-                     out_dir=args.out, plot=not args.no_plot, compile=args.compile)
+                     out_dir=args.out, plot=not args.no_plot, compile=args.compile,
+                     distributed=args.nproc > 1)
     except ImportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -227,8 +245,11 @@ def run(args: argparse.Namespace) -> int:
     attribute graphgrad lacks is an error saying it is not in graphgrad yet. CUDA, MPS
     and other accelerators answer as in a CPU-only PyTorch build. Also:
     python -m graphgrad.run SCRIPT [ARGS...]; in a notebook, graphgrad.install_as_torch().
+    With --nproc N: N ranks through mpiexec (torch.distributed is graphgrad.distributed).
     """
-    from graphgrad.run import run_script
+    from graphgrad.run import run_ranks, run_script
+    if args.nproc is not None:
+        return run_ranks(args.nproc, args.script, args.args)
     return run_script(args.script, args.args)
 
 
@@ -295,6 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seed of the split, the weights and the shuffling")
     t.add_argument("--compile", action="store_true",
                    help="run the model through graphgrad.compile; report graphs and breaks")
+    t.add_argument("--nproc", type=int, default=1, metavar="N",
+                   help="data-parallel on N ranks through mpiexec")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--no-plot", action="store_true", help="no loss-curve PNG")
     t.add_argument("--out", default=DEFAULTS["out_dir"], help="checkpoint folder")
@@ -320,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--draw", metavar="DIR", help="write a picture of each graph to DIR")
     c.set_defaults(func=capture)
     r = command("run", run, "run an unmodified PyTorch program on graphgrad")
+    r.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="run N ranks through mpiexec (data-parallel training); without it, "
+                        "one process")
     r.add_argument("script", metavar="SCRIPT", help="the PyTorch program (a .py file)")
     r.add_argument("args", metavar="ARGS", nargs=argparse.REMAINDER,
                    help="passed to the program as sys.argv[1:], unchanged, options "
