@@ -89,3 +89,26 @@ def test_sharing_switch(plain):
     set_sharing(True)
     n_shared, _ = _kth(lambda x: x.tanh(), 6)
     assert n_shared < n_plain
+
+
+def test_an_input_mutated_between_passes_is_not_shared_stale():
+    # a node recorded by an earlier pass reads the input's old value: a later pass after an
+    # in-place update must record its own (PyTorch computes the new value; no version error)
+    x = gg.tensor(0.5, requires_grad=True)
+    kept = []
+
+    def second():
+        y = gg.sin(x) * gg.tanh(x)
+        g, = gg.autograd.grad(y, x, create_graph=True)
+        h, = gg.autograd.grad(g, x, create_graph=True)
+        kept.append((g, h))   # alive, so their nodes stay in the table
+        return h.item()
+
+    second()
+    with gg.no_grad():
+        x.add_(1.0)
+    xt = torch.tensor(1.5, dtype=torch.float32, requires_grad=True)
+    yt = torch.sin(xt) * torch.tanh(xt)
+    gt, = torch.autograd.grad(yt, xt, create_graph=True)
+    ht, = torch.autograd.grad(gt, xt)
+    assert abs(second() - ht.item()) < 1e-5

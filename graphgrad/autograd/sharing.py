@@ -139,8 +139,9 @@ def _fold(t: Value, c):
 def _key(op, args: tuple, params: dict):
     parts = []
     for a in args:
-        if isinstance(a, Value):
-            parts.append(id(a))
+        if isinstance(a, Value):  # and its version: a node of a mutated input is stale
+            vc = a._version_counter
+            parts.append((id(a), vc[0] if vc is not None else 0))
         elif type(a) in _NUMBER or type(a) is bool or a is None:
             parts.append((type(a), a))
         else:
