@@ -47,6 +47,7 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callabl
                 "_Value": Value}
     names: dict[Node, str] = {}
     params, head, body, rg = [], [], [], []
+    lines_of: dict[Node, int] = {}   # node -> index in body just past its statement
     for i, (p, ex) in enumerate(zip(graph.inputs, example_inputs, strict=True)):
         arg = f"x{i}"
         params.append(arg)
@@ -73,6 +74,7 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callabl
                 if not _mixed(ns, body, out, n, ins, k):
                     return None
                 names[n] = out
+                lines_of[n] = len(body)
                 continue
             ns[f"_f{k}"] = op.forward
             args = ins[:n.nargs]
@@ -89,6 +91,8 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callabl
         else:
             return None
         names[n] = out
+        lines_of[n] = len(body)
+    body = _free_at_last_use(graph, names, body, lines_of)
     outs = []
     by_input = dict(zip(graph.inputs, params, strict=True))
     for o in graph.outputs:
@@ -109,6 +113,32 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callabl
     fn = ns["forward"]
     fn.source = src
     return fn
+
+
+def _free_at_last_use(graph: Graph, names: dict, body: list[str],
+                      lines_of: dict) -> list[str]:
+    """``body`` with ``del`` statements after the last use of each intermediate (as
+    torch.fx's generated code does): NumPy frees an array when its last reference goes,
+    so the program's peak memory is eager's, not the sum of every intermediate."""
+    keep = {o for o in graph.outputs if isinstance(o, Node)}
+    last: dict[Node, Node] = {}
+    for n in graph.nodes:
+        if n in lines_of:
+            for i in (*n.input_nodes(), *n.deps):
+                last[i] = n
+    dels: dict[int, list[str]] = {}
+    for value, user in last.items():
+        if value in lines_of and value not in keep:
+            dels.setdefault(lines_of[user], []).append(names[value])
+    for n in lines_of:   # computed but never read (a side effect's result)
+        if n not in last and n not in keep:
+            dels.setdefault(lines_of[n], []).append(names[n])
+    out: list[str] = []
+    for i, line in enumerate(body, 1):
+        out.append(line)
+        if i in dels:
+            out.append(f"del {', '.join(sorted(dels[i]))}")
+    return out
 
 
 def _mixed(ns, body, out, n, ins, k):
