@@ -14,12 +14,13 @@ from typing import Any
 
 from graphgrad.backend import xp
 from graphgrad.graph import Graph, Node, dynamic_tuple_text, is_dynamic, python_code
-from graphgrad.passes import optimize
+from graphgrad.passes import Fused, fuse_elementwise, optimize
 from graphgrad.tensor import Value, dispatch, is_grad_enabled
 from graphgrad.tensor.modes import current_mode
 from graphgrad.tensor import Tensor
 
 from .eager import graph_of
+from .fused import lower
 
 __all__ = ["default", "array_program"]
 
@@ -31,18 +32,25 @@ def default(gm: Any, example_inputs: list) -> Callable:
     intermediate). The callable's ``graph`` attribute is the optimized graph it runs."""
     graph, _ = optimize(graph_of(gm))
     slow = python_code(graph, name="forward").fn
-    fast = array_program(graph, example_inputs, slow)
+    fused = fuse_elementwise(graph)
+    from .aot import AotProgram   # (aot.py builds on this module's array_function)
+    fast = array_program(fused, example_inputs, slow, AotProgram(graph, slow))
     run = slow if fast is None else fast
     run.graph = graph
+    run.fused_graph = fused
     return run
 
 
-def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callable | None:
+def array_program(graph: Graph, example_inputs: list, slow: Callable,
+                  train: Callable | None = None) -> Callable | None:
     """``graph`` as Python over arrays, or None where a node needs more than that. Falls
     back to ``slow`` (the op-by-op program) when a gradient is needed, when something is
     on the dispatch stack (a transform), and for ops whose inputs differ in dtype (there
-    dispatch's promotion rule decides); on an error ``slow`` runs again for its message."""
-    ns: dict = {"_slow": slow, "_T": Tensor._make, "_nd": xp.ndarray, "_asarray": xp.asarray,
+    dispatch's promotion rule decides); on an error ``slow`` runs again for its message.
+    ``train``: what runs instead of ``slow`` when a gradient is needed (the compiled
+    forward+backward, aot.py)."""
+    ns: dict = {"_slow": slow, "_train": train or slow, "_T": Tensor._make, "_nd": xp.ndarray,
+                "_asarray": xp.asarray,
                 "_grad": is_grad_enabled, "_top": current_mode, "_i64": xp.int64,
                 "_Value": Value}
     names: dict[Node, str] = {}
@@ -70,29 +78,31 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callabl
         elif n.kind == "call":
             op = n.op
             specs = [a.spec for a in n.inputs if isinstance(a, Node)]
-            if any(getattr(sp, "dtype", None) != n.spec.dtype for sp in specs):
+            if op is Fused:   # one kernel for the group (its inner ops promoted already)
+                ns[f"_f{k}"] = lower(n.params["kernel"])
+                body.append(f"{out} = _f{k}({', '.join(ins)})")
+                body.append(f"if type({out}) is not _nd: {out} = _asarray({out})")
+            elif any(getattr(sp, "dtype", None) != n.spec.dtype for sp in specs):
                 if not _mixed(ns, body, out, n, ins, k):
                     return None
-                names[n] = out
-                lines_of[n] = len(body)
-                continue
-            ns[f"_f{k}"] = op.forward
-            args = ins[:n.nargs]
-            for key, v in n.params.items():
-                if is_dynamic(v):
-                    args.append(f"{key}={dynamic_tuple_text(v, ins)}")
-                else:
-                    ns[f"_p{k}_{key}"] = v
-                    args.append(f"{key}=_p{k}_{key}")
-            body.append(f"{out} = _f{k}({', '.join(args)})")
-            body.append(f"if type({out}) is not _nd: {out} = _asarray({out})")
+            else:
+                ns[f"_f{k}"] = op.forward
+                args = ins[:n.nargs]
+                for key, v in n.params.items():
+                    if is_dynamic(v):
+                        args.append(f"{key}={dynamic_tuple_text(v, ins)}")
+                    else:
+                        ns[f"_p{k}_{key}"] = v
+                        args.append(f"{key}=_p{k}_{key}")
+                body.append(f"{out} = _f{k}({', '.join(args)})")
+                body.append(f"if type({out}) is not _nd: {out} = _asarray({out})")
         elif n.kind == "item":
             body.append(f"{out} = {ins[0]}[{n.params['index']}]")
         else:
             return None
         names[n] = out
         lines_of[n] = len(body)
-    body = _free_at_last_use(graph, names, body, lines_of)
+    body = _free_at_last_use(graph, names, body, lines_of) or ["pass"]
     outs = []
     by_input = dict(zip(graph.inputs, params, strict=True))
     for o in graph.outputs:
@@ -103,8 +113,9 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callabl
         else:
             outs.append(repr(o))
     sig = ", ".join(params)
-    check = f"if _top() is not None or (_grad() and ({' or '.join(rg) or 'False'})):"
-    src = (f"def forward({sig}):\n    {check}\n        return _slow({sig})\n    try:\n"
+    check = (f"if _top() is not None:\n        return _slow({sig})\n"
+             f"    if _grad() and ({' or '.join(rg) or 'False'}):\n        return _train({sig})")
+    src = (f"def forward({sig}):\n    {check}\n    try:\n"
            + "".join(f"        {line}\n" for line in head + body)
            + "    except Exception:\n"
            + f"        return _slow({sig})\n"
@@ -113,6 +124,33 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callabl
     fn = ns["forward"]
     fn.source = src
     return fn
+
+
+def array_function(graph: Graph) -> Callable | None:
+    """``graph`` as a function from arrays to the tuple of its output arrays (every input
+    an array; no fallback, no tensors), or None where a node needs more than arrays."""
+    prog = array_program(graph, [None] * len(graph.inputs), None)
+    if prog is None:
+        return None
+    ns = dict(prog.__globals__)
+    ns["_T"] = _identity
+    src = prog.source.replace("        ", "    ").split("    try:\n", 1)[1]
+    src = src.replace("    except Exception:\n", "").replace(
+        f"    return _slow({', '.join(f'x{i}' for i in range(len(graph.inputs)))})\n", "")
+    src = f"def arrays({', '.join(f'x{i}' for i in range(len(graph.inputs)))}):\n" + src
+    exec(compile(src, f"<graph {graph.name} arrays only>", "exec"), ns)  # noqa: S102
+    fn = ns["arrays"]
+    fn.source = src
+    return fn
+
+
+def _tensor_of(a):
+    """An array as a Tensor for dispatch; a Python scalar input stays itself."""
+    return Tensor._make(a) if type(a) is xp.ndarray else a
+
+
+def _identity(a):
+    return a
 
 
 def _free_at_last_use(graph: Graph, names: dict, body: list[str],
@@ -145,9 +183,11 @@ def _mixed(ns, body, out, n, ins, k):
     """An op on inputs of different dtypes: through ``dispatch`` (its promotion rule)."""
     ns[f"_op{k}"] = n.op
     ns.setdefault("_dispatch", dispatch)
+    ns.setdefault("_TT", _tensor_of)
     if any(is_dynamic(v) for v in n.params.values()):
         return None
     ns[f"_pp{k}"] = n.params
-    args = ", ".join(f"_T({a})" if a.startswith(("a", "t")) else a for a in ins[:n.nargs])
+    args = ", ".join(f"_TT({a})" if a.startswith(("a", "t", "x")) else a
+                     for a in ins[:n.nargs])
     body.append(f"{out} = _dispatch(_op{k}, ({args},), _pp{k})._array")
     return True

@@ -1,0 +1,163 @@
+"""Layer ``backends``: the compiled backward (AOTAutograd's method). When a compiled
+graph's inputs require grad, its joint forward+backward graph is built by graph-level
+differentiation (``graphgrad.passes.grad``), partitioned into a forward graph, which
+also returns what the backward reads (the *saved* values, nothing else), and a backward
+graph from those saved values and the output cotangents to the input gradients. Both
+halves are optimized, fused and run as array programs. The outputs' ``grad_fn`` is a
+``CompiledFunctionBackward`` that runs the compiled backward.
+
+``create_graph=True`` (a backward that must itself be differentiable) runs the
+op-by-op graph again on the original inputs with eager autograd recording, so
+higher-order gradients through a compiled function stay exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from graphgrad.autograd import Function, enable_grad
+from graphgrad.autograd import grad as autograd_grad
+from graphgrad.backend import xp
+from graphgrad.graph import Graph, Node, symbol
+from graphgrad.passes import fuse_elementwise, optimize
+from graphgrad.passes import grad as graph_grad
+from graphgrad.tensor import Tensor, Value, is_grad_enabled
+
+from .array_program import array_function
+
+__all__ = ["AotProgram", "Partition", "partition"]
+
+
+class Partition:
+    """The two halves of a joint graph: ``forward`` (inputs -> outputs + saved values),
+    ``backward`` (saved values + output cotangents -> one gradient per input in
+    ``grad_inputs``), and the names of the saved values."""
+
+    def __init__(self, forward: Graph, backward: Graph, saved: list[str],
+                 grad_inputs: list[int], n_outputs: int):
+        self.forward = forward
+        self.backward = backward
+        self.saved = saved
+        self.grad_inputs = grad_inputs
+        self.n_outputs = n_outputs
+
+
+def _extract(name: str, inputs: list[Node], nodes: list[Node], outputs: list) -> Graph:
+    g = Graph(name)
+    m: dict[Node, Node] = {}
+    for p in inputs:
+        m[p] = g.placeholder(p.spec, p.name)
+    for n in nodes:
+        m[n] = g.add(n.kind, n.name, op=n.op, inputs=tuple(m[i] if isinstance(i, Node) else i
+                                                           for i in n.inputs),
+                     deps=tuple(m[d] for d in n.deps if d in m), params=dict(n.params),
+                     spec=n.spec, subgraphs=dict(n.subgraphs), value=n.value, nargs=n.nargs,
+                     target=m.get(n.target))
+    g.set_outputs([m[o] if isinstance(o, Node) else o for o in outputs])
+    return g
+
+
+def _float(spec) -> bool:
+    return getattr(spec, "dtype", None) is not None and xp.dtype(spec.dtype).kind == "f"
+
+
+def partition(graph: Graph, grad_inputs: list[int]) -> Partition | None:
+    """The joint graph of ``graph`` differentiated w.r.t. its inputs at ``grad_inputs``,
+    split in two; None when it cannot be (non-float or passthrough outputs, state)."""
+    outs = list(graph.outputs)
+    if not outs or any(not isinstance(o, Node) or o.kind == "placeholder" or not _float(o.spec)
+                       for o in outs):
+        return None
+    if any(n.kind not in ("placeholder", "constant", "call", "item", "shape", "output")
+           for n in graph.nodes):
+        return None
+    joint = _extract(graph.name, graph.inputs, [n for n in graph.nodes
+                                                if n.kind not in ("placeholder", "output")],
+                     outs)
+    fwd_nodes = [n for n in joint.nodes if n.kind not in ("placeholder", "output")]
+    before = set(joint.nodes)
+    seeds = [joint.placeholder(o.spec, f"tangents_{k}") for k, o in enumerate(joint.outputs)]
+    grads = graph_grad(joint, list(joint.outputs), [joint.inputs[i] for i in grad_inputs],
+                       grad_outputs=[symbol(s) for s in seeds])
+    bwd_nodes = [n for n in joint.nodes if n not in before and n.kind not in
+                 ("placeholder", "output")]
+    saved: list[Node] = []
+    for n in bwd_nodes:
+        for i in (*n.input_nodes(), *n.deps):
+            if i in before and i not in saved:
+                saved.append(i)
+    forward = _extract(f"{graph.name}_forward", joint.inputs[:len(graph.inputs)], fwd_nodes,
+                       [*joint.outputs, *saved])
+    backward = _extract(f"{graph.name}_backward", [*saved, *seeds], bwd_nodes,
+                        [g if g is not None else 0.0 for g in grads])
+    return Partition(forward, backward, [s.name for s in saved], list(grad_inputs), len(outs))
+
+
+class AotProgram:
+    """What a compiled graph runs when a gradient is needed: the compiled forward and
+    backward, built per pattern of which inputs require grad; ``slow`` (the op-by-op
+    program) where the graph cannot be split."""
+
+    def __init__(self, graph: Graph, slow: Callable):
+        self.graph = graph
+        self.slow = slow
+        self.built: dict[tuple, type | None] = {}
+
+    def __call__(self, *args):
+        mask = tuple(isinstance(a, Value) and a._requires_grad for a in args)
+        fn = self.built.get(mask, False)
+        if fn is False:
+            fn = self.built[mask] = self._build(mask)
+        if fn is None:
+            return self.slow(*args)
+        out = fn.apply(*args)
+        return out if isinstance(out, tuple) else (out,)
+
+    def _build(self, mask: tuple) -> type | None:
+        positions = [i for i, m in enumerate(mask) if m]
+        if any(not _float(self.graph.inputs[i].spec) for i in positions):
+            return None
+        part = partition(self.graph, positions)
+        if part is None:
+            return None
+        fwd_graph = fuse_elementwise(optimize(part.forward)[0])
+        bwd_graph = fuse_elementwise(optimize(part.backward)[0])
+        fwd, bwd = array_function(fwd_graph), array_function(bwd_graph)
+        if fwd is None or bwd is None:
+            return None
+        return _function(self, part, fwd, bwd, fwd_graph, bwd_graph)
+
+
+def _function(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph, bwd_graph) -> type:
+    n_out, positions, slow = part.n_outputs, part.grad_inputs, aot.slow
+
+    class CompiledFunction(Function):
+        partition = part
+        forward_graph = fwd_graph
+        backward_graph = bwd_graph
+
+        @staticmethod
+        def forward(ctx, *args):
+            res = fwd(*[a._array if isinstance(a, Value) else a for a in args])
+            ctx.residuals = res[n_out:]
+            ctx.args = args
+            outs = tuple(Tensor._make(xp.asarray(r)) for r in res[:n_out])
+            return outs if n_out > 1 else outs[0]
+
+        @staticmethod
+        def backward(ctx, *gs):
+            grads = [None] * len(ctx.args)
+            if is_grad_enabled():   # create_graph=True: the op-by-op graph, recorded
+                with enable_grad():
+                    outs = slow(*ctx.args)
+                got = autograd_grad(list(outs), [ctx.args[i] for i in positions], list(gs),
+                                    create_graph=True, allow_unused=True)
+            else:
+                res = bwd(*ctx.residuals, *[g._array for g in gs])
+                got = [None if isinstance(r, float) else Tensor._make(xp.asarray(r))
+                       for r in res]
+            for i, g in zip(positions, got, strict=True):
+                grads[i] = g
+            return tuple(grads)
+
+    return CompiledFunction

@@ -1,0 +1,71 @@
+"""Layer ``backends``: the cost model that picks a fused group's lowering: a Numba loop
+kernel or the NumPy ``out=`` program.
+
+The constants are measurements on the development machine (2-core AMD Zen 4, NumPy
+2.4, numba 0.68.1 from PyPI, float32; the numba-codegen reference notes of this
+project, min of 7 runs):
+
+* a NumPy ufunc call costs ~0.5-0.7 us on a tiny array; through an op's ``forward``
+  ~1 us. On (4096, 1024) float32, a 10-op arithmetic chain takes 25.9 ms in NumPy
+  (~0.62 ns per element per op, memory-bound, a full temporary per op);
+* a serial Numba kernel call costs ~0.3 us, a ``parallel=True`` one ~2.5 us. The same
+  arithmetic chain fused runs 10.7 ms serial (~0.26 ns/element/op), 6.9 ms on 2
+  threads (~0.17). Parallel pays past ~10k elements;
+* Numba's wheels have no vector math library (SVML off): ``exp`` costs ~6x NumPy's SIMD
+  loop per element, ``log`` ~9x, ``tanh`` ~40x (NumPy ~0.5 ns/element, so ~3, ~5 and
+  ~20 ns). A 10-op chain with tanh and exp runs at 0.13x NumPy's speed in Numba;
+* NumPy with ``out=`` buffers (no full temporary per op) gains ~1.3x on large arrays.
+
+So Numba wins on arithmetic chains and on small tensors (one call instead of one per
+op), NumPy wherever transcendentals dominate large arrays. ``choose`` is a pure
+function of the group and the element count: decisions never depend on timing.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["Estimate", "choose", "NUMBA_SCALAR_NS", "PARALLEL_MIN_ELEMENTS"]
+
+NUMPY_CALL_US = 1.0          # one op's forward on a tiny array
+NUMPY_NS_PER_ELEMENT = 0.62  # one op, memory-bound, allocating its result
+NUMPY_OUT_GAIN = 1.3         # ``out=`` buffers instead of a temporary per op
+NUMBA_CALL_US = 0.3          # serial kernel call
+NUMBA_PARALLEL_CALL_US = 2.5
+NUMBA_NS_PER_OP = 0.26       # an arithmetic op inside a fused serial loop
+NUMBA_PARALLEL_GAIN = 1.55   # 2 threads on a memory-bound loop
+PARALLEL_MIN_ELEMENTS = 10_000
+# per-element cost in Numba's scalar loop of the ops that call libm (ns)
+NUMBA_SCALAR_NS = {"Exp": 3.0, "Log": 5.0, "Tanh": 20.0, "Sigmoid": 4.0, "Expm1": 4.0,
+                   "Log1p": 5.0}
+
+
+class Estimate(NamedTuple):
+    """The choice, both estimates (microseconds) and the reason in words."""
+
+    lowering: str        # "numba" or "numpy"
+    parallel: bool
+    numba_us: float | None
+    numpy_us: float
+    reason: str
+
+
+def choose(op_names: list[str], numel: int, numba_ok: bool, why_not: str = "") -> Estimate:
+    """The lowering for a group of ``op_names`` over ``numel`` output elements.
+    ``numba_ok``: whether the group has a Numba kernel at all (``why_not`` if not)."""
+    k = len(op_names)
+    numpy_us = k * NUMPY_CALL_US + k * numel * NUMPY_NS_PER_ELEMENT / NUMPY_OUT_GAIN / 1e3
+    if not numba_ok:
+        return Estimate("numpy", False, None, numpy_us, why_not)
+    per_element = sum(NUMBA_SCALAR_NS.get(n, NUMBA_NS_PER_OP) for n in op_names)
+    parallel = numel >= PARALLEL_MIN_ELEMENTS
+    numba_us = (NUMBA_PARALLEL_CALL_US if parallel else NUMBA_CALL_US) + \
+        numel * per_element / (NUMBA_PARALLEL_GAIN if parallel else 1.0) / 1e3
+    slow = sorted({n for n in op_names if n in NUMBA_SCALAR_NS})
+    if numba_us < numpy_us:
+        why = (f"numba {'parallel' if parallel else 'serial'}: ~{numba_us:.1f} us vs NumPy "
+               f"~{numpy_us:.1f} us ({k} ops, {numel} elements)")
+        return Estimate("numba", parallel, numba_us, numpy_us, why)
+    why = (f"numpy: ~{numpy_us:.1f} us vs numba ~{numba_us:.1f} us"
+           + (f" ({', '.join(slow)} run scalar libm in Numba, SIMD in NumPy)" if slow else ""))
+    return Estimate("numpy", False, numba_us, numpy_us, why)
