@@ -148,9 +148,10 @@ def _function(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph, bwd_graph) 
         def backward(ctx, *gs):
             grads = [None] * len(ctx.args)
             if is_grad_enabled():   # create_graph=True: the op-by-op graph, recorded
+                args = ctx._inputs   # the caller's tensors (forward saw fresh leaves)
                 with enable_grad():
-                    outs = slow(*ctx.args)
-                got = autograd_grad(list(outs), [ctx.args[i] for i in positions], list(gs),
+                    outs = slow(*args)
+                got = autograd_grad(list(outs), [args[i] for i in positions], list(gs),
                                     create_graph=True, allow_unused=True)
             else:
                 res = bwd(*ctx.residuals, *[g._array for g in gs])

@@ -17,15 +17,17 @@ project, min of 7 runs):
 * NumPy with ``out=`` buffers (no full temporary per op) gains ~1.3x on large arrays.
 
 So Numba wins on arithmetic chains and on small tensors (one call instead of one per
-op), NumPy wherever transcendentals dominate large arrays. ``choose`` is a pure
-function of the group and the element count: decisions never depend on timing.
+op). Transcendentals never reach it: fused_numba.py keeps them out of kernels (slower,
+and libm's last bit differs from NumPy's SIMD loops), so their groups run in NumPy.
+``choose`` is a pure function of the group and the element count: decisions never
+depend on timing.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Estimate", "choose", "NUMBA_SCALAR_NS", "PARALLEL_MIN_ELEMENTS"]
+__all__ = ["Estimate", "choose", "PARALLEL_MIN_ELEMENTS"]
 
 NUMPY_CALL_US = 1.0          # one op's forward on a tiny array
 NUMPY_NS_PER_ELEMENT = 0.62  # one op, memory-bound, allocating its result
@@ -35,9 +37,6 @@ NUMBA_PARALLEL_CALL_US = 2.5
 NUMBA_NS_PER_OP = 0.26       # an arithmetic op inside a fused serial loop
 NUMBA_PARALLEL_GAIN = 1.55   # 2 threads on a memory-bound loop
 PARALLEL_MIN_ELEMENTS = 10_000
-# per-element cost in Numba's scalar loop of the ops that call libm (ns)
-NUMBA_SCALAR_NS = {"Exp": 3.0, "Log": 5.0, "Tanh": 20.0, "Sigmoid": 4.0, "Expm1": 4.0,
-                   "Log1p": 5.0}
 
 
 class Estimate(NamedTuple):
@@ -57,15 +56,13 @@ def choose(op_names: list[str], numel: int, numba_ok: bool, why_not: str = "") -
     numpy_us = k * NUMPY_CALL_US + k * numel * NUMPY_NS_PER_ELEMENT / NUMPY_OUT_GAIN / 1e3
     if not numba_ok:
         return Estimate("numpy", False, None, numpy_us, why_not)
-    per_element = sum(NUMBA_SCALAR_NS.get(n, NUMBA_NS_PER_OP) for n in op_names)
+    per_element = k * NUMBA_NS_PER_OP
     parallel = numel >= PARALLEL_MIN_ELEMENTS
     numba_us = (NUMBA_PARALLEL_CALL_US if parallel else NUMBA_CALL_US) + \
         numel * per_element / (NUMBA_PARALLEL_GAIN if parallel else 1.0) / 1e3
-    slow = sorted({n for n in op_names if n in NUMBA_SCALAR_NS})
     if numba_us < numpy_us:
         why = (f"numba {'parallel' if parallel else 'serial'}: ~{numba_us:.1f} us vs NumPy "
                f"~{numpy_us:.1f} us ({k} ops, {numel} elements)")
         return Estimate("numba", parallel, numba_us, numpy_us, why)
-    why = (f"numpy: ~{numpy_us:.1f} us vs numba ~{numba_us:.1f} us"
-           + (f" ({', '.join(slow)} run scalar libm in Numba, SIMD in NumPy)" if slow else ""))
+    why = f"numpy: ~{numpy_us:.1f} us vs numba ~{numba_us:.1f} us"
     return Estimate("numpy", False, numba_us, numpy_us, why)

@@ -1,5 +1,11 @@
 """Layer ``backends``: a fused group as one Numba loop kernel, generated as Python source.
 
+Only correctly rounded operations get a kernel (+ - * /, sqrt, max/min, abs, relu,
+comparisons, ``where``, casts, squares): their result is the same bit for bit in
+Numba and in NumPy, so results never depend on whether Numba is installed. exp, log,
+tanh... stay with NumPy: Numba calls scalar libm, whose last bit can differ from
+NumPy's SIMD loops (and which is 6-40x slower per element, cost_model.py).
+
 Only float32/float64 arithmetic groups (with comparisons, ``where``, casts and a few
 math functions) get one: ``source`` returns None with the reason otherwise. The kernel
 writes into a preallocated ``out``; every step's value is cast to its own dtype and
@@ -31,8 +37,7 @@ __all__ = ["source", "load", "cache_dir", "numba_available"]
 # scalar expression of each supported op ({0}, {1}...: its operands)
 _EXPR = {"Add": "{0} + {1}", "Sub": "{0} - {1}", "Mul": "{0} * {1}", "Div": "{0} / {1}",
          "Neg": "-{0}", "Maximum": "np.maximum({0}, {1})", "Minimum": "np.minimum({0}, {1})",
-         "Abs": "abs({0})", "Sqrt": "np.sqrt({0})", "Exp": "np.exp({0})",
-         "Log": "np.log({0})", "Tanh": "np.tanh({0})", "Relu": "np.maximum({0}, {z})",
+         "Abs": "abs({0})", "Sqrt": "np.sqrt({0})", "Relu": "np.maximum({0}, {z})",
          "Eq": "{0} == {1}", "Ne": "{0} != {1}", "Lt": "{0} < {1}", "Le": "{0} <= {1}",
          "Gt": "{0} > {1}", "Ge": "{0} >= {1}", "Where": "{1} if {0} else {2}",
          "Cast": "{0}"}
