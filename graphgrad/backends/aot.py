@@ -18,14 +18,14 @@ from collections.abc import Callable
 from graphgrad.autograd import Function, enable_grad
 from graphgrad.autograd import grad as autograd_grad
 from graphgrad.backend import xp
-from graphgrad.graph import Graph, Node, symbol
+from graphgrad.graph import Graph, Node, Spec, symbol
 from graphgrad.passes import fuse_elementwise, optimize
 from graphgrad.passes import grad as graph_grad
 from graphgrad.tensor import Tensor, Value, is_grad_enabled
 
 from .array_program import array_function
 
-__all__ = ["AotProgram", "Partition", "partition"]
+__all__ = ["AotProgram", "Partition", "partition", "specialize"]
 
 
 class Partition:
@@ -68,7 +68,8 @@ def partition(graph: Graph, grad_inputs: list[int]) -> Partition | None:
     if not outs or any(not isinstance(o, Node) or o.kind == "placeholder" or not _float(o.spec)
                        for o in outs):
         return None
-    if any(n.kind not in ("placeholder", "constant", "call", "item", "shape", "output")
+    if any(n.kind not in ("placeholder", "constant", "call", "item", "shape", "output",
+                          "random")
            for n in graph.nodes):
         return None
     joint = _extract(graph.name, graph.inputs, [n for n in graph.nodes
@@ -93,6 +94,28 @@ def partition(graph: Graph, grad_inputs: list[int]) -> Partition | None:
     return Partition(forward, backward, [s.name for s in saved], list(grad_inputs), len(outs))
 
 
+def specialize(graph: Graph, args: tuple) -> Graph | None:
+    """A copy of ``graph`` with every spec re-inferred from the shapes of ``args`` (None
+    where a node's shape depends on more than its op's shape rule)."""
+    g = Graph(graph.name)
+    m: dict[Node, Node] = {}
+    for p, a in zip(graph.inputs, args, strict=True):
+        spec = Spec(tuple(a.shape), a._array.dtype) if isinstance(a, Value) else p.spec
+        m[p] = g.placeholder(spec, p.name)
+    for n in graph.nodes:
+        if n.kind in ("placeholder", "output"):
+            continue
+        if n.kind not in ("call", "constant") or n.nargs != len(n.inputs):
+            return None
+        ins = tuple(m[i] if isinstance(i, Node) else i for i in n.inputs)
+        spec = n.spec if n.kind == "constant" else n.op.infer(
+            *[i.spec if isinstance(i, Node) else i for i in ins], **n.params)
+        m[n] = g.add(n.kind, n.name, op=n.op, inputs=ins, params=dict(n.params), spec=spec,
+                     value=n.value, deps=tuple(m[d] for d in n.deps))
+    g.set_outputs([m[o] if isinstance(o, Node) else o for o in graph.outputs])
+    return g
+
+
 class AotProgram:
     """What a compiled graph runs when a gradient is needed: the compiled forward and
     backward, built per pattern of which inputs require grad; ``slow`` (the op-by-op
@@ -102,22 +125,30 @@ class AotProgram:
         self.graph = graph
         self.slow = slow
         self.built: dict[tuple, type | None] = {}
+        # a graph with unknown dims is specialized to each call's shapes (its backward
+        # needs static shapes to be an array program)
+        self.dynamic = any(None in getattr(n.spec, "shape", ()) for n in graph.nodes
+                           if n.kind != "output" and isinstance(n.spec, Spec))
 
     def __call__(self, *args):
         mask = tuple(isinstance(a, Value) and a._requires_grad for a in args)
-        fn = self.built.get(mask, False)
+        key = (mask, self.dynamic and tuple(getattr(a, "shape", None) for a in args))
+        fn = self.built.get(key, False)
         if fn is False:
-            fn = self.built[mask] = self._build(mask)
+            fn = self.built[key] = self._build(mask, args)
         if fn is None:
             return self.slow(*args)
         out = fn.apply(*args)
         return out if isinstance(out, tuple) else (out,)
 
-    def _build(self, mask: tuple) -> type | None:
+    def _build(self, mask: tuple, args: tuple) -> type | None:
         positions = [i for i, m in enumerate(mask) if m]
         if any(not _float(self.graph.inputs[i].spec) for i in positions):
             return None
-        part = partition(self.graph, positions)
+        graph = specialize(self.graph, args) if self.dynamic else self.graph
+        if graph is None:
+            return None
+        part = partition(graph, positions)
         if part is None:
             return None
         fwd_graph = fuse_elementwise(optimize(part.forward)[0])

@@ -14,6 +14,7 @@ from typing import Any
 
 from graphgrad.backend import xp
 from graphgrad.graph import Graph, Node, dynamic_tuple_text, is_dynamic, python_code
+from graphgrad.graph.random_node import draw
 from graphgrad.passes import Fused, fuse_elementwise, optimize
 from graphgrad.tensor import Value, dispatch, is_grad_enabled
 from graphgrad.tensor.modes import current_mode
@@ -98,6 +99,11 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable,
                 body.append(f"if type({out}) is not _nd: {out} = _asarray({out})")
         elif n.kind == "item":
             body.append(f"{out} = {ins[0]}[{n.params['index']}]")
+        elif n.kind == "random":   # fresh samples each run (default or the node's generator)
+            ns[f"_n{k}"] = n
+            ns.setdefault("_draw", draw)
+            ns.setdefault("_rs", {})
+            body.append(f"{out} = _draw(_n{k}, _rs, [{', '.join(ins)}])._array")
         else:
             return None
         names[n] = out

@@ -10,7 +10,12 @@ project, min of 7 runs):
   (~0.62 ns per element per op, memory-bound, a full temporary per op);
 * a serial Numba kernel call costs ~0.3 us, a ``parallel=True`` one ~2.5 us. The same
   arithmetic chain fused runs 10.7 ms serial (~0.26 ns/element/op), 6.9 ms on 2
-  threads (~0.17). Parallel pays past ~10k elements;
+  threads (~0.17) on a quiet machine. On the shared 2-core machine under load (load
+  average ~3, other processes running), OpenMP's threads lost at every size: a 3-op
+  kernel on 32k float32 took 5.3 ms parallel against 3.5 us serial, on 4M elements
+  8.3 ms against 3.8 ms (medians). So kernels run serial unless ``config.parallel``
+  (env ``GRAPHGRAD_NUMBA_PARALLEL=1``) asks for threads, and then only past
+  ``PARALLEL_MIN_ELEMENTS``;
 * Numba's wheels have no vector math library (SVML off): ``exp`` costs ~6x NumPy's SIMD
   loop per element, ``log`` ~9x, ``tanh`` ~40x (NumPy ~0.5 ns/element, so ~3, ~5 and
   ~20 ns). A 10-op chain with tanh and exp runs at 0.13x NumPy's speed in Numba;
@@ -36,7 +41,7 @@ NUMBA_CALL_US = 0.3          # serial kernel call
 NUMBA_PARALLEL_CALL_US = 2.5
 NUMBA_NS_PER_OP = 0.26       # an arithmetic op inside a fused serial loop
 NUMBA_PARALLEL_GAIN = 1.55   # 2 threads on a memory-bound loop
-PARALLEL_MIN_ELEMENTS = 10_000
+PARALLEL_MIN_ELEMENTS = 1 << 20
 
 
 class Estimate(NamedTuple):
@@ -49,15 +54,17 @@ class Estimate(NamedTuple):
     reason: str
 
 
-def choose(op_names: list[str], numel: int, numba_ok: bool, why_not: str = "") -> Estimate:
+def choose(op_names: list[str], numel: int, numba_ok: bool, why_not: str = "",
+           allow_parallel: bool = False) -> Estimate:
     """The lowering for a group of ``op_names`` over ``numel`` output elements.
-    ``numba_ok``: whether the group has a Numba kernel at all (``why_not`` if not)."""
+    ``numba_ok``: whether the group has a Numba kernel at all (``why_not`` if not);
+    ``allow_parallel``: whether threads may be used (see the module docstring)."""
     k = len(op_names)
     numpy_us = k * NUMPY_CALL_US + k * numel * NUMPY_NS_PER_ELEMENT / NUMPY_OUT_GAIN / 1e3
     if not numba_ok:
         return Estimate("numpy", False, None, numpy_us, why_not)
     per_element = k * NUMBA_NS_PER_OP
-    parallel = numel >= PARALLEL_MIN_ELEMENTS
+    parallel = allow_parallel and numel >= PARALLEL_MIN_ELEMENTS
     numba_us = (NUMBA_PARALLEL_CALL_US if parallel else NUMBA_CALL_US) + \
         numel * per_element / (NUMBA_PARALLEL_GAIN if parallel else 1.0) / 1e3
     if numba_us < numpy_us:

@@ -10,7 +10,8 @@
 
 Numba is the optional extra ``graphgrad[jit]``; without it, or with
 ``config.numba = False`` (env ``GRAPHGRAD_NUMBA=0``), every group gets the NumPy
-lowering, which computes what eager computes. A Numba kernel that fails to compile
+lowering (``config.parallel``, env ``GRAPHGRAD_NUMBA_PARALLEL=1``: threaded kernels for
+large groups; off by default, cost_model.py says why), which computes what eager computes. A Numba kernel that fails to compile
 warns once and its group falls back to NumPy. ``config.debug_dir`` (env
 ``GRAPHGRAD_DEBUG_DIR``): each kernel's generated source is written there too.
 """
@@ -38,6 +39,8 @@ class FusionConfig:
     """Switches of the fused lowerings (read when a kernel is made)."""
 
     numba: bool = field(default_factory=lambda: os.environ.get("GRAPHGRAD_NUMBA", "1") != "0")
+    parallel: bool = field(
+        default_factory=lambda: os.environ.get("GRAPHGRAD_NUMBA_PARALLEL", "0") == "1")
     debug_dir: str | None = field(default_factory=lambda: os.environ.get("GRAPHGRAD_DEBUG_DIR"))
 
 
@@ -69,7 +72,7 @@ class FusedKernel:
             src, why = fused_numba.source(program, "f" * len(program.input_specs))
             ok = src is not None
         self.decision: Estimate = choose(program.op_names, numel, ok, why or
-                                         "unknown dims: NumPy")
+                                         "unknown dims: NumPy", config.parallel)
         _debug_write(self)
 
     @property
