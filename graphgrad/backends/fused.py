@@ -10,9 +10,10 @@
 
 Numba is the optional extra ``graphgrad[jit]``; without it, or with
 ``config.numba = False`` (env ``GRAPHGRAD_NUMBA=0``), every group gets the NumPy
-lowering (``config.parallel``, env ``GRAPHGRAD_NUMBA_PARALLEL=1``: threaded kernels for
-large groups; off by default, cost_model.py says why), which computes what eager computes. A Numba kernel that fails to compile
-warns once and its group falls back to NumPy. ``config.debug_dir`` (env
+lowering, which computes what eager computes. ``config.parallel`` (env
+``GRAPHGRAD_NUMBA_PARALLEL=1``): threaded kernels for large groups (off by default:
+cost_model.py says why). A Numba kernel that fails to compile warns once and its
+group falls back to NumPy. ``config.debug_dir`` (env
 ``GRAPHGRAD_DEBUG_DIR``): each kernel's generated source is written there too.
 """
 

@@ -35,6 +35,14 @@ __all__ = ["fuse_elementwise", "fusion_report", "FusionReport", "FUSION", "REDUC
 # reductions a group may end with: sum/mean/amax/amin/logsumexp and row softmaxes
 REDUCTIONS = frozenset(REGISTRY[n] for n in ("Sum", "Mean", "Amax", "Amin", "Logsumexp",
                                              "Softmax", "LogSoftmax"))
+# ops whose forward makes several passes over memory by itself: worth a group of their
+# own on large tensors (a backend can run it block by block, in cache)
+COMPOSITE = frozenset(REGISTRY[n] for n in ("Gelu", "Softmax", "LogSoftmax", "Logsumexp",
+                                            "Sigmoid", "Softplus", "Silu") if n in REGISTRY)
+SINGLE_MIN_ELEMENTS = 1 << 17
+# cheap elementwise ops that a group may recompute from their inputs rather than read
+# their full-size result (a value several groups read: x - mean in a layer norm)
+RECOMPUTED = frozenset(REGISTRY[n] for n in ("Add", "Sub", "Mul", "Div", "Neg", "Cast"))
 _LIBRARY = frozenset(n for n in ("Matmul", "Mm", "Bmm", "Linear", "Conv1d", "Conv2d",
                                  "Conv3d", "ConvNd", "Einsum", "Addmm") if n in REGISTRY)
 
@@ -95,9 +103,19 @@ def _why_not(n: Node, users: dict, mutated: set) -> str | None:
     return None
 
 
+def _numel(spec) -> int:
+    n = 1
+    for d in spec.shape:
+        if d is None:
+            return 0
+        n *= d
+    return n
+
+
 def _groups(graph: Graph) -> tuple[list[list[Node]], dict[Node, str]]:
     """The fusion groups (each in graph order, its root last) and why each op node that
-    is in none was left out."""
+    is in none was left out. A cheap op (``RECOMPUTED``) whose inputs are the group's
+    inputs may be in several groups: each recomputes it."""
     nodes = graph.nodes
     index = {n: i for i, n in enumerate(nodes)}
     users = graph.users()
@@ -106,9 +124,14 @@ def _groups(graph: Graph) -> tuple[list[list[Node]], dict[Node, str]]:
     why = {n: _why_not(n, users, mutated) for n in nodes}
     owner: dict[Node, int] = {}
     groups: list[list[Node]] = []
+    copies: dict[Node, list[set]] = {}   # node -> the groups that recompute it
+    member_of: dict[Node, list[set]] = {}
     for root in reversed(nodes):   # consumers first: each group grows from its result
         if why[root] is not None or root in owner:
             continue
+        if root in copies and _recomputed_by_all(root, users, member_of):
+            continue
+
         members = {root}
         frontier = [-index[a] for a in root.input_nodes()]
         heapq.heapify(frontier)
@@ -121,23 +144,45 @@ def _groups(graph: Graph) -> tuple[list[list[Node]], dict[Node, str]]:
             if why[m] is not None or m in owner or m in outputs or m.op in REDUCTIONS:
                 continue
             if not all(u in members for u in users[m]):
+                if m.op in RECOMPUTED and not any(a in outputs for a in m.input_nodes()):
+                    members.add(m)   # recomputed here; its inputs stay the group's inputs
                 continue
             members.add(m)
             for a in m.input_nodes():
                 heapq.heappush(frontier, -index[a])
-        if len(members) < 2:
+        if len(members) < 2 and not (root.op in COMPOSITE
+                                     and _numel(root.spec) >= SINGLE_MIN_ELEMENTS):
             continue
         gid = len(groups)
         for m in members:
-            owner[m] = gid
+            member_of.setdefault(m, []).append(members)
+            if all(u in members for u in users[m]) or m is root:
+                owner[m] = gid
+            else:
+                copies.setdefault(m, []).append(members)
         groups.append(sorted(members, key=index.__getitem__))
     groups.reverse()
     reasons = {}
     for n in nodes:
-        if n.kind == "call" and n not in owner:
+        if n.kind == "call" and n not in owner and n not in copies:
             reasons[n] = why[n] or ("a reduction: it may only end a group"
                                     if n.op in REDUCTIONS else "nothing to fuse it with")
     return groups, reasons
+
+
+def _reads_directly(u: Node, n: Node, kept: set, root_of: dict, member_of: dict) -> bool:
+    """Whether ``u``, as the fused graph has it, reads ``n``'s value: ``u`` on its own
+    (kept, not a group's result), or a group that has ``u`` but recomputes not ``n``."""
+    if u not in member_of:
+        return True
+    if u in kept and u not in root_of:
+        return True
+    return any(n not in g for g in member_of[u])
+
+
+def _recomputed_by_all(n: Node, users: dict, member_of: dict) -> bool:
+    """Whether every reader of ``n`` is in groups only, each of which recomputes ``n``."""
+    return all(u in member_of and all(n in g for g in member_of[u]) for u in users[n])
 
 
 def _program(members: list[Node]) -> tuple[FusedProgram, list]:
@@ -164,9 +209,20 @@ def _rewrite(graph: Graph, subs: dict) -> Rebuild:
     rb = Rebuild(graph, subs)
     groups, _ = _groups(graph)
     root_of = {g[-1]: g for g in groups}
-    inner = {m for g in groups for m in g[:-1]}
+    member_of: dict[Node, list[set]] = {}
+    for g in groups:
+        for m in g:
+            member_of.setdefault(m, []).append(set(g))
+    users = graph.users()
+    # which group members still exist on their own: those read directly by a node that
+    # exists (a kept node, or a fused node whose group does not recompute them)
+    kept: set[Node] = set()
+    for n in reversed(graph.nodes):
+        if n not in member_of or n in root_of or any(
+                _reads_directly(u, n, kept, root_of, member_of) for u in users[n]):
+            kept.add(n)
     for n in graph.nodes:
-        if n in inner:
+        if n not in kept:
             rb.drop(n)
         elif n in root_of:
             program, ext = _program(root_of[n])
