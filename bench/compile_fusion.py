@@ -150,24 +150,9 @@ def _memory_case(fn, tfn, arrays, torch, repeats: int) -> dict:
 def bench_mlp(repeats: int) -> dict:
     sys.path.insert(0, str(HERE))
     import mlp_train
-    from graphgrad import nn, optim
-    x, y, ws, bs = mlp_train._data()
-    model = mlp_train._mlp(nn)
-    for lin, wt, bt in zip([model[0], model[2], model[4]], ws, bs, strict=True):
-        lin.weight._array[...] = wt
-        lin.bias._array[...] = bt
-    opt = optim.SGD(model.parameters(), lr=mlp_train.LR["sgd"])
-    loss_fn = nn.CrossEntropyLoss()
-    compiled = gg.compile(model)
-    xt, yt = gg.tensor(x), gg.tensor(y)
-
-    def step():
-        loss = loss_fn(compiled(xt), yt)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
     ms = _time({"numpy": mlp_train.numpy_step_fn(), "graphgrad_eager":
-                mlp_train.graphgrad_step_fn(), "graphgrad_compiled": step}, repeats, 0.1)
+                mlp_train.graphgrad_step_fn(), "graphgrad_compiled":
+                mlp_train.graphgrad_step_fn(compiled=True)}, repeats, 0.1)
     ratio = round(ms["graphgrad_compiled"] / ms["numpy"], 3)
     return {"ms": ms, "compiled_over_numpy": ratio, "eager_over_numpy":
             round(ms["graphgrad_eager"] / ms["numpy"], 3), "target_met": ratio <= 1.05}

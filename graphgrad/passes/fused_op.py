@@ -69,21 +69,17 @@ class FusedProgram:
 
     def run(self, arrays: tuple) -> Any:
         """The reference lowering: each op's ``forward`` in order (eager's computation)."""
-        vals: list = []
-        for s in self.steps:
-            args = [(arrays if a.kind == "in" else vals)[a.index] if isinstance(a, Ref) else a
-                    for a in s.args]
-            vals.append(s.op.forward(*args, **s.params))
-        return vals[-1]
+        return self._evaluate(arrays, lambda s, args: s.op.forward(*args, **s.params))
 
     def infer(self, specs: tuple) -> Spec:
         """Each step's shape rule re-run on the given input specs (the verifier's check)."""
-        out: list = []
+        return self._evaluate(specs, lambda s, args: s.op.infer(*args, **s.params))
+
+    def _evaluate(self, inputs: tuple, apply) -> Any:
+        vals: list = []
         for s in self.steps:
-            args = [(specs if a.kind == "in" else out)[a.index] if isinstance(a, Ref) else a
-                    for a in s.args]
-            out.append(s.op.infer(*args, **s.params))
-        return out[-1]
+            vals.append(apply(s, [_operand(a, inputs, vals) for a in s.args]))
+        return vals[-1]
 
 
 class _Fused(Op):

@@ -235,6 +235,14 @@ def _rewrite(graph: Graph, subs: dict) -> Rebuild:
     return rb
 
 
+def fusion_report(graph: Graph) -> FusionReport:
+    """What ``fuse_elementwise`` would do to ``graph`` (its top level): the groups and,
+    for every other op node, why it was left alone."""
+    groups, reasons = _groups(graph)
+    return FusionReport([([m.name for m in g], [m.op.__name__ for m in g]) for g in groups],
+                        [(n.name, n.op.__name__, r) for n, r in reasons.items()])
+
+
 FUSION = GraphPass("fuse_elementwise", _rewrite)
 
 
@@ -242,11 +250,3 @@ def fuse_elementwise(graph: Graph) -> Graph:
     """``graph`` with each fusion group replaced by one ``Fused`` node (the argument
     itself when nothing fuses). Sub-graphs are fused too."""
     return FUSION(graph).graph
-
-
-def fusion_report(graph: Graph) -> FusionReport:
-    """What ``fuse_elementwise`` would do to ``graph`` (its top level): the groups and,
-    for every other op node, why it was left alone."""
-    groups, reasons = _groups(graph)
-    return FusionReport([([m.name for m in g], [m.op.__name__ for m in g]) for g in groups],
-                        [(n.name, n.op.__name__, r) for n, r in reasons.items()])
