@@ -24,6 +24,7 @@ from graphgrad.passes import grad as graph_grad
 from graphgrad.tensor import Tensor, Value, is_grad_enabled
 
 from .array_program import array_function
+from .fused import dump_graphs
 
 __all__ = ["AotProgram", "Partition", "partition", "specialize"]
 
@@ -153,6 +154,8 @@ class AotProgram:
             return None
         fwd_graph = fuse_elementwise(optimize(part.forward)[0])
         bwd_graph = fuse_elementwise(optimize(part.backward)[0])
+        dump_graphs(("forward", part.forward), ("forward_fused", fwd_graph),
+                    ("backward", part.backward), ("backward_fused", bwd_graph))
         fwd, bwd = array_function(fwd_graph), array_function(bwd_graph)
         if fwd is None or bwd is None:
             return None

@@ -2,9 +2,12 @@
 
 ``default(gm, example_inputs)``: the graph (``gm.graph`` of a GraphModule) optimized by
 ``graphgrad.passes``, then its printed Python program, exec'd once (no per-node
-interpretation: the fastest backend graphgrad has); where no gradient is needed,
-``array_program`` makes a program on the arrays themselves that calls each op's
-``forward`` directly.
+interpretation); where no gradient is needed, ``array_program`` makes a program on the
+arrays themselves from the fused graph (``passes.fuse_elementwise``): each op's
+``forward`` called directly, each fused group one kernel (fused.py), each value freed
+after its last use. Where a gradient is needed, the compiled forward+backward (aot.py).
+With ``fused.config.debug_dir`` set, the graph before and after each step is written
+there as Python.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from graphgrad.tensor.modes import current_mode
 from graphgrad.tensor import Tensor
 
 from .eager import graph_of
-from .fused import lower
+from .fused import dump_graphs, lower
 
 __all__ = ["default", "array_program"]
 
@@ -31,9 +34,11 @@ def default(gm: Any, example_inputs: list) -> Callable:
     folding, CSE, dead code) as its printed program; when no gradient is needed, a program
     on NumPy arrays that calls each op's ``forward`` directly (no dispatch, no Tensor per
     intermediate). The callable's ``graph`` attribute is the optimized graph it runs."""
-    graph, _ = optimize(graph_of(gm))
+    captured = graph_of(gm)
+    graph, _ = optimize(captured)
     slow = python_code(graph, name="forward").fn
     fused = fuse_elementwise(graph)
+    dump_graphs(("captured", captured), ("optimized", graph), ("fused", fused))
     from .aot import AotProgram   # (aot.py builds on this module's array_function)
     fast = array_program(fused, example_inputs, slow, AotProgram(graph, slow))
     run = slow if fast is None else fast

@@ -26,13 +26,14 @@ from math import prod
 from pathlib import Path
 
 from graphgrad.backend import xp
+from graphgrad.graph import Graph
 from graphgrad.passes import FusedProgram
 
 from . import fused_numba
 from .cost_model import Estimate, choose
 from .fused_numpy import numpy_source
 
-__all__ = ["FusedKernel", "lower", "config", "kernel_cache"]
+__all__ = ["FusedKernel", "lower", "config", "kernel_cache", "dump_graphs"]
 
 
 @dataclass
@@ -131,6 +132,17 @@ def lower(program: FusedProgram) -> FusedKernel:
     if k is None:
         k = kernel_cache[key] = FusedKernel(program)
     return k
+
+
+def dump_graphs(*stages: tuple[str, Graph]) -> None:
+    """With ``config.debug_dir`` set: each (stage name, graph) written there as its
+    printed Python program, named ``<graph>.<n>.<stage>.py`` in pipeline order."""
+    if not config.debug_dir:
+        return
+    folder = Path(config.debug_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, (stage, graph) in enumerate(stages):
+        (folder / f"{graph.name}.{i}.{stage}.py").write_text(graph.code)
 
 
 def _debug_write(k: FusedKernel) -> None:
