@@ -144,8 +144,10 @@ def _groups(graph: Graph) -> tuple[list[list[Node]], dict[Node, str]]:
             if why[m] is not None or m in owner or m in outputs or m.op in REDUCTIONS:
                 continue
             if not all(u in members for u in users[m]):
-                if m.op in RECOMPUTED and not any(a in outputs for a in m.input_nodes()):
-                    members.add(m)   # recomputed here; its inputs stay the group's inputs
+                # recomputed here (its inputs stay the group's inputs) when every reader
+                # can fuse it too; a value a library call reads exists anyway
+                if m.op in RECOMPUTED and all(why[u] is None for u in users[m]):
+                    members.add(m)
                 continue
             members.add(m)
             for a in m.input_nodes():
