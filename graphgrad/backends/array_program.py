@@ -55,17 +55,60 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable,
     dispatch's promotion rule decides); on an error ``slow`` runs again for its message.
     ``train``: what runs instead of ``slow`` when a gradient is needed (the compiled
     forward+backward, aot.py)."""
-    ns: dict = {"_slow": slow, "_train": train or slow, "_T": Tensor._make, "_nd": xp.ndarray,
-                "_asarray": xp.asarray,
-                "_grad": is_grad_enabled, "_top": current_mode, "_i64": xp.int64,
-                "_Value": Value}
+    ns: dict = {"_slow": slow, "_train": train or slow, "_T": Tensor._make,
+                "_grad": is_grad_enabled, "_top": current_mode}
+    emitted = _emit(graph, [isinstance(ex, Value) for ex in example_inputs], ns)
+    if emitted is None:
+        return None
+    params, body, outs, rg = emitted
+    sig = ", ".join(params)
+    check = (f"if _top() is not None:\n        return _slow({sig})\n"
+             f"    if _grad() and ({' or '.join(rg) or 'False'}):\n        return _train({sig})")
+    src = (f"def forward({sig}):\n    {check}\n    try:\n"
+           + "".join(f"        {line}\n" for line in body)
+           + "    except Exception:\n"
+           + f"        return _slow({sig})\n"
+           + f"    return ({', '.join(map(_as_tensor, outs))}{',' if len(outs) == 1 else ''})\n")
+    exec(compile(src, f"<graph {graph.name} arrays>", "exec"), ns)  # noqa: S102
+    fn = ns["forward"]
+    fn.source = src
+    return fn
+
+
+def _as_tensor(out: str) -> str:
+    """An output's text as a Tensor: a computed array is wrapped; an input (the very
+    object) or a literal passes as it is."""
+    return f"_T({out})" if out.startswith("t") else out
+
+
+def array_function(graph: Graph) -> Callable | None:
+    """``graph`` as a function from arrays to the tuple of its output arrays (every input
+    an array; no fallback, no tensors), or None where a node needs more than arrays."""
+    ns: dict = {}
+    emitted = _emit(graph, [False] * len(graph.inputs), ns)
+    if emitted is None:
+        return None
+    params, body, outs, _ = emitted
+    src = (f"def arrays({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in body)
+           + f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})\n")
+    exec(compile(src, f"<graph {graph.name} arrays only>", "exec"), ns)  # noqa: S102
+    fn = ns["arrays"]
+    fn.source = src
+    return fn
+
+
+def _emit(graph: Graph, tensors: list[bool], ns: dict) -> tuple | None:
+    """The body of an array program: ``(params, lines, output texts, requires-grad
+    tests)``; ``tensors[i]``: input i is a tensor (its array is read first). Fills ``ns``
+    with what the lines call; None where a node needs more than arrays."""
+    ns.update({"_nd": xp.ndarray, "_asarray": xp.asarray, "_i64": xp.int64})
     names: dict[Node, str] = {}
     params, head, body, rg = [], [], [], []
     lines_of: dict[Node, int] = {}   # node -> index in body just past its statement
-    for i, (p, ex) in enumerate(zip(graph.inputs, example_inputs, strict=True)):
+    for i, (p, is_tensor) in enumerate(zip(graph.inputs, tensors, strict=True)):
         arg = f"x{i}"
         params.append(arg)
-        if isinstance(ex, Value):
+        if is_tensor:
             names[p] = f"a{i}"
             head.append(f"a{i} = {arg}._array")
             rg.append(f"{arg}._requires_grad")
@@ -82,26 +125,8 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable,
             ns[f"_c{k}"] = n.value
             body.append(f"{out} = _c{k}")
         elif n.kind == "call":
-            op = n.op
-            specs = [a.spec for a in n.inputs if isinstance(a, Node)]
-            if op is Fused:   # one kernel for the group (its inner ops promoted already)
-                ns[f"_f{k}"] = lower(n.params["kernel"])
-                body.append(f"{out} = _f{k}({', '.join(ins)})")
-                body.append(f"if type({out}) is not _nd: {out} = _asarray({out})")
-            elif any(getattr(sp, "dtype", None) != n.spec.dtype for sp in specs):
-                if not _mixed(ns, body, out, n, ins, k):
-                    return None
-            else:
-                ns[f"_f{k}"] = op.forward
-                args = ins[:n.nargs]
-                for key, v in n.params.items():
-                    if is_dynamic(v):
-                        args.append(f"{key}={dynamic_tuple_text(v, ins)}")
-                    else:
-                        ns[f"_p{k}_{key}"] = v
-                        args.append(f"{key}=_p{k}_{key}")
-                body.append(f"{out} = _f{k}({', '.join(args)})")
-                body.append(f"if type({out}) is not _nd: {out} = _asarray({out})")
+            if not _call(n, k, out, ins, ns, body):
+                return None
         elif n.kind == "item":
             body.append(f"{out} = {ins[0]}[{n.params['index']}]")
         elif n.kind == "random":   # fresh samples each run (default or the node's generator)
@@ -113,55 +138,39 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable,
             return None
         names[n] = out
         lines_of[n] = len(body)
-    body = _free_at_last_use(graph, names, body, lines_of) or ["pass"]
-    outs = []
+    body = head + (_free_at_last_use(graph, names, body, lines_of) or ["pass"])
     by_input = dict(zip(graph.inputs, params, strict=True))
-    for o in graph.outputs:
-        if o in by_input:
-            outs.append(by_input[o])   # a passthrough input: the very object
-        elif isinstance(o, Node):
-            outs.append(f"_T({names[o]})")
-        else:
-            outs.append(repr(o))
-    sig = ", ".join(params)
-    check = (f"if _top() is not None:\n        return _slow({sig})\n"
-             f"    if _grad() and ({' or '.join(rg) or 'False'}):\n        return _train({sig})")
-    src = (f"def forward({sig}):\n    {check}\n    try:\n"
-           + "".join(f"        {line}\n" for line in head + body)
-           + "    except Exception:\n"
-           + f"        return _slow({sig})\n"
-           + f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})\n")
-    exec(compile(src, f"<graph {graph.name} arrays>", "exec"), ns)  # noqa: S102
-    fn = ns["forward"]
-    fn.source = src
-    return fn
+    outs = [by_input[o] if o in by_input   # a passthrough input: the very object
+            else names[o] if isinstance(o, Node) else repr(o) for o in graph.outputs]
+    return params, body, outs, rg
 
 
-def array_function(graph: Graph) -> Callable | None:
-    """``graph`` as a function from arrays to the tuple of its output arrays (every input
-    an array; no fallback, no tensors), or None where a node needs more than arrays."""
-    prog = array_program(graph, [None] * len(graph.inputs), None)
-    if prog is None:
-        return None
-    ns = dict(prog.__globals__)
-    ns["_T"] = _identity
-    src = prog.source.replace("        ", "    ").split("    try:\n", 1)[1]
-    src = src.replace("    except Exception:\n", "").replace(
-        f"    return _slow({', '.join(f'x{i}' for i in range(len(graph.inputs)))})\n", "")
-    src = f"def arrays({', '.join(f'x{i}' for i in range(len(graph.inputs)))}):\n" + src
-    exec(compile(src, f"<graph {graph.name} arrays only>", "exec"), ns)  # noqa: S102
-    fn = ns["arrays"]
-    fn.source = src
-    return fn
+def _call(n: Node, k: int, out: str, ins: list[str], ns: dict, body: list[str]) -> bool:
+    """The lines of an op node: its fused kernel, its ``forward``, or (inputs of mixed
+    dtypes) dispatch. False where it cannot be an array statement."""
+    specs = [a.spec for a in n.inputs if isinstance(a, Node)]
+    if n.op is Fused:   # one kernel for the group (its inner ops promoted already)
+        ns[f"_f{k}"] = lower(n.params["kernel"])
+        body.append(f"{out} = _f{k}({', '.join(ins)})")
+    elif any(getattr(sp, "dtype", None) != n.spec.dtype for sp in specs):
+        return _mixed(ns, body, out, n, ins, k)
+    else:
+        ns[f"_f{k}"] = n.op.forward
+        args = ins[:n.nargs]
+        for key, v in n.params.items():
+            if is_dynamic(v):
+                args.append(f"{key}={dynamic_tuple_text(v, ins)}")
+            else:
+                ns[f"_p{k}_{key}"] = v
+                args.append(f"{key}=_p{k}_{key}")
+        body.append(f"{out} = _f{k}({', '.join(args)})")
+    body.append(f"if type({out}) is not _nd: {out} = _asarray({out})")
+    return True
 
 
 def _tensor_of(a):
     """An array as a Tensor for dispatch; a Python scalar input stays itself."""
     return Tensor._make(a) if type(a) is xp.ndarray else a
-
-
-def _identity(a):
-    return a
 
 
 def _free_at_last_use(graph: Graph, names: dict, body: list[str],
