@@ -177,8 +177,8 @@ def test_a_kernel_that_fails_to_compile_falls_back_once(monkeypatch, tmp_path):
     monkeypatch.setenv("GRAPHGRAD_KERNEL_CACHE", str(tmp_path))
     real = fused_mod.fused_numba.source
 
-    def broken(program, layout):
-        src, why = real(program, layout)
+    def broken(program, layout, libm=False):
+        src, why = real(program, layout, libm)
         return (src.replace("out[", "out[undefined_name + ") if src else src), why
     monkeypatch.setattr(fused_mod.fused_numba, "source", broken)
     fused_mod.kernel_cache.clear()
@@ -219,3 +219,19 @@ def test_generated_kernels_are_cached_on_disk_across_processes(tmp_path):
     assert len(modules) == 1   # the same source, one file: the second process imported it
     index = list(tmp_path.glob("__pycache__/ggk_*.nbi"))
     assert index, "Numba wrote no on-disk cache index"
+
+
+def test_libm_opt_in_puts_transcendentals_in_numba_kernels(monkeypatch, tmp_path):
+    if not HAS_NUMBA:
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(fused_mod.config, "numba", True)
+    monkeypatch.setattr(fused_mod.config, "libm", True)
+    monkeypatch.setenv("GRAPHGRAD_KERNEL_CACHE", str(tmp_path))
+    for fn, x, expect in ((chain, gg.randn(4, 4), "numba"),   # overhead-bound: one call
+                          (lambda x: (x * 2).tanh() + 1, gg.randn(512, 512), "numpy")):
+        cf = CompiledFunction(fn, backend="default", share=False)
+        with gg.no_grad():
+            # scalar libm: equal to NumPy's SIMD loops up to the last bits
+            np.testing.assert_allclose(cf(x).numpy(), fn(x).numpy(), rtol=1e-6, atol=1e-6)
+        (k,) = _kernels(cf)
+        assert k.lowering == expect, k.decision.reason

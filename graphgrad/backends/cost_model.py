@@ -22,8 +22,9 @@ project, min of 7 runs):
 * NumPy with ``out=`` buffers (no full temporary per op) gains ~1.3x on large arrays.
 
 So Numba wins on arithmetic chains and on small tensors (one call instead of one per
-op). Transcendentals never reach it: fused_numba.py keeps them out of kernels (slower,
-and libm's last bit differs from NumPy's SIMD loops), so their groups run in NumPy.
+op). Transcendentals reach it only when ``fused.config.libm`` allows them (fused_numba.py
+keeps them out by default: libm's last bit differs from NumPy's SIMD loops); their
+per-element cost below makes NumPy win on large tensors then.
 ``choose`` is a pure function of the group and the element count: decisions never
 depend on timing.
 """
@@ -42,6 +43,8 @@ NUMBA_PARALLEL_CALL_US = 2.5
 NUMBA_NS_PER_OP = 0.26       # an arithmetic op inside a fused serial loop
 NUMBA_PARALLEL_GAIN = 1.55   # 2 threads on a memory-bound loop
 PARALLEL_MIN_ELEMENTS = 1 << 20
+# per-element cost of the ops that call scalar libm in a Numba loop (ns)
+NUMBA_LIBM_NS = {"Exp": 3.0, "Log": 5.0, "Tanh": 20.0}
 
 
 class Estimate(NamedTuple):
@@ -63,7 +66,7 @@ def choose(op_names: list[str], numel: int, numba_ok: bool, why_not: str = "",
     numpy_us = k * NUMPY_CALL_US + k * numel * NUMPY_NS_PER_ELEMENT / NUMPY_OUT_GAIN / 1e3
     if not numba_ok:
         return Estimate("numpy", False, None, numpy_us, why_not)
-    per_element = k * NUMBA_NS_PER_OP
+    per_element = sum(NUMBA_LIBM_NS.get(n, NUMBA_NS_PER_OP) for n in op_names)
     parallel = allow_parallel and numel >= PARALLEL_MIN_ELEMENTS
     numba_us = (NUMBA_PARALLEL_CALL_US if parallel else NUMBA_CALL_US) + \
         numel * per_element / (NUMBA_PARALLEL_GAIN if parallel else 1.0) / 1e3

@@ -12,7 +12,9 @@ Numba is the optional extra ``graphgrad[jit]``; without it, or with
 ``config.numba = False`` (env ``GRAPHGRAD_NUMBA=0``), every group gets the NumPy
 lowering, which computes what eager computes. ``config.parallel`` (env
 ``GRAPHGRAD_NUMBA_PARALLEL=1``): threaded kernels for large groups (off by default:
-cost_model.py says why). A Numba kernel that fails to compile warns once and its
+cost_model.py says why). ``config.libm`` (env ``GRAPHGRAD_NUMBA_LIBM=1``): exp, log and
+tanh in Numba kernels too, whose results may then differ from NumPy's in the last bit
+(fused_numba.py). A Numba kernel that fails to compile warns once and its
 group falls back to NumPy. ``config.debug_dir`` (env
 ``GRAPHGRAD_DEBUG_DIR``): each kernel's generated source is written there too.
 """
@@ -41,6 +43,7 @@ class FusionConfig:
     """Switches of the fused lowerings (read when a kernel is made)."""
 
     numba: bool = field(default_factory=lambda: os.environ.get("GRAPHGRAD_NUMBA", "1") != "0")
+    libm: bool = field(default_factory=lambda: os.environ.get("GRAPHGRAD_NUMBA_LIBM") == "1")
     parallel: bool = field(
         default_factory=lambda: os.environ.get("GRAPHGRAD_NUMBA_PARALLEL", "0") == "1")
     debug_dir: str | None = field(default_factory=lambda: os.environ.get("GRAPHGRAD_DEBUG_DIR"))
@@ -64,6 +67,7 @@ class FusedKernel:
         self.numba_source: str | None = None
         self._numba: dict[str, object] = {}   # layout -> compiled module
         self.failed: str | None = None
+        self.libm = config.libm
         shape = program.spec.shape
         numel = prod(shape) if None not in shape else 0
         why = "" if config.numba else "Numba disabled (config.numba = False)"
@@ -71,7 +75,8 @@ class FusedKernel:
             why = "Numba is not installed (pip install graphgrad[jit])"
         ok = not why and None not in shape
         if ok:
-            src, why = fused_numba.source(program, "f" * len(program.input_specs))
+            src, why = fused_numba.source(program, "f" * len(program.input_specs),
+                                          config.libm)
             ok = src is not None
         self.decision: Estimate = choose(program.op_names, numel, ok, why or
                                          "unknown dims: NumPy", config.parallel)
@@ -92,7 +97,7 @@ class FusedKernel:
         kernel = self._numba.get(layout)
         try:
             if kernel is None:
-                src, _ = fused_numba.source(self.program, layout)
+                src, _ = fused_numba.source(self.program, layout, self.libm)
                 self.numba_source = src
                 module = fused_numba.load(src)
                 kernel = module.parallel if self.decision.parallel else module.serial
@@ -127,7 +132,7 @@ def lower(program: FusedProgram) -> FusedKernel:
     """The kernel of ``program``, from the in-memory cache when an equal program (same
     structure, dtypes, ranks) was lowered before."""
     key = (program.key, tuple((sp.dtype, sp.shape) for sp in program.input_specs),
-           program.spec.shape, config.numba)
+           program.spec.shape, config.numba, config.libm)
     k = kernel_cache.get(key)
     if k is None:
         k = kernel_cache[key] = FusedKernel(program)
@@ -152,7 +157,7 @@ def _debug_write(k: FusedKernel) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     name = f"fused_{abs(hash(k.program.key)) % 10**10}"
     text = (f"# {k.program!r}\n# lowering: {k.decision.reason}\n\n{k.numpy_source}\n")
-    src, _ = fused_numba.source(k.program, "f" * len(k.program.input_specs))
+    src, _ = fused_numba.source(k.program, "f" * len(k.program.input_specs), k.libm)
     if src:
         text += "\n# Numba form (flat contiguous inputs):\n" + src
     (folder / f"{name}.py").write_text(text)

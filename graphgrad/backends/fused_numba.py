@@ -3,8 +3,10 @@
 Only correctly rounded operations get a kernel (+ - * /, sqrt, max/min, abs, relu,
 comparisons, ``where``, casts, squares): their result is the same bit for bit in
 Numba and in NumPy, so results never depend on whether Numba is installed. exp, log,
-tanh... stay with NumPy: Numba calls scalar libm, whose last bit can differ from
-NumPy's SIMD loops (and which is 6-40x slower per element, cost_model.py).
+tanh stay with NumPy: Numba calls scalar libm, whose last bit can differ from NumPy's
+SIMD loops (and which is 6-40x slower per element, cost_model.py), unless the caller
+passes ``libm=True`` (``fused.config.libm``, opt-in: small tensors, where one kernel
+call instead of one NumPy call per op is the whole gain).
 
 Only float32/float64 arithmetic groups (with comparisons, ``where``, casts and a few
 math functions) get one: ``source`` returns None with the reason otherwise. The kernel
@@ -41,6 +43,7 @@ _EXPR = {"Add": "{0} + {1}", "Sub": "{0} - {1}", "Mul": "{0} * {1}", "Div": "{0}
          "Eq": "{0} == {1}", "Ne": "{0} != {1}", "Lt": "{0} < {1}", "Le": "{0} <= {1}",
          "Gt": "{0} > {1}", "Ge": "{0} >= {1}", "Where": "{1} if {0} else {2}",
          "Cast": "{0}"}
+_LIBM = {"Exp": "np.exp({0})", "Log": "np.log({0})", "Tanh": "np.tanh({0})"}
 _FLOATS = ("float32", "float64")
 
 
@@ -53,10 +56,13 @@ def cache_dir() -> Path:
                 or Path.home() / ".cache" / "graphgrad" / "kernels")
 
 
-def _refusal(program: FusedProgram) -> str | None:
+def _refusal(program: FusedProgram, libm: bool) -> str | None:
     for s in program.steps:
         name = s.op.__name__
-        if name not in _EXPR and not (name == "Pow" and s.args[1:] == (2,)):
+        if name in _LIBM and not libm:
+            return f"{name} has no Numba kernel form (scalar libm; fused.config.libm)"
+        if name not in _EXPR and name not in _LIBM and not (
+                name == "Pow" and s.args[1:] == (2,)):
             return f"{name} has no Numba kernel form"
         if name == "Div" and s.params.get("rounding_mode") is not None:
             return "rounded division"
@@ -70,12 +76,14 @@ def _refusal(program: FusedProgram) -> str | None:
     return None
 
 
-def source(program: FusedProgram, layout: str) -> tuple[str | None, str]:
+def source(program: FusedProgram, layout: str,
+           libm: bool = False) -> tuple[str | None, str]:
     """``(source, "")`` of the kernel module for ``layout`` (one letter per input:
     ``f`` a flat contiguous array of the output's size, ``s`` a one-element value
     passed as a scalar, ``b`` an array broadcast to the output's shape, indexed in n
-    dims), or ``(None, why)`` when the group has no Numba form."""
-    why = _refusal(program)
+    dims), or ``(None, why)`` when the group has no Numba form. ``libm``: exp, log and
+    tanh may be in the kernel (see the module docstring)."""
+    why = _refusal(program, libm)
     if why is not None:
         return None, why
     nd = program.spec.ndim if "b" in layout else 1
@@ -100,6 +108,8 @@ def source(program: FusedProgram, layout: str) -> tuple[str | None, str]:
                 ops.append(f"_k{len(consts) - 1}")
         if s.op.__name__ == "Pow":
             expr = f"{ops[0]} * {ops[0]}"
+        elif s.op.__name__ in _LIBM:
+            expr = _LIBM[s.op.__name__].format(*ops)
         elif "{z}" in _EXPR[s.op.__name__]:   # relu's zero, typed
             consts.append(f"_k{len(consts)} = np.{dt}(0)")
             expr = _EXPR[s.op.__name__].format(*ops, z=f"_k{len(consts) - 1}")
