@@ -39,7 +39,8 @@ __all__ = ["source", "load", "cache_dir", "numba_available"]
 # scalar expression of each supported op ({0}, {1}...: its operands)
 _EXPR = {"Add": "{0} + {1}", "Sub": "{0} - {1}", "Mul": "{0} * {1}", "Div": "{0} / {1}",
          "Neg": "-{0}", "Maximum": "np.maximum({0}, {1})", "Minimum": "np.minimum({0}, {1})",
-         "Abs": "abs({0})", "Sqrt": "np.sqrt({0})", "Relu": "np.maximum({0}, {z})",
+         "Abs": "abs({0})", "Sign": "np.sign({0})", "Sqrt": "np.sqrt({0})",
+         "Relu": "np.maximum({0}, {z})",
          "Eq": "{0} == {1}", "Ne": "{0} != {1}", "Lt": "{0} < {1}", "Le": "{0} <= {1}",
          "Gt": "{0} > {1}", "Ge": "{0} >= {1}", "Where": "{1} if {0} else {2}",
          "Cast": "{0}"}
