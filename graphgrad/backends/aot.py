@@ -2,7 +2,9 @@
 graph's inputs require grad, its joint forward+backward graph is built by graph-level
 differentiation (``graphgrad.passes.grad``), partitioned into a forward graph, which
 also returns what the backward reads (the *saved* values, nothing else), and a backward
-graph from those saved values and the output cotangents to the input gradients. Both
+graph from those saved values and the output cotangents to the input gradients.
+Elementwise values are not saved: the backward recomputes them from the nearest saved
+library-call result or input (``_recomputed``). Both
 halves are optimized, fused and run as array programs. The outputs' ``grad_fn`` is a
 ``CompiledFunctionBackward`` that runs the compiled backward.
 
