@@ -11,11 +11,10 @@ backtracking line search needs tens of thousands: the Hessian at the minimum,
 [[802, -400], [-400, 200]], has condition number about 2508, and a first-order method
 has to crawl along the curved valley.
 
-Setup (the reference numbers in shared/reference/papers.md, section 5, computed with
-SciPy's ``rosen_der``/``rosen_hess``): stop when ||grad f|| < 1e-8; Armijo
-backtracking with c = 1e-4 and rho = 1/2 starting from a unit step. Plain Newton
-(full steps) needs 6 iterations, damped Newton (Newton direction + backtracking) 21,
-gradient descent + backtracking 19,435.
+Setup (the reference numbers computed with SciPy's ``rosen_der``/``rosen_hess``): stop
+when ||grad f|| < 1e-8; Armijo backtracking with c = 1e-4 and rho = 1/2 starting from a
+unit step. Plain Newton (full steps) needs 6 iterations, damped Newton (Newton direction
++ backtracking) 21, gradient descent + backtracking 19,435.
 
     python examples/newton_rosenbrock.py                      # full comparison, plots
     python examples/newton_rosenbrock.py --max-gd-iters 2000  # cap gradient descent

@@ -12,13 +12,12 @@ graph: graphgrad extends the graph at each ``grad`` call, so it simply different
 again. The script also checks u'' against ``func.vmap(func.grad(func.grad(u)))``, the
 same quantity from the function transforms.
 
-Setup (Raissi et al. 2019, J. Comput. Phys. 378; the DeepXDE Poisson demo; numbers in
-shared/reference/papers.md, section 4): a 1-20-1 tanh network with Glorot-uniform
-weights and zero biases, 64 uniform collocation points, loss = mean residual^2 +
-mean boundary^2 (weight 1), float64, relative L2 error on 1001 points. A NumPy
-reference with analytic derivatives reaches 1.9e-6 to 3.9e-6 with L-BFGS and about
-1e-4 with Adam at a constant lr 1e-3 for 10,000 iterations (2.8e-4 here with seed 0).
-Adam does better with a cosine-annealed learning rate (1e-2 down to 1e-6) and
+Setup (Raissi et al. 2019, J. Comput. Phys. 378; the DeepXDE Poisson demo): a 1-20-1
+tanh network with Glorot-uniform weights and zero biases, 64 uniform collocation points,
+loss = mean residual^2 + mean boundary^2 (weight 1), float64, relative L2 error on 1001
+points. A NumPy reference with analytic derivatives reaches 1.9e-6 to 3.9e-6 with L-BFGS
+and about 1e-4 with Adam at a constant lr 1e-3 for 10,000 iterations (2.8e-4 here with
+seed 0). Adam does better with a cosine-annealed learning rate (1e-2 down to 1e-6) and
 beta2 = 0.99: below 1e-4 from about 6,000 iterations, a few 1e-5 at 10,000. The usual
 PINN recipe, Adam followed by L-BFGS, is the third choice; it prints both errors.
 

@@ -24,6 +24,8 @@ from . import optim
 from . import utils
 from .serialization import load, save
 from . import graph
+# drawing the eager graph needs the IR (a layer above autograd): the root joins them
+autograd.draw = graph.eager_graph.draw
 from . import static
 from . import torch_compat
 from .torch_compat import (BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor,
@@ -81,15 +83,13 @@ import importlib as _importlib  # noqa: E402
 
 # The capture frontends sit above everything else and are loaded on first use, which
 # keeps ``import graphgrad`` fast: graphgrad.fx, .jit, .dynamo, .compiler, .capture; the
-# graph passes too (graphgrad.passes).
-_LAZY_MODULES = ("fx", "jit", "dynamo", "compiler", "capture", "passes")
+# graph passes and ONNX export too (graphgrad.passes, graphgrad.onnx).
+_LAZY_MODULES = ("fx", "jit", "dynamo", "compiler", "capture", "passes", "onnx")
 
 
 def __getattr__(name: str):
     if name in _LAZY_MODULES:
         return _importlib.import_module(f".{name}", __name__)
-    if name == "onnx":  # graphgrad's own once it has one, else the CPU stand-in
-        return _importlib.import_module(torch_compat.importer.graphgrad_name("torch.onnx"))
     if name == "compile":
         return _importlib.import_module(".dynamo", __name__).compile
     raise AttributeError(f"module 'graphgrad' has no attribute '{name}'")

@@ -25,7 +25,30 @@ Commands:
   capture          capture one function every way graphgrad can (static, fx, jit.trace,
                    jit.script, compile) and tabulate what each did, checked against eager
   run              run an unmodified PyTorch program on graphgrad (import torch -> graphgrad)
+  lecture          the lecture's topics in order; `graphgrad lecture TOPIC` demonstrates one
+
+`graphgrad COMMAND --help` shows each command's options and their defaults.
 """
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Docstrings as written; every option's help ends with its default (a flag's is
+    off; an option whose help names its default itself keeps its own wording)."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32, width=100)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" in text or action.default is argparse.SUPPRESS or \
+                not action.option_strings or action.dest == "help":
+            return text
+        if action.required:
+            return text + " (required)"
+        if action.default is None or action.default is False:
+            return text + " (default: off)" if action.nargs == 0 else text + \
+                " (default: none)"
+        return text + " (default: %(default)s)"
 
 
 def _count_nodes(t) -> int:
@@ -103,6 +126,10 @@ def capture(args: argparse.Namespace) -> int:
     fx.symbolic_trace, jit.trace, jit.script, compile) on the --example inputs, and print
     a table of outcomes: captured / warned / error / silently wrong, each checked against
     eager on a second, different input (and for random functions, on a repeated call).
+    FUNC may be an nn.Module instance: its buffers (BatchNorm's running statistics) are
+    compared with eager's after one call, so a capture that drops their update is
+    reported silently wrong. If FILE.py defines FUNC_static (FUNC written for the static
+    API with static.cond / static.shape), its row "static (rewritten)" shows it working.
     Example: graphgrad capture examples/lecture_capture.py:branch --example "gg.tensor(1.)"
     """
     import importlib.util
@@ -111,7 +138,8 @@ def capture(args: argparse.Namespace) -> int:
     import numpy as np
 
     import graphgrad as gg
-    from graphgrad.capture import METHODS, report
+    from graphgrad.capture import METHODS, draw, explain, full_text, optimize_text, report
+    from graphgrad.graph import have_dot
 
     path, _, name = args.target.rpartition(":")
     if not path or not name:
@@ -139,12 +167,38 @@ def capture(args: argparse.Namespace) -> int:
         print(f"error: unknown method(s) {unknown}; choose from {', '.join(METHODS)}",
               file=sys.stderr)
         return 2
+    rewrite_name = args.static_rewrite or f"{name}_static"
+    rewrite = getattr(module, rewrite_name, None)
+    if args.static_rewrite and rewrite is None:
+        print(f"error: {path} has no function {args.static_rewrite!r}", file=sys.stderr)
+        return 2
     second = inputs(args.second) if args.second else None
-    rep = report(fn, *inputs(args.example), second_inputs=second, methods=methods)
+    rep = report(fn, *inputs(args.example), second_inputs=second, methods=methods,
+                 static_rewrite=rewrite if "static" in methods else None)
     print(rep.table())
+    print()
+    print(explain(rep))
+    if "static" in methods and rewrite is None and rep["static"].outcome == "error":
+        print(f"(define {name}_static in {path}, written with graphgrad.static's cond / "
+              f"shape, or pass --static-rewrite FUNC, to see the static API's working "
+              f"version next to the failure)")
+    if args.full:
+        print()
+        print(full_text(rep))
     if args.graphs:
         print()
         print(rep.graphs_text())
+    if args.optimize:
+        print()
+        print(optimize_text(rep))
+    if args.draw:
+        written = draw(rep, args.draw)
+        print()
+        print(f"wrote {len(written)} drawing{'' if len(written) == 1 else 's'} to "
+              f"{args.draw}" + ("" if have_dot() else " (DOT text: Graphviz's `dot` is not "
+                                "installed)"))
+        for p in written:
+            print(f"  {p}")
     return 0
 
 
@@ -162,67 +216,106 @@ def run(args: argparse.Namespace) -> int:
     return run_script(args.script, args.args)
 
 
+def lecture(args: argparse.Namespace) -> int:
+    """The lecture on autodiff and computational graphs, topic by topic: without TOPIC, the
+    map (each topic, the graphgrad feature that shows it, and the command); with TOPIC,
+    the demonstration itself, which prints what to look for and writes its pictures to
+    --out. `graphgrad lecture all` runs every topic in order."""
+    from graphgrad.lecture import TOPICS, run_topic, topic_map
+
+    if not args.topic:
+        print(topic_map())
+        return 0
+    names = [t.name for t in TOPICS] if args.topic == "all" else [args.topic]
+    for k, name in enumerate(names):
+        if k:
+            print()
+        try:
+            run_topic(name, out=args.out, quick=args.quick)
+        except KeyError as e:
+            print(f"error: {e.args[0]}", file=sys.stderr)
+            return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="graphgrad", description=_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="graphgrad", description=_DESCRIPTION,
+                                     formatter_class=_Help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    p = sub.add_parser("demo", help="higher-order derivatives by graph extension",
-                       description=demo.__doc__)
+
+    def command(name: str, fn, help_: str, **kw) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_, description=inspect.cleandoc(fn.__doc__),
+                              formatter_class=_Help, **kw)
+
+    p = command("demo", demo, "higher-order derivatives by graph extension")
     p.add_argument("--x", type=float, default=0.5, help="the point to differentiate at")
-    p.add_argument("--order", type=int, default=5, help="highest derivative order (default 5)")
+    p.add_argument("--order", type=int, default=5, help="highest derivative order")
     p.set_defaults(func=demo)
-    nd = sub.add_parser("numdiff", help="numerical differentiation tools",
+    nd = sub.add_parser("numdiff", help="numerical differentiation tools", formatter_class=_Help,
                         description="Numerical differentiation: finite differences and the "
                                     "complex step.")
     nd_sub = nd.add_subparsers(dest="numdiff_command", metavar="COMMAND")
     s = nd_sub.add_parser("study", help="derivative error against step size (CSV + plot)",
-                          description=numdiff_study.__doc__)
-    s.add_argument("--out", default="numdiff_study", help="output folder (default: "
-                   "./numdiff_study)")
-    s.add_argument("--x", type=float, default=1.5, help="the point (default 1.5)")
+                          description=inspect.cleandoc(numdiff_study.__doc__),
+                          formatter_class=_Help)
+    s.add_argument("--out", default="numdiff_study", help="output folder")
+    s.add_argument("--x", type=float, default=1.5, help="the point")
     s.add_argument("--no-plot", action="store_true", help="write the CSV only")
     s.set_defaults(func=numdiff_study)
     nd.set_defaults(func=lambda a: (nd.print_help(), 0)[1])
     from graphgrad.train import DEFAULTS
-    t = sub.add_parser("train", help="train a digits classifier (MLP or CNN)",
-                       description=train.__doc__)
-    t.add_argument("--model", choices=["mlp", "cnn"], default=DEFAULTS["model"])
-    t.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
-    t.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
-    t.add_argument("--lr", type=float, default=DEFAULTS["lr"])
+    t = command("train", train, "train a digits classifier (MLP or CNN)")
+    t.add_argument("--model", choices=["mlp", "cnn"], default=DEFAULTS["model"],
+                   help="a 64-256-256-10 MLP, or a small CNN")
+    t.add_argument("--epochs", type=int, default=DEFAULTS["epochs"], help="passes over the "
+                   "training split")
+    t.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"],
+                   help="images per step")
+    t.add_argument("--lr", type=float, default=DEFAULTS["lr"],
+                   help="learning rate: suits adam(w); sgd wants ~0.05")
     t.add_argument("--optimizer", choices=["sgd", "adam", "adamw"],
-                   default=DEFAULTS["optimizer"])
-    t.add_argument("--seed", type=int, default=DEFAULTS["seed"])
+                   default=DEFAULTS["optimizer"], help="the optimizer")
+    t.add_argument("--seed", type=int, default=DEFAULTS["seed"],
+                   help="seed of the split, the weights and the shuffling")
     t.add_argument("--compile", action="store_true",
-                   help="run the model through graphgrad.compile (bytecode capture)")
+                   help="run the model through graphgrad.compile; report graphs and breaks")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--no-plot", action="store_true", help="no loss-curve PNG")
-    t.add_argument("--out", default=DEFAULTS["out_dir"],
-                   help=f"checkpoint folder (default: ./{DEFAULTS['out_dir']})")
+    t.add_argument("--out", default=DEFAULTS["out_dir"], help="checkpoint folder")
     t.set_defaults(func=train)
-    c = sub.add_parser("capture", help="compare the ways of capturing a function as a graph",
-                       description=inspect.cleandoc(capture.__doc__),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    c.add_argument("target", metavar="FILE.py:FUNC", help="the function to capture")
+    c = command("capture", capture, "compare the ways of capturing a function as a graph")
+    c.add_argument("target", metavar="FILE.py:FUNC", help="the function (or nn.Module) to "
+                   "capture")
     c.add_argument("--example", required=True,
-                   help='Python expression for the example input(s), e.g. "gg.randn(2, 3)" '
-                        '(gg, torch = graphgrad and np = numpy are in scope; a tuple for '
-                        'several inputs)')
-    c.add_argument("--second", help="expression for the second input to check against eager "
-                                    "(default: every dim one larger, values of opposite sign)")
-    c.add_argument("--methods", help="comma-separated subset of: static, fx.symbolic_trace, "
-                                     "jit.trace, jit.script, compile")
+                   help='expression for the example input(s), e.g. "gg.randn(2, 3)" (gg, '
+                        'torch, np in scope; a tuple for several)')
+    c.add_argument("--second", help="the 2nd input to check against eager (default: every dim "
+                                    "one larger, opposite sign)")
+    c.add_argument("--methods", help="comma-separated subset of static, fx.symbolic_trace, "
+                                     "jit.trace, jit.script, compile (default: all)")
+    c.add_argument("--static-rewrite", metavar="FUNC",
+                   help="FILE.py's function written for the static API (default: "
+                        "FUNC_static, if defined)")
+    c.add_argument("--full", action="store_true",
+                   help="whole messages, notes, your source line marked with a caret")
     c.add_argument("--graphs", action="store_true", help="also print each graph as Python")
+    c.add_argument("--optimize", action="store_true",
+                   help="each graph before/after graphgrad.passes.optimize, with the passes")
+    c.add_argument("--draw", metavar="DIR", help="write a picture of each graph to DIR")
     c.set_defaults(func=capture)
-    r = sub.add_parser("run", help="run an unmodified PyTorch program on graphgrad",
-                       description=inspect.cleandoc(run.__doc__),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    r = command("run", run, "run an unmodified PyTorch program on graphgrad")
     r.add_argument("script", metavar="SCRIPT", help="the PyTorch program (a .py file)")
     r.add_argument("args", metavar="ARGS", nargs=argparse.REMAINDER,
                    help="passed to the program as sys.argv[1:], unchanged, options "
                         "included (default: none)")
     r.set_defaults(func=run)
+    lec = command("lecture", lecture, "the lecture's topics, each with its demonstration")
+    lec.add_argument("topic", metavar="TOPIC", nargs="?",
+                     help="a topic's name from the map, or 'all' (default: print the map)")
+    lec.add_argument("--out", default="out/lecture", help="folder for the pictures")
+    lec.add_argument("--quick", action="store_true",
+                     help="smaller runs of the long demonstrations")
+    lec.set_defaults(func=lecture)
     return parser
 
 

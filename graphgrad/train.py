@@ -135,7 +135,9 @@ def _train(model: str, epochs: int, batch_size: int, lr: float, optimizer: str, 
     net = make_model(model)
     forward = net
     if compiled:
-        from graphgrad.dynamo import compile as capture_bytecode  # loaded only when asked
+        from graphgrad import compiler  # loaded only when asked
+        from graphgrad.dynamo import compile as capture_bytecode
+        compiler.reset()   # zero the counters: the report below is this run's
         forward = capture_bytecode(net)
     opt = _make_optimizer(optimizer, net.parameters(), lr)
     loss_fn = nn.CrossEntropyLoss()
@@ -186,7 +188,24 @@ def _train(model: str, epochs: int, batch_size: int, lr: float, optimizer: str, 
     print(f"checkpoint: {checkpoint}")
     if plot_path is not None:
         print(f"loss curve: {plot_path}")
+    counters = _compile_report() if compiled else None
     return {**config, "test_accuracy": test_acc, "train_loss": history["epoch_loss"][-1]
             if epochs else float("nan"), "step_time_ms": step_ms, "seconds": seconds,
             "checkpoint": str(checkpoint), "plot": str(plot_path) if plot_path else None,
-            "history": history}
+            "history": history, "compile_counters": counters}
+
+
+def _compile_report() -> dict[str, int]:
+    """Print what graphgrad.compile did in this run (``graphgrad.compiler.counters``)."""
+    from graphgrad.compiler import counters
+    c = dict(counters)
+
+    def n(key: str, word: str) -> str:
+        return f"{c.get(key, 0)} {word}{'' if c.get(key, 0) == 1 else 's'}"
+
+    print(f"graphgrad.compile: {n('graphs', 'graph')} ({n('ops', 'op')}), "
+          f"{n('graph_breaks', 'graph break')}, {n('recompiles', 'recompile')}; "
+          f"{c.get('cache_hits', 0)} of {n('calls', 'call')} served by cached graphs"
+          + (f"; {n('eager_fallbacks', 'call')} ran eagerly" if c.get("eager_fallbacks")
+             else ""))
+    return c

@@ -1,5 +1,5 @@
-"""The lecture's three test functions, exactly as ../shared/LECTURE_CASES.md gives them
-(copied, not imported: the project must not depend on shared/). Every capture frontend's
+"""The lecture's three test functions, exactly as docs/lecture_cases.md gives them
+(the same functions as examples/lecture_capture.py). Every capture frontend's
 tests and the capture report run these."""
 
 import numpy as np

@@ -1,5 +1,5 @@
 """The capture report on the lecture's three functions, asserted cell by cell against
-../shared/LECTURE_CASES.md; the report's own checks (frozen random values, specialised
+docs/lecture_cases.md; the report's own checks (frozen random values, specialised
 branches) on small functions; and the ``graphgrad capture`` command."""
 
 from __future__ import annotations

@@ -315,12 +315,12 @@ def test_not_a_zip(tmp_path, content):
         load(path)
 
 
-def test_torch_file_and_other_npz_are_refused(tmp_path):
-    torch.save({"w": torch.ones(2)}, tmp_path / "t.pt")
+def test_torch_file_loads_and_other_npz_is_refused(tmp_path):
+    torch.save({"w": torch.ones(2)}, tmp_path / "t.pt")  # issue 20: torch files load
+    assert np.array_equal(load(tmp_path / "t.pt")["w"].numpy(), np.ones(2))
     np.savez(tmp_path / "n.npz", a=np.ones(2))
-    for name in ("t.pt", "n.npz"):
-        with pytest.raises(CheckpointError, match="not a graphgrad checkpoint"):
-            load(tmp_path / name)
+    with pytest.raises(CheckpointError, match="not a graphgrad checkpoint"):
+        load(tmp_path / "n.npz")
 
 
 def test_big_endian_entry_loads_as_native(tmp_path):

@@ -29,8 +29,8 @@ def _fresh():
 
 
 def _ops(gm) -> list[str]:
-    """The op names of a captured graph (a backend is handed a GraphModule: gm.graph)."""
-    graph = getattr(gm, "graph", gm)
+    """The op names of a captured graph (a backend is handed a GraphModule: gm.ir)."""
+    graph = getattr(gm, "ir", gm)
     return [n.target_name for n in graph.nodes if n.kind not in ("placeholder", "output")]
 
 
@@ -170,7 +170,7 @@ def test_decorator_forms_and_backend_callable():
 
     def gm_forward(gm):
         from graphgrad.graph import Interpreter
-        return Interpreter(gm.graph).run   # the IR under the GraphModule
+        return Interpreter(gm.ir).run   # the IR under the GraphModule
 
     @gg.compile(backend=my_backend)
     def f(x, y):
@@ -394,7 +394,7 @@ def test_default_backend_runs_the_graph_optimized_by_the_passes():
 
     def capture(gm, example_inputs):
         fn = default(gm, example_inputs)
-        ran.append((gm.graph, fn.graph))
+        ran.append((gm.ir, fn.graph))
         return fn
 
     def f(x):

@@ -4,6 +4,7 @@ save/load (npz, no pickle)."""
 from __future__ import annotations
 
 import io
+import pickle
 import zipfile
 
 import numpy as np
@@ -124,10 +125,14 @@ def test_module_and_optimizer_checkpoint(tmp_path):
 
 
 def test_save_refuses_code():
+    # graphgrad's own format holds data only; the default pickles other objects as
+    # torch.save does (issue 20), and a lambda cannot be pickled there either
     with pytest.raises(TypeError, match="cannot save an object of type function"):
-        save({"f": lambda: 0}, io.BytesIO())
+        save({"f": lambda: 0}, io.BytesIO(), format="npz")
     with pytest.raises(TypeError, match="dict keys"):
-        save({(1, 2): 0}, io.BytesIO())
+        save({(1, 2): 0}, io.BytesIO(), format="npz")
+    with pytest.raises(pickle.PicklingError):
+        save({"f": lambda: 0}, io.BytesIO())
 
 
 def test_default_collate_matches_torch():

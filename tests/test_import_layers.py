@@ -1,5 +1,5 @@
 """Every module imports only from its own layer or the layers below it
-(../shared/DESIGN.md, "Layers"), except the documented upward edges."""
+(docs/design.md, "Layers"), except the documented upward edges."""
 
 from __future__ import annotations
 
@@ -22,13 +22,15 @@ RANKS = [
     ["graph"],
     ["passes"],
     ["backends"],
-    ["nn", "optim", "data", "utils", "serialization"],
+    ["nn", "optim", "data", "utils"],
+    ["serialization"],     # reads safetensors through utils, builds nn.Parameter
     ["static"],
     ["fx", "jit"],
     ["dynamo"],          # hands backends fx GraphModules, as torch._dynamo builds on fx
-    ["capture", "compiler"],
+    ["capture", "compiler", "onnx"],  # onnx: export from jit.trace's graph
     ["torch_compat"],
     ["train", "run"],
+    ["lecture"],         # demonstrates every feature; the cli's `lecture` command runs it
     ["cli"],
 ]
 RANK = {layer: i for i, names in enumerate(RANKS) for layer in names}

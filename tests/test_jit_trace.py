@@ -462,7 +462,7 @@ def test_printing_and_drawing():
     assert "placeholder" in traced.tabular() and "Reshape" in traced.tabular()
     assert traced.code.splitlines()[1] == "# graphgrad.jit.trace on inputs f64[2, 3]"
     assert "def forward(x):" in traced.code
-    assert "_shape(x)" in traced.code and "int(" in traced.code
+    assert "tuple(x.shape)" in traced.code and "int(" in traced.code
     assert to_dot(traced.graph).startswith("digraph")
     x = gg.randn(4, 2, dtype=gg.float64)
     (printed,) = python_code(traced.graph).fn(x)

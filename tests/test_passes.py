@@ -193,9 +193,9 @@ def test_opaque_module_calls_are_kept_and_never_merged():
             self.lin(x)                        # unused: the module may update buffers
             return self.lin(x) + self.lin(x)   # two calls of an opaque module
     gm = symbolic_trace(Net(), example_inputs=(gg.randn(2, 3),))
-    assert _count(gm.graph, "call_module") == 3
-    new, report = P.optimize(gm.graph)
-    assert new is gm.graph and report.fixed_point and report.rounds == 1
+    assert _count(gm.ir, "call_module") == 3
+    new, report = P.optimize(gm.ir)
+    assert new is gm.ir and report.fixed_point and report.rounds == 1
 
 
 def _carried(old: Graph, new: Graph, state: dict) -> dict:
@@ -437,7 +437,7 @@ def test_optimize_runs_to_a_fixed_point_and_reports():
     gg.manual_seed(0)
     net = _Net()
     gm = symbolic_trace(net, example_inputs=(gg.randn(2, 3),))
-    original = gm.graph
+    original = gm.ir
     before = _snapshot(original)
     new, report = P.optimize(original)
     assert _snapshot(original) == before
@@ -456,7 +456,7 @@ def test_optimize_runs_to_a_fixed_point_and_reports():
     grads = [p.grad.numpy().copy() for p in net.parameters()]
     for p in net.parameters():
         p.grad = None
-    gm.graph = new
+    gm.graph = new   # a new IR graph: gm.ir is it, gm.graph its view
     got = gm(x)
     got.backward()
     assert np.array_equal(got.detach().numpy(), want.detach().numpy())

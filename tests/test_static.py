@@ -19,7 +19,7 @@ def fresh_graph():
     tf.reset_default_graph()
 
 
-# ---- the lecture's cases (../shared/LECTURE_CASES.md) ------------------------------------
+# ---- the lecture's cases (docs/lecture_cases.md) ------------------------------------
 
 def branch(x):  # the eager version, for comparison
     if x < 0:

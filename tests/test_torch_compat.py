@@ -314,11 +314,10 @@ def test_data_parallel_without_gpus_calls_the_module():
         gg.nn.parallel.DistributedDataParallel(ours_inner)
 
 
-def test_onnx_export_says_it_is_not_there_yet():
-    from graphgrad.torch_compat import onnx
-    with pytest.raises(NotImplementedError, match="ONNX export is not in graphgrad yet"):
-        onnx.export(gg.nn.Linear(2, 2), gg.zeros(1, 2), "model.onnx")
-    assert onnx.is_in_onnx_export() is False
+def test_torch_onnx_is_graphgrad_onnx():
+    import graphgrad.onnx
+    assert graphgrad_name("torch.onnx") == "graphgrad.onnx" and gg.onnx is graphgrad.onnx
+    assert graphgrad.onnx.is_in_onnx_export() is False
 
 
 def test_torch_names_map_to_graphgrad_modules():

@@ -121,7 +121,14 @@ def test_compiled_training_matches_eager(tmp_path, capsys):
     kw = dict(epochs=1, quiet=True, plot=False)
     eager = train_digits(out_dir=tmp_path / "eager", **kw)
     compiled = train_digits(out_dir=tmp_path / "compiled", compile=True, **kw)
-    assert "compiled" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "compiled" in printed
+    # what graphgrad.compile did, from its counters: one graph per batch shape, no break
+    c = compiled["compile_counters"]
+    assert c["graphs"] == 2 and c.get("graph_breaks", 0) == 0 and c["recompiles"] == 1
+    assert (f"graphgrad.compile: 2 graphs ({c['ops']} ops), 0 graph breaks, 1 recompile; "
+            f"{c['cache_hits']} of {c['calls']} calls served by cached graphs") in printed
+    assert eager["compile_counters"] is None
     np.testing.assert_allclose(compiled["history"]["step_loss"], eager["history"]["step_loss"],
                                rtol=1e-5, atol=1e-6)
     assert compiled["test_accuracy"] == eager["test_accuracy"]

@@ -19,7 +19,10 @@ __all__ = ["eager", "print_backend", "graph_of"]
 def graph_of(gm: Any) -> Graph:
     """The IR graph a backend is handed: ``gm.graph`` of a GraphModule (what
     ``graphgrad.compile`` passes, as PyTorch does), or a bare ``Graph``."""
-    return gm if isinstance(gm, Graph) else gm.graph
+    if isinstance(gm, Graph):
+        return gm
+    ir = getattr(gm, "ir", None)   # a GraphModule's graph is the torch.fx-style view of it
+    return ir if isinstance(ir, Graph) else gm.graph
 
 
 class _NoWrap(Interpreter):

@@ -366,6 +366,8 @@ class CompiledFunction:
             if not config.suppress_errors and "instructions" not in str(e):
                 raise
             if self.fullgraph:
+                if str(e).startswith("graphgrad.compile(fullgraph=True)"):
+                    raise  # the EagerStep above made it already: say it once
                 raise Unsupported(self._fullgraph_message(str(e), frames)) from None
             return self._unsupported(str(e), template, children, is_root, a, k)
         except Exception as e:  # noqa: BLE001 - run it for real: a user error raises there
@@ -501,7 +503,7 @@ class CompiledFunction:
             counters["graphs"] += 1
             counters["ops"] += ops
             self.graphs.append(graph)
-            # backends written for PyTorch take a GraphModule (gm.graph is the IR)
+            # backends written for PyTorch take a GraphModule (gm.graph: its fx view)
             compiled = self.backend(captured_graph_module(graph), examples)
             args = ", ".join(src.expr(pool) for src, _ in inputs)
             body = f"tuple({pool(compiled)}({args})) + ({carried})"

@@ -8,6 +8,11 @@ differentiable, printable as code (``.code``, ``print_readable()``) and as a tab
 (``.graph.print_tabular()``), drawable (``.graph.to_dot()``), runnable node by node by
 ``Interpreter`` and rewritable by ``Transformer``.
 
+Without example inputs, a call whose shape rule needs an input's rank is recorded as
+torch.fx records calls (``call_function``/``call_method`` nodes run when the graph runs,
+``python_calls``); ``passes.shape_prop.ShapeProp`` fills the shapes in from example
+inputs. ``wrap`` makes a function a leaf, ``Tracer.is_leaf_module`` a module.
+
 As in torch.fx, Python control flow on a traced value raises ``TraceError``, and code
 that does not touch a Proxy (``np.random.rand()``, ``gg.randn(3)``) runs once at trace
 time, its result frozen into the graph. graphgrad's random functions applied to a traced
@@ -23,7 +28,10 @@ from .graph_module import GraphModule, captured_graph_module
 from .interpreter import Interpreter, Transformer
 from .node_view import FxGraph, FxNode
 from .proxy import Proxy
+from .python_calls import wrap
 from .tracer import PH, Tracer
+from . import passes  # noqa: E402,I001 - graphgrad.fx.passes.shape_prop, as torch.fx's
 
 __all__ = ["symbolic_trace", "Tracer", "Proxy", "GraphModule", "Interpreter", "Transformer",
-           "TraceError", "PH", "captured_graph_module", "FxGraph", "FxNode"]
+           "TraceError", "PH", "captured_graph_module", "FxGraph", "FxNode", "wrap",
+           "passes"]

@@ -9,12 +9,16 @@ point, so autograd records it and ``backward()`` reaches inputs and parameters.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from graphgrad.func.pytree import LEAF, TreeSpec, tree_unflatten
-from graphgrad.graph import Graph, Node, PythonCode, Symbol, python_code, short
+from graphgrad.graph import Graph, Node, PythonCode, Symbol, short
+from graphgrad.graph.readable_code import readable_code
 from graphgrad.nn import Module, Parameter
 from graphgrad.tensor import Value
+
+from .node_view import FxGraph
 
 __all__ = ["GraphModule", "captured_graph_module"]
 
@@ -53,8 +57,10 @@ class GraphModule(Module):
     """``GraphModule(root, graph, class_name)``: ``root`` is the traced module (or a dict
     from qualified names to the modules and tensors the graph reads)."""
 
-    def __init__(self, root: Module | dict, graph: Graph, class_name: str = "GraphModule"):
+    def __init__(self, root: Module | dict, graph: Graph | FxGraph,
+                 class_name: str = "GraphModule"):
         super().__init__()
+        graph = graph.graph if isinstance(graph, FxGraph) else graph
         d = self.__dict__
         d["_class_name"] = class_name
         d["_signature"] = None      # the traced function's signature (for binding)
@@ -70,31 +76,34 @@ class GraphModule(Module):
     # ---- the graph and its code -------------------------------------------------------
 
     @property
-    def graph(self) -> Graph:
+    def ir(self) -> Graph:
+        """The IR graph (``graphgrad.graph.Graph``) that ``graph`` presents: what passes,
+        backends and the printer read."""
         return self.__dict__["_graph"]
 
+    @property
+    def graph(self) -> FxGraph:
+        """The graph with torch.fx's interface (``fx.node_view``): ``node.op`` is
+        "call_function", ``node.target`` is ``graphgrad.relu``... Edits made through it
+        change the one IR graph (``ir``); call ``recompile()`` after them, as in torch.fx."""
+        view = self.__dict__.get("_fx_view")
+        if view is None or view.graph is not self.ir:
+            view = self.__dict__["_fx_view"] = FxGraph(self.ir, self)
+        return view
+
     @graph.setter
-    def graph(self, g: Graph) -> None:
-        self.__dict__["_graph"] = g
+    def graph(self, g: Graph | FxGraph) -> None:
+        self.__dict__["_graph"] = g.graph if isinstance(g, FxGraph) else g
         self.recompile()
 
-    @property
-    def fx_graph(self):
-        """``graph`` with torch.fx's node interface (``fx.node_view``): ``node.op`` is
-        "call_function", ``node.target`` is ``graphgrad.relu``... Edits made through it
-        change ``graph`` itself; call ``recompile()`` after them, as in torch.fx."""
-        from .node_view import FxGraph
-        view = self.__dict__.get("_fx_view")
-        if view is None or view.graph is not self.graph:
-            view = self.__dict__["_fx_view"] = FxGraph(self.graph, self)
-        return view
+    fx_graph = graph   # the name this view had before ``graph`` was it
 
     def recompile(self) -> PythonCode:
         """Regenerate ``code`` from ``graph`` (call it after editing the graph)."""
         d = self.__dict__
-        d["_reads"] = [n for n in self.graph.nodes
+        d["_reads"] = [n for n in self.ir.nodes
                        if n.kind in ("variable", "call_module") and "target" in n.params]
-        d["_python"] = python_code(self.graph, d["_state"], "forward")
+        d["_python"] = readable_code(self.ir, d["_state"], "forward")
         return d["_python"]
 
     @property
@@ -112,14 +121,15 @@ class GraphModule(Module):
 
     def print_readable(self, print_output: bool = True) -> str:
         """The generated forward inside a class, as torch.fx prints it."""
-        body = "\n".join(("    " + line) if line else line for line in self.code.splitlines())
-        text = f"class {self._class_name}(graphgrad.nn.Module):\n{body}\n"
+        head, _, defs = self.code.partition("\n\n\n")
+        body = "\n".join(("    " + line) if line else line for line in defs.splitlines())
+        text = f"{head}\n\n\nclass {self._class_name}(graphgrad.nn.Module):\n{body}\n"
         if print_output:
             print(text)
         return text
 
     def to_dot(self) -> str:
-        return self.graph.to_dot()
+        return self.ir.to_dot()
 
     # ---- calling ----------------------------------------------------------------------
 
@@ -135,13 +145,13 @@ class GraphModule(Module):
             if kwargs:
                 raise TypeError(f"{self._class_name}.forward() takes positional arguments "
                                 f"only, got {sorted(kwargs)}")
-            values = dict(zip([p.name for p in self.graph.inputs], args, strict=False))
+            values = dict(zip([p.name for p in self.ir.inputs], args, strict=False))
         for name, baked in self._concrete.items():
             given = values.get(name, baked)
             if isinstance(baked, _BASIC) and not isinstance(given, Value) and given != baked:
                 raise AssertionError(f"{name} has been specialized to have value {baked} but "
                                      f"got another value")
-        phs = self.graph.inputs
+        phs = self.ir.inputs
         if sig is None and len(args) != len(phs):
             raise TypeError(f"{self._class_name}.forward() takes {len(phs)} arguments "
                             f"({', '.join(p.name for p in phs)}), got {len(args)}")
@@ -160,10 +170,23 @@ class GraphModule(Module):
         state = self.__dict__["_state"]
         state.clear()
         state.update(self.state())
-        flat = self.__dict__["_python"].fn(*inputs)
+        flat = self.__dict__["_python"].fn(self, *inputs)
         if self._out_spec is None:
             return flat[0] if len(flat) == 1 else flat
         return tree_unflatten(list(flat), self._out_spec)
+
+    def __deepcopy__(self, memo: dict) -> GraphModule:
+        """A copy with its own graph and state; the generated code is made again (it holds
+        the graphgrad package, which does not copy), as torch.fx's GraphModule does."""
+        cls = type(self)
+        new = cls.__new__(cls)
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            if key not in ("_python", "_fx_view", "_state"):
+                new.__dict__[key] = copy.deepcopy(value, memo)
+        new.__dict__["_state"] = {}
+        new.recompile()
+        return new
 
     def __repr__(self) -> str:
         return f"{self._class_name}(\n  {self.code.strip().replace(chr(10), chr(10) + '  ')}\n)"

@@ -1,22 +1,24 @@
 """Layer ``fx``: torch.fx's read-and-edit interface on graphgrad's one IR, as a thin view.
 
-``FxGraph(graph)`` (``gm.fx_graph`` of a ``GraphModule``) and its ``FxNode``s speak
-torch.fx: ``node.op`` is one of torch.fx's six opcodes, ``node.target`` the public
-graphgrad function of a call (``graphgrad.relu`` for the ``Relu`` op), ``node.args`` /
-``node.kwargs`` / ``node.users`` refer to other views, ``node.meta["val"]`` and
-``node.meta["tensor_meta"]`` give the shape and dtype where the IR knows them; the graph
-iterates its nodes in order, prints torch.fx's table, finds, inserts calls
-(``inserting_before/after``, ``call_function``, ``create_node``), erases, eliminates
-dead code and lints. So a pass written for torch.fx runs on graphgrad.
+``FxGraph(graph)`` (``gm.graph`` of a ``GraphModule``; ``gm.ir`` is the IR graph it
+views) and its ``FxNode``s speak torch.fx: ``node.op`` is one of torch.fx's six opcodes,
+``node.target`` the public graphgrad function of a call (``graphgrad.relu`` for the
+``Relu`` op), a method's name, a module's path; ``node.args`` / ``node.kwargs`` /
+``node.users`` refer to other views, ``node.meta["val"]`` and ``node.meta["tensor_meta"]``
+give the shape and dtype where the IR knows them (``passes.shape_prop`` fills the rest);
+the graph iterates its nodes in order, prints torch.fx's table, finds, inserts calls
+(``inserting_before/after``, ``call_function``, ``call_method``, ``create_node``), erases,
+eliminates dead code and lints. So a pass written for torch.fx runs on graphgrad.
 
 Why a view and not new attribute values on ``graph.Node``: the IR's ``Node.op`` is the op
 class and ``Node.target`` the variable an ``assign`` writes, read in some fifty places
-(printer, passes, backends, frontends), and ``gm.graph`` is read as the IR by as many.
-Giving those names torch.fx's meaning would fork every consumer. The view keeps no graph
-of its own (only each node's ``meta`` dict, filled from its Spec): every read looks at
-the IR node, every edit (``node.target = F.gelu``, ``call_function``,
-``replace_all_uses_with``, ``erase_node``, ``eliminate_dead_code``) changes the IR graph
-in place, so there is still one graph; ``gm.recompile()`` then runs the edited graph.
+(printer, passes, backends, frontends). Giving those names torch.fx's meaning would fork
+every consumer. The view keeps no graph of its own (only each node's ``meta`` dict, filled
+from its Spec): every read looks at the IR node (fields torch.fx has no name for, such as
+``kind``, ``spec``, ``inputs``, ``params``, read through), every edit (``node.target =
+F.gelu``, ``call_function``, ``replace_all_uses_with``, ``erase_node``,
+``eliminate_dead_code``) changes the IR graph in place, so there is still one graph;
+``gm.recompile()`` then runs the edited graph.
 
 Mapping of the IR's kinds onto torch.fx's opcodes (the nearest, as torch.fx has fewer):
 
@@ -27,7 +29,11 @@ placeholder                        placeholder       the argument's name
 constant, variable                 get_attr          the attribute path (variable), or
                                                      the node's name (a baked constant)
 call                               call_function     the public function (``graphgrad.
-                                                     relu``), else the op class
+                                                     relu``), else the op class;
+                                   call_method       the method's name, where the user's
+                                                     code called it as a tensor method
+call_function, call_method         the same          the function or the method's name
+(a call recorded without ranks)
 call_module                        call_module       the module's qualified name
 output                             output            ``"output"``
 cond, while_loop, while_grad, vjp, call_function     the IR's name for it (a str:
@@ -35,19 +41,20 @@ item, shape, assign, group, random                   ``"cond"``, ``"item"``,
                                                      ``"random_normal"``...)
 =================================  ================  ==================================
 
-graphgrad records ``x.sum(dim=0)`` and ``graphgrad.sum(x, dim=0)`` as the same node, so
-every call is ``call_function`` (torch.fx would say ``call_method`` for the first; compare
-by ``target.__name__``). The IR's own node stays reachable as ``view.node``, and its
-graph as ``fx_graph.graph``.
+The IR's own node stays reachable as ``view.node``, and its graph as ``view.graph``.
 """
 
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from graphgrad.graph import Graph, Node
+from graphgrad.backend import get_default_dtype
+from graphgrad.graph import Graph, Node, Spec, Symbol
+from graphgrad.graph.builder import GraphBuilder
+from graphgrad.graph.python_call import PYTHON_CALL_KINDS, bind_call, split_call
+from graphgrad.graph.readable_code import public_function as printed_function
+from graphgrad.graph.readable_code import probe_call, single_call, snake_name
 from graphgrad.ops import REGISTRY, Op
 
 __all__ = ["FxGraph", "FxNode", "TensorMetadata", "public_function", "op_of"]
@@ -55,7 +62,8 @@ __all__ = ["FxGraph", "FxNode", "TensorMetadata", "public_function", "op_of"]
 _CALL_KINDS = frozenset({"cond", "while_loop", "while_grad", "vjp", "item", "shape",
                          "assign", "group", "random"})
 _OPCODE = {"placeholder": "placeholder", "constant": "get_attr", "variable": "get_attr",
-           "call": "call_function", "call_module": "call_module", "output": "output"}
+           "call": "call_function", "call_module": "call_module", "output": "output",
+           "call_function": "call_function", "call_method": "call_method"}
 
 
 class TensorMetadata(NamedTuple):
@@ -64,6 +72,11 @@ class TensorMetadata(NamedTuple):
 
     shape: tuple | None
     dtype: Any
+    requires_grad: bool = False
+    stride: tuple | None = None
+    memory_format: Any = None
+    is_quantized: bool = False
+    qparams: dict = {}   # noqa: RUF012 - torch.fx's field; never mutated
 
 
 # ---- op class <-> public function -----------------------------------------------------
@@ -71,25 +84,18 @@ class TensorMetadata(NamedTuple):
 _TABLES: dict[str, dict] = {}
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
 def _tables() -> tuple[dict, dict]:
-    """op class -> public function (graphgrad.ops, i.e. ``graphgrad.<name>``, first, then
-    ``graphgrad.nn.functional``), and every such public function -> its op class."""
+    """op class -> public function (the printed code's: ``graph.readable_code``), and every
+    such public function -> its op class."""
     if not _TABLES:
-        import graphgrad.nn.functional as F
-        import graphgrad.ops as ops
+        import graphgrad.nn.functional  # noqa: F401 - its functions are public targets too
         to_fn: dict = {}
         to_op: dict = {}
         for op in set(REGISTRY.values()):
-            for snake in dict.fromkeys((_snake(op.__name__), op.__name__.lower())):
-                for ns in (ops, F):
-                    fn = getattr(ns, snake, None)
-                    if callable(fn) and not isinstance(fn, type):
-                        to_fn.setdefault(op, fn)
-                        to_op.setdefault(fn, op)
+            fn, _ = printed_function(op)
+            if fn is not None:
+                to_fn[op] = fn
+                to_op.setdefault(fn, op)
         _TABLES["to_fn"], _TABLES["to_op"] = to_fn, to_op
     return _TABLES["to_fn"], _TABLES["to_op"]
 
@@ -141,14 +147,17 @@ class FxNode:
     @property
     def op(self) -> str:
         kind = self.node.kind
+        if kind == "call" and self.node in self.graph.graph.__dict__.get("fx_methods", ()):
+            return "call_method"   # an op the user's code called as a tensor method
         return "call_function" if kind in _CALL_KINDS else _OPCODE[kind]
 
     @property
     def target(self) -> Any:
         n = self.node
         if n.kind == "call":
-            return public_function(n.op)
-        if n.kind in ("variable", "call_module") and "target" in n.params:
+            method = self.graph.graph.__dict__.get("fx_methods", {}).get(n)
+            return method if method is not None else public_function(n.op)
+        if n.kind in ("variable", "call_module", *PYTHON_CALL_KINDS) and "target" in n.params:
             return n.params["target"]
         if n.kind in ("placeholder", "constant"):
             return n.name
@@ -158,6 +167,9 @@ class FxNode:
     def target(self, value: Any) -> None:
         """Retarget a call (``node.target = graphgrad.nn.functional.gelu``): the IR node's
         op class becomes the one ``value`` names; its inputs and params stay."""
+        if self.node.kind in PYTHON_CALL_KINDS:   # a call recorded as torch.fx records it
+            self.node.params = {**self.node.params, "target": value}
+            return
         if self.node.kind != "call":
             raise TypeError(f"only a call_function node of an op can be retargeted; "
                             f"{self.name!r} is {self.op} ({self.node.kind} in the IR)")
@@ -172,11 +184,16 @@ class FxNode:
         if n.kind == "output":   # torch.fx: one argument, the returned structure
             outs = tuple(self._view(v) for v in n.inputs)
             return (outs[0] if len(outs) == 1 else outs,)
+        if n.kind in PYTHON_CALL_KINDS:
+            return bind_call(n.params, [self._view(v) for v in n.inputs])[0]
         return tuple(self._view(v) for v in n.inputs)
 
     @property
     def kwargs(self) -> dict:
-        return dict(self.node.params) if self.node.kind == "call" else {}
+        n = self.node
+        if n.kind in PYTHON_CALL_KINDS:
+            return bind_call(n.params, [self._view(v) for v in n.inputs])[1]
+        return dict(n.params) if n.kind == "call" else {}
 
     @property
     def all_input_nodes(self) -> list[FxNode]:
@@ -205,6 +222,12 @@ class FxNode:
                 changed.append(self.graph.view(n))
         return changed
 
+    def __getattr__(self, name: str) -> Any:
+        # the IR node's own fields (kind, spec, inputs, params, subgraphs...) read through
+        if name.startswith("__") or name == "node":
+            raise AttributeError(name)
+        return getattr(self.node, name)
+
     def __repr__(self) -> str:
         return self.name
 
@@ -231,6 +254,16 @@ class FxGraph:
     def __iter__(self):
         return iter(self.nodes)
 
+    def __len__(self) -> int:
+        return len(self.graph.nodes)
+
+    def __getattr__(self, name: str) -> Any:
+        # the IR graph's own API (inputs, output_node, header, verify, to_dot...) reads
+        # through, so code written for the IR runs on ``gm.graph`` too
+        if name.startswith("__") or name == "graph":
+            raise AttributeError(name)
+        return getattr(self.graph, name)
+
     def find_nodes(self, *, op: str, target: Any = None, sort: bool = True) -> list[FxNode]:
         """The nodes of opcode ``op`` (and ``target``, when given), in graph order."""
         return [n for n in self.nodes
@@ -256,19 +289,45 @@ class FxGraph:
 
     def create_node(self, op: str, target: Any, args: tuple = (), kwargs: dict | None = None,
                     name: str | None = None) -> FxNode:
-        """A new ``call_function`` node of the op ``target`` names (``graphgrad.neg``),
-        inserted where ``inserting_before/after`` says (else before the output). ``kwargs``
-        are the op's params as the IR stores them; the op's shape rule gives the spec. The
-        other opcodes are made by the frontends, not here."""
-        if op != "call_function":
-            raise NotImplementedError(f"create_node makes call_function nodes only, not {op!r}")
-        from graphgrad.graph.builder import GraphBuilder
-        opcls = op_of(target)
-        inputs = tuple(a.node if isinstance(a, FxNode) else a for a in args)
-        params = dict(kwargs or {})
-        spec = GraphBuilder.infer(opcls, list(inputs), params, False)
-        node = Node(self.graph, "call", self.graph.unique_name(name or _snake(opcls.__name__)),
-                    op=opcls, inputs=inputs, params=params, spec=spec)
+        """A new ``call_function`` or ``call_method`` node, inserted where
+        ``inserting_before/after`` says (else before the output). An op class as the
+        target makes an op node (``kwargs``: its params as the IR holds them); a function
+        whose call on these arguments is one op (``graphgrad.relu``, ``graphgrad.sum(x,
+        dim=0)``) makes that op's node; any other call (``graphgrad.addmm``, a method) is a
+        node that makes the call when the graph runs (``graph.python_call``)."""
+        if op not in ("call_function", "call_method"):
+            raise NotImplementedError(f"create_node makes call_function and call_method nodes, "
+                                      f"not {op!r} (the frontends make the others)")
+        args = tuple(a.node if isinstance(a, FxNode) else a for a in args)
+        kwargs = {k: v.node if isinstance(v, FxNode) else v for k, v in (kwargs or {}).items()}
+        if op == "call_function" and isinstance(target, type) and issubclass(target, Op):
+            spec = GraphBuilder.infer(target, list(args), kwargs, False)
+            node = Node(self.graph, "call", self.graph.unique_name(
+                name or snake_name(target.__name__)), op=target, inputs=args, params=kwargs,
+                spec=spec)
+            return self._insert_node(node)
+        call = (lambda *a, **k: getattr(a[0], target)(*a[1:], **k)) if op == "call_method" \
+            else target
+        probe = probe_call(call, args, kwargs)
+        made = single_call(probe, args)
+        if made is not None:   # one op: its node, as the frontends would record it
+            node = Node(self.graph, "call", self.graph.unique_name(
+                name or snake_name(made.op.__name__)), op=made.op, params=made.params,
+                spec=made.spec, inputs=tuple(
+                    a for a in args))
+            return self._insert_node(node)
+        values, args_s, kwargs_s = split_call(args, kwargs, lambda v: isinstance(v, Node))
+        out = probe[1] if probe is not None else None
+        spec = out._node.spec if isinstance(out, Symbol) and isinstance(out._node.spec, Spec) \
+            else Spec(None, next((v.spec.dtype for v in values if isinstance(v.spec, Spec)),
+                                 None) or get_default_dtype().np)
+        label = target if isinstance(target, str) else getattr(target, "__name__", "call")
+        node = Node(self.graph, op, self.graph.unique_name(name or label.strip("_")),
+                    inputs=tuple(values), params={"target": target, "args": args_s,
+                                                  "kwargs": kwargs_s}, spec=spec)
+        return self._insert_node(node)
+
+    def _insert_node(self, node: Node) -> FxNode:
         nodes = self.graph.nodes
         if self._insert is None:
             at = len(nodes) - 1 if self.graph.output_node is not None else len(nodes)
@@ -281,6 +340,10 @@ class FxGraph:
     def call_function(self, the_function: Any, args: tuple | None = None,
                       kwargs: dict | None = None) -> FxNode:
         return self.create_node("call_function", the_function, tuple(args or ()), kwargs)
+
+    def call_method(self, method_name: str, args: tuple | None = None,
+                    kwargs: dict | None = None) -> FxNode:
+        return self.create_node("call_method", method_name, tuple(args or ()), kwargs)
 
     def erase_node(self, to_erase: FxNode) -> None:
         users = to_erase.users

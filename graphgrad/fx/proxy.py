@@ -22,7 +22,9 @@ metadata off the stand-in array.
 
 from __future__ import annotations
 
+import inspect
 import sys
+import types
 from math import prod
 
 from graphgrad.backend import xp
@@ -32,12 +34,13 @@ from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Size
 
 from .errors import UnknownShapeError, in_graphgrad, trace_error
+from .python_calls import catching_method
 
 __all__ = ["Proxy", "ProxyArray"]
 
 _I64 = xp.dtype(xp.int64)
-_LEN = ("'len' is not supported in symbolic tracing by default (torch.fx's wording; "
-        "graphgrad.fx has no wrap()): use x.shape[0], which is traced")
+_LEN = ("'len' is not supported in symbolic tracing by default. If you want this call to be "
+        "recorded, please call graphgrad.fx.wrap('len') at module scope")
 
 
 def _unknown(proxy: Proxy, what: str) -> UnknownShapeError:
@@ -85,6 +88,8 @@ class ProxyArray(StandIn):
     def dtype(self):
         proxy, _ = self._spec()
         if proxy is not None:
+            if proxy._tracer.attempting:   # without example inputs the dtype is unknown
+                raise _unknown(proxy, "dtype")   # too: the call is recorded (python_calls)
             proxy._tracer.dtype_read = True
         return xp.ndarray.dtype.__get__(self)
 
@@ -211,6 +216,35 @@ for _name in [n for n in dir(Symbol) if n.endswith("_") and not n.startswith("__
               and n != "requires_grad_"] + ["__setitem__", "__iadd__", "__isub__", "__imul__",
                                             "__itruediv__"]:
     setattr(Proxy, _name, _refusing(_name))
+
+
+# methods that read metadata, convert to Python values or are Python's object protocol:
+# not calls to record
+_NOT_CALLS = {"__init__", "__new__", "__repr__", "__str__", "__hash__", "__bool__",
+              "__array__", "__len__", "__iter__", "__getattribute__", "__setattr__",
+              "__getattr__", "__delattr__", "__init_subclass__", "__class__", "__reduce__",
+              "__reduce_ex__", "__sizeof__", "__dir__", "__format__", "__subclasshook__",
+              "__deepcopy__", "__copy__", "__array_ufunc__", "__array_function__",
+              "__index__", "__int__", "__float__", "__complex__", "__contains__",
+              "size", "dim", "ndimension", "numel", "item", "tolist", "numpy", "eval",
+              "get_shape", "element_size", "nelement", "data_ptr", "is_contiguous",
+              "contiguous", "storage", "untyped_storage", "stride", "type", "is_floating_point",
+              "is_complex", "register_hook", "retain_grad", "backward", "dim_order"}
+
+
+def _install_catching() -> None:
+    """Wrap Proxy's tensor methods and operators (python_calls.catching_method)."""
+    for name in dir(Proxy):
+        if name in _NOT_CALLS or (name.startswith("_") and not name.startswith("__")) or \
+                (name.endswith("_") and not name.endswith("__")):
+            continue
+        attr = getattr(Proxy, name, None)
+        if isinstance(attr, types.FunctionType) and not isinstance(
+                inspect.getattr_static(Proxy, name), (staticmethod, classmethod)):
+            setattr(Proxy, name, catching_method(name, attr))
+
+
+_install_catching()
 
 
 class ShapeProxy(Proxy):

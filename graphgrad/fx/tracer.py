@@ -36,6 +36,7 @@ from graphgrad.tensor.modes import current_mode
 
 from .errors import CONTROL_FLOW, ITERATION, in_graphgrad, trace_error, user_location
 from .proxy import Proxy, ProxyArray, ShapeProxy
+from .python_calls import patched_functions, record
 
 __all__ = ["Tracer", "PH"]
 
@@ -76,6 +77,10 @@ class Tracer(GraphBuilder):
         self._shapes: dict[Node, ShapeProxy] = {}
         self._constants = 0
         self.dtype_read = False   # whether graphgrad code read a traced value's dtype
+        # without the inputs' ranks, calls that need them are recorded as torch.fx records
+        # calls (python_calls); with example inputs, as op nodes only
+        self.defer = True
+        self.attempting = 0   # how many calls python_calls.attempt is trying now
 
     # ---- overridable policy -----------------------------------------------------------
 
@@ -100,6 +105,19 @@ class Tracer(GraphBuilder):
             raise NotImplementedError(f"symbolic_trace: keyword-only arguments "
                                       f"{sorted(bound.kwargs)} of module {name!r}")
         return self.module_node(name, m, bound.args)
+
+    def create_proxy(self, kind: str, target: Any, args: tuple, kwargs: dict,
+                     name: str | None = None, type_expr: Any = None) -> Proxy:
+        """torch.fx's ``create_proxy``: a node of opcode ``kind`` and its Proxy (what an
+        override of ``call_module`` or a custom leaf records)."""
+        if kind in ("call_function", "call_method"):
+            return record(self, kind, target, args, kwargs)
+        if kind == "call_module":
+            return self.module_node(target, self.root.get_submodule(target), args)
+        if kind == "get_attr":
+            return self.proxy(self.get_attr(target, _resolve(self.root, target)))
+        raise NotImplementedError(f"create_proxy of kind {kind!r} (call_function, "
+                                  f"call_method, call_module and get_attr are made here)")
 
     def module_node(self, qualname: str, m: Module, args: tuple) -> Proxy:
         """A ``call_module`` node: ``m`` (the root's ``qualname``) called on ``args``."""
@@ -128,7 +146,9 @@ class Tracer(GraphBuilder):
         self._attr_names = {id(t): n for n, t in (*self.root.named_parameters(),
                                                   *self.root.named_buffers())}
         kwargs = self._placeholders(fn, concrete_args, input_specs)
-        with self.active(), _patch_module_call():
+        self.defer = input_specs is None
+        fn_globals = getattr(inspect.unwrap(fn), "__globals__", None)
+        with self.active(), _patch_module_call(), patched_functions(fn_globals):
             try:
                 out = fn(**kwargs)
             except Exception as e:  # say which trace it was; the user's line is in the stack
@@ -281,6 +301,13 @@ class Tracer(GraphBuilder):
     def iter(self, obj: Proxy):
         """``iter(proxy)``: a loop or an unpacking of a traced value."""
         raise trace_error(ITERATION)
+
+
+def _resolve(root: Module, qualname: str) -> Any:
+    obj = root
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def _drawing_for_a_proxy() -> str | None:

@@ -14,13 +14,14 @@ a compiled callable is in ``graphgrad.backends``.
 """
 
 from .builder import GraphBuilder, builder_of, building
+from . import eager_graph
 from .dot import have_dot, render, to_dot
 from .errors import FailedPreconditionError, GraphError, InvalidArgumentError, OpError
 from .graph import Graph
 from .interpreter import Interpreter, needed_nodes
 from .node import IMPURE_KINDS, KINDS, Dyn, Node, is_impure
 from .printer import PythonCode, dynamic_tuple_text, is_dynamic, python_code, tabular
-from .scheduler import LogEntry, Scheduler, overlaps
+from .scheduler import LogEntry, Scheduler, Timeline, overlaps
 from .spec import Spec, merge_specs, short, tf_dtype_name, tf_shape
 from .symbol import Symbol, symbol
 from .trace import trace
@@ -28,7 +29,7 @@ from .verify import propagate_specs, toposort, verify
 
 __all__ = ["Graph", "Node", "Dyn", "KINDS", "IMPURE_KINDS", "is_impure", "Spec", "Symbol",
            "symbol", "GraphBuilder",
-           "building", "builder_of", "Interpreter", "Scheduler", "LogEntry", "overlaps",
+           "building", "builder_of", "Interpreter", "Scheduler", "LogEntry", "Timeline", "overlaps",
            "verify", "toposort", "propagate_specs", "tabular", "python_code", "PythonCode",
            "is_dynamic", "dynamic_tuple_text",
            "to_dot", "render", "have_dot", "trace", "needed_nodes", "short", "tf_shape",

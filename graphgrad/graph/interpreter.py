@@ -20,6 +20,7 @@ from .graph import Graph
 from .node import Dyn, Node
 from .spec import tf_dtype_name
 from .symbol import Symbol, symbol
+from .python_call import run_python_call
 from .random_node import add_random, draw
 from .vjp_node import run_vjp_rule, while_grad_replay
 
@@ -120,6 +121,12 @@ class Interpreter:
     def run_call_module(self, node: Node, args: list):
         """A module called as one node: the state holds it under its qualified name."""
         return self.state[node.params["target"]](*args)
+
+    def run_call_function(self, node: Node, args: list):
+        """A call recorded without its inputs' ranks: made now, on the values."""
+        return run_python_call(node.kind, node.params, args)
+
+    run_call_method = run_call_function
 
     def run_item(self, node: Node, args: list):
         return args[0][node.params["index"]]

@@ -22,9 +22,12 @@ __all__ = ["Node", "Dyn", "KINDS", "MULTI_KINDS", "IMPURE_KINDS", "is_impure"]
 # run (graph/random_node.py);
 # group: a no-op that only orders (control inputs); output: the graph's results;
 # call_module: a module called as one opaque node (graphgrad.fx's leaf modules), the
-# module found in the interpreter's state under params["target"], its qualified name.
+# module found in the interpreter's state under params["target"], its qualified name;
+# call_function / call_method: a Python call made when the graph runs, recorded where the
+# inputs' ranks were unknown at capture (graph/python_call.py).
 KINDS = ("placeholder", "constant", "variable", "call", "cond", "while_loop", "while_grad",
-         "vjp", "item", "shape", "assign", "group", "output", "call_module", "random")
+         "vjp", "item", "shape", "assign", "group", "output", "call_module", "random",
+         "call_function", "call_method")
 MULTI_KINDS = frozenset({"cond", "while_loop", "while_grad", "vjp"})
 # nodes whose value is not a function of their inputs, or that change state: passes
 # must keep them (dead-code elimination) and never merge two (CSE)
@@ -78,6 +81,11 @@ class Node:
             return self.params["target"]
         if self.kind == "random":
             return f"random_{self.params['dist']}"
+        if self.kind == "call_function":
+            target = self.params["target"]   # a function, or a module called as one
+            return getattr(target, "__name__", None) or type(target).__name__
+        if self.kind == "call_method":
+            return self.params["target"]
         return self.kind
 
     def input_nodes(self) -> list[Node]:

@@ -7,6 +7,8 @@ with the interpreter.
 from __future__ import annotations
 
 import keyword
+import operator
+import sys
 from typing import Any, NamedTuple
 
 from graphgrad.backend import xp
@@ -14,12 +16,13 @@ from graphgrad.ops import REGISTRY
 
 from .graph import Graph
 from .interpreter import as_tensor
+from .python_call import call_arguments_text
 from .random_node import draw
 from .vjp_node import run_vjp_rule, while_grad_replay
 from .node import Dyn, Node
 from .spec import short
 
-__all__ = ["tabular", "python_code", "PythonCode"]
+__all__ = ["tabular", "python_code", "PythonCode", "Emitter", "run_while"]
 
 
 def _arg_text(a, names: dict) -> str:
@@ -76,7 +79,7 @@ def _ident(name: str, used: set) -> str:
     return out
 
 
-class _Emitter:
+class Emitter:
     def __init__(self, state: dict | None):
         self.glb: dict[str, Any] = {"dtype": xp.dtype,
                                     "_state": state if state is not None else {}}
@@ -115,6 +118,26 @@ class _Emitter:
         self.glb[name] = value
         return name
 
+    def function_name(self, fn) -> str:
+        """A function as the printed code names it: by its public path where graphgrad
+        exports it (``graphgrad.sum``, ``graphgrad.nn.functional.softmax``), else as a
+        global of the program."""
+        root = sys.modules.get("graphgrad")
+        name = getattr(fn, "__name__", "")
+        if getattr(operator, name, None) is fn:   # x @ y recorded as torch.fx records it
+            self.glb["operator"] = operator
+            return f"operator.{name}"
+        for path in ("", ".nn.functional", ".linalg", ".special", ".fft"):
+            ns = sys.modules.get("graphgrad" + path)
+            if root is not None and ns is not None and getattr(ns, name, None) is fn:
+                self.glb["graphgrad"] = root   # the package: runtime lookup, not an import
+                return f"graphgrad{path}.{name}"
+        return self.pooled(fn, "f")
+
+    def leading_params(self, fname: str) -> list[str]:
+        """Parameters before the graph's inputs (readable_code's ``self``)."""
+        return []
+
     def function(self, graph: Graph, fname: str) -> None:
         used = {"dtype"} | set(self.glb)
         names: dict[Node, str] = {}
@@ -122,6 +145,7 @@ class _Emitter:
         for p in graph.inputs:
             names[p] = _ident(p.name, used)
             params.append(names[p])
+        params = [*self.leading_params(fname), *params]
         body = []
         k = 0
         for n in graph.nodes:
@@ -164,6 +188,13 @@ class _Emitter:
                 else:
                     parts.append(f"{key}={self.pooled(v, 'p')}")
             return f"{op}({', '.join(parts)})"
+        if n.kind == "call_method":
+            text = call_arguments_text(n.params, args, lambda v: self.pooled(v, "p"))
+            head, _, rest = text.partition(", ")
+            return f"{head}.{n.params['target']}({rest})"
+        if n.kind == "call_function":
+            text = call_arguments_text(n.params, args, lambda v: self.pooled(v, "p"))
+            return f"{self.function_name(n.params['target'])}({text})"
         if n.kind == "item":
             return f"{args[0]}[{n.params['index']}]"
         if n.kind == "call_module":  # the module is a state slot, read like a variable
@@ -192,7 +223,7 @@ class _Emitter:
         if n.kind == "cond":
             return f"({sub['then']} if bool({args[0]}) else {sub['else']})({', '.join(args[1:])})"
         if n.kind == "while_loop":
-            self.glb["_while"] = _while
+            self.glb["_while"] = run_while
             nv = n.params["n"]
             return (f"_while({sub['cond']}, {sub['body']}, ({', '.join(args[:nv])},), "
                     f"({', '.join(args[nv:])}{',' if len(args) > nv else ''}))")
@@ -205,7 +236,7 @@ class _Emitter:
         raise ValueError(f"cannot print node kind {n.kind!r}")
 
 
-def _while(cond, body, state, caps):
+def run_while(cond, body, state, caps):
     while bool(cond(*state, *caps)[0]):
         state = body(*state, *caps)
     return tuple(state)
@@ -213,7 +244,7 @@ def _while(cond, body, state, caps):
 
 def python_code(graph: Graph, state: dict | None = None, name: str = "forward") -> PythonCode:
     """The graph as a Python program (sub-graphs as functions defined before it)."""
-    e = _Emitter(state)
+    e = Emitter(state)
     e.function(graph, name)
     head = [f"# graph {graph.name!r}: {graph.count()} nodes"] + [f"# {h}" for h in graph.header]
     head += [f"# {op} = graphgrad.ops.REGISTRY[{op!r}].apply" for op in sorted(

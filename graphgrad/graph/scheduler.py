@@ -2,7 +2,8 @@
 ("devices"): a node starts as soon as its data and control inputs are done, on
 whichever worker is free. NumPy releases the GIL inside large kernels, so
 independent matmuls really overlap. Each run leaves an execution log of
-(node, worker, start, end) that shows what overlapped.
+(node, worker, start, end) that shows what overlapped: ``log``, a ``Timeline``
+(timeline.py) that prints as a text timeline and draws as a Gantt chart.
 """
 
 from __future__ import annotations
@@ -11,24 +12,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import NamedTuple
-
 from .interpreter import Interpreter
 from .node import Node
+from .timeline import LogEntry, Timeline, overlaps
 
-__all__ = ["Scheduler", "LogEntry", "overlaps"]
-
-
-class LogEntry(NamedTuple):
-    node: str
-    worker: int
-    start: float
-    end: float
-
-
-def overlaps(a: LogEntry, b: LogEntry) -> bool:
-    """Whether two logged runs were in progress at the same time."""
-    return a.start < b.end and b.start < a.end
+__all__ = ["Scheduler", "LogEntry", "Timeline", "overlaps"]
 
 
 class Scheduler(Interpreter):
@@ -37,7 +25,7 @@ class Scheduler(Interpreter):
     def __init__(self, graph, state: dict | None = None, workers: int = 2):
         super().__init__(graph, state)
         self.workers = workers
-        self.log: list[LogEntry] = []
+        self.log = Timeline()
 
     def sub(self, graph) -> Interpreter:
         return Interpreter(graph, self.state)  # sub-graphs run inside one node's task
@@ -94,13 +82,10 @@ class Scheduler(Interpreter):
             t.start()
         for t in threads:
             t.join()
-        self.log = sorted(log, key=lambda e: e.start)
+        self.log = Timeline(sorted(log, key=lambda e: e.start))
         if failure:
             raise failure[0]
         return env
 
     def entry(self, name: str) -> LogEntry:
-        for e in self.log:
-            if e.node == name:
-                return e
-        raise KeyError(f"node {name!r} is not in the execution log")
+        return self.log.entry(name)

@@ -21,6 +21,7 @@ from graphgrad.backend import xp
 from graphgrad.func.pytree import tree_flatten
 from graphgrad.graph import Node, Spec, Symbol, symbol
 from graphgrad.graph.interpreter import as_tensor
+from graphgrad.graph.python_call import split_call
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
 from graphgrad.tensor.creation import default_generator
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["Calls", "as_eager", "as_bool_tensor", "unknown_rank"]
 
 _F64 = xp.dtype(xp.float64)
+_F32 = xp.dtype(xp.float32)
 # random functions that would be frozen at compile time: rand, randn, randint and their
 # *_like forms become random nodes (ScriptBuilder.batched_random); these have none
 _RANDOM = {"randperm", "normal", "bernoulli", "multinomial", "poisson"}
@@ -45,6 +47,19 @@ _PURE = {abs, min, max, sum, len, range, enumerate, zip, reversed, sorted, tuple
 # reductions over all elements (no dim): compiled on x.reshape(-1) when x's rank is unknown
 _FULL_REDUCE = {"sum", "mean", "prod", "amax", "amin", "max", "min", "norm", "std", "var",
                 "any", "all", "logsumexp_all", "count_nonzero"}
+# graphgrad functions (and methods) that may return several tensors: a call of one that
+# fails for want of a rank is compiled per input shape (a deferred call is one value)
+_MULTI_OUTPUT = {"max", "min", "sort", "topk", "split", "chunk", "unbind", "kthvalue",
+                 "median", "mode", "var_mean", "std_mean", "aminmax", "unique", "frexp",
+                 "tensor_split", "hsplit", "vsplit", "dsplit", "meshgrid", "broadcast_tensors",
+                 "qr", "svd", "eig", "eigh", "slogdet", "lstsq", "cummax", "cummin",
+                 "histogram", "nonzero", "where", "lu", "sort_by"}
+
+
+def _one_output(fn) -> bool:
+    return getattr(fn, "__name__", "") not in _MULTI_OUTPUT
+
+
 class Calls:
     """Mixin of ``Compiler``: calls, truth values."""
 
@@ -190,6 +205,8 @@ class Calls:
         except ScriptError:
             raise
         except Exception as err:  # noqa: BLE001 - reported with the source line
+            if unknown and _one_output(fn):
+                return self.deferred(fn, args, kwargs, first)
             if unknown:
                 return self.needs_shapes(args, e, err)
             raise fr.error(f"call of {describe(fn)} failed", e,
@@ -200,9 +217,49 @@ class Calls:
                            f"{_text(e)} draws random numbers that no random node of "
                            f"graphgrad's IR reproduces (a user's Generator, an "
                            f"initializer), so a scripted graph would freeze one draw")
-        if not self.rank_free(first, value):
+        if self.generic and not self.rank_free(first, value) and \
+                unknown_rank(operands + list(kwargs.values()), {}, self.flats):
+            if isinstance(value, Symbol):
+                return self.deferred(fn, args, kwargs, first)
             self.needs_rank(operands + list(kwargs.values()), _text(e))
         return value
+
+    def deferred(self, fn, args, kwargs: dict, first: int) -> Symbol:
+        """A call whose ops need a rank unknown at compile time: the nodes it added are
+        removed and it is one ``call_function``/``call_method`` node (graph.python_call),
+        made when the graph runs, so the ops' shape rules are applied to each call's
+        values and the one graph serves inputs of every rank (TorchScript compiles such
+        code once, for every shape)."""
+        g = self.b.graph
+        kept = [n for n in g.nodes[first:] if n.kind == "placeholder"]  # lifted parameters
+        removed = set(g.nodes[first:]) - set(kept)
+        del g.nodes[first:]
+        g.nodes.extend(kept)
+        self.b.consts = {k: n for k, n in self.b.consts.items() if n not in removed}
+        owner = getattr(fn, "__self__", None)
+        qualname = self.module_names.get(id(fn)) if is_module(fn) else None
+        if qualname is not None and not kwargs and all(isinstance(a, Symbol) for a in args):
+            # a submodule: called as self.<qualname> when the graph runs (TorchScript's
+            # prim::CallMethod), so it reads its own parameters and training flag then
+            inputs = tuple(self.b.node_of(a) for a in args)
+            node = g.add("call_module", qualname or "self", inputs=inputs,
+                         params={"target": qualname},
+                         spec=Spec(None, args[0]._node.spec.dtype), deps=self.b.deps())
+            return symbol(node)
+        if isinstance(owner, Symbol):
+            kind, target, args = "call_method", fn.__name__, (owner, *args)
+        else:
+            kind, target = "call_function", fn
+        values, args_s, kwargs_s = split_call(
+            tuple(args), dict(kwargs),
+            lambda v: isinstance(v, Symbol) or (isinstance(v, Value) and self.b.lifts.wants(v)))
+        inputs = [self.b.node_of(v) for v in values]
+        dtype = next((i.spec.dtype for i in inputs if isinstance(i.spec, Spec)), _F32)
+        name = target if isinstance(target, str) else getattr(target, "__name__", "call")
+        node = g.add(kind, name.strip("_") or "call", inputs=tuple(inputs),
+                     params={"target": target, "args": args_s, "kwargs": kwargs_s},
+                     spec=Spec(None, dtype), deps=self.b.deps())
+        return symbol(node)
 
     def rank_free(self, first: int, value) -> bool:
         """Whether the call that added the graph's nodes from ``first`` on and returned
@@ -244,6 +301,7 @@ class Calls:
         scalar = not kwargs and self.scalar_operands(args)
         if scalar:
             args = self.python_promotion(fn, args)
+        first = len(self.b.graph.nodes)
         try:
             result = fn(*args, **(kwargs or {}))
         except ScriptError:
@@ -254,7 +312,8 @@ class Calls:
                                f"{ast.unparse(e)} uses a tensor as a Python bool outside an "
                                f"if or while condition") from None
             if self.generic and unknown_rank(list(args), kwargs or {}, self.flats):
-                return self.needs_shapes(args, e, err)
+                return self.deferred(fn, args, kwargs or {}, first) if _one_output(fn) \
+                    else self.needs_shapes(args, e, err)
             raise fr.error(type(err).__name__, e, f"{type(err).__name__}: {err}") from err
         return self.mark_scalar(result) if scalar else result
 

@@ -21,7 +21,7 @@ from graphgrad.graph import Spec, Symbol, symbol
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
 
-from .script_calls import Calls, as_bool_tensor, as_eager
+from .script_calls import Calls, as_bool_tensor, as_eager, unknown_rank
 from .script_control import Undefined, build_cond
 from .script_values import ShapeValue, is_module
 
@@ -178,6 +178,11 @@ class Expressions(Calls):
             if isinstance(index, int):
                 return self.mark_scalar(base[index])
             raise fr.error("shape of unknown rank", e, base.rank_error())
+        if isinstance(base, Symbol) and self.generic and _static_index(index) and \
+                unknown_rank([base], {}, self.flats):
+            # the op needs the rank to place the index: x[1:] is made when the graph runs
+            return self.deferred(operator.getitem, (base, index), {},
+                                 len(self.b.graph.nodes))
         if isinstance(base, Symbol):
             self.needs_rank([base], f"{ast.unparse(e)} (indexing)")
         return self.apply(operator.getitem, (base, index), e, fr)
@@ -305,3 +310,14 @@ class Expressions(Calls):
             kwargs[kw.arg] = self.expr(kw.value, fr)
         return self.call(fn, args, kwargs, e, fr)
 
+
+def _static_index(index) -> bool:
+    """An index of Python ints, slices of ints, None and Ellipsis (no traced value)."""
+    parts = index if isinstance(index, tuple) else (index,)
+    for p in parts:
+        if isinstance(p, slice):
+            if not all(v is None or type(v) is int for v in (p.start, p.stop, p.step)):
+                return False
+        elif not (p is None or p is Ellipsis or type(p) is int):
+            return False
+    return True

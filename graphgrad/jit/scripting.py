@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 from graphgrad.backend import xp
 from graphgrad.func.pytree import TreeSpec, tree_flatten, tree_unflatten
-from graphgrad.graph import Graph, Interpreter, Spec, Symbol, python_code, symbol, to_dot
+from graphgrad.graph.readable_code import readable_code
+from graphgrad.graph import Graph, Interpreter, Spec, Symbol, symbol, to_dot
 from graphgrad.graph.interpreter import as_tensor
 from graphgrad.tensor import Value
 
@@ -226,8 +227,15 @@ class ScriptFunction:
         compiled = self._for(values)
         self._last = compiled
         lifted = [get() for get in compiled.lifts.getters]
-        outs = Interpreter(compiled.graph).run(*values, *lifted)
+        outs = Interpreter(compiled.graph, self.submodules()).run(*values, *lifted)
         return tree_unflatten(list(outs), compiled.out)
+
+    def submodules(self) -> dict:
+        """What the graph's call_module nodes call: the scripted module's submodules by
+        qualified name (read at each call, so replaced submodules are seen)."""
+        if not is_module(self._self):
+            return {}
+        return dict(self._self.named_modules())   # "" is the module itself
 
     def graph_for(self, *args, **kwargs) -> Graph:
         """The graph a call with these inputs runs."""
@@ -246,7 +254,7 @@ class ScriptFunction:
     @property
     def code(self) -> str:
         """The graph as Python (branches and loop bodies as functions)."""
-        return python_code(self.graph).src
+        return readable_code(self.graph, self_param=is_module(self._self)).src
 
     @property
     def schema(self) -> str:

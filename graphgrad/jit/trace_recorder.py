@@ -22,6 +22,11 @@ and writes the result into the tensor, bumping its version; when the tensor is n
 used, the recorder sees the version changed and takes the node of the last recorded op
 that produced exactly the tensor's new value from it. A change no op explains (through a
 view, or by NumPy) keeps the value as a constant, with a TracerWarning.
+
+A write into a buffer or parameter of the traced module (BatchNorm's running statistics
+and ``num_batches_tracked`` in train mode) is state the graph must carry out of the
+call: ``record`` adds each written tensor's new value as an extra output, and the
+traced function copies it back into the live tensor after every call, as eager does.
 """
 
 from __future__ import annotations
@@ -91,6 +96,7 @@ class Tracer(Mode):
         self._sizes: dict[tuple, TracedInt] = {}
         self._shapes: dict[Node, TracedTensor] = {}
         self._warned_inputs: set[int] = set()
+        self.writes: dict[int, Value] = {}     # id -> module state written in place
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Tracer]:
@@ -166,6 +172,26 @@ class Tracer(Mode):
                 f"record (through a view, or outside graphgrad); its current value is used "
                 f"as a constant, so the trace might not generalize to other inputs")
         return self.graph.constant(xp.array(v._array, copy=True))
+
+    def process_inplace(self, t, fn: Callable, args: tuple, kw: dict, name: str,
+                        below: Callable):
+        """A write into the module's state (``running_mean.copy_(...)``,
+        ``num_batches_tracked.add_(1)``): the new value is computed by recorded ops (a
+        direct fill would bypass them), so ``node_of`` finds its node afterwards and
+        ``record`` can make it an output the traced function writes back."""
+        if self.mine(t) or not isinstance(t, Value) or id(t) not in self.state_names:
+            return below(fn)
+        new = []
+
+        def recorded(old, *a, **k):
+            new.append(fn(old, *a, **k))
+            return new[-1]
+
+        out = below(recorded)
+        if new and self.mine(new[-1]):
+            self._made[id(t)] = (t, new[-1])
+        self.writes[id(t)] = t
+        return out
 
     # ---- sizes ---------------------------------------------------------------------------
 
@@ -369,10 +395,13 @@ def _has_traced(v) -> bool:
 
 
 def record(fn: Callable, examples: tuple, names: list[str], *, strict: bool,
-           state_names: dict[int, str], name: str) -> tuple[Graph, list[Capture], TreeSpec]:
+           state_names: dict[int, str], name: str
+           ) -> tuple[Graph, list[Capture], TreeSpec, list[Capture]]:
     """Run ``fn`` on ``examples`` under a Tracer; returns (graph, captures, output tree
-    spec). The graph keeps only what the outputs and the random draws need (a dead
-    ``x < 0`` whose Python bool decided a branch is dropped, as PyTorch's trace drops it)."""
+    spec, state writes). The graph keeps only what the outputs and the random draws need
+    (a dead ``x < 0`` whose Python bool decided a branch is dropped, as PyTorch's trace
+    drops it). Each state write is a ``Capture`` whose node is an extra output, after the
+    function's own: the new value of the buffer (or parameter) it names."""
     graph = Graph(name)
     tracer = Tracer(graph, strict=strict, state_names=state_names)
     args = [tracer.input(graph.placeholder(Spec(x._array.shape, x._array.dtype), n), x)
@@ -393,9 +422,15 @@ def record(fn: Callable, examples: tuple, names: list[str], *, strict: bool,
                         f"Only tensors, lists, tuples of tensors, or dictionary of tensors can "
                         f"be output from traced functions (got {type(leaf).__name__})")
                 outs.append(tracer.node_of(leaf))
+            writes = [Capture(tracer.node_of(t), t, state_names[k])
+                      for k, t in tracer.writes.items()]
     finally:
         set_grad_mode(prev)
-    graph.set_outputs(outs)
+    graph.set_outputs(outs + [w.node for w in writes])
+    if writes:
+        graph.header.append(f"outputs {len(outs)}..: the new values of "
+                            f"{', '.join(w.path for w in writes)} (written back after each "
+                            f"call, as eager writes them in place)")
     # random nodes stay even when unused: each call then draws what the function draws,
     # so a seeded call of the trace reproduces the function's later draws too
     need = set(needed_nodes(graph, [graph.output_node,
@@ -403,4 +438,4 @@ def record(fn: Callable, examples: tuple, names: list[str], *, strict: bool,
     graph.nodes[:] = [n for n in graph.nodes if n in need or n in user_inputs]
     graph.inputs[:] = [p for p in graph.inputs if p in user_inputs or p in need]
     captures = [c for c in tracer.captures if c.node in need]
-    return graph, captures, tree
+    return graph, captures, tree, writes

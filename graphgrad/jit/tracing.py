@@ -29,10 +29,12 @@ What a trace can and cannot keep, as the lecture shows:
 * ``check_trace`` traces again and compares (``trace_check.py``).
 
 The trace itself runs under ``no_grad`` (it needs values, not a backward graph), so a
-function that calls ``autograd.grad`` inside cannot be traced; in-place updates of module
-buffers (running statistics) happen during the trace but are not replayed by the graph,
-which is functional; a ``for`` over ``range(x.shape[0])`` is unrolled without a warning,
-as in PyTorch (``check_inputs`` of another size catches it).
+function that calls ``autograd.grad`` inside cannot be traced. In-place updates of the
+module's buffers (BatchNorm's running statistics and ``num_batches_tracked`` in train
+mode) are extra outputs of the graph, which stays functional, and every call of the
+traced function writes them back into the module, as eager does. A ``for`` over
+``range(x.shape[0])`` is unrolled without a warning, as in PyTorch (``check_inputs`` of
+another size catches it).
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
+from graphgrad.autograd import no_grad
 from graphgrad.func.pytree import TreeSpec, tree_unflatten
-from graphgrad.graph import Graph, Interpreter, python_code, short, to_dot
+from graphgrad.graph.readable_code import readable_code
+from graphgrad.graph import Graph, Interpreter, short, to_dot
 from graphgrad.nn import Module
 from graphgrad.tensor import Value
 
@@ -59,9 +63,11 @@ class TracedFunction:
     """The result of ``trace``: the recorded ``graph`` and a callable that runs it."""
 
     def __init__(self, graph: Graph, captures: list[Capture], tree: TreeSpec,
-                 fn: Callable, module: Module | None, n_inputs: int):
+                 fn: Callable, module: Module | None, n_inputs: int,
+                 writes: list[Capture] = ()):
         self.graph = graph
         self._captures = captures
+        self._writes = list(writes)  # state updates: the graph's last outputs
         self._tree = tree
         self.fn = fn
         self.module = module
@@ -72,7 +78,7 @@ class TracedFunction:
     def code(self) -> str:
         """The graph as a runnable Python ``forward`` (user inputs, then the parameters
         and other live tensors it reads)."""
-        return python_code(self.graph).src
+        return readable_code(self.graph, self_param=False).src
 
     def tabular(self) -> str:
         return self.graph.tabular()
@@ -100,8 +106,14 @@ class TracedFunction:
             if not isinstance(a, Value):
                 raise TypeError(f"{self.graph.name}(): input {k} must be a Tensor, got "
                                 f"{type(a).__name__}")
-        outs = Interpreter(self.graph).run(*args, *self.captured())
-        return tree_unflatten(list(outs), self._tree)
+        outs = list(Interpreter(self.graph).run(*args, *self.captured()))
+        if self._writes:
+            n = len(outs) - len(self._writes)
+            with no_grad():  # a buffer update, as eager's: not part of the autograd graph
+                for w, new in zip(self._writes, outs[n:], strict=True):
+                    w.value(self.module).copy_(new)
+            outs = outs[:n]
+        return tree_unflatten(outs, self._tree)
 
     forward = __call__
 
@@ -169,10 +181,10 @@ def trace(func: Callable, example_inputs=None, check_trace: bool = True,
     def run(inputs: tuple):
         return record(func, inputs, names, strict=strict, state_names=state, name=name)
 
-    graph, captures, tree = run(examples)
+    graph, captures, tree, writes = run(examples)
     graph.header.append("graphgrad.jit.trace on inputs " + ", ".join(
         short(p.spec) for p in graph.inputs[:len(examples)]))
-    traced = TracedFunction(graph, captures, tree, func, module, len(examples))
+    traced = TracedFunction(graph, captures, tree, func, module, len(examples), writes)
     if check_trace:
         hint = None
         if module is not None and module.training:

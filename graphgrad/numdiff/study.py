@@ -8,6 +8,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from graphgrad.backend.optional import pyplot
+
 import numpy as np
 
 from .complex_step import complex_step_mode
@@ -53,13 +55,7 @@ def write_csv(rows: list[dict], path) -> Path:
 
 def plot_study(rows: list[dict], path, title: str = "") -> Path:
     """A log-log plot of error against step (needs matplotlib: pip install graphgrad[plot])."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise ImportError("plotting the step study needs matplotlib: "
-                          "pip install 'graphgrad[plot]'") from e
+    plt = pyplot("plotting the step study")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     h = [r["h"] for r in rows]

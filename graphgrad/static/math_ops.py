@@ -46,17 +46,32 @@ def _op(fn):
     names = list(inspect.signature(fn).parameters)
     convert = [k for k, n in enumerate(names) if n in _TENSOR_ARGS]
 
+    at = names.index("name") if "name" in names else None
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         args = tuple(_tensorize(a) if k in convert else a for k, a in enumerate(args))
         for k in list(kwargs):
             if k in _TENSOR_ARGS:
                 kwargs[k] = _tensorize(kwargs[k])
+        name = kwargs.get("name") or (args[at] if at is not None and len(args) > at else None)
         if isinstance(current_mode(), GraphBuilder):
-            return fn(*args, **kwargs)
-        with get_default_graph().building():
-            return fn(*args, **kwargs)
+            return _named(fn, args, kwargs, name, current_mode().graph)
+        with get_default_graph().building() as b:
+            return _named(fn, args, kwargs, name, b.graph)
     return wrapper
+
+
+def _named(fn, args: tuple, kwargs: dict, name: str | None, graph):
+    """``fn(*args, **kwargs)`` with TF's ``name=``: the op's node, if this call made it,
+    takes the name (made unique: "A", "A_1"...), so printed graphs, drawings and
+    ``Session.log`` show it."""
+    before = len(graph.nodes)
+    out = fn(*args, **kwargs)
+    node = getattr(out, "_node", None)
+    if name and node is not None and node.kind == "call" and node in graph.nodes[before - 1:]:
+        node.name = graph.unique_name(name)
+    return out
 
 
 def _dims(axis, x):

@@ -13,7 +13,8 @@ import contextlib
 
 from graphgrad.backend import xp
 from graphgrad.func.pytree import tree_flatten, tree_unflatten
-from graphgrad.graph import GraphBuilder, Interpreter, Scheduler, Symbol, needed_nodes, tf_shape
+from graphgrad.graph import (GraphBuilder, Interpreter, Scheduler, Symbol, Timeline, needed_nodes,
+                             tf_shape)
 from graphgrad.graph.node import Node
 from graphgrad.tensor import Tensor, Value
 from graphgrad.tensor.modes import current_mode
@@ -32,7 +33,8 @@ def _shape_fits(shape, want) -> bool:
 
 class Session:
     """``with Session() as sess: sess.run(fetches, feed_dict)``; ``workers > 1`` runs
-    each step on the parallel scheduler."""
+    each step on the parallel scheduler, and ``log`` then tells what ran where and when
+    in the latest ``run``."""
 
     def __init__(self, target: str = "", graph: Graph | None = None, config=None, *,
                  workers: int = 1):
@@ -137,8 +139,14 @@ class Session:
         return call
 
     @property
-    def log(self):
-        return getattr(self.interpreter, "log", [])
+    def log(self) -> Timeline:
+        """The latest ``run``'s execution log on the scheduler (``workers > 1``; empty
+        otherwise): a ``graphgrad.graph.Timeline`` of ``LogEntry(node, worker, start,
+        end)`` (seconds from the start of the run) sorted by start. ``print(sess.log)``
+        shows one line per node with the nodes it was in progress together with;
+        ``sess.log.together("A", "B")`` asks whether two nodes overlapped;
+        ``sess.log.gantt("run.png")`` draws a Gantt chart (matplotlib)."""
+        return getattr(self.interpreter, "log", None) or Timeline()
 
 
 def _numpy(v):

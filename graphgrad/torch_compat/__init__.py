@@ -6,7 +6,7 @@
   accelerator.py, default_device.py, backends/ (cudnn, cuda, mps, mkldnn flags), cuda/
   (``torch.cuda`` as a module with ``amp``), grad_scaler.py and autocast.py (``torch.amp``,
   amp.py), typed_tensors.py (``torch.FloatTensor``...), benchmark.py
-  (``torch.utils.benchmark``), parallel.py (``torch.nn.parallel``), onnx.py.
+  (``torch.utils.benchmark``), parallel.py (``torch.nn.parallel``).
 
 It sits above the capture frontends (it aliases them, and DataParallel is an nn.Module)
 and below ``run`` and ``cli``, which use it."""

@@ -5,7 +5,7 @@ graphgrad.nn``), so a program sees one framework whichever way it imports it.
 
 ``torch.X.Y`` is ``graphgrad.X.Y`` where graphgrad has that module; otherwise the CPU-only
 stand-in of this package named in ``STAND_INS`` (``torch.backends.cudnn``, ``torch.amp``,
-``torch.onnx``...); otherwise a ModuleNotFoundError saying it is not in graphgrad yet.
+``torch.cuda``...); otherwise a ModuleNotFoundError saying it is not in graphgrad yet.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ STAND_INS = {
     "torch.backends.mps": "graphgrad.torch_compat.backends.mps",
     "torch.backends.mkldnn": "graphgrad.torch_compat.backends.mkldnn",
     "torch.nn.parallel": "graphgrad.torch_compat.parallel",
-    "torch.onnx": "graphgrad.torch_compat.onnx",
     "torch.utils.benchmark": "graphgrad.torch_compat.benchmark",
 }
 

@@ -1,5 +1,7 @@
-"""Layer ``utils``: helpers above the core; ``utils.data`` holds datasets and loaders."""
+"""Layer ``utils``: helpers above the core; ``utils.data`` holds datasets and loaders,
+``utils.safetensors`` reads and writes safetensors files (it imports the optional
+package only when used)."""
 
-from . import data
+from . import data, safetensors
 
-__all__ = ["data"]
+__all__ = ["data", "safetensors"]

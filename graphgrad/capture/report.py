@@ -1,4 +1,6 @@
-"""Layer ``capture``: the side-by-side capture report (the lecture's comparison).
+"""Layer ``capture``: the side-by-side capture report (the lecture's comparison): the
+methods, the checks against eager and the table (views.py: the column explanations,
+``--full`` messages, drawings, optimized graphs).
 
 ``report(fn, *example_inputs)`` runs one function eagerly and through every way graphgrad
 has of turning it into a graph: the static API (the unchanged function called on
@@ -19,11 +21,25 @@ placeholders of unknown dims), ``fx.symbolic_trace``, ``jit.trace``, ``jit.scrip
    input has every dim one larger and values of the opposite sign to the example's mean
    (so a sign test takes the other branch); where eager itself rejects the larger shape
    the example's shape is kept.
+
+For an ``nn.Module`` (or a bound method of one) a fourth check compares its buffers: one
+call of the capture must update them (BatchNorm's running statistics in train mode) as
+one eager call from the same state does; every method and eager get their own copy of
+the module, so no run sees another's updates.
+
+``static_rewrite``, a version of the function written for the static API
+(``static.cond`` for an ``if`` on a tensor, ``static.shape`` for a shape read at run
+time), adds the row ``static (rewritten)`` next to the ``static`` row, checked like
+every other: the lecture's point that TF1 needs the function rewritten, shown working.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
+import inspect
+import linecache
+import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,11 +47,38 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphgrad.graph import Graph
+from graphgrad.graph.readable_code import public_function, readable_code
+from graphgrad.nn import Module
 from graphgrad.tensor import Tensor, tensor
 
-__all__ = ["report", "CaptureReport", "MethodResult", "METHODS", "other_inputs"]
+__all__ = ["report", "CaptureReport", "MethodResult", "METHODS", "REWRITTEN", "other_inputs",
+           "Where"]
 
 METHODS = ("eager", "static", "fx.symbolic_trace", "jit.trace", "jit.script", "compile")
+REWRITTEN = "static (rewritten)"   # the row of ``static_rewrite``
+
+
+@dataclass
+class Where:
+    """A line of the user's source that an error or warning points at; ``col`` and
+    ``end_col`` (0-based) mark the expression where Python knows them."""
+    file: str
+    line: int
+    function: str
+    source: str
+    col: int | None = None
+    end_col: int | None = None
+
+    def text(self) -> str:
+        """``File "f.py", line 3, in g`` and the line, with a caret under the spot."""
+        stripped = self.source.lstrip()
+        indent = len(self.source) - len(stripped)
+        if self.col is not None and self.end_col is not None and self.end_col > self.col:
+            start, width = max(self.col - indent, 0), self.end_col - self.col
+        else:  # the whole statement, without a trailing comment
+            start, width = 0, len(stripped.split("  #")[0].rstrip())
+        return (f'  File "{self.file}", line {self.line}, in {self.function}\n'
+                f"    {stripped.rstrip()}\n    {' ' * start}{'^' * max(width, 1)}")
 
 
 @dataclass
@@ -48,11 +91,14 @@ class MethodResult:
     example_matches: bool | None = None    # check 1 (None: not comparable or not reached)
     fresh_each_call: bool | None = None    # check 2, only where eager is nondeterministic
     second_matches: bool | None = None     # check 3
+    buffers_match: bool | None = None      # check 4, for modules with buffers
     notes: list[str] = field(default_factory=list)
+    where: list[Where] = field(default_factory=list)   # the user's lines it points at
+    source: str = ""                       # the rewritten function's source (its row)
 
     @property
     def wrong(self) -> bool:
-        if self.fresh_each_call is False:
+        if self.fresh_each_call is False or self.buffers_match is False:
             return True
         return self.example_matches is False or self.second_matches is False
 
@@ -63,6 +109,7 @@ class CaptureReport:
     function: str
     results: dict[str, MethodResult]
     deterministic: bool
+    second: str = ""          # what the 2nd input was, for the column explanation
 
     def __getitem__(self, method: str) -> MethodResult:
         return self.results[method]
@@ -88,11 +135,12 @@ class CaptureReport:
             for k, g in enumerate(r.graphs):
                 title = r.method + (f" (graph {k + 1} of {len(r.graphs)})"
                                     if len(r.graphs) > 1 else "")
-                parts.append(f"# ---- {title}\n{g.code}")
+                parts.append(f"# ---- {title}\n{_code(g)}")
         return "\n".join(parts)
 
     def __str__(self) -> str:
-        return self.table()
+        from .views import explain
+        return self.table() + "\n\n" + explain(self)
 
 
 def _graph_count(r: MethodResult) -> str:
@@ -123,9 +171,20 @@ def _ops(graph: Graph) -> str:
             parts.append(f"cond({' | '.join(branches)})")
         elif n.subgraphs:
             parts.append(f"{n.kind}({'; '.join(_ops(g) for g in n.subgraphs.values())})")
+        elif n.kind == "call":   # by its public name, as torch.fx's targets read
+            fn, _ = public_function(n.op)
+            parts.append(fn.__name__ if fn is not None else n.target_name)
         else:
             parts.append(n.target_name)
     return ", ".join(parts)
+
+
+def _code(graph: Graph) -> str:
+    """The graph as PyTorch-style Python (``forward(self, ...)`` where it reads a module's
+    parameters or submodules, as a GraphModule's code does)."""
+    reads = any(n.kind in ("variable", "call_module") and "target" in n.params
+                for n in graph.nodes)
+    return readable_code(graph, self_param=reads).src
 
 
 def _detail(r: MethodResult) -> str:
@@ -133,7 +192,9 @@ def _detail(r: MethodResult) -> str:
     if not text and r.graphs:
         text = " / ".join(f"[{_ops(g)}]" for g in r.graphs)
     if r.notes:
-        text = "; ".join([text] + r.notes) if text else "; ".join(r.notes)
+        # what makes a row silently wrong must not be cut off behind a long op list
+        parts = r.notes + [text] if r.outcome == "silently wrong" else [text] + r.notes
+        text = "; ".join(p for p in parts if p)
     return text if len(text) <= 110 else text[:107] + "..."
 
 
@@ -194,8 +255,9 @@ def _static(fn, example):
 
 
 def _fx(fn, example):
-    gm = importlib.import_module("graphgrad.fx").symbolic_trace(fn, example_inputs=tuple(example))
-    return gm, [gm.graph]
+    # as torch.fx traces: no example inputs (calls that need a rank run with the graph)
+    gm = importlib.import_module("graphgrad.fx").symbolic_trace(fn)
+    return gm, [gm.ir]
 
 
 def _jit_trace(fn, example):
@@ -216,7 +278,7 @@ def _compile(fn, example):
 
     def recording_backend(gm, example_inputs):
         # graphs are handed over on each (re)capture, so the list grows with new paths
-        graphs.append(getattr(gm, "graph", gm))
+        graphs.append(getattr(gm, "ir", gm))
         return eager_backend(gm, example_inputs)
 
     dynamo.reset()
@@ -235,9 +297,64 @@ def _message(e: BaseException) -> str:
     return f"{type(e).__name__}: " + "\n".join(lines)
 
 
-def _run_method(method, fn, example, second, eager) -> MethodResult:
-    e1, e2, e_second, deterministic = eager
-    res = MethodResult(method, "captured")
+def _module_of(fn) -> Module | None:
+    if isinstance(fn, Module):
+        return fn
+    owner = getattr(fn, "__self__", None)
+    return owner if isinstance(owner, Module) else None
+
+
+def _own_copy(fn):
+    """``fn`` on its own copy of its module (a module or a bound method of one), so that
+    each method's buffer updates start from the same state; other callables as they are."""
+    module = _module_of(fn)
+    if module is None:
+        return fn
+    twin = copy.deepcopy(module)
+    return twin if fn is module else getattr(twin, fn.__name__)
+
+
+def _buffers(fn) -> dict[str, np.ndarray]:
+    module = _module_of(fn)
+    if module is None:
+        return {}
+    return {k: b.detach().numpy().copy() for k, b in module.named_buffers() if b is not None}
+
+
+def _eager_step(fn, inputs):
+    """One eager call from ``fn``'s module's current state, on a copy: (output, buffers
+    after it); for plain functions (output, {})."""
+    twin = _own_copy(fn)
+    return twin(*inputs), _buffers(twin)
+
+
+def _user_lines(fn, tb=None, filename: str | None = None, lineno: int | None = None
+                ) -> list[Where]:
+    """The lines of ``fn``'s file an exception's traceback passes through (deepest last),
+    or the one a warning was issued at."""
+    code = getattr(getattr(fn, "forward", fn), "__code__", None) or getattr(fn, "__code__",
+                                                                           None)
+    file = code.co_filename if code is not None else None
+    out: list[Where] = []
+    if tb is not None:
+        for fs in traceback.extract_tb(tb):
+            if fs.filename == file:
+                out.append(Where(fs.filename, fs.lineno, fs.name, fs.line or "",
+                                 getattr(fs, "colno", None), getattr(fs, "end_colno", None)))
+    elif filename is not None and lineno is not None:
+        text = linecache.getline(filename, lineno)
+        if text:
+            name = code.co_name if code is not None and filename == file else "?"
+            out.append(Where(filename, lineno, name, text.rstrip("\n")))
+    return out[-1:]
+
+
+def _run_method(method, fn, example, second, deterministic, e_second,
+                runner_fn=None) -> MethodResult:
+    row = REWRITTEN if runner_fn is not None else method
+    res = MethodResult(row, "captured")
+    fn = _own_copy(fn)
+    target = runner_fn or fn
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -246,9 +363,12 @@ def _run_method(method, fn, example, second, eager) -> MethodResult:
             raise ValueError(f"capture.report: unknown method {method!r}; "
                              f"choose from {METHODS}") from None
         try:
-            captured, graphs = runner(fn, example)
+            captured, graphs = runner(target, example)
             res.graphs = graphs
+            ref1, ref_buffers = _eager_step(fn, example)   # eager from the same state
             out1 = captured(*example)
+            if ref_buffers:
+                res.buffers_match = _same_buffers(_buffers(fn), ref_buffers)
             out2 = captured(*example)
         except ModuleNotFoundError as e:
             if not (e.name or "").startswith("graphgrad"):
@@ -257,29 +377,33 @@ def _run_method(method, fn, example, second, eager) -> MethodResult:
             return res
         except Exception as e:  # the outcome being recorded, not a failure of the report
             res.outcome, res.message = "error", _message(e)
-            if method == "static":
+            res.where = _user_lines(fn, e.__traceback__)
+            if method == "static" and runner_fn is None:
                 res.notes.append("the static API needs the function rewritten with "
                                  "static.cond / static.shape")
             return res
         if deterministic:
-            res.example_matches = _same(out1, e1)
+            res.example_matches = _same(out1, ref1)
         else:
             res.fresh_each_call = not _same(out1, out2)
         if second is not None:
             try:
+                expected = _eager_step(fn, second)[0] if _module_of(fn) else e_second
                 out_second = captured(*second)
                 if deterministic:
-                    res.second_matches = _same(out_second, e_second)
+                    res.second_matches = _same(out_second, expected)
             except Exception as e:  # honest, not silent: the capture refuses this input
                 res.second_matches = False
                 shapes = ", ".join(str(tuple(x.shape)) for x in second if isinstance(x, Tensor))
                 res.outcome = "error"
                 res.message = f"on the 2nd input {shapes}: {_message(e)}"
+                res.where = _user_lines(fn, e.__traceback__)
                 return res
-    seen = [str(w.message) for w in caught if not issubclass(w.category, DeprecationWarning)]
+    seen = [w for w in caught if not issubclass(w.category, DeprecationWarning)]
     if seen:
         res.outcome = "warned"
-        res.message = f"{_warning_name(caught)}: {seen[0]}"
+        res.message = f"{seen[0].category.__name__}: {seen[0].message}"
+        res.where = _user_lines(fn, filename=seen[0].filename, lineno=seen[0].lineno)
     elif res.wrong:
         res.outcome = "silently wrong"
     if res.fresh_each_call is False:
@@ -288,22 +412,32 @@ def _run_method(method, fn, example, second, eager) -> MethodResult:
         res.notes.append("differs from eager on the example itself")
     elif res.second_matches is False:
         res.notes.append("differs from eager on the 2nd input")
+    if method == "compile":  # the counters were zeroed when this method started
+        breaks = importlib.import_module("graphgrad.dynamo").counters["graph_breaks"]
+        if breaks or not res.graphs:
+            res.notes.append(f"{breaks} graph break{'' if breaks == 1 else 's'}"
+                             + ("; no graph: every op ran eagerly" if not res.graphs else ""))
+    if res.buffers_match is False:
+        res.notes.append("its buffer updates (e.g. running statistics) differ from one "
+                         "eager call's")
     return res
 
 
-def _warning_name(caught) -> str:
-    w = next(w for w in caught if not issubclass(w.category, DeprecationWarning))
-    return w.category.__name__
+def _same_buffers(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k].shape == b[k].shape and np.allclose(a[k], b[k], rtol=1e-6, atol=1e-8)
+        for k in a)
 
 
 def report(fn: Callable, *example_inputs, second_inputs: Sequence | None = None,
-           methods: Sequence[str] = METHODS) -> CaptureReport:
+           methods: Sequence[str] = METHODS,
+           static_rewrite: Callable | None = None) -> CaptureReport:
     """Run ``fn`` eagerly and through each capture method; see the module docstring."""
     if not example_inputs:
         raise ValueError("capture.report: give at least one example input")
     example = tuple(example_inputs)
-    e1 = fn(*example)
-    e2 = fn(*example)
+    e1, _ = _eager_step(fn, example)
+    e2, _ = _eager_step(fn, example)
     deterministic = _same(e1, e2)
     second = tuple(second_inputs) if second_inputs is not None else None
     e_second = None
@@ -311,19 +445,35 @@ def report(fn: Callable, *example_inputs, second_inputs: Sequence | None = None,
         for grow in (True, False):
             candidate = other_inputs(example, grow=grow)
             try:
-                e_second = fn(*candidate)
+                e_second = _eager_step(fn, candidate)[0]
             except Exception:
                 continue
             second = candidate
             break
     else:
-        e_second = fn(*second)
+        e_second = _eager_step(fn, second)[0]
     results = {}
     for method in methods:
         if method == "eager":
             results[method] = MethodResult("eager", "eager",
                                            notes=["runs Python as written (the reference)"])
             continue
-        results[method] = _run_method(method, fn, example, second,
-                                      (e1, e2, e_second, deterministic))
-    return CaptureReport(getattr(fn, "__qualname__", repr(fn)), results, deterministic)
+        results[method] = _run_method(method, fn, example, second, deterministic, e_second)
+        if method == "static" and static_rewrite is not None:
+            r = _run_method("static", fn, example, second, deterministic, e_second,
+                            runner_fn=static_rewrite)
+            r.source = _source_of(static_rewrite)
+            r.notes.append(f"{getattr(static_rewrite, '__name__', 'the rewrite')}: "
+                           f"written for the static API")
+            results[REWRITTEN] = r
+    name = type(fn).__name__ if isinstance(fn, Module) else getattr(fn, "__qualname__",
+                                                                     repr(fn))
+    shapes = ", ".join(f"shape {tuple(x.shape)}" for x in second or () if isinstance(x, Tensor))
+    return CaptureReport(name, results, deterministic, shapes)
+
+
+def _source_of(fn) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""

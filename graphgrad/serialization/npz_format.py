@@ -1,6 +1,7 @@
-"""Layer ``serialization``: ``graphgrad.save`` / ``graphgrad.load``: tensors, and nested
-dicts, lists and tuples of tensors, arrays, numbers, strings and None (state dicts of
-modules and optimizers), in a NumPy ``.npz`` file.
+"""Layer ``serialization``: graphgrad's own format, read and written by ``graphgrad.save`` /
+``graphgrad.load``: tensors, and nested dicts, lists and tuples of tensors, arrays,
+numbers, strings and None (state dicts of modules and optimizers), in a NumPy ``.npz``
+file.
 
 Every tensor is one array entry (``t0``, ``t1``, ...); the nesting is a JSON document in
 the ``__structure__`` entry. A file holds data only, never code: nothing is unpickled.
@@ -22,13 +23,13 @@ import json
 import os
 import secrets
 import zipfile
-from typing import IO, Any, NoReturn
+from typing import IO, Any
 
 from graphgrad.backend import from_numpy_dtype, xp
 from graphgrad.tensor import Tensor, from_numpy
 
-__all__ = ["save", "load", "CheckpointError", "MAX_LOAD_BYTES", "MAX_DEPTH",
-           "MAX_COMPRESSION_RATIO"]
+__all__ = ["save_npz", "read_npz", "is_npz_checkpoint", "save_atomically", "CheckpointError",
+           "MAX_LOAD_BYTES", "MAX_DEPTH", "MAX_COMPRESSION_RATIO", "fits_npz"]
 
 _FORMAT = "graphgrad-npz-1"
 _STRUCTURE = "__structure__"
@@ -99,7 +100,9 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def _save_atomically(entries: dict, path: str) -> None:
+def save_atomically(write, path: str) -> None:
+    """Call ``write(fh)`` on a temporary file beside ``path``, then rename it over
+    ``path``: an interrupted or failed save leaves the old file as it was."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):  # PyTorch's check and wording
         raise RuntimeError(f"Parent directory {os.path.dirname(path) or '.'} does not exist.")
@@ -109,7 +112,7 @@ def _save_atomically(entries: dict, path: str) -> None:
                  0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
-            xp.savez(fh, **entries)  # a file object: NumPy would append ".npz" to a name
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         if os.path.exists(path):
@@ -124,7 +127,22 @@ def _save_atomically(entries: dict, path: str) -> None:
     _fsync_directory(directory)
 
 
-def save(obj: Any, f: str | os.PathLike | IO[bytes]) -> None:
+def fits_npz(obj: Any, depth: int = 0) -> bool:
+    """Whether ``obj`` is data this format holds (no other object anywhere in it)."""
+    if depth > MAX_DEPTH:
+        return True  # save_npz raises its nesting error
+    if isinstance(obj, (Tensor, xp.ndarray, xp.generic)) or obj is None or isinstance(
+            obj, (bool, int, float, str)):
+        return True
+    if isinstance(obj, dict):
+        return all(k is None or isinstance(k, (bool, int, float, str)) for k in obj) and all(
+            fits_npz(v, depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return all(fits_npz(v, depth + 1) for v in obj)
+    return False
+
+
+def save_npz(obj: Any, f: str | os.PathLike | IO[bytes]) -> None:
     """Write ``obj`` to the path or binary file ``f`` (the name is kept as given). Saving
     to a path replaces the file atomically: an interrupted save leaves the old one."""
     arrays: list = []
@@ -132,7 +150,8 @@ def save(obj: Any, f: str | os.PathLike | IO[bytes]) -> None:
     entries = {f"t{i}": a for i, a in enumerate(arrays)}
     entries[_STRUCTURE] = xp.array(json.dumps(structure))
     if isinstance(f, (str, os.PathLike)):
-        _save_atomically(entries, os.fspath(f))
+        # a file object: NumPy would append ".npz" to a name
+        save_atomically(lambda fh: xp.savez(fh, **entries), os.fspath(f))
     else:
         xp.savez(f, **entries)
 
@@ -288,32 +307,10 @@ def _read_checkpoint(zf: zipfile.ZipFile, fail, max_bytes: int) -> Any:
     return _decode(structure["root"], arrays)
 
 
-def load(f: str | os.PathLike | IO[bytes], map_location=None, weights_only: bool = True,
-         *, max_bytes: int | None = None) -> Any:
-    """Read what ``save`` wrote (``map_location`` is accepted and ignored: CPU only).
+def is_npz_checkpoint(zf: zipfile.ZipFile) -> bool:
+    return f"{_STRUCTURE}.npy" in zf.namelist()
 
-    The file is untrusted data whatever ``weights_only`` says: it never runs code. At most
-    ``max_bytes`` (default ``MAX_LOAD_BYTES``) of array data is allocated; a corrupt,
-    truncated or oversized file raises ``CheckpointError``."""
-    limit = MAX_LOAD_BYTES if max_bytes is None else max_bytes
-    name = os.fspath(f) if isinstance(f, (str, os.PathLike)) else getattr(f, "name", repr(f))
 
-    def fail(what: str) -> NoReturn:
-        raise CheckpointError(f"graphgrad.load: {name}: {what}")
-
-    fh = open(f, "rb") if isinstance(f, (str, os.PathLike)) else f  # FileNotFoundError as is
-    try:
-        try:
-            with zipfile.ZipFile(fh) as zf:
-                return _read_checkpoint(zf, fail, limit)
-        except CheckpointError:
-            raise
-        # Bytes from a corrupt file can fail anywhere in zipfile, zlib/bz2/lzma or NumPy's
-        # header parser (BadZipFile, ValueError, EOFError, OSError, struct.error, the
-        # RuntimeError of an "encrypted" flag...): all of them mean the same thing here.
-        except Exception as e:  # noqa: BLE001
-            raise CheckpointError(f"graphgrad.load: {name}: corrupt or not a graphgrad "
-                                  f"checkpoint ({type(e).__name__}: {e})") from e
-    finally:
-        if fh is not f:
-            fh.close()
+def read_npz(zf: zipfile.ZipFile, fail, max_bytes: int) -> Any:
+    """The object in the graphgrad checkpoint ``zf``; faults raise through ``fail``."""
+    return _read_checkpoint(zf, fail, max_bytes)

@@ -1,0 +1,197 @@
+"""Layer ``graph``: a Graph printed as PyTorch-style code, the ``.code`` of a GraphModule.
+
+``readable_code(graph)`` prints what ``printer.python_code`` prints, but as a module a
+PyTorch user reads and runs: it starts with ``import graphgrad``; an op call is its public
+function (``graphgrad.add(x, 1.0)``, ``graphgrad.sum(t0, dim=(0,), keepdim=False)``,
+``graphgrad.nn.functional.gelu(t1)``) wherever calling that function with the node's
+inputs and parameters records exactly this node again (checked once per op, input specs
+and parameters, by building it in a scratch graph); otherwise the op's own ``apply``,
+bound to its name on a line of the module (``Sum = graphgrad.ops.REGISTRY['Sum'].apply``).
+``forward`` takes ``self``: parameters, buffers and submodules are read as
+``self.lin.weight`` and called as ``self.lin(x)`` (torch.fx's get_attr/call_module), small
+constants are written out (``graphgrad.tensor([...], dtype=graphgrad.float64)``).
+
+What the module cannot print is kept as a global of the exec'd program, named in its
+header: a large constant, a custom ``autograd.Function``'s op, a random node's draw and a
+graph-differentiation rule (``_c0``, ``_random``, ``_vjp``).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+from graphgrad.backend import xp
+from graphgrad.ops import REGISTRY
+
+from .builder import GraphBuilder
+from .graph import Graph
+from .node import Node
+from .printer import Emitter, PythonCode
+from .spec import Spec
+from .symbol import Symbol, symbol
+
+__all__ = ["readable_code", "public_function", "snake_name", "attribute_path", "probe_call",
+           "single_call"]
+
+_SMALL = 64          # constants with at most this many elements are written out
+_CHECKED: dict = {}  # (op, input specs, params) -> whether its public function records it
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IMPORTED = {"_while": "from graphgrad.graph.printer import run_while as _while",
+             "_while_grad": "from graphgrad.graph.vjp_node import while_grad_replay as "
+                            "_while_grad"}
+
+
+def snake_name(name: str) -> str:
+    """``LogSoftmax`` -> ``log_softmax``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def public_function(op: type) -> tuple[Any, str] | tuple[None, None]:
+    """The public graphgrad function named like ``op`` and its printed path."""
+    for name in dict.fromkeys((snake_name(op.__name__), op.__name__.lower())):
+        for path in ("graphgrad", "graphgrad.nn.functional"):
+            ns = sys.modules.get(path)   # the API, as loaded: looked up, not imported
+            fn = getattr(ns, name, None) if ns is not None else None
+            if callable(fn) and not isinstance(fn, type) and \
+                    getattr(fn, "__module__", "").startswith("graphgrad."):
+                return fn, f"{path}.{name}"
+    return None, None
+
+
+def probe_call(fn: Any, args: tuple, kwargs: dict) -> tuple[Graph, Any] | None:
+    """``fn(*args, **kwargs)`` built in a scratch graph, each Node among ``args`` (not in
+    containers) a placeholder of its Spec: (the scratch graph, the result), or None where
+    that fails."""
+    g = Graph("probe")
+    values = []
+    for a in args:
+        if isinstance(a, Node):
+            if not isinstance(a.spec, Spec):
+                return None
+            values.append(symbol(g.placeholder(a.spec, f"x{len(values)}")))
+        else:
+            values.append(a)
+    try:
+        with GraphBuilder(g).active():
+            return g, fn(*values, **kwargs)
+    except Exception:  # noqa: BLE001 - the function takes other arguments: no such node
+        return None
+
+
+def single_call(probe: tuple[Graph, Any] | None, args: tuple) -> Node | None:
+    """The one op node a probe made, if it made exactly one, returned it, and reads the
+    probe's inputs in the places ``args`` had them."""
+    if probe is None:
+        return None
+    g, out = probe
+    made = [m for m in g.nodes if m.kind != "placeholder"]
+    if len(made) != 1 or not isinstance(out, Symbol) or out._node is not made[0]:
+        return None
+    m, phs = made[0], iter(g.inputs)
+    want = [next(phs) if isinstance(a, Node) else a for a in args]
+    same = m.kind == "call" and len(m.inputs) == len(want) and all(
+        a is b or (not isinstance(a, Node) and not isinstance(b, Node) and a == b)
+        for a, b in zip(m.inputs, want, strict=True))
+    return m if same else None
+
+
+def _records_itself(fn, node: Node) -> bool:
+    """Whether ``fn(*inputs, **params)`` builds exactly ``node`` again (same op, same
+    params, same inputs in the same places) in a scratch graph."""
+    m = single_call(probe_call(fn, node.inputs, node.params), node.inputs)
+    return m is not None and m.op is node.op and m.params == node.params
+
+
+def _key(node: Node):
+    specs = tuple((tuple(i.spec.shape) if i.spec.shape is not None else None, str(i.spec.dtype))
+                  if isinstance(i, Node) and isinstance(i.spec, Spec) else repr(i)
+                  for i in node.inputs)
+    return node.op, specs, repr(sorted(node.params.items()))
+
+
+def attribute_path(qualname: str, root: str = "self") -> str:
+    """``self.lin.weight``; ``getattr(self.layers, '0')`` where a part is no identifier."""
+    expr = root
+    for part in qualname.split(".") if qualname else ():   # "": the module itself
+        expr = f"{expr}.{part}" if _IDENT.match(part) else f"getattr({expr}, {part!r})"
+    return expr
+
+
+class ReadableEmitter(Emitter):
+    def __init__(self, state: dict | None, top: str, self_param: bool):
+        super().__init__(state)
+        self.top = top if self_param else None
+        self.glb["graphgrad"] = sys.modules["graphgrad"]
+        self.lines: dict[str, str] = {}   # name -> the line of the module that defines it
+
+    def leading_params(self, fname: str) -> list[str]:
+        return ["self"] if fname == self.top else []
+
+    def expr(self, n: Node, names: dict) -> str:
+        args = [names[a] if isinstance(a, Node) else repr(a) for a in n.inputs]
+        if n.kind == "call" and n.nargs == len(n.inputs):
+            fn, path = public_function(n.op)
+            if fn is not None:
+                key = _key(n)
+                ok = _CHECKED.get(key)
+                if ok is None:
+                    ok = _CHECKED[key] = _records_itself(fn, n)
+                if ok:
+                    parts = args + [f"{k}={self.pooled(v, 'p')}" for k, v in n.params.items()]
+                    return f"{path}({', '.join(parts)})"
+        if n.kind == "call" and REGISTRY.get(n.op.__name__) is n.op:
+            name = n.op.__name__
+            self.lines[name] = f"{name} = graphgrad.ops.REGISTRY[{name!r}].apply"
+        if n.kind == "constant":
+            text = self.literal(n.value)
+            if text is not None:
+                return text
+        if n.kind == "variable" and "target" in n.params:
+            return attribute_path(n.params["target"])
+        if n.kind == "call_module":
+            return f"{attribute_path(n.params['target'])}({', '.join(args)})"
+        if n.kind == "shape":
+            return f"graphgrad.tensor(tuple({args[0]}.shape), dtype=graphgrad.int64)"
+        text = super().expr(n, names)
+        for helper, line in _IMPORTED.items():
+            if text.startswith(helper + "("):
+                self.lines[helper] = line
+        return text
+
+    def literal(self, value) -> str | None:
+        """A small constant as ``graphgrad.tensor(...)``, if graphgrad names its dtype."""
+        arr = xp.asarray(value)
+        name = arr.dtype.name
+        if arr.size > _SMALL or arr.dtype.kind not in "biuf" or \
+                not hasattr(self.glb["graphgrad"], name):
+            return None
+        text = f"graphgrad.tensor({arr.tolist()!r}, dtype=graphgrad.{name})"
+        try:  # the text must give the same tensor back
+            back = eval(text, {"graphgrad": self.glb["graphgrad"]})  # noqa: S307 - our text
+        except Exception:  # noqa: BLE001
+            return None
+        return text if xp.array_equal(back._array, arr) and back._array.shape == arr.shape \
+            else None
+
+
+def readable_code(graph: Graph, state: dict | None = None, name: str = "forward", *,
+                  self_param: bool = True) -> PythonCode:
+    """``graph`` as PyTorch-style Python (see the module docstring); ``fn(self, *inputs)``
+    (``fn(*inputs)`` without ``self_param``: a graph that reads no module attributes)."""
+    e = ReadableEmitter(state, name, self_param)
+    e.function(graph, name)
+    head = [f"# graph {graph.name!r}: {graph.count()} nodes"] + [f"# {h}" for h in graph.header]
+    pooled = sorted(k for k in e.glb if k.startswith(("_c", "_p", "_f", "_n"))
+                    and k[2:].isdigit())
+    if pooled:
+        head.append(f"# held by the program, not printable: {', '.join(pooled)}")
+    head.append("import graphgrad")
+    if "operator" in e.glb:
+        head.append("import operator")
+    head += [e.lines[k] for k in sorted(e.lines)]
+    src = "\n".join(head) + "\n\n\n" + "\n\n".join(e.funcs)
+    glb = dict(e.glb)
+    exec(compile(src, f"<graph {graph.name}>", "exec"), glb)  # noqa: S102 - our own program
+    return PythonCode(src, glb, glb[name])
