@@ -21,6 +21,7 @@ from . import func
 from . import numdiff
 from . import nn
 from . import optim
+from . import distributed
 from . import utils
 from .serialization import load, save
 from . import graph
@@ -39,13 +40,11 @@ autograd.gradcheck = numdiff.gradcheck
 autograd.gradgradcheck = numdiff.gradgradcheck
 # torch.backends.cudnn & co (torch_compat/backends) next to graphgrad's graph backends, so
 # `torch.backends.cudnn.benchmark = True` works after `import graphgrad as torch`; and the
-# CPU build's nn.DataParallel, nn.parallel and utils.benchmark where PyTorch has them
+# CPU build's utils.benchmark where PyTorch has it
 backends.cuda = torch_compat.backends.cuda
 backends.cudnn = torch_compat.backends.cudnn
 backends.mps = torch_compat.backends.mps
 backends.mkldnn = torch_compat.backends.mkldnn
-nn.parallel = torch_compat.parallel
-nn.DataParallel = torch_compat.parallel.DataParallel
 utils.benchmark = torch_compat.benchmark
 
 half = float16

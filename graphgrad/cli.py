@@ -2,7 +2,8 @@
 
 ``graphgrad demo`` shows reverse mode by graph extension: derivatives of any order of
 one function, checked against their closed forms, and how the graph grows with the
-order (the lecture's cost blow-up of higher-order derivatives).
+order (the lecture's cost blow-up of higher-order derivatives), beside Taylor mode
+(``func.jet``), which gets every order from one forward pass.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ graphgrad: a deep-learning framework on NumPy whose machinery is open to inspect
 
 Commands:
   train            train a digits classifier (MLP or CNN) with a progress bar; the main job
-  demo             higher-order derivatives by graph extension, checked against closed forms
+  demo             higher-order derivatives by graph extension and by Taylor mode (jet),
+                   checked against closed forms
   numdiff study    error of finite differences and the complex step against the step size
                    (writes a CSV and a log-log plot)
   capture          capture one function every way graphgrad can (static, fx, jit.trace,
@@ -58,25 +60,39 @@ def _count_nodes(t) -> int:
 
 def demo(args: argparse.Namespace) -> int:
     """d^k/dx^k of sin(x) * exp(x) for k = 1..order, each by differentiating the previous
-    derivative's graph, with the closed form 2^(k/2) e^x sin(x + k pi/4)."""
+    derivative's graph (nodes and time to build), and by one Taylor-mode pass
+    (func.taylor_derivatives, the k-th coefficient of a jet), with the closed form
+    2^(k/2) e^x sin(x + k pi/4)."""
+    import time
+
     import graphgrad as gg
 
     x = gg.tensor(args.x, dtype=gg.float64, requires_grad=True)
     y = x.sin() * x.exp()
+    start = time.perf_counter()
+    by_jet = gg.func.taylor_derivatives(lambda t: t.sin() * t.exp(), x.detach(), 1.0,
+                                        args.order)
+    jet_ms = (time.perf_counter() - start) * 1e3
     print(f"f(x) = sin(x) * exp(x) at x = {args.x}")
-    print(f"{'order':>5}  {'graphgrad':>22}  {'closed form':>22}  {'abs error':>9}  "
-          f"{'graph nodes':>11}")
+    print(f"{'order':>5}  {'nested grad':>22}  {'nodes':>6}  {'ms':>7}  {'jet':>22}  "
+          f"{'closed form':>22}  {'max error':>9}")
     d = y
     worst = 0.0
+    built = 0.0
     for k in range(1, args.order + 1):
+        start = time.perf_counter()
         (d,) = gg.autograd.grad(d, x, create_graph=True)
+        built += time.perf_counter() - start
         exact = 2 ** (k / 2) * math.exp(args.x) * math.sin(args.x + k * math.pi / 4)
-        err = abs(d.item() - exact)
+        jet_k = by_jet[k].item()
+        err = max(abs(d.item() - exact), abs(jet_k - exact))
         worst = max(worst, err / max(1.0, abs(exact)))
-        print(f"{k:>5}  {d.item():>22.15g}  {exact:>22.15g}  {err:>9.1e}  "
-              f"{_count_nodes(d):>11}")
-    print("Each derivative is a graphgrad graph built by the backward pass of the previous one,")
-    print("so it can be differentiated again; the node count shows the growth with the order.")
+        print(f"{k:>5}  {d.item():>22.15g}  {_count_nodes(d):>6}  {built * 1e3:>7.2f}  "
+              f"{jet_k:>22.15g}  {exact:>22.15g}  {err:>9.1e}")
+    print("Each nested derivative is a graphgrad graph built by the backward pass of the")
+    print("previous one, so it can be differentiated again; nodes and ms (cumulative) show")
+    print(f"the growth with the order. The jet column took {jet_ms:.2f} ms for all orders:")
+    print("one forward pass carrying the Taylor coefficients (O(k^2) work per op).")
     if worst > 1e-10:
         print(f"error: relative error {worst:.2e} exceeds 1e-10", file=sys.stderr)
         return 1
@@ -107,14 +123,32 @@ def numdiff_study(args: argparse.Namespace) -> int:
     return 0
 
 
+def _launch_train(args: argparse.Namespace) -> int:
+    """``graphgrad train --nproc N``: the same command as N MPI ranks."""
+    from graphgrad.distributed.launch import launch
+    cmd = [sys.executable, "-m", "graphgrad", "train", "--model", args.model, "--epochs",
+           str(args.epochs), "--batch-size", str(args.batch_size), "--lr", str(args.lr),
+           "--optimizer", args.optimizer, "--seed", str(args.seed), "--out", args.out,
+           "--nproc", str(args.nproc)]
+    cmd += [f"--{f.replace('_', '-')}" for f in ("compile", "quiet", "no_plot")
+            if getattr(args, f)]
+    # the ranks train instead of launching again
+    return launch(args.nproc, cmd, prog="graphgrad train", extra_env={"GRAPHGRAD_TRAIN_RANK": "1"})
+
+
 def train(args: argparse.Namespace) -> int:
     """Train a classifier on scikit-learn's 8x8 digits (held-out test split): progress bar
-    with loss and accuracy, then the test accuracy, mean step time and checkpoint path."""
+    with loss and accuracy, then the test accuracy, mean step time and checkpoint path.
+    With --nproc N, data-parallel on N ranks through mpiexec (DistributedDataParallel)."""
+    import os
+    if args.nproc > 1 and not os.environ.get("GRAPHGRAD_TRAIN_RANK"):
+        return _launch_train(args)
     try:
         from graphgrad.train import train_digits
         train_digits(model=args.model, epochs=args.epochs, batch_size=args.batch_size,
                      lr=args.lr, optimizer=args.optimizer, seed=args.seed, quiet=args.quiet,
-                     out_dir=args.out, plot=not args.no_plot, compile=args.compile)
+                     out_dir=args.out, plot=not args.no_plot, compile=args.compile,
+                     distributed=args.nproc > 1)
     except ImportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -211,8 +245,11 @@ def run(args: argparse.Namespace) -> int:
     attribute graphgrad lacks is an error saying it is not in graphgrad yet. CUDA, MPS
     and other accelerators answer as in a CPU-only PyTorch build. Also:
     python -m graphgrad.run SCRIPT [ARGS...]; in a notebook, graphgrad.install_as_torch().
+    With --nproc N: N ranks through mpiexec (torch.distributed is graphgrad.distributed).
     """
-    from graphgrad.run import run_script
+    from graphgrad.run import run_ranks, run_script
+    if args.nproc is not None:
+        return run_ranks(args.nproc, args.script, args.args)
     return run_script(args.script, args.args)
 
 
@@ -247,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help_, description=inspect.cleandoc(fn.__doc__),
                               formatter_class=_Help, **kw)
 
-    p = command("demo", demo, "higher-order derivatives by graph extension")
+    p = command("demo", demo, "higher-order derivatives by graph extension and by jet")
     p.add_argument("--x", type=float, default=0.5, help="the point to differentiate at")
     p.add_argument("--order", type=int, default=5, help="highest derivative order")
     p.set_defaults(func=demo)
@@ -279,6 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seed of the split, the weights and the shuffling")
     t.add_argument("--compile", action="store_true",
                    help="run the model through graphgrad.compile; report graphs and breaks")
+    t.add_argument("--nproc", type=int, default=1, metavar="N",
+                   help="data-parallel on N ranks through mpiexec")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--no-plot", action="store_true", help="no loss-curve PNG")
     t.add_argument("--out", default=DEFAULTS["out_dir"], help="checkpoint folder")
@@ -304,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--draw", metavar="DIR", help="write a picture of each graph to DIR")
     c.set_defaults(func=capture)
     r = command("run", run, "run an unmodified PyTorch program on graphgrad")
+    r.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="run N ranks through mpiexec (data-parallel training); without it, "
+                        "one process")
     r.add_argument("script", metavar="SCRIPT", help="the PyTorch program (a .py file)")
     r.add_argument("args", metavar="ARGS", nargs=argparse.REMAINDER,
                    help="passed to the program as sys.argv[1:], unchanged, options "

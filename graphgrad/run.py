@@ -2,6 +2,7 @@
 
     graphgrad run script.py [args...]
     python -m graphgrad.run script.py [args...]
+    graphgrad run --nproc N script.py [args...]     (N ranks through mpiexec)
 
 Every ``import torch`` / ``import torch.nn.functional as F`` / ``from torch.utils.data
 import DataLoader`` in the program (and in what it imports) resolves to graphgrad's
@@ -9,6 +10,11 @@ modules (torch_compat/importer.py). The script runs as ``__main__`` with ``sys.a
 ``sys.path[0]`` set as ``python script.py args...`` sets them; the command exits with the
 script's exit code and prints its traceback from the script's own frames. Where the
 program reaches a torch module or attribute graphgrad lacks, the error says so.
+
+With ``--nproc N`` the script runs as N ranks of an MPI job on this machine
+(graphgrad.distributed.launch): ``torch.distributed`` is graphgrad.distributed on MPI,
+``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` are set as torchrun sets them, each rank gets
+cores // N BLAS threads, and the command exits non-zero naming the rank that failed.
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ import sys
 import traceback
 import types
 
+from graphgrad.distributed.launch import launch, run_rank
 from graphgrad.torch_compat.importer import STAND_INS, install_as_torch
 
-__all__ = ["run_script", "main"]
+__all__ = ["run_script", "run_ranks", "main"]
 
-_USAGE = "usage: python -m graphgrad.run script.py [args...]"
+_USAGE = "usage: python -m graphgrad.run [--nproc N] script.py [args...]"
 _TORCH_NAMES = {graphgrad: torch for torch, graphgrad in STAND_INS.items()}
 
 
@@ -78,6 +85,7 @@ def run_script(path: str, args: list[str]) -> int:
         print(e.code, file=sys.stderr)
         return 1
     except BaseException as e:  # noqa: BLE001 - reported like python reports it
+        sys.last_value = e  # as the interpreter keeps it: a launched rank reports it
         _explain(e)
         _print_traceback(e, script)
         return 130 if isinstance(e, KeyboardInterrupt) else 1
@@ -86,11 +94,24 @@ def run_script(path: str, args: list[str]) -> int:
     return 0
 
 
+def run_ranks(nproc: int, path: str, args: list[str]) -> int:
+    """Run the PyTorch program ``path`` as ``nproc`` MPI ranks; 0 when all succeeded."""
+    if not os.path.isfile(path):
+        print(f"graphgrad run: can't open file {path!r}: [Errno 2] No such file or directory",
+              file=sys.stderr)
+        return 2
+    return launch(nproc, [sys.executable, "-m", "graphgrad.run", "--rank", path, *args])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(f"{_USAGE}\n\n{__doc__.split(chr(10) + chr(10), 2)[2]}")
         return 0 if argv else 2
+    if argv[0] == "--nproc" and len(argv) >= 3:
+        return run_ranks(int(argv[1]), argv[2], argv[3:])
+    if argv[0] == "--rank" and len(argv) >= 2:  # one rank of a launch (or of mpiexec/srun)
+        return run_rank(run_script, argv[1], argv[2:])
     return run_script(argv[0], argv[1:])
 
 

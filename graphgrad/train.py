@@ -17,7 +17,7 @@ from graphgrad import nn, optim
 from graphgrad.autograd import no_grad
 from graphgrad.serialization import save
 from graphgrad.tensor import Generator, manual_seed, tensor
-from graphgrad.utils.data import DataLoader, TensorDataset
+from graphgrad.utils.data import DataLoader, DistributedSampler, TensorDataset
 from graphgrad.utils.progress import progress_bar
 
 __all__ = ["train_digits", "load_digits_split", "make_model", "DEFAULTS"]
@@ -116,18 +116,33 @@ def _one_blas_thread():
 def train_digits(model: str = "mlp", epochs: int = 20, batch_size: int = 64, lr: float = 1e-3,
                  optimizer: str = "adam", seed: int = 0, quiet: bool = False,
                  out_dir: str | Path = "out/digits", plot: bool = True,
-                 compile: bool = False) -> dict[str, Any]:  # noqa: A002 - the CLI's name
+                 compile: bool = False,  # noqa: A002 - the CLI's name
+                 distributed: bool = False) -> dict[str, Any]:
     """Train ``model`` ("mlp" or "cnn") on the digits; print the test accuracy, the mean
     step time and the checkpoint path; return them (and the history) in a dict. With
     ``compile`` the model's forward runs through ``graphgrad.compile`` (bytecode capture;
-    the backward pass is the captured graph's, by graph extension)."""
+    the backward pass is the captured graph's, by graph extension). With ``distributed``
+    (in every rank of an MPI job: ``graphgrad train --nproc N``) the model is wrapped in
+    DistributedDataParallel and each rank takes ``batch_size / N`` of every batch through
+    a DistributedSampler, so the steps are those of one process; rank 0 prints and saves."""
     with _one_blas_thread():
         return _train(model, epochs, batch_size, lr, optimizer, seed, quiet, out_dir, plot,
-                      compile)
+                      compile, distributed)
 
 
 def _train(model: str, epochs: int, batch_size: int, lr: float, optimizer: str, seed: int,
-           quiet: bool, out_dir: str | Path, plot: bool, compiled: bool) -> dict[str, Any]:
+           quiet: bool, out_dir: str | Path, plot: bool, compiled: bool,
+           distributed: bool = False) -> dict[str, Any]:
+    rank = 0
+    if distributed:
+        from graphgrad import distributed as dist
+        from graphgrad.nn.parallel import DistributedDataParallel
+        if not dist.is_initialized():
+            dist.init_process_group("mpi")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if batch_size % world:
+            raise ValueError(f"--batch-size {batch_size} is not divisible by --nproc {world}")
+        quiet, plot = quiet or rank != 0, plot and rank == 0
     manual_seed(seed)
     xtr, ytr, xte, yte = load_digits_split(seed)
     x_train, y_train = tensor(xtr), tensor(ytr)
@@ -143,6 +158,12 @@ def _train(model: str, epochs: int, batch_size: int, lr: float, optimizer: str, 
     loss_fn = nn.CrossEntropyLoss()
     loader = DataLoader(TensorDataset(x_train, y_train), batch_size=batch_size, shuffle=True,
                         generator=Generator().manual_seed(seed))
+    if distributed:
+        if compiled:
+            raise ValueError("--compile and --nproc together are not supported yet")
+        forward = DistributedDataParallel(net)
+        sampler = DistributedSampler(loader.dataset, seed=seed)
+        loader = DataLoader(loader.dataset, batch_size=batch_size // world, sampler=sampler)
 
     bar = progress_bar(epochs * len(loader), disable=quiet, unit="step", leave=True)
     history: dict[str, list] = {"step_loss": [], "epoch_loss": [], "test_accuracy": []}
@@ -150,6 +171,8 @@ def _train(model: str, epochs: int, batch_size: int, lr: float, optimizer: str, 
     start = time.perf_counter()
     for epoch in range(epochs):
         bar.set_description(f"epoch {epoch + 1}/{epochs}")
+        if distributed:
+            sampler.set_epoch(epoch)
         total, seen, correct = 0.0, 0, 0
         for xb, yb in loader:
             t0 = time.perf_counter()
@@ -177,8 +200,15 @@ def _train(model: str, epochs: int, batch_size: int, lr: float, optimizer: str, 
     checkpoint = out / f"digits_{model}.npz"
     config = {"model": model, "epochs": epochs, "batch_size": batch_size, "lr": lr,
               "optimizer": optimizer, "seed": seed, "compile": compiled}
-    save({"model": net.state_dict(), "optimizer": opt.state_dict(), "config": config,
-          "test_accuracy": test_acc}, checkpoint)
+    if rank == 0:
+        save({"model": net.state_dict(), "optimizer": opt.state_dict(), "config": config,
+              "test_accuracy": test_acc}, checkpoint)
+    if distributed:
+        dist.barrier()  # the others wait until rank 0 has written the checkpoint
+        config["nproc"] = world
+        if rank != 0:
+            return {**config, "test_accuracy": test_acc, "step_time_ms": 1000 * float(
+                np.mean(step_times)) if step_times else float("nan"), "seconds": seconds}
     plot_path = _plot(history, out / f"digits_{model}_loss.png") if plot and epochs else None
     step_ms = 1000 * float(np.mean(step_times)) if step_times else float("nan")
 

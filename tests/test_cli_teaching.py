@@ -102,8 +102,8 @@ def test_batchnorm_in_train_mode_is_checked_by_its_buffers():
         assert any("buffer updates" in n for n in fx.notes)
         row = next(ln for ln in rep.table().splitlines() if ln.startswith("fx."))
         assert row.split("  ")[-1].strip().startswith("its buffer updates")   # not cut off
-    else:
-        assert fx.outcome == "captured"
+    else:   # torch.fx cannot trace BatchNorm1d either: its _check_input_dim branches on the rank
+        assert fx.outcome == "error" and "rank" in fx.message
     assert "for a module its buffers" in explain(rep)
 
 

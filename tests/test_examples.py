@@ -144,6 +144,16 @@ def test_pinn_poisson(tmp_path, capsys):
     check_plots(r, out)
 
 
+def test_pinn_poisson_nested_derivatives_route(capsys):
+    """u'' by nested autograd.grad instead of func.laplacian: the same bound; both
+    routes' times are reported."""
+    r = load("pinn_poisson").main(["--quiet", "--no-plot", "--iters", "150",
+                                   "--derivatives", "nested"])
+    assert r["relative_l2_error"] <= 1e-4
+    assert set(r["seconds_per_loss"]) == {"laplacian", "nested"}
+    assert "ms with func.laplacian" in capsys.readouterr().out
+
+
 def test_pinn_poisson_adam_alone_meets_the_bound(tmp_path, capsys):
     """Adam alone, cosine-annealed lr 1e-2 -> 1e-6 and beta2 0.99, 6,000 iterations: 7.6e-5
     (10,000, the script's default: 2.8e-5; a constant lr 1e-3: 2.8e-4)."""

@@ -22,6 +22,7 @@ RANKS = [
     ["graph"],
     ["passes"],
     ["backends"],
+    ["distributed"],     # below nn and utils: DDP (nn.parallel) and DistributedSampler use it
     ["nn", "optim", "data", "utils"],
     ["serialization"],     # reads safetensors through utils, builds nn.Parameter
     ["static"],

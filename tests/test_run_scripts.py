@@ -118,7 +118,7 @@ def test_script_folder_is_first_on_path_and_no_file_is_an_error(tmp_path):
 def test_run_help_documents_the_command():
     out = _python("-m", "graphgrad", "run", "--help")
     assert out.returncode == 0
-    assert "usage: graphgrad run [-h] SCRIPT ..." in out.stdout
+    assert "usage: graphgrad run [-h] [--nproc N] SCRIPT ..." in out.stdout
     assert "sys.argv is [SCRIPT, ARGS...]" in out.stdout and "(default: none)" in out.stdout
     assert "run an unmodified PyTorch program" in _python("-m", "graphgrad", "--help").stdout
 

@@ -26,6 +26,8 @@ from graphgrad.tensor.sparse_tensor import leaf_of
 from graphgrad.tensor.toposort import toposort
 from graphgrad.tensor.views import identity_at, refresh_if_stale
 
+from .sharing import sharing
+
 __all__ = ["backward", "grad"]
 
 _TWICE = ("Trying to backward through the graph a second time (or directly access saved "
@@ -145,6 +147,9 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
         grads[id(r)] = grads[id(r)] + s if id(r) in grads else s
     results: dict[int, tuple] = {}
     prev_mode = set_grad_mode(create_graph)
+    shared = sharing() if create_graph else None  # a recorded pass shares (sharing.py)
+    if shared is not None:
+        shared.__enter__()
     try:
         for node in reversed(order):
             g = grads.pop(id(node), None)
@@ -186,6 +191,8 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
                 else:
                     grads[pid] = ct
     finally:
+        if shared is not None:
+            shared.__exit__()
         set_grad_mode(prev_mode)
     if not retain_graph:
         free_graph(order)

@@ -111,25 +111,57 @@ def cs_jacobian(f, x, h: float | None = None) -> np.ndarray:
     return jac.reshape(out_shape + x0.shape)
 
 
-def cs_hessian(f, x, h: float | None = None) -> np.ndarray:
+def cs_hessian(f, x, h: float | None = None, *, batched: bool = True) -> np.ndarray:
     """The Hessian of a scalar ``f``: column j is ``Im(grad f(x + i h e_j)) / h``, the
-    complex step taken through graphgrad's reverse-mode gradient (n gradient passes,
-    each exact to rounding)."""
+    complex step taken through graphgrad's reverse-mode gradient (exact to rounding).
+
+    ``batched=True`` (the default) evaluates every direction at once: the n complex
+    points x + i h e_j are the rows of one batch, and ``func.vmap`` runs a single
+    gradient pass over it, so the per-op overhead is paid once, not n times (the
+    cost left is n gradients' worth of arithmetic on (n, ...) arrays). ``batched=False``
+    runs one gradient pass per direction (the textbook loop)."""
+    x0, h, at = _stepped(x, h)
+    n = x0.size
+    if n == 0:
+        return np.zeros(x0.shape + x0.shape)
+    if batched:
+        points = x0.reshape(-1).astype(_complex_dtype(x0.dtype)) + 1j * h * np.eye(n)
+        with complex_step_mode():
+            grads = _batched_gradient(f, Tensor._make(points.reshape((n,) + x0.shape)))
+        # row j is the gradient at x + i h e_j, i.e. column j of the Hessian
+        return (np.imag(grads).reshape(n, n).T / h).reshape(x0.shape + x0.shape)
     from graphgrad.autograd import enable_grad
     from graphgrad.autograd import grad as autograd_grad
-    x0, h, at = _stepped(x, h)
     columns = []
     with complex_step_mode(), enable_grad():
-        for j in range(x0.size):
+        for j in range(n):
             xz = Tensor._make(at(j))
             xz.requires_grad_(True)
             out = f(xz)
-            if out.numel() != 1:
-                raise RuntimeError(f"cs_hessian: f must return a single element, got shape "
-                                   f"{tuple(out.shape)}")
+            _check_scalar(out)
             seed = Tensor._make(np.ones(out._array.shape, out._array.dtype))
             (g,) = autograd_grad(out, xz, grad_outputs=seed, allow_unused=True)
             gz = np.zeros(x0.shape) if g is None else g.detach()._array
             columns.append(np.imag(gz).reshape(-1) / h)
-    hess = np.stack(columns, axis=-1) if columns else np.zeros((0, 0))
+    hess = np.stack(columns, axis=-1)
     return hess.reshape(x0.shape + x0.shape)
+
+
+def _check_scalar(out) -> None:
+    if out.numel() != 1:
+        raise RuntimeError(f"cs_hessian: f must return a single element, got shape "
+                           f"{tuple(out.shape)}")
+
+
+def _batched_gradient(f, points: Tensor) -> np.ndarray:
+    """The analytic gradient of ``f`` at each row of ``points`` (complex), by one
+    vmapped reverse pass; rows with no path to the output get zeros."""
+    from graphgrad.func import vjp, vmap
+    from graphgrad.tensor import ones_like, zeros_like
+
+    def gradient(z):
+        out, pullback = vjp(f, z)
+        _check_scalar(out)
+        (g,) = pullback(ones_like(out))
+        return zeros_like(z) if g is None else g
+    return vmap(gradient)(points).detach()._array

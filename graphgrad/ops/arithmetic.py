@@ -11,6 +11,7 @@ from .compare import where
 from .base import NO_PARAMS
 from .elementwise import Elementwise
 from .refusals import SEQUENCES, sequence_operand
+from . import taylor as ts
 
 __all__ = ["add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "neg", "maximum",
            "minimum", "needs_grad", "true_divide", "subtract", "multiply", "divide", "fmod",
@@ -34,6 +35,8 @@ class Add(Elementwise):
     @staticmethod
     def jvp(dots, out, a, b):
         return Add.apply(_t(dots[0]), _t(dots[1]))
+
+    taylor = classmethod(ts.linear_taylor)
 
 
 _SUB_BOOL = ("Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
@@ -74,6 +77,8 @@ class Sub(Elementwise):
     def jvp(dots, out, a, b):
         return Sub.apply(_t(dots[0]), _t(dots[1]))
 
+    taylor = classmethod(ts.linear_taylor)
+
 
 def _other_operand_saved(a, b) -> tuple:
     """a * b saves b for a's gradient and a for b's: only what a needed gradient uses."""
@@ -93,6 +98,11 @@ class Mul(Elementwise):
     def jvp(dots, out, a, b):
         da, db = dots
         return _plus(da * b if da is not None else None, a * db if db is not None else None)
+
+    @staticmethod
+    def taylor(series, out, a, b):
+        k = ts.order_of(series)  # Leibniz: y_k = sum_j a_j b_{k-j}
+        return ts.mul_series(ts.full(a, series[0], k), ts.full(b, series[1], k), k)
 
 
 def _integer_division(fn, no_bool: str | None = None):
@@ -139,6 +149,13 @@ class Div(Elementwise):
         return _plus(da / b if da is not None else None,
                      -db * out / b if db is not None else None)
 
+    @staticmethod
+    def taylor(series, out, a, b, *, rounding_mode=None):
+        k = ts.order_of(series)
+        if rounding_mode is not None:  # piecewise constant
+            return [None] * k
+        return ts.div_series(ts.full(a, series[0], k), ts.full(b, series[1], k), out, k)
+
 
 @_integer_division
 def _rounded_division(a, b, *, rounding_mode):
@@ -170,6 +187,8 @@ class Remainder(Elementwise):
         da, db = dots
         return _plus(da, -db * (a / b).floor() if db is not None else None)
 
+    taylor = classmethod(ts.linear_taylor)  # a - floor(a / b) b: linear between jumps
+
 
 class Fmod(Elementwise):
     """C's fmod: the result takes the dividend's sign."""
@@ -185,6 +204,8 @@ class Fmod(Elementwise):
     def jvp(dots, out, a, b):
         da, db = dots
         return _plus(da, -db * (a / b).trunc() if db is not None else None)
+
+    taylor = classmethod(ts.linear_taylor)
 
 
 class Pow(Elementwise):
@@ -228,6 +249,26 @@ class Pow(Elementwise):
         if db is not None:
             tb = db * out * _log_base(a, b)
         return _plus(ta, tb)
+
+    @staticmethod
+    def taylor(series, out, a, b):
+        k = ts.order_of(series)
+        sa, sb = series
+        if sb is None:  # a constant exponent
+            if isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 4:
+                # repeated products: exact at a_0 = 0, where the recurrence divides by it
+                x = ts.full(a, sa, k)
+                y, y0 = [None] * k, 1.0
+                for _ in range(b):
+                    y = ts.mul_series(ts.full(y0, y, k), x, k)
+                    y0 = a * y0
+                return y
+            return ts.pow_series(ts.full(a, sa, k), out, b, k)
+        # a ** b = exp(b log a)
+        log_a = a.log() if isinstance(a, Value) else math.log(a)
+        logs = ts.log_series(ts.full(a, sa, k), log_a, k) if sa is not None else [None] * k
+        z = ts.mul_series(ts.full(b, sb, k), ts.full(log_a, logs, k), k)
+        return ts.exp_series(ts.full(b * log_a, z, k), out, k)
 
 
 def _t(d):
@@ -275,6 +316,8 @@ class Neg(Elementwise):
     def jvp(dots, out, a):
         return -dots[0]
 
+    taylor = classmethod(ts.linear_taylor)
+
 
 class Maximum(Elementwise):
     forward = staticmethod(xp.maximum)
@@ -292,6 +335,8 @@ class Maximum(Elementwise):
         da, db = _t(dots[0]), _t(dots[1])
         return where(a > b, da, where(a == b, (da + db) * 0.5, db))
 
+    taylor = classmethod(ts.linear_taylor)  # the larger input's jet; ties average (JAX)
+
 
 class Minimum(Elementwise):
     forward = staticmethod(xp.minimum)
@@ -307,6 +352,8 @@ class Minimum(Elementwise):
     def jvp(dots, out, a, b):
         da, db = _t(dots[0]), _t(dots[1])
         return where(a < b, da, where(a == b, (da + db) * 0.5, db))
+
+    taylor = classmethod(ts.linear_taylor)
 
 
 class Atan2(Elementwise):

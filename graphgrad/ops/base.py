@@ -103,6 +103,9 @@ class Op:
     same_dtypes = False
     jvp = None              # forward-mode rule, added by the forward-AD issue
     batch = None            # batching rule, added by the vmap issue
+    # Taylor-mode rule (func.jet): taylor(series, out, *inputs, **params) -> [y_1..y_K],
+    # see ops/taylor.py; None: the op has none and a jet through it raises
+    taylor = None
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

@@ -7,6 +7,7 @@ from graphgrad.backend import result_type, torch_promotion, xp
 
 from .base import NO_PARAMS, scalar_name
 from .elementwise import WIDE_DTYPES, Elementwise
+from . import taylor as ts
 
 __all__ = ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
            "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "where",
@@ -119,6 +120,8 @@ class Where(Elementwise):
     def jvp(dots, out, cond, a, b):
         da, db = dots[1], dots[2]
         return where(cond, 0.0 if da is None else da, 0.0 if db is None else db)
+
+    taylor = classmethod(ts.linear_taylor)
 
 
 def _binary(op):

@@ -20,6 +20,7 @@ from .base import C_NAMES, Op, Spec, broadcast_shapes, int_arg, normalize_dim, s
 from .refusals import (SEQUENCE_AS_TUPLE, check_along_dim, check_index_range, narrow_dim,
                        narrow_start, sequence_as_tuple)
 from .batching import align, all_to_front, batch_size, materialize, to_front
+from . import taylor as ts
 
 __all__ = ["getitem", "index_put", "gather", "scatter_add", "one_hot", "nonzero",
            "index_select", "masked_fill", "take_along_dim", "parse_index", "masked_select",
@@ -223,6 +224,8 @@ class Getitem(Op):
     def jvp(dots, out, a, *index_tensors, spec):
         return Getitem.apply(dots[0], *index_tensors, spec=spec)
 
+    taylor = classmethod(ts.linear_taylor)
+
     @classmethod
     def batch(cls, vals, bdims, *, spec):
         if any(d is not None for d in bdims[1:]):
@@ -277,6 +280,8 @@ class IndexPut(Op):
             db = out.new_zeros(tuple(out.shape))
         return IndexPut.apply(db, 0.0 if dv is None else dv, *index_tensors, spec=spec,
                               accumulate=accumulate)
+
+    taylor = classmethod(ts.linear_taylor)
 
     @classmethod
     def batch(cls, vals, bdims, *, spec, accumulate):
@@ -416,6 +421,8 @@ class Gather(Op):
     def jvp(dots, out, a, index, *, dim):
         return Gather.apply(dots[0], index, dim=dim)
 
+    taylor = classmethod(ts.linear_taylor)
+
     @classmethod
     def batch(cls, vals, bdims, *, dim):
         a, index = all_to_front(vals, bdims)
@@ -459,6 +466,8 @@ class ScatterAdd(Op):
         if ds is None:
             return db
         return ScatterAdd.apply(db, index, ds, dim=dim)
+
+    taylor = classmethod(ts.linear_taylor)
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):

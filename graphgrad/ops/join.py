@@ -9,6 +9,7 @@ from .base import Op, Spec, normalize_dim, int_arg
 from .batching import all_to_front, to_front
 from .index import getitem
 from .refusals import int_tuple_arg
+from . import taylor as ts
 
 __all__ = ["cat", "concat", "concatenate", "stack", "pad", "split", "chunk", "unbind",
            "hstack", "vstack", "tensor_split"]
@@ -38,6 +39,8 @@ class _Join(Op):
     @classmethod
     def jvp(cls, dots, out, *inputs, dim):
         return cls.apply(*_dense(dots, inputs), dim=dim)
+
+    taylor = classmethod(ts.linear_taylor)
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):
@@ -130,6 +133,8 @@ class Pad(Op):
     @staticmethod
     def jvp(dots, out, a, *, pad, value):
         return Pad.apply(dots[0], pad=pad, value=0.0)
+
+    taylor = classmethod(ts.linear_taylor)
 
     @classmethod
     def batch(cls, vals, bdims, *, pad, value):

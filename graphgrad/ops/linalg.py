@@ -12,6 +12,7 @@ from .base import C_NAMES, Op, Spec, broadcast_shapes, fmt_shape, scalar_name, s
 from .batching import align, logical_ndim, to_front
 from .reduce import Sum
 from .shape import Permute
+from . import taylor as ts
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "outer", "inner", "check_linear_dtypes"]
 
@@ -66,6 +67,12 @@ class Matmul(Op):
         ta = Matmul.apply(da, b) if da is not None else None
         tb = Matmul.apply(a, db) if db is not None else None
         return tb if ta is None else ta if tb is None else ta + tb
+
+    @staticmethod
+    def taylor(series, out, a, b):
+        k = ts.order_of(series)  # bilinear: Y_k = sum_j A_j @ B_{k-j}
+        fa, fb = ts.full(a, series[0], k), ts.full(b, series[1], k)
+        return [ts.bilinear(fa, fb, i, Matmul.apply) for i in range(1, k + 1)]
 
     @classmethod
     def batch(cls, vals, bdims):
@@ -287,6 +294,16 @@ class Linear(Op):
         for t in terms[1:]:
             total = total + t
         return total
+
+    @staticmethod
+    def taylor(series, out, x, w, b=None):
+        # bilinear in (x, w); the bias is affine and enters at its own orders only
+        k = ts.order_of(series)
+        fx, fw = ts.full(x, series[0], k), ts.full(w, series[1], k)
+        sb = series[2] if b is not None else None
+        return [ts.plus(ts.bilinear(fx, fw, i, Linear.apply),
+                        None if sb is None or sb[i - 1] is None else sb[i - 1].expand(*out.shape))
+                for i in range(1, k + 1)]
 
     @classmethod
     def batch(cls, vals, bdims):

@@ -20,6 +20,7 @@ from .batching import to_front
 from .compare import where
 from .refusals import NOT_GIVEN, empty_check, no_bool, no_kernel
 from .unary import Exp
+from . import taylor as ts
 
 __all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "norm",
            "vector_norm", "logsumexp", "softmax", "log_softmax", "all", "any", "count_nonzero",
@@ -87,6 +88,8 @@ class Sum(_Reduce):
     def jvp(cls, dots, out, a, **params):  # linear
         return cls.apply(dots[0], **params)
 
+    taylor = classmethod(ts.linear_taylor)
+
 
 class Mean(_Reduce):
     holomorphic = True
@@ -111,6 +114,8 @@ class Mean(_Reduce):
     @classmethod
     def jvp(cls, dots, out, a, **params):  # linear
         return cls.apply(dots[0], **params)
+
+    taylor = classmethod(ts.linear_taylor)
 
 
 class Prod(_Reduce):
@@ -264,6 +269,13 @@ class Logsumexp(_Reduce):
         return (expand_back(g, shape, dim, keepdim) * (a - expand_back(out, shape, dim,
                                                                        keepdim)).exp(),)
 
+    @staticmethod
+    def taylor(series, out, a, *, dim, keepdim):
+        k = ts.order_of(series)
+        e0 = (a - expand_back(out, a.shape, dim, keepdim)).exp()
+        terms, _ = ts.logsumexp_series(series[0], e0, dim, k)
+        return [t if t is None or keepdim else t.squeeze(dim) for t in terms]
+
 
 class _SoftmaxBase(Op):
     promotes = False
@@ -300,6 +312,14 @@ class Softmax(_SoftmaxBase):
         d = dots[0]
         return out * (d - (d * out).sum(dim=dim, keepdim=True))
 
+    @staticmethod
+    def taylor(series, out, a, *, dim):
+        # e / sum(e) with e = exp(x - lse(x_0)): e_0 is the output, its sum is one
+        k = ts.order_of(series)
+        _, e = ts.logsumexp_series(series[0], out, dim, k)
+        total = [1.0] + [None if t is None else t.sum(dim=dim, keepdim=True) for t in e[1:]]
+        return ts.div_series(e, total, out, k)
+
 
 class LogSoftmax(_SoftmaxBase):
     holomorphic = True
@@ -324,6 +344,13 @@ class LogSoftmax(_SoftmaxBase):
         d = dots[0]
         return d - (out.exp() * d).sum(dim=dim, keepdim=True)
 
+    @staticmethod
+    def taylor(series, out, a, *, dim):
+        k = ts.order_of(series)  # x - logsumexp(x)
+        lse, _ = ts.logsumexp_series(series[0], out.exp(), dim, k)
+        return [ts.plus(x, None if t is None else -t) for x, t in zip(series[0], lse,
+                                                                      strict=True)]
+
 
 class Cumsum(Op):
     holomorphic = True
@@ -347,6 +374,8 @@ class Cumsum(Op):
     @staticmethod
     def jvp(dots, out, a, *, dim):
         return dots[0].cumsum(dim)
+
+    taylor = classmethod(ts.linear_taylor)
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):

@@ -12,6 +12,7 @@ from graphgrad.tensor.creation import invalid_arguments
 from .base import Op, Spec, int_arg, normalize_dim, scalar_name
 from .batching import align, to_front
 from .refusals import NOT_GIVEN, int_tuple_arg, is_int
+from . import taylor as ts
 
 __all__ = ["reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose",
            "swapaxes", "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to",
@@ -27,6 +28,8 @@ class _Linear(Op):
     @classmethod
     def jvp(cls, dots, out, a, **params):
         return cls.apply(dots[0], **params)
+
+    taylor = classmethod(ts.linear_taylor)
 
 
 class _Movement(_Linear):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from graphgrad.backend import xp
 
+from . import taylor as ts
 from .base import Op, Spec, int_arg
 from .batching import to_front
 
@@ -46,6 +47,8 @@ class _Triangle(Op):
     @classmethod
     def jvp(cls, dots, out, a, *, diagonal):
         return cls.apply(dots[0], diagonal=diagonal)
+
+    taylor = classmethod(ts.linear_taylor)
 
     @classmethod
     def batch(cls, vals, bdims, *, diagonal):

@@ -10,6 +10,7 @@ from .base import Spec
 from .arithmetic import Mul
 from .compare import Gt, where
 from .elementwise import Diagonal, Elementwise
+from . import taylor as ts
 
 __all__ = ["exp", "log", "log1p", "expm1", "log2", "log10", "sin", "cos", "tan", "tanh",
            "sinh", "cosh", "asin", "acos", "atan", "sigmoid", "relu", "gelu", "softplus",
@@ -43,6 +44,11 @@ class Exp(_FromOutput):
     def vjp(g, out, a):
         return (g * out,)
 
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)
+        return ts.exp_series(ts.full(a, series[0], k), out, k)
+
 
 class Expm1(_FromOutput):
     holomorphic = True
@@ -51,6 +57,15 @@ class Expm1(_FromOutput):
     @staticmethod
     def vjp(g, out, a):
         return (g * (out + 1),)
+
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)  # y' = (y + 1) x'
+        x, y, g = ts.full(a, series[0], k), [out], [out + 1]
+        for i in range(1, k + 1):
+            y.append(ts.ode_term(x, g, i))
+            g.append(y[i])
+        return y[1:]
 
 
 class Log(_Unary):
@@ -61,6 +76,11 @@ class Log(_Unary):
     def vjp(g, out, a):
         return (g / a,)
 
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)
+        return ts.log_series(ts.full(a, series[0], k), out, k)
+
 
 class Log1p(_Unary):
     holomorphic = True
@@ -69,6 +89,11 @@ class Log1p(_Unary):
     @staticmethod
     def vjp(g, out, a):
         return (g / (a + 1),)
+
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)
+        return ts.log_series(ts.full(a + 1, series[0], k), out, k)
 
 
 class Log2(_Unary):
@@ -79,6 +104,12 @@ class Log2(_Unary):
     def vjp(g, out, a):
         return (g / (a * math.log(2.0)),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)  # log(x) / log 2
+        return ts.scale_series(ts.log_series(ts.full(a, series[0], k), out * _LN2, k),
+                               1 / _LN2)
+
 
 class Log10(_Unary):
     holomorphic = True
@@ -87,6 +118,12 @@ class Log10(_Unary):
     @staticmethod
     def vjp(g, out, a):
         return (g / (a * math.log(10.0)),)
+
+    @staticmethod
+    def taylor(series, out, a):
+        k, ln10 = ts.order_of(series), math.log(10.0)
+        return ts.scale_series(ts.log_series(ts.full(a, series[0], k), out * ln10, k),
+                               1 / ln10)
 
 
 class Sin(_Unary):
@@ -97,6 +134,11 @@ class Sin(_Unary):
     def vjp(g, out, a):
         return (g * a.cos(),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)
+        return ts.sin_cos_series(ts.full(a, series[0], k), out, a.cos(), k)[0]
+
 
 class Cos(_Unary):
     holomorphic = True
@@ -105,6 +147,11 @@ class Cos(_Unary):
     @staticmethod
     def vjp(g, out, a):
         return (-g * a.sin(),)
+
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)
+        return ts.sin_cos_series(ts.full(a, series[0], k), a.sin(), out, k)[1]
 
 
 class Tan(_FromOutput):
@@ -115,6 +162,17 @@ class Tan(_FromOutput):
     def vjp(g, out, a):
         return (g * (out * out + 1),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        # y' = w x' with w = 1 + y^2 carried alongside
+        k = ts.order_of(series)
+        x, y, w = ts.full(a, series[0], k), [out], [out * out + 1]
+        for i in range(1, k + 1):
+            y.append(ts.ode_term(x, w, i))
+            if i < k:
+                w.append(ts.square_cauchy(y, i))
+        return y[1:]
+
 
 class Tanh(_FromOutput):
     holomorphic = True
@@ -123,6 +181,17 @@ class Tanh(_FromOutput):
     @staticmethod
     def vjp(g, out, a):
         return (g * (1 - out * out),)
+
+    @staticmethod
+    def taylor(series, out, a):
+        # the ODE y' = w x' with w = 1 - y^2 carried alongside: no division
+        k = ts.order_of(series)
+        x, y, w = ts.full(a, series[0], k), [out], [1 - out * out]
+        for i in range(1, k + 1):
+            y.append(ts.ode_term(x, w, i))
+            if i < k:  # y_K needs w up to K-1
+                w.append(ts.square_cauchy(y, i, -1.0))
+        return y[1:]
 
 
 class Sinh(_Unary):
@@ -133,6 +202,11 @@ class Sinh(_Unary):
     def vjp(g, out, a):
         return (g * a.cosh(),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)
+        return ts.sin_cos_series(ts.full(a, series[0], k), out, a.cosh(), k, 1.0)[0]
+
 
 class Cosh(_Unary):
     holomorphic = True
@@ -141,6 +215,11 @@ class Cosh(_Unary):
     @staticmethod
     def vjp(g, out, a):
         return (g * a.sinh(),)
+
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)
+        return ts.sin_cos_series(ts.full(a, series[0], k), a.sinh(), out, k, 1.0)[1]
 
 
 class Asin(_Unary):
@@ -151,6 +230,10 @@ class Asin(_Unary):
     def vjp(g, out, a):
         return (g * (1 - a * a).rsqrt(),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        return _inverse_rule(series, a, 1.0, -1.0, -0.5)  # y' = (1 - x^2)^(-1/2) x'
+
 
 class Acos(_Unary):
     holomorphic = True
@@ -159,6 +242,10 @@ class Acos(_Unary):
     @staticmethod
     def vjp(g, out, a):
         return (-g * (1 - a * a).rsqrt(),)
+
+    @staticmethod
+    def taylor(series, out, a):
+        return ts.scale_series(_inverse_rule(series, a, 1.0, -1.0, -0.5), -1.0)
 
 
 class Atan(_Unary):
@@ -169,6 +256,10 @@ class Atan(_Unary):
     def vjp(g, out, a):
         return (g / (a * a + 1),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        return _inverse_rule(series, a, 1.0, 1.0, -1.0)  # y' = x' / (1 + x^2)
+
 
 class Asinh(_Unary):
     holomorphic = True
@@ -177,6 +268,10 @@ class Asinh(_Unary):
     @staticmethod
     def vjp(g, out, a):
         return (g * (a * a + 1).rsqrt(),)
+
+    @staticmethod
+    def taylor(series, out, a):
+        return _inverse_rule(series, a, 1.0, 1.0, -0.5)
 
 
 class Acosh(_Unary):
@@ -187,6 +282,10 @@ class Acosh(_Unary):
     def vjp(g, out, a):
         return (g * (a * a - 1).rsqrt(),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        return _inverse_rule(series, a, -1.0, 1.0, -0.5)
+
 
 class Atanh(_Unary):
     holomorphic = True
@@ -196,6 +295,10 @@ class Atanh(_Unary):
     def vjp(g, out, a):
         return (g / (1 - a * a),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        return _inverse_rule(series, a, 1.0, -1.0, -1.0)
+
 
 class Exp2(_FromOutput):
     holomorphic = True
@@ -204,6 +307,11 @@ class Exp2(_FromOutput):
     @staticmethod
     def vjp(g, out, a):
         return (g * out * _LN2,)
+
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)  # exp(x log 2)
+        return ts.exp_series(ts.full(a * _LN2, ts.scale_series(series[0], _LN2), k), out, k)
 
 
 class Sigmoid(_FromOutput):
@@ -227,6 +335,21 @@ class Sigmoid(_FromOutput):
     def vjp(g, out, a):
         return (g * out * (1 - out),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)
+        return ts.sigmoid_series(ts.full(a, series[0], k), out, k)
+
+
+def _inverse_rule(series, a, c0: float, c2: float, power: float) -> list:
+    """The rule of an inverse trig/hyperbolic function, y' = (c0 + c2 x^2)^power x':
+    the jet of c0 + c2 x^2, then of its power, then the general pattern."""
+    k = ts.order_of(series)
+    x = ts.full(a, series[0], k)
+    u = ts.quadratic_series(x, c0, c2, k)
+    g0 = u[0] ** power
+    return ts.by_derivative(x, [g0, *ts.pow_series(u, g0, power, k)], k)
+
 
 class Relu(_FromOutput):
     promotes = False
@@ -240,6 +363,9 @@ class Relu(_FromOutput):
     @staticmethod
     def vjp(g, out, a):
         return (Mul.apply(g, Gt.apply(out, 0)),)  # not the methods: a training step's hot path
+
+    # x_k where x_0 > 0, else 0 (at the kink 0, as the vjp; JAX averages to x_k / 2)
+    taylor = classmethod(ts.linear_taylor)
 
 
 def _erf_array(a):
@@ -263,6 +389,17 @@ class Erf(_Unary):
     @staticmethod
     def vjp(g, out, a):
         return (g * _TWO_OVER_SQRT_PI * (-a * a).exp(),)
+
+    @staticmethod
+    def taylor(series, out, a):
+        # y' = g x' with g = (2/sqrt(pi)) exp(-x^2): the jet of -x*x, then of exp
+        k = ts.order_of(series)
+        x = ts.full(a, series[0], k)
+        e0 = (-a * a).exp()
+        e = ts.exp_series(ts.full(-a * a, ts.scale_series(ts.mul_series(x, x, k), -1.0), k),
+                          e0, k)
+        g = ts.scale_series([e0, *e], _TWO_OVER_SQRT_PI)
+        return [ts.ode_term(x, g, i) for i in range(1, k + 1)]
 
 
 class Gelu(_Unary):
@@ -289,6 +426,26 @@ class Gelu(_Unary):
         pdf = (-0.5 * a * a).exp() / _SQRT_2PI
         return (g * (cdf + a * pdf),)
 
+    @staticmethod
+    def taylor(series, out, a, *, approximate="none"):
+        # x * Phi(x): the jet of Phi (erf of x / sqrt 2, or the tanh form), then Leibniz
+        k = ts.order_of(series)
+        x = ts.full(a, series[0], k)
+        if approximate == "tanh":
+            c = math.sqrt(2.0 / math.pi)
+            cube = ts.mul_series(x, [a * a, *ts.mul_series(x, x, k)], k)
+            u0 = c * (a + 0.044715 * a * a * a)
+            u = [ts.plus(ts.times(s, c), ts.times(q, 0.044715 * c))
+                 for s, q in zip(series[0], cube, strict=True)]
+            t0 = u0.tanh()
+            half = [0.5 * (1 + t0), *ts.scale_series(Tanh.taylor((u,), t0, u0), 0.5)]
+        else:
+            z0 = a / _SQRT_2
+            z = ts.scale_series(series[0], 1 / _SQRT_2)
+            e0 = z0.erf()
+            half = [0.5 * (1 + e0), *ts.scale_series(Erf.taylor((z,), e0, z0), 0.5)]
+        return ts.mul_series(x, half, k)
+
 
 class Softplus(_Unary):
     """``log(1 + exp(beta x)) / beta``, linear where ``beta x > threshold``."""
@@ -303,6 +460,18 @@ class Softplus(_Unary):
         z = a * beta
         return (g * where(z > threshold, 1.0, z.sigmoid()),)
 
+    @staticmethod
+    def taylor(series, out, a, *, beta=1.0, threshold=20.0):
+        # y' = sigmoid(beta x) x'; where beta x > threshold the op is the identity
+        k = ts.order_of(series)
+        x = ts.full(a, series[0], k)
+        z = a * beta
+        s0 = z.sigmoid()
+        s = [s0, *ts.sigmoid_series(ts.full(z, ts.scale_series(series[0], beta), k), s0, k)]
+        linear = z > threshold
+        return [where(linear, 0.0 if x[i] is None else x[i], ts.ode_term(x, s, i))
+                for i in range(1, k + 1)]
+
 
 class Abs(_Unary):
     promotes = False
@@ -316,6 +485,8 @@ class Abs(_Unary):
     def vjp(g, out, a):
         return (g * a.sign(),)
 
+    taylor = classmethod(ts.linear_taylor)  # sign(x_0) x_k; 0 at x_0 = 0 (JAX: +x_k)
+
 
 class _ZeroGrad(_Unary):
     """Piecewise-constant ops: differentiable with derivative zero, as in PyTorch."""
@@ -326,6 +497,8 @@ class _ZeroGrad(_Unary):
     @staticmethod
     def vjp(g, out, a, **params):
         return (g * 0,)
+
+    taylor = classmethod(ts.zero_taylor)
 
 
 class Sign(_ZeroGrad):
@@ -368,6 +541,17 @@ class Sqrt(_FromOutput):
     def vjp(g, out, a):
         return (g / (2 * out),)
 
+    @staticmethod
+    def taylor(series, out, a):
+        # y_k = (x_k - sum_{j=1..k-1} y_j y_{k-j}) / (2 y_0)
+        k = ts.order_of(series)
+        x, y = ts.full(a, series[0], k), [out]
+        for i in range(1, k + 1):
+            inner = ts.cauchy(y, y, i, 1, i - 1)
+            num = x[i] if inner is None else (-inner if x[i] is None else x[i] - inner)
+            y.append(None if num is None else num / (2 * out))
+        return y[1:]
+
 
 class Rsqrt(_FromOutput):
     holomorphic = True
@@ -380,6 +564,11 @@ class Rsqrt(_FromOutput):
     def vjp(g, out, a):
         return (-0.5 * g * out * out * out,)
 
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)
+        return ts.pow_series(ts.full(a, series[0], k), out, -0.5, k)
+
 
 class Reciprocal(_FromOutput):
     holomorphic = True
@@ -391,6 +580,11 @@ class Reciprocal(_FromOutput):
     @staticmethod
     def vjp(g, out, a):
         return (-g * out * out,)
+
+    @staticmethod
+    def taylor(series, out, a):
+        k = ts.order_of(series)
+        return ts.div_series([1.0] + [None] * k, ts.full(a, series[0], k), out, k)
 
 
 class Clamp(_Unary):
@@ -416,6 +610,8 @@ class Clamp(_Unary):
             upper = a <= max
             mask = upper if mask is None else mask & upper
         return (g * mask,)
+
+    taylor = classmethod(ts.linear_taylor)  # x_k strictly inside, 0 where clamped
 
 
 class Cast(Elementwise):
@@ -445,6 +641,8 @@ class Cast(Elementwise):
     def jvp(dots, out, a, *, dtype):
         return dots[0].to(out.dtype)
 
+    taylor = classmethod(ts.linear_taylor)
+
     @classmethod
     def infer(cls, a, *, dtype) -> Spec:
         return Spec(a.shape, xp.dtype(dtype))
@@ -468,6 +666,8 @@ class Clone(Elementwise):
     @staticmethod
     def jvp(dots, out, a, **params):
         return dots[0]
+
+    taylor = classmethod(ts.linear_taylor)
 
 
 class Detach(Elementwise):

@@ -31,7 +31,6 @@ STAND_INS = {
     "torch.backends.cudnn": "graphgrad.torch_compat.backends.cudnn",
     "torch.backends.mps": "graphgrad.torch_compat.backends.mps",
     "torch.backends.mkldnn": "graphgrad.torch_compat.backends.mkldnn",
-    "torch.nn.parallel": "graphgrad.torch_compat.parallel",
     "torch.utils.benchmark": "graphgrad.torch_compat.benchmark",
 }
 

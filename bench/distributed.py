@@ -1,0 +1,226 @@
+"""Data-parallel training on 1 vs 2 ranks, and allreduce bandwidth through DDP's path vs
+mpi4py called directly. Prints one JSON object.
+
+    python bench/distributed.py [--quick]
+
+* **throughput**: samples/s of ``graphgrad train``'s digits MLP (``train_digits``, batch
+  64, 3 epochs; its mean step time) and of a compute-heavier wide MLP (784-2048-2048-10,
+  batch 256, synthetic data, SGD) on 1 rank (no DDP) and 2 ranks (DDP, each rank half of
+  every batch, so the same global batch). Every rank runs BLAS on 1 thread (the thread
+  variables are set to 1 before launching, in both cases). samples/s = global batch /
+  step time: the digits MLP's mean (train_digits' own), the wide MLP's median after 2
+  warm-up steps (the slowest rank's). Target: 2 ranks >= 1.6x 1 rank on the wide MLP.
+  The wide MLP also reports its step's CPU time per rank: ``speedup_by_cpu_time`` is
+  the speedup 2 ranks would reach with a free core each (waiting spins, so it counts).
+* **allreduce**: 2 ranks, float32 buffers of 1, 4, 16, 64 and 100 MB; median time of
+  ``mpi4py`` ``Allreduce(IN_PLACE)`` (raw), of ``graphgrad.distributed.all_reduce(...,
+  async_op=True).wait()`` plus the division by the world size (the call and averaging
+  DDP's buckets make), and of a DDP backward over one parameter of that size minus the
+  same backward without DDP (DDP's whole path: hook, scaled copy into the bucket,
+  allreduce, copy into ``.grad``), also with ``gradient_as_bucket_view=True`` (no copy
+  into ``.grad``). Target: DDP within 1.2x raw for large buffers.
+
+Every rank runs on this machine's cores; the report carries ``uptime``'s load averages
+before and after, because other work on a shared machine slows the 2-rank runs most.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS")
+
+
+# ---- the ranks' side ----------------------------------------------------------------------
+
+def _world():
+    import graphgrad.distributed as dist
+    if os.environ.get("OMPI_COMM_WORLD_SIZE", "1") != "1":
+        dist.init_process_group("mpi")
+        return dist, dist.get_rank(), dist.get_world_size()
+    return dist, 0, 1
+
+
+def _digits(quick: bool) -> dict:
+    from graphgrad.train import train_digits
+    _, rank, world = _world()
+    out = train_digits("mlp", epochs=1 if quick else 3, batch_size=64, quiet=True,
+                       out_dir=tempfile.mkdtemp(), plot=False, distributed=world > 1)
+    return {"step_ms": out["step_time_ms"], "batch": 64, "samples_per_s":
+            64 / out["step_time_ms"] * 1000}
+
+
+def _wide(quick: bool) -> dict:
+    import numpy as np
+
+    import graphgrad as gg
+    from graphgrad import nn
+    dist, rank, world = _world()
+    batch, steps = 256, 6 if quick else 20
+    gg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
+                          nn.Linear(2048, 10))
+    forward = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    opt = gg.optim.SGD(model.parameters(), lr=0.01)
+    rng = np.random.default_rng(rank)
+    x = gg.tensor(rng.standard_normal((batch // world, 784)).astype(np.float32))
+    y = gg.tensor(rng.integers(0, 10, batch // world))
+    times, cpu = [], []
+    for _ in range(steps + 2):
+        t0, c0 = time.perf_counter(), time.process_time()
+        loss = nn.functional.cross_entropy(forward(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    # medians: robust to other processes' bursts; the slowest rank sets the pace
+    step = gg.tensor([float(np.median(times[2:])), float(np.median(cpu[2:]))])
+    if world > 1:
+        dist.all_reduce(step, op=dist.ReduceOp.MAX)
+    wall, cpu_step = step.tolist()
+    return {"step_ms": wall * 1000, "cpu_step_ms": cpu_step * 1000, "batch": batch,
+            "samples_per_s": batch / wall, "samples_per_cpu_s": batch / cpu_step}
+
+
+def _median(f, repeats: int, barrier) -> float:
+    import numpy as np
+    samples = []
+    for _ in range(repeats):
+        barrier()
+        t0 = time.perf_counter()
+        f()
+        samples.append(time.perf_counter() - t0)
+    return float(np.median(samples))
+
+
+class _OneParameter:
+    """A module of one flat parameter of ``n`` float32s whose forward is ``w * 1``: its
+    backward is one multiply, so a DDP backward is mostly DDP's gradient path."""
+
+    @staticmethod
+    def make(n: int):
+        import graphgrad as gg
+        from graphgrad import nn
+
+        class One(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = nn.Parameter(gg.ones(n))
+
+            def forward(self):
+                return self.w * 1.0
+        return One()
+
+
+def _allreduce_row(mb: int, repeats: int, dist, world: int) -> dict:
+    import numpy as np
+    from mpi4py import MPI
+
+    import graphgrad as gg
+    from graphgrad import nn
+    comm = MPI.COMM_WORLD
+    n = mb * 1024 * 1024 // 4
+    buf = np.ones(n, np.float32)
+    raw = _median(lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM), repeats,
+                  comm.Barrier)
+    t = gg.ones(n)
+
+    def call():
+        dist.all_reduce(t, async_op=True).wait()
+        t._array /= world
+    ours = _median(call, repeats, comm.Barrier)
+    plain = _OneParameter.make(n)
+    ddp = nn.parallel.DistributedDataParallel(_OneParameter.make(n), bucket_cap_mb=128)
+    ddp_view = nn.parallel.DistributedDataParallel(_OneParameter.make(n), bucket_cap_mb=128,
+                                                   gradient_as_bucket_view=True)
+    seed = gg.ones(n)
+
+    def backward(model, w):
+        w.grad = None  # each backward makes a new .grad, with DDP or without
+        model().backward(seed)
+    bwd_plain = _median(lambda: backward(plain, plain.w), repeats, comm.Barrier)
+    bwd_ddp = _median(lambda: backward(ddp, ddp.module.w), repeats, comm.Barrier)
+    bwd_view = _median(lambda: backward(ddp_view, ddp_view.module.w), repeats, comm.Barrier)
+    return {"MB": mb, "raw_mpi4py_ms": raw * 1000, "all_reduce_ms": ours * 1000,
+            "ddp_backward_minus_plain_ms": (bwd_ddp - bwd_plain) * 1000,
+            "raw_GBps": 2 * (world - 1) / world * mb / 1024 / raw,
+            "ddp_bucket_view_backward_minus_plain_ms": (bwd_view - bwd_plain) * 1000,
+            "all_reduce_over_raw": ours / raw, "ddp_over_raw": (bwd_ddp - bwd_plain) / raw,
+            "ddp_bucket_view_over_raw": (bwd_view - bwd_plain) / raw}
+
+
+def _allreduce(quick: bool) -> dict:
+    dist, rank, world = _world()
+    repeats = 3 if quick else 15
+    return {"world_size": world, "sizes": [_allreduce_row(mb, repeats, dist, world)
+                                           for mb in (1, 4, 16, 64, 100)]}
+
+
+TASKS = {"digits": _digits, "wide": _wide, "allreduce": _allreduce}
+
+
+def _worker(task: str, out: str, quick: bool) -> None:
+    result = TASKS[task](quick)
+    if int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")) == 0:
+        Path(out).write_text(json.dumps(result))
+
+
+# ---- the driver ---------------------------------------------------------------------------
+
+def _launch(task: str, nproc: int, quick: bool) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        env.update({name: "1" for name in THREAD_VARS})  # 1 BLAS thread per rank, always
+        cmd = [sys.executable, "-m", "graphgrad.distributed.run", "--nproc", str(nproc),
+               __file__, "--worker", task, str(out)] + (["--quick"] if quick else [])
+        # the ranks print (train_digits does): keep stdout for the JSON report
+        subprocess.run(cmd, env=env, check=True, timeout=1800, stdout=sys.stderr)
+        return json.loads(out.read_text())
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer steps and repeats")
+    parser.add_argument("--worker", nargs=2, metavar=("TASK", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        _worker(*args.worker, args.quick)
+        return
+    report = {"cores": os.cpu_count(), "uptime_before": _uptime(),
+              "note": "shared machine: other processes' load slows the 2-rank runs most"}
+    for task in ("digits", "wide"):
+        one, two = _launch(task, 1, args.quick), _launch(task, 2, args.quick)
+        report[task] = {"1_rank": one, "2_ranks": two,
+                        "speedup": two["samples_per_s"] / one["samples_per_s"]}
+        if "samples_per_cpu_s" in one:  # what 2 ranks would give with a free core each
+            report[task]["speedup_by_cpu_time"] = (two["samples_per_cpu_s"]
+                                                   / one["samples_per_cpu_s"])
+    report["allreduce"] = _launch("allreduce", 2, args.quick)
+    large = report["allreduce"]["sizes"][-1]
+    report["targets"] = {
+        "wide_2_ranks_speedup_ge_1.6": report["wide"]["speedup"] >= 1.6,
+        "ddp_allreduce_within_1.2x_raw_at_100MB": large["ddp_over_raw"] <= 1.2,
+        "ddp_bucket_view_within_1.2x_raw_at_100MB": large["ddp_bucket_view_over_raw"] <= 1.2,
+        "all_reduce_call_within_1.2x_raw_at_100MB": large["all_reduce_over_raw"] <= 1.2}
+    report["uptime_after"] = _uptime()
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Layer ``func``: collapsed Taylor mode (Dangel, Siebert, Zeinhofer, Walther, 2025), a
+level on the dispatch stack for weighted sums of second directional derivatives.
+
+R 2-jets that share x_0 (seeds v_1..v_R, weights w_r) and are summed at the end need
+not carry R second-order coefficients: by Faa di Bruno the top coefficient of every op
+is linear in the inputs' top coefficients, y_2 = J(x_0) x_2 + P(x_1), with a Jacobian J
+that does not depend on the direction. So each tensor carries its value, the R
+first-order coefficients X_1 (one tensor, directions first) and the one *collapsed*
+coefficient X_2 = sum_r w_r x_{2,r}, and each op computes
+
+    Y_1 = the order-1 rule on X_1, per direction,
+    Y_2 = the order-1 rule on X_2 (once)  +  sum_r w_r P_r(x_{1,r}),
+
+where P_r is the op's own 2-jet rule with x_2 = 0. Both come from the op's one Taylor
+rule (``Op.taylor``): nothing here is written per op. The per-direction call is
+vmapped over the R directions, so the primal values are shared, never repeated.
+This is the eager implementation ("written directly"); for the weighted Laplacian of a
+2-jet seeded by e_i it coincides with the forward Laplacian (Li et al.) up to the 1/2.
+"""
+
+from __future__ import annotations
+
+from graphgrad.tensor import Value
+
+from graphgrad.ops.elementwise import Elementwise
+from graphgrad.ops.linalg import Linear, Matmul
+
+from .taylor_mode import SeriesLevel
+from .vmap import vmap
+
+__all__ = ["CollapsedLevel"]
+
+
+class CollapsedLevel(SeriesLevel):
+    """Carries (X_1 with R directions first, collapsed X_2) per tensor."""
+
+    name = "laplacian"
+
+    def __init__(self, weights):
+        super().__init__()
+        self.weights = weights  # (R,) tensor: the w_r of sum_r w_r y_{2,r}
+        self.unit = bool((weights._array == 1).all())  # the Laplacian: no weighting pass
+
+    def terms(self, t) -> tuple | None:
+        return self.lookup(t)
+
+    def seed(self, t: Value, first: Value) -> None:
+        """``t``'s R first-order coefficients ``first`` (shape (R, *t.shape))."""
+        self.store(t, (first, None))
+
+    def propagate(self, op, rule, terms, out, args, params):
+        first, second = _per_direction(op, rule, terms, out, args, params)
+        top = None
+        if any(t is not None and t[1] is not None for t in terms):
+            top = rule(tuple(None if t is None or t[1] is None else [t[1]] for t in terms),
+                       out, *args, **params)[0]
+        if second is not None:
+            if not self.unit:
+                second = second * self.weights.reshape(-1, *([1] * out.ndim))
+            second = second.sum(dim=0)
+            top = second if top is None else top + second
+        if top is not None and top.shape != out.shape:
+            top = top.expand(*out.shape)
+        return None if first is None and top is None else (first, top)
+
+
+# ops whose first operand's rows are independent: a first-order term that is the same
+# for every row (the Laplacian's seed e_r, shape (1, d)) may stay unbroadcast, so the
+# first layer multiplies R rows, not R times the batch
+_ROW_WISE = (Linear, Matmul)
+
+
+def _per_direction(op, rule, terms, out, args, params) -> tuple:
+    """The op's 2-jet rule with x_2 = 0 over the directions of the X_1s: (Y_1 per
+    direction, P per direction), each None where zero. An elementwise op's rule is
+    elementwise too, so it runs on the (R, ...) terms directly, broadcasting against
+    the primals (ranks lined up first); any other op's rule is vmapped."""
+    positions = [i for i, t in enumerate(terms) if t is not None and t[0] is not None]
+    if not positions:
+        return None, None
+    if issubclass(op, Elementwise):
+        series = [None] * len(terms)
+        for i in positions:
+            x1 = terms[i][0]
+            missing = out.ndim - (x1.ndim - 1)
+            if missing:
+                x1 = x1.reshape(x1.shape[0], *([1] * missing), *x1.shape[1:])
+            series[i] = [x1, None]
+        shape = (terms[positions[0]][0].shape[0], *out.shape)
+        y1, y2 = rule(tuple(series), out, *args, **params)
+        return tuple(c if c is None or c.shape == shape else c.expand(*shape)
+                     for c in (y1, y2))
+    pattern = []
+
+    def one_direction(*firsts):
+        series = [None] * len(terms)
+        for i, x1 in zip(positions, firsts, strict=True):
+            arg = args[i]
+            if x1.shape != arg.shape and not (i == 0 and op in _ROW_WISE and arg.ndim >= 2):
+                x1 = x1.expand(*arg.shape)  # a broadcast seed, spelled out for this op
+            series[i] = [x1, None]
+        y = rule(tuple(series), out, *args, **params)
+        pattern[:] = [c is not None for c in y]
+        return tuple(c if c.shape == out.shape else c.expand(*out.shape)
+                     for c in y if c is not None)
+
+    got = list(vmap(one_direction)(*[terms[i][0] for i in positions]))
+    y1 = got.pop(0) if pattern[0] else None
+    y2 = got.pop(0) if pattern[1] else None
+    return y1, y2

@@ -1,0 +1,358 @@
+"""Layer ``nn``: ``DistributedDataParallel``, PyTorch's data-parallel wrapper on
+graphgrad's MPI process groups.
+
+Construction checks that every rank has the same parameter shapes and broadcasts rank 0's
+parameters and buffers. Parameters are put into buckets, each a flat buffer, grouped by
+dtype: as in PyTorch 2.13, the first iteration has one bucket, and after its backward the
+buckets are rebuilt in the order the gradients became ready, the first holding up to
+1 MiB and the others ``bucket_cap_mb`` (with ``find_unused_parameters=True``: sized
+buckets in reverse registration order from the start, never rebuilt).
+
+A hook on every parameter fires during backward as soon as that parameter's gradient is
+complete; it copies the gradient, divided by the world size (as PyTorch's
+DDP divides before the allreduce), into its bucket, and when a bucket is full its
+non-blocking allreduce (``Iallreduce`` via ``graphgrad.distributed.all_reduce``) starts at
+once, in bucket order, while backward goes on with the earlier layers: the sum that comes
+back is the average. The hook that completes the last bucket waits for all of them. Each
+hook returns a view of its bucket slot, which the engine copies into ``.grad`` when the
+pass ends (with ``gradient_as_bucket_view`` the hook makes ``.grad`` that view itself and
+returns zeros for the engine to add). So ``.grad`` is the average over ranks of each
+rank's accumulated gradient, as in PyTorch.
+
+BatchNorm without SyncBatchNorm, as in PyTorch: each rank normalizes with its own batch's
+statistics; with ``broadcast_buffers=True`` every forward starts from rank 0's buffers, so
+the running statistics that survive are rank 0's.
+
+``comm_log`` records ``(event, bucket, grads_ready, n_grads)`` per bucket launch and wait:
+a launch with ``grads_ready < n_grads`` started while backward was still running.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from graphgrad import distributed as dist
+from graphgrad.autograd import is_grad_enabled
+from graphgrad.tensor import Tensor, leaf_of
+from graphgrad.tensor.toposort import toposort
+
+from ..modules.module import Module
+
+__all__ = ["DistributedDataParallel"]
+
+_MIB = 1024 * 1024
+_DEFAULT_FIRST_BUCKET_BYTES = _MIB  # dist._DEFAULT_FIRST_BUCKET_BYTES
+
+
+class _Bucket:
+    """Parameters whose gradients travel in one allreduce, and their flat buffer."""
+
+    def __init__(self, indices: list[int], params: list, dtype: np.dtype) -> None:
+        self.indices = indices
+        self.offsets: dict[int, int] = {}
+        size = 0
+        for i in indices:
+            self.offsets[i] = size
+            size += params[i]._array.size
+        self.buffer = np.zeros(size, dtype)
+        self.pending = len(indices)
+        self.work: dist.Work | None = None
+
+
+def _assign_buckets(order: list[int], params: list, caps: list[int]) -> list[_Bucket]:
+    """Buckets over the parameters in ``order``: one open bucket per dtype, closed once it
+    reaches its cap (the first bucket's cap is ``caps[0]``, the rest ``caps[1]``)."""
+    done: list[tuple[list[int], np.dtype]] = []
+    open_: dict[np.dtype, tuple[list[int], int]] = {}
+    for i in order:
+        a = params[i]._array
+        indices, size = open_.get(a.dtype, ([], 0))
+        indices.append(i)
+        size += a.nbytes
+        if size >= caps[min(len(done), 1)]:
+            done.append((indices, a.dtype))
+            open_.pop(a.dtype, None)
+        else:
+            open_[a.dtype] = (indices, size)
+    done += [(indices, dtype) for dtype, (indices, _) in open_.items()]
+    return [_Bucket(indices, params, dtype) for indices, dtype in done]
+
+
+def _tensors_in(value: Any) -> Iterator[Tensor]:
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors_in(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors_in(v)
+
+
+class DistributedDataParallel(Module):
+    """Data parallelism: wrap the model on every rank; gradients are averaged across ranks
+    during backward. With ``gradient_as_bucket_view`` each ``.grad`` is a view of its
+    bucket slot (no copy); ``static_graph`` is accepted and changes nothing."""
+
+    def __init__(self, module: Module, device_ids: list | None = None,
+                 output_device: Any = None, dim: int = 0, broadcast_buffers: bool = True,
+                 init_sync: bool = True, process_group: Any = None,
+                 bucket_cap_mb: float | None = None, find_unused_parameters: bool = False,
+                 check_reduction: bool = False, gradient_as_bucket_view: bool = False,
+                 static_graph: bool = False, **kwargs: Any) -> None:
+        super().__init__()
+        if device_ids is not None or output_device is not None:
+            raise ValueError(
+                "DistributedDataParallel device_ids and output_device arguments only work "
+                "with single-device/multiple-device GPU modules or CPU modules, but got "
+                f"device_ids {device_ids}, output_device {output_device}, and module "
+                "parameters {device(type='cpu')}.")
+        self.module = module
+        self.process_group = dist.process_group.resolve(process_group)
+        self.device_ids = None
+        self.dim = dim
+        self.broadcast_buffers = broadcast_buffers
+        self.find_unused_parameters = find_unused_parameters
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.static_graph = static_graph
+        self.require_backward_grad_sync = True
+        self.bucket_bytes_cap = int((25 if bucket_cap_mb is None else bucket_cap_mb) * _MIB)
+        self._caps = [min(_DEFAULT_FIRST_BUCKET_BYTES, self.bucket_bytes_cap),
+                      self.bucket_bytes_cap]
+        params, seen = [], set()
+        for p in module.parameters():
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+        if not params:
+            raise RuntimeError("DistributedDataParallel is not needed when a module doesn't "
+                               "have any parameter that requires a gradient.")
+        self._params = params
+        self._world = self.process_group.size()
+        self._scale = 1.0 / self._world
+        if init_sync:
+            self._verify_shapes()
+            self._broadcast([*params, *module.buffers()])
+        # PyTorch 2.13: without unused-parameter detection the first iteration has one
+        # bucket (per dtype), rebuilt by size in the order gradients became ready
+        first = self._caps if find_unused_parameters else [sys.maxsize, sys.maxsize]
+        self._buckets = _assign_buckets(list(range(len(params)))[::-1], params, first)
+        self._rebuilt = find_unused_parameters
+        self._where = self._locate()
+        self._handles = [p.register_hook(self._make_hook(i)) for i, p in enumerate(params)]
+        self.comm_log: deque[tuple] = deque(maxlen=4096)  # the recent events only
+        self._syncing = False       # this iteration's backward averages gradients
+        self._finished = True       # the last synchronized backward reduced every bucket
+        self._ready: list[bool] = []
+        self._ready_order: list[int] = []
+        self._next = 0              # the next bucket to launch
+        self._started = False       # a hook of this iteration has fired
+        self._local_used = np.zeros(0, bool)
+        self._used = np.zeros(0, np.int32)
+        self._used_work: dist.Work | None = None
+        self._rebuild_order: list[int] | None = None
+
+    # ---- construction ---------------------------------------------------------------------
+
+    def _verify_shapes(self) -> None:
+        shapes = [tuple(p.shape) for p in self._params]
+        every: list = [None] * self._world
+        dist.all_gather_object(every, shapes, group=self.process_group)
+        for r, theirs in enumerate(every):
+            if len(theirs) != len(shapes):
+                raise RuntimeError(f"DDP expects same model across all ranks, but Rank "
+                                   f"{self.process_group.rank()} has {len(shapes)} params, "
+                                   f"while rank {r} has inconsistent {len(theirs)} params.")
+            for i, (a, b) in enumerate(zip(shapes, theirs, strict=True)):
+                if a != b:
+                    raise RuntimeError(f"DDP expects same model across all ranks, but "
+                                       f"parameter {i} has shape {a} on rank "
+                                       f"{self.process_group.rank()} and {b} on rank {r}.")
+
+    def _broadcast(self, tensors: list[Tensor]) -> None:
+        """Rank 0's values of ``tensors`` on every rank: one broadcast per dtype."""
+        by_dtype: dict[np.dtype, list[Tensor]] = {}
+        for t in tensors:
+            by_dtype.setdefault(t._array.dtype, []).append(t)
+        for group in by_dtype.values():
+            flat = np.concatenate([t._array.reshape(-1) for t in group])
+            dist.broadcast(Tensor._make(flat), src=self.process_group.ranks[0],
+                           group=self.process_group)
+            start = 0
+            for t in group:
+                n = t._array.size
+                values = flat[start:start + n].reshape(t._array.shape)
+                if t._array.flags.writeable:
+                    t._array[...] = values
+                else:
+                    t._array = values.copy()
+                start += n
+
+    def _locate(self) -> list[tuple[int, int]]:
+        """(bucket, offset in its buffer) of every parameter."""
+        where: list = [None] * len(self._params)
+        for k, b in enumerate(self._buckets):
+            for i in b.indices:
+                where[i] = (k, b.offsets[i])
+        return where
+
+    # ---- forward -------------------------------------------------------------------------
+
+    @contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Inside, backward passes only accumulate local gradients; the first synchronized
+        backward after it averages the accumulated ones."""
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        if self._started and not self._finished:
+            self._raise_unfinished()
+        if self.broadcast_buffers and self._world > 1:
+            buffers = list(self.module.buffers())
+            if buffers:
+                self._broadcast(buffers)
+        output = self.module(*inputs, **kwargs)
+        self._syncing = is_grad_enabled() and self.require_backward_grad_sync
+        if self._syncing:
+            self._prepare(output)
+        return output
+
+    def _prepare(self, output: Any) -> None:
+        """Arm the hooks for this iteration's backward."""
+        if self._used_work is not None:  # a forward whose backward never ran
+            self._used_work.wait()
+        if self._rebuild_order is not None:  # between passes: no slot view is in use
+            self._buckets = _assign_buckets(self._rebuild_order, self._params, self._caps)
+            self._where = self._locate()
+            self._rebuild_order = None
+        self._started = self._finished = False
+        self._ready = [False] * len(self._params)
+        self._ready_order = []
+        self._next = 0
+        for b in self._buckets:
+            b.pending = len(b.indices)
+            b.work = None
+        if self.find_unused_parameters:
+            reached = {id(v) for v in toposort(list(_tensors_in(output)))}
+            self._local_used = np.array([id(p) in reached for p in self._params])
+            self._used = self._local_used.astype(np.int32)
+            self._used_work = dist.all_reduce(Tensor._make(self._used),
+                                              group=self.process_group, async_op=True)
+            for i in np.flatnonzero(~self._local_used):
+                self._mark_ready(int(i), None)
+
+    # ---- backward --------------------------------------------------------------------------
+
+    def _make_hook(self, index: int) -> Callable[[Tensor], Tensor | None]:
+        def hook(grad: Tensor) -> Tensor | None:
+            if not self._syncing or self._finished:
+                return None
+            return self._mark_ready(index, grad)
+        return hook
+
+    def _mark_ready(self, i: int, grad: Tensor | None) -> Tensor | np.ndarray:
+        """Put parameter i's gradient (plus what ``.grad`` holds already, as PyTorch
+        reduces the accumulated gradient) into its bucket slot; launch full buckets."""
+        if self._ready[i]:
+            raise RuntimeError(
+                f"Expected to mark a variable ready only once. This error is caused by one of "
+                f"the following reasons: 1) Use of a module parameter outside the `forward` "
+                f"function. 2) Reused parameters in multiple reentrant backward passes. "
+                f"Parameter at index {i} has been marked as ready twice.")
+        self._ready[i] = True
+        self._ready_order.append(i)
+        self._started = self._started or grad is not None
+        p = self._params[i]
+        k, offset = self._where[i]
+        bucket = self._buckets[k]
+        slot = bucket.buffer[offset:offset + p._array.size].reshape(p._array.shape)
+        old = p._grad
+        # divided by the world size on the way in (as PyTorch's DDP divides before the
+        # allreduce): the sum that comes back is the average, with no pass over it after
+        local = [a._array for a in (grad, old) if a is not None]
+        if not local:
+            slot[...] = 0
+        elif len(local) == 2:
+            np.add(local[0], local[1], out=slot)
+            slot *= self._scale
+        else:
+            np.multiply(local[0], self._scale, out=slot)
+        bucket.pending -= 1
+        self._launch_ready()
+        for b in self._buckets[:self._next]:  # MPI moves data only while it is called:
+            if b.work is not None:            # each hook lets launched buckets progress
+                b.work.is_completed()
+        if grad is None:
+            return slot
+        if self.gradient_as_bucket_view:
+            # .grad is the slot itself; the engine adds the returned zeros to it in place
+            p._grad = Tensor._make(slot)
+            return Tensor._make(np.broadcast_to(np.zeros((), slot.dtype), slot.shape))
+        p._grad = None  # the engine makes .grad a copy of the returned (averaged) slot
+        return Tensor._make(slot)
+
+    def _launch_ready(self) -> None:
+        n_ready = len(self._ready_order)
+        while self._next < len(self._buckets) and self._buckets[self._next].pending == 0:
+            b = self._buckets[self._next]
+            b.work = dist.all_reduce(Tensor._make(b.buffer), group=self.process_group,
+                                     async_op=True)
+            self.comm_log.append(("launch", self._next, n_ready, len(self._params)))
+            self._next += 1
+        if self._next == len(self._buckets) and not self._finished:
+            self._finish()
+
+    def _finish(self) -> None:
+        """Wait for every bucket and average; gradients of parameters unused here but used
+        on another rank are written now (no hook of theirs fires on this rank)."""
+        for k, b in enumerate(self._buckets):
+            b.work.wait()
+            self.comm_log.append(("wait", k, len(self._ready_order), len(self._params)))
+        self._finished = True
+        if self._used_work is not None:
+            self._used_work.wait()  # self._used now counts the ranks using each parameter
+            self._used_work = None
+            for i in np.flatnonzero(~self._local_used & (self._used > 0)):
+                p = self._params[i]
+                k, offset = self._where[i]
+                slot = self._buckets[k].buffer[offset:offset + p._array.size]
+                slot = slot.reshape(p._array.shape)
+                p._grad = leaf_of(slot if self.gradient_as_bucket_view else slot.copy())
+        if not self._rebuilt:  # PyTorch's Reducer: buckets follow the observed ready order
+            self._rebuilt = True
+            self._rebuild_order = self._ready_order + [
+                i for i in range(len(self._params)) if not self._ready[i]]
+
+    def _raise_unfinished(self) -> None:
+        missing = [i for i, r in enumerate(self._ready) if not r]
+        for b in self._buckets:  # let launched allreduces end before the ranks give up
+            if b.work is not None:
+                b.work.wait()
+        self._finished = True
+        raise RuntimeError(
+            "Expected to have finished reduction in the prior iteration before starting a "
+            "new one. This error indicates that your module has parameters that were not "
+            "used in producing loss. You can enable unused parameter detection by passing "
+            "the keyword argument `find_unused_parameters=True` to "
+            "`torch.nn.parallel.DistributedDataParallel`, and by making sure all `forward` "
+            "function outputs participate in calculating loss. If you already have done the "
+            "above, then the distributed data parallel module wasn't able to locate the "
+            "output tensors in the return value of your module's `forward` function. Please "
+            "include the loss function and the structure of the return value of `forward` "
+            "of your module when reporting this issue (e.g. list, dict, iterable).\n"
+            f"Parameter indices which did not receive grad for rank "
+            f"{self.process_group.rank()}: {' '.join(map(str, missing))}\n"
+            " In addition, you can set the environment variable TORCH_DISTRIBUTED_DEBUG to "
+            "either INFO or DETAIL to print out information about which particular "
+            "parameters did not receive gradient on this rank as part of this error")
