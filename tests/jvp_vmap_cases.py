@@ -554,3 +554,20 @@ CASES += [
               m, p, u, num_samples=5, replacement=True),
           inputs(positive(*X), uniform01(3, 5)), jvp=False),
 ]
+
+# convolution kernels: a batched weight runs as more groups, a batched input as more examples
+CASES += [
+    _case("conv2d", "Convolution",
+          lambda m, x, w, b: m.nn.functional.conv2d(x, w, b, stride=(2, 1), padding=1,
+                                                    dilation=(1, 2), groups=2),
+          inputs(normal(2, 4, 5, 6), normal(6, 2, 3, 2), normal(6))),
+    _case("conv_transpose1d", "Convolution",
+          lambda m, x, w: m.nn.functional.conv_transpose1d(x, w, stride=2, padding=1,
+                                                           output_padding=1),
+          inputs(normal(2, 3, 5), normal(3, 2, 3))),
+    _case("conv2d_weight_grad", "ConvolutionBackwardWeight",
+          lambda m, x, w, g: m.func.vjp(lambda v: m.nn.functional.conv2d(x, v, stride=2),
+                                        w)[1](g)[0],
+          inputs(normal(2, 2, 5, 5), normal(3, 2, 2, 2), normal(2, 3, 2, 2)), diff=(0, 2),
+          in_dims=((0, None, 0), (None, None, 0), (0, None, None))),
+]

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import graphgrad as gg
+from graphgrad.ops.convolution import ConvolutionBackwardWeight
 from graphgrad.ops.cumulative import CumprodBackward
 from graphgrad.ops.bce import BinaryCrossEntropy
 from graphgrad.ops.nll import NllLoss, NllLossBackward
@@ -1890,3 +1891,55 @@ add(
          torch_fn=lambda m, p, u: m.searchsorted(m.cumsum(p, -1) / p.sum(), u, right=True)
          .clamp(max=3), grad=False, float32=False),
 )
+
+# convolution kernels (ops/convolution.py): every kind through nn.functional ---------------
+
+
+@st.composite
+def _conv_example(draw):
+    """conv{1,2,3}d or conv_transpose{1,2,3}d: batch 1-2, groups, odd sizes, strides,
+    padding, dilation (and output_padding for the transposes), bias or none."""
+    nd = draw(st.integers(1, 3))
+    transposed = draw(st.booleans())
+    groups = draw(st.integers(1, 2))
+    c_in, c_out = groups * draw(st.integers(1, 2)), groups * draw(st.integers(1, 2))
+    side = 3 if nd == 3 else 5
+    k = tuple(draw(st.integers(1, 3 if nd < 3 else 2)) for _ in range(nd))
+    s = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    d = tuple(draw(st.integers(1, 2)) for _ in range(nd))
+    p = tuple(draw(st.integers(0, 2)) for _ in range(nd))
+    size = tuple(max(1, di * (ki - 1) + 1 - 2 * pi) + draw(st.integers(0, side - 2))
+                 for ki, di, pi in zip(k, d, p, strict=True))
+    static = {"nd": nd, "transposed": transposed, "stride": s, "padding": p, "dilation": d,
+              "groups": groups}
+    if transposed:
+        static["output_padding"] = tuple(draw(st.integers(0, max(si, di) - 1))
+                                         for si, di in zip(s, d, strict=True))
+        assume(all((e - 1) * si - 2 * pi + di * (ki - 1) + op + 1 > 0 for e, si, pi, di, ki, op
+                   in zip(size, s, p, d, k, static["output_padding"], strict=True)))
+    w_shape = (c_in, c_out // groups, *k) if transposed else (c_out, c_in // groups, *k)
+    rng = np.random.default_rng(draw(SEEDS))
+    arrays = [rng.standard_normal((draw(st.integers(1, 2)), c_in, *size)),
+              rng.standard_normal(w_shape)]
+    if draw(st.booleans()):
+        arrays.append(rng.standard_normal(c_out))
+    return Example(tuple(arrays), static)
+
+
+def _conv(m, x, w, *b, nd, transposed, **kw):
+    f = getattr(m.nn.functional, f"conv_transpose{nd}d" if transposed else f"conv{nd}d")
+    return f(x, w, *b, **kw)
+
+
+def _conv_weight_grad(m, x, g):
+    """The op itself against torch's vjp of conv2d with respect to the weight."""
+    geometry = dict(stride=(2, 2), padding=(1, 1), dilation=(1, 1), groups=2)
+    if m is gg:
+        return ConvolutionBackwardWeight.apply(x, g, kernel_size=(3, 2), **geometry)
+    w = m.zeros(4, 2, 3, 2, dtype=x.dtype)
+    return m.func.vjp(lambda v: m.nn.functional.conv2d(x, v, **geometry), w)[1](g)[0]
+
+
+add(case("convolution", "Convolution", _conv, _conv_example()),
+    case("convolution_weight_grad", "ConvolutionBackwardWeight", _conv_weight_grad,
+         fixed((normal, (2, 4, 5, 4)), (normal, (2, 4, 3, 3)))))
