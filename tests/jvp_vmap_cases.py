@@ -571,3 +571,22 @@ CASES += [
           inputs(normal(2, 2, 5, 5), normal(3, 2, 2, 2), normal(2, 3, 2, 2)), diff=(0, 2),
           in_dims=((0, None, 0), (None, None, 0), (0, None, None))),
 ]
+
+# pooling kernels: every input batched alike folds into the examples
+CASES += [
+    _case("max_pool2d", ("MaxPoolIndices", "TakePlanes"),
+          lambda m, x: m.nn.functional.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True),
+          inputs(normal(2, 3, 6, 5))),
+    _case("max_pool_gradient", "PutPlanes",
+          lambda m, x, g: m.func.vjp(lambda v: m.nn.functional.max_pool2d(v, 2), x)[1](g)[0],
+          inputs(normal(2, 3, 4, 6), normal(2, 3, 2, 3)), diff=(1,),
+          in_dims=((0, 0), (None, 0), (0, None))),
+    _case("avg_pool2d", "AvgPool",
+          lambda m, x: m.nn.functional.avg_pool2d(x, 3, stride=2, padding=1,
+                                                  count_include_pad=False),
+          inputs(normal(2, 3, 6, 5))),
+    _case("avg_pool_gradient", "AvgPoolBackward",
+          lambda m, x, g: m.func.vjp(lambda v: m.nn.functional.avg_pool2d(v, (2, 3), 1), x)[1](
+              g)[0],
+          inputs(normal(2, 3, 4, 6), normal(2, 3, 3, 4)), diff=(1,)),
+]

@@ -34,6 +34,7 @@ from graphgrad.ops.convolution import ConvolutionBackwardWeight
 from graphgrad.ops.cumulative import CumprodBackward
 from graphgrad.ops.bce import BinaryCrossEntropy
 from graphgrad.ops.nll import NllLoss, NllLossBackward
+from graphgrad.ops.pooling import AvgPoolBackward, PutPlanes
 
 __all__ = ["Case", "CASES", "Example"]
 
@@ -1943,3 +1944,66 @@ def _conv_weight_grad(m, x, g):
 add(case("convolution", "Convolution", _conv, _conv_example()),
     case("convolution_weight_grad", "ConvolutionBackwardWeight", _conv_weight_grad,
          fixed((normal, (2, 4, 5, 4)), (normal, (2, 4, 3, 3)))))
+
+# pooling kernels (ops/pooling.py): max pooling's index op and index-based gradient, and
+# average pooling, over PyTorch's edge cases (ceil_mode windows past the edge, padding
+# with dilation, count_include_pad=False, divisor_override) ------------------------------
+
+
+@st.composite
+def _pool_example(draw, avg: bool):
+    nd = draw(st.integers(1, 3))
+    k = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    s = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    d = (1,) * nd if avg else tuple(draw(st.integers(1, 2)) for _ in range(nd))
+    p = tuple(draw(st.integers(0, ki // 2)) for ki in k)
+    size = tuple(di * (ki - 1) + 1 + draw(st.integers(0, 3 if nd < 3 else 1))
+                 for ki, di in zip(k, d, strict=True))
+    static = {"nd": nd, "kernel_size": k, "stride": s, "padding": p,
+              "ceil_mode": draw(st.booleans())}
+    if avg:
+        static["count_include_pad"] = draw(st.booleans())
+        if nd > 1 and draw(st.booleans()):
+            static["divisor_override"] = draw(st.integers(1, 5))
+    else:
+        static["dilation"] = d
+    rng = np.random.default_rng(draw(SEEDS))
+    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 2)), *size)
+    return Example((distinct(rng, shape),), static)
+
+
+def _max_pool(m, x, nd, **kw):
+    return getattr(m.nn.functional, f"max_pool{nd}d")(x, return_indices=True, **kw)
+
+
+def _avg_pool(m, x, nd, **kw):
+    return getattr(m.nn.functional, f"avg_pool{nd}d")(x, **kw)
+
+
+_POOL_GEOMETRY = dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1), dilation=(1, 2),
+                      ceil_mode=True)
+
+
+def _max_pool_gradient(m, x, g):
+    """PutPlanes itself against torch's vjp of max_pool2d (x only gives the indices)."""
+    if m is gg:
+        _, idx = m.nn.functional.max_pool2d(x, return_indices=True, **_POOL_GEOMETRY)
+        return PutPlanes.apply(g, idx, size=tuple(x.shape[2:]), accumulate=True)
+    return m.func.vjp(lambda v: m.nn.functional.max_pool2d(v, **_POOL_GEOMETRY), x)[1](g)[0]
+
+
+def _avg_pool_gradient(m, g):
+    geometry = dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1), ceil_mode=True,
+                    count_include_pad=False, divisor_override=None)
+    if m is gg:
+        return AvgPoolBackward.apply(g, size=(5, 6), **geometry)
+    x = m.zeros(2, 3, 5, 6, dtype=g.dtype)
+    return m.func.vjp(lambda v: m.nn.functional.avg_pool2d(v, **geometry), x)[1](g)[0]
+
+
+add(case("max_pool", ("MaxPoolIndices", "TakePlanes"), _max_pool, _pool_example(False)),
+    case("avg_pool", "AvgPool", _avg_pool, _pool_example(True)),
+    case("max_pool_gradient", "PutPlanes", _max_pool_gradient,
+         fixed((distinct, (2, 2, 5, 6)), (normal, (2, 2, 3, 6)), nograd=(0,))),
+    case("avg_pool_gradient", "AvgPoolBackward", _avg_pool_gradient,
+         fixed((normal, (2, 3, 3, 7)))))

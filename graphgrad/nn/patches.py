@@ -17,10 +17,11 @@ import itertools
 import math
 
 from graphgrad import ops
+from graphgrad.ops.pooling import pool_out_size as out_size
 from graphgrad.tensor import Tensor, zeros
 
 __all__ = ["unfold", "fold", "conv2d", "conv_nd", "conv_transpose_nd", "patches",
-           "linear_transpose", "ntuple", "out_size",
+           "linear_transpose", "ntuple", "out_size", "check_out_size",
            "check_conv", "check_transposed_channels"]
 
 
@@ -40,15 +41,13 @@ def _pair(v, name: str) -> tuple[int, int]:
     return ntuple(v, 2, name)
 
 
-def out_size(size: int, k: int, d: int, p: int, s: int, ceil_mode: bool = False) -> int:
-    """PyTorch's ``pooling_output_shape``: windows of ``k`` (dilation ``d``) at stride
-    ``s`` over ``size`` padded by ``p``; with ``ceil_mode`` a last partial window counts
-    if it starts inside the input or the left padding."""
-    span = size + 2 * p - d * (k - 1) - 1
-    n = (-(-span // s) if ceil_mode else span // s) + 1
-    if ceil_mode and (n - 1) * s >= size + p:
-        n -= 1
-    return n
+def check_out_size(input: Tensor, out: tuple) -> None:
+    """PyTorch's refusal of windows that leave no output position."""
+    if any(o <= 0 for o in out):
+        c, size = input.shape[1], tuple(input.shape[2:])
+        raise RuntimeError(f"Given input size: ({'x'.join(map(str, (c, *size)))}). Calculated "
+                           f"output size: ({'x'.join(map(str, (c, *out)))}). Output size is "
+                           f"too small")
 
 
 def patches(input: Tensor, kernel_size, dilation=1, padding=0, stride=1, *,
@@ -62,11 +61,7 @@ def patches(input: Tensor, kernel_size, dilation=1, padding=0, stride=1, *,
     p, s = ntuple(padding, n, "padding"), ntuple(stride, n, "stride")
     size = tuple(input.shape[2:])
     out = tuple(out_size(*a, ceil_mode) for a in zip(size, k, d, p, s, strict=True))
-    if any(o <= 0 for o in out):
-        c = input.shape[1]
-        raise RuntimeError(f"Given input size: ({'x'.join(map(str, (c, *size)))}). Calculated "
-                           f"output size: ({'x'.join(map(str, (c, *out)))}). Output size is "
-                           f"too small")
+    check_out_size(input, out)
     nb, c = input.shape[:2]
     if s == k and d == (1,) * n and not any(p) and not ceil_mode:
         # windows tile the input (2x2 pooling): a crop, a reshape and a permute, no slices
