@@ -590,3 +590,40 @@ CASES += [
               g)[0],
           inputs(normal(2, 3, 4, 6), normal(2, 3, 3, 4)), diff=(1,)),
 ]
+
+# recurrent sequence ops: with unbatched weights the batch joins the examples; a batched
+# weight runs one call per entry
+def _recurrent(name, reference, backward=False):
+    from op_cases import _layer_backward_op, _layer_op
+
+    made = (_layer_backward_op if backward else _layer_op)(name, reference)
+
+    def fn(m, *xs):
+        return made(torch if m is TORCH else m, *xs)
+    return fn
+
+
+def _lstm_ref(*a):
+    from op_cases import lstm_reference
+    return lstm_reference(*a)
+
+
+def _gru_ref(*a):
+    from op_cases import gru_reference
+    return gru_reference(*a)
+
+
+_LSTM_IN = (normal(3, 2, 8), normal(2, 2), normal(2, 2), normal(8, 2))
+_GRU_IN = (normal(3, 2, 6), normal(2, 2), normal(6, 2), normal(6))
+CASES += [
+    _case("lstm_layer", "LstmLayer", _recurrent("LstmLayer", _lstm_ref), inputs(*_LSTM_IN),
+          in_dims=((0, 0, 0, None), (None, 0, None, None), (0, 0, 0, 0))),
+    _case("gru_layer", "GruLayer", _recurrent("GruLayer", _gru_ref), inputs(*_GRU_IN),
+          in_dims=((0, 0, None, None), (None, 0, None, None), (0, 0, 0, 0))),
+    _case("lstm_layer_backward", "LstmLayerBackward",
+          _recurrent("LstmLayerBackward", _lstm_ref, backward=True),
+          inputs(normal(3, 2, 4), *_LSTM_IN), jvp=False),
+    _case("gru_layer_backward", "GruLayerBackward",
+          _recurrent("GruLayerBackward", _gru_ref, backward=True),
+          inputs(normal(3, 2, 2), *_GRU_IN), jvp=False),
+]

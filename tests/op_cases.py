@@ -34,6 +34,7 @@ from graphgrad.ops.convolution import ConvolutionBackwardWeight
 from graphgrad.ops.cumulative import CumprodBackward
 from graphgrad.ops.bce import BinaryCrossEntropy
 from graphgrad.ops.nll import NllLoss, NllLossBackward
+from graphgrad.ops import REGISTRY
 from graphgrad.ops.pooling import AvgPoolBackward, PutPlanes
 
 __all__ = ["Case", "CASES", "Example"]
@@ -2007,3 +2008,65 @@ add(case("max_pool", ("MaxPoolIndices", "TakePlanes"), _max_pool, _pool_example(
          fixed((distinct, (2, 2, 5, 6)), (normal, (2, 2, 3, 6)), nograd=(0,))),
     case("avg_pool_gradient", "AvgPoolBackward", _avg_pool_gradient,
          fixed((normal, (2, 3, 3, 7)))))
+
+# recurrent layers (ops/recurrent.py): the sequence ops against the same recurrence
+# written step by step in torch; the fused backward ops against torch's vjp of it --------
+
+
+def lstm_reference(m, xg, h0, c0, w):
+    """An LSTM layer's recurrence in plain ops of ``m``: (L, N, 2H) of [h_t | c_t]."""
+    h, c, out = h0, c0, []
+    hidden = h0.shape[-1]
+    for t in range(xg.shape[0]):
+        i, f, g, o = (xg[t] + h @ w.T).split(hidden, -1)
+        c = m.sigmoid(f) * c + m.sigmoid(i) * m.tanh(g)
+        h = m.sigmoid(o) * m.tanh(c)
+        out.append(m.cat([h, c], -1))
+    return m.stack(out)
+
+
+def gru_reference(m, xg, h0, w, b=None):
+    h, out = h0, []
+    hidden = h0.shape[-1]
+    for t in range(xg.shape[0]):
+        hg = h @ w.T if b is None else h @ w.T + b
+        xr, xz, xn = xg[t].split(hidden, -1)
+        hr, hz, hn = hg.split(hidden, -1)
+        r, z = m.sigmoid(xr + hr), m.sigmoid(xz + hz)
+        n = m.tanh(xn + r * hn)
+        h = (1 - z) * n + z * h
+        out.append(h)
+    return m.stack(out)
+
+
+def _layer_op(name, reference):
+    def fn(m, *xs):
+        if m is gg:
+            return REGISTRY[name].apply(*xs)
+        return reference(m, *xs)
+    return fn
+
+
+def _layer_backward_op(name, reference):
+    """The fused backward op on (g, *inputs) against torch's vjp of the reference."""
+    def fn(m, g, *xs):
+        if m is gg:
+            return REGISTRY[name].apply(g, REGISTRY[name[:-8]].apply(*xs), *xs)
+        _, pull = m.func.vjp(lambda *a: reference(m, *a), *xs)
+        return m.cat([d.reshape(-1) for d in pull(g)])
+    return fn
+
+
+_LSTM_SHAPES = ((normal, (3, 2, 8)), (normal, (2, 2)), (normal, (2, 2)), (normal, (8, 2)))
+_GRU_SHAPES = ((normal, (3, 2, 6)), (normal, (2, 2)), (normal, (6, 2)), (normal, (6,)))
+add(case("lstm_layer", "LstmLayer", _layer_op("LstmLayer", lstm_reference),
+         fixed(*_LSTM_SHAPES)),
+    case("gru_layer", "GruLayer", _layer_op("GruLayer", gru_reference), fixed(*_GRU_SHAPES)),
+    case("gru_layer_no_bias", "GruLayer", _layer_op("GruLayer", gru_reference),
+         fixed(*_GRU_SHAPES[:3])),
+    case("lstm_layer_backward", "LstmLayerBackward",
+         _layer_backward_op("LstmLayerBackward", lstm_reference),
+         fixed((normal, (3, 2, 4)), *_LSTM_SHAPES), grad=False),
+    case("gru_layer_backward", "GruLayerBackward",
+         _layer_backward_op("GruLayerBackward", gru_reference),
+         fixed((normal, (3, 2, 2)), *_GRU_SHAPES), grad=False))

@@ -12,6 +12,7 @@ import math
 import warnings
 
 from graphgrad import ops
+from graphgrad.ops.recurrent import GruLayer, LstmLayer
 from graphgrad.tensor import Tensor, empty, zeros
 
 from .. import functional as F
@@ -30,19 +31,30 @@ def _rnn_relu_cell(x, state, w_ih, w_hh, b_ih, b_hh):
     return ops.relu(F.linear(x, w_ih, b_ih) + F.linear(state, w_hh, b_hh))
 
 
+def _lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
+    """(L, N, H_in) through an LSTM layer: the input projection of the whole sequence is
+    one GEMM (both biases folded in), the recurrence one op; returns (L, N, 2H), each
+    step's h and c side by side."""
+    b = None if b_ih is None else b_ih + b_hh
+    return LstmLayer.apply(F.linear(x, w_ih, b), h0, c0, w_hh)
+
+
 def _lstm_cell(x, state, w_ih, w_hh, b_ih, b_hh):
     h, c = state
-    i, f, g, o = ops.chunk(F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh), 4, -1)
-    c = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(g)
-    return ops.sigmoid(o) * ops.tanh(c), c
+    hidden = h.shape[-1]
+    hc = _lstm_layer(x.unsqueeze(0), h, c, w_ih, w_hh, b_ih, b_hh)[0]
+    return hc[:, :hidden], hc[:, hidden:]
+
+
+def _gru_layer(x, h0, w_ih, w_hh, b_ih, b_hh):
+    """(L, N, H_in) through a GRU layer: one GEMM for the input projection, one op for
+    the recurrence (``b_hh`` stays inside: the reset gate multiplies it)."""
+    rest = () if b_hh is None else (b_hh,)
+    return GruLayer.apply(F.linear(x, w_ih, b_ih), h0, w_hh, *rest)
 
 
 def _gru_cell(x, state, w_ih, w_hh, b_ih, b_hh):
-    xr, xz, xn = ops.chunk(F.linear(x, w_ih, b_ih), 3, -1)
-    hr, hz, hn = ops.chunk(F.linear(state, w_hh, b_hh), 3, -1)
-    r, z = ops.sigmoid(xr + hr), ops.sigmoid(xz + hz)
-    n = ops.tanh(xn + r * hn)
-    return (1 - z) * n + z * state
+    return _gru_layer(x.unsqueeze(0), state, w_ih, w_hh, b_ih, b_hh)[0]
 
 
 class _RNNBase(Module):
@@ -99,6 +111,21 @@ class _RNNBase(Module):
     def _step(self, x, state, w_ih, w_hh, b_ih, b_hh):
         raise NotImplementedError
 
+    def _weights_of(self, name: str) -> tuple:
+        return (getattr(self, f"weight_ih_{name}"), getattr(self, f"weight_hh_{name}"),
+                getattr(self, f"bias_ih_{name}") if self.bias else None,
+                getattr(self, f"bias_hh_{name}") if self.bias else None)
+
+    def _layer(self, x: Tensor, state, name: str):
+        """One layer and direction over the sequence ``x`` (L, N, H_in) from ``state``:
+        (outputs (L, N, H), final state). Here a loop of cell steps; LSTM and GRU run
+        their fused sequence ops instead."""
+        seq = []
+        for t in range(x.shape[0]):
+            state = self._cell(x[t], state, name)
+            seq.append(state)
+        return ops.stack(seq, 0), state
+
     def _run(self, input: Tensor, states: list):
         """``input`` (L, N, H_in) through every layer and direction from ``states`` (one
         per layer and direction); returns the last layer's outputs and the final states."""
@@ -110,12 +137,12 @@ class _RNNBase(Module):
             for d in range(directions):
                 state = states[layer * directions + d]
                 name = f"l{layer}" + ("_reverse" if d else "")
-                steps = range(x.shape[0] - 1, -1, -1) if d else range(x.shape[0])
-                seq = [None] * x.shape[0]
-                for t in steps:
-                    state = self._cell(x[t], state, name)
-                    seq[t] = state[0] if isinstance(state, tuple) else state
-                outs.append(ops.stack(seq, 0))
+                if d:  # the reverse direction runs on the time-reversed sequence
+                    out, state = self._layer(ops.flip(x, (0,)), state, name)
+                    out = ops.flip(out, (0,))
+                else:
+                    out, state = self._layer(x, state, name)
+                outs.append(out)
                 finals.append(state)
             x = outs[0] if directions == 1 else ops.cat(outs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
@@ -219,6 +246,10 @@ class GRU(_SingleState):
     def _step(self, *args):
         return _gru_cell(*args)
 
+    def _layer(self, x: Tensor, state, name: str):
+        out = _gru_layer(x, state, *self._weights_of(name))
+        return out, out[-1]
+
 
 class LSTM(_RNNBase):
     """Long short-term memory, gates (i, f, g, o); ``forward(input, (h_0, c_0))`` returns
@@ -233,6 +264,11 @@ class LSTM(_RNNBase):
 
     def _step(self, *args):
         return _lstm_cell(*args)
+
+    def _layer(self, x: Tensor, state, name: str):
+        hc = _lstm_layer(x, *state, *self._weights_of(name))
+        hidden = self.hidden_size
+        return hc[..., :hidden], (hc[-1, :, :hidden], hc[-1, :, hidden:])
 
     def forward(self, input: Tensor, hx: tuple | None = None):
         x, unbatched = self._layout(input)
