@@ -627,3 +627,32 @@ CASES += [
           _recurrent("GruLayerBackward", _gru_ref, backward=True),
           inputs(normal(3, 2, 2), *_GRU_IN), jvp=False),
 ]
+
+# fused attention: q, k, v (and a float mask) batched or not
+def _attention(backward=False):
+    def fn(m, *xs):
+        from op_cases import _sdpa, _sdpa_backward, sdpa_reference
+        if backward:
+            return _sdpa_backward(torch if m is TORCH else m, *xs)
+        return (sdpa_reference if m is TORCH else _sdpa)(torch if m is TORCH else m, *xs)
+    return fn
+
+
+def _causal_attention(m, q, k, v):
+    from op_cases import _sdpa, sdpa_reference
+    return (sdpa_reference if m is TORCH else _sdpa)(torch if m is TORCH else m, q, k, v,
+                                                      is_causal=True)
+
+
+CASES += [
+    _case("scaled_dot_product_attention", "ScaledDotProductAttention", _attention(),
+          inputs(normal(2, 3, 4), normal(2, 5, 4), normal(2, 5, 3), normal(3, 5)),
+          in_dims=((0, 0, 0, 0), (0, None, None, None), (None, 0, 0, None),
+                   (0, 0, 0, None))),
+    _case("scaled_dot_product_attention_causal", "ScaledDotProductAttention",
+          _causal_attention, inputs(normal(2, 4, 3), normal(2, 4, 3), normal(2, 4, 2))),
+    _case("scaled_dot_product_attention_backward", "ScaledDotProductAttentionBackward",
+          _attention(backward=True),
+          inputs(normal(3, 2), normal(3, 4), normal(5, 4), normal(5, 2), normal(3, 5)),
+          jvp=False),
+]

@@ -1077,7 +1077,7 @@ add(
     case("mv", "Matmul", lambda m, a, b: m.mv(a, b), fixed((normal, (2, 3)), (normal, (3,)))),
     case("dot", "Matmul", lambda m, a, b: m.dot(a, b), fixed((normal, (5,)), (normal, (5,)))),
     case("outer", "Mul", lambda m, a, b: m.outer(a, b), fixed((normal, (3,)), (normal, (4,)))),
-    case("linear", "Matmul", lambda m, x, w, b: m.nn.functional.linear(x, w, b),
+    case("linear", "Linear", lambda m, x, w, b: m.nn.functional.linear(x, w, b),
          fixed((normal, (2, 5, 3)), (normal, (4, 3)), (normal, (4,)))),
 )
 
@@ -2070,3 +2070,60 @@ add(case("lstm_layer", "LstmLayer", _layer_op("LstmLayer", lstm_reference),
     case("gru_layer_backward", "GruLayerBackward",
          _layer_backward_op("GruLayerBackward", gru_reference),
          fixed((normal, (3, 2, 2)), *_GRU_SHAPES), grad=False))
+
+# attention (ops/attention.py): the fused op and its fused backward, masks and causal -------
+
+
+def _sdpa(m, q, k, v, *mask, **kw):
+    return m.nn.functional.scaled_dot_product_attention(q, k, v, *mask, **kw)
+
+
+def sdpa_reference(m, q, k, v, *mask, scale=None, is_causal=False):
+    """PyTorch's math reference of attention (its fused CPU kernels have no double
+    backward or forward-mode rule)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    s = (q @ k.transpose(-2, -1)) * scale
+    if is_causal:
+        mask = (m.ones(s.shape[-2], s.shape[-1], dtype=m.bool).tril(),)
+    if mask:
+        s = s.masked_fill(~mask[0], float("-inf")) if mask[0].dtype == m.bool else s + mask[0]
+    return m.softmax(s, -1) @ v
+
+
+def _sdpa_backward(m, g, q, k, v, *mask):
+    """The fused backward against torch's vjp (q, k, v and a float mask)."""
+    if m is gg:
+        from graphgrad.ops.attention import ScaledDotProductAttentionBackward
+        return ScaledDotProductAttentionBackward.apply(g, q, k, v, *mask, scale=0.5,
+                                                       is_causal=False,
+                                                       float_mask_grad=bool(mask))
+    _, pull = m.func.vjp(lambda *a: sdpa_reference(m, *a, scale=0.5), q, k, v, *mask)
+    return m.cat([d.reshape(-1) for d in pull(g)])
+
+
+@st.composite
+def _sdpa_example(draw):
+    """q (B, H, L, E) with k, v broadcast over B or not, a bool or float mask or none."""
+    rng = np.random.default_rng(draw(SEEDS))
+    b, h, n_q, n_k, e = (draw(st.integers(1, 3)) for _ in range(5))
+    kb = draw(st.sampled_from([b, 1]))
+    arrays = [rng.standard_normal((b, h, n_q, e)), rng.standard_normal((kb, h, n_k, e)),
+              rng.standard_normal((kb, h, n_k, draw(st.integers(1, 3))))]
+    kind = draw(st.sampled_from(["none", "bool", "float", "causal"]))
+    static = {"scale": draw(st.sampled_from([None, 0.3]))}
+    if kind == "bool":
+        keep = rng.random((n_q, n_k)) < 0.7
+        keep[:, 0] = True  # no row fully masked (PyTorch gives NaN there)
+        arrays.append(keep)
+    elif kind == "float":
+        arrays.append(rng.standard_normal((h, n_q, n_k)))
+    elif kind == "causal":
+        static["is_causal"] = True
+    return Example(tuple(arrays), static)
+
+
+add(case("scaled_dot_product_attention", "ScaledDotProductAttention", _sdpa, _sdpa_example(),
+         torch_fn=sdpa_reference),
+    case("scaled_dot_product_attention_backward", "ScaledDotProductAttentionBackward",
+         _sdpa_backward, fixed((normal, (2, 3, 2)), (normal, (2, 3, 4)), (normal, (2, 5, 4)),
+                               (normal, (2, 5, 2)), (normal, (2, 3, 5))), grad=False))

@@ -17,12 +17,13 @@ in graphgrad ops.
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 from graphgrad.backend import xp
-from graphgrad.tensor import active_modes, is_grad_enabled
 
 from .base import Op, Spec
+from .fused import array_backward, pack, unpack
 from .batching import to_front
 from .join import Cat, Stack
 from .unary import Sigmoid, Tanh
@@ -37,27 +38,6 @@ _TENSORS = SimpleNamespace(sigmoid=Sigmoid.apply, tanh=Tanh.apply,
                            cat=lambda ts: Cat.apply(*ts, dim=ts[0].ndim - 1),
                            stack=lambda ts: Stack.apply(*ts, dim=0), t=lambda w: w.mT,
                            lstm_factors=lambda *a: _lstm_factors(*a))
-
-
-def _fused_backward() -> bool:
-    """Whether a backward may run as the fused array op: plain eager, not recording."""
-    return not is_grad_enabled() and not active_modes()
-
-
-def _unpack(flat, shapes):
-    """The pieces of a packed 1-D cotangent buffer, as views of it."""
-    pieces, at = [], 0
-    for shape in shapes:
-        size = 1
-        for s in shape:
-            size *= s
-        pieces.append(flat[at:at + size].reshape(*shape))
-        at += size
-    return pieces
-
-
-def _pack(arrays):
-    return xp.concatenate([a.reshape(-1) for a in arrays])
 
 
 # ---- LSTM ------------------------------------------------------------------------------
@@ -153,9 +133,9 @@ class LstmLayer(Op):
 
     @staticmethod
     def vjp(g, out, xg, h0, c0, w_hh):
-        if _fused_backward():
+        if array_backward():
             flat = LstmLayerBackward.apply(g, out, xg, h0, c0, w_hh)
-            return tuple(_unpack(flat, [tuple(v.shape) for v in (xg, h0, c0, w_hh)]))
+            return tuple(unpack(flat, [tuple(v.shape) for v in (xg, h0, c0, w_hh)]))
         return _lstm_bptt(_TENSORS, g, out, xg, h0, c0, w_hh)
 
     @staticmethod
@@ -207,7 +187,7 @@ class LstmLayerBackward(Op):
 
     @staticmethod
     def forward(g, out, xg, h0, c0, w_hh):
-        return _pack(_lstm_bptt(_ARRAYS, g, out, xg, h0, c0, w_hh))
+        return pack(_lstm_bptt(_ARRAYS, g, out, xg, h0, c0, w_hh))
 
     @classmethod
     def batch(cls, vals, bdims):
@@ -215,7 +195,7 @@ class LstmLayerBackward(Op):
 
     @classmethod
     def infer(cls, g, out, xg, h0, c0, w_hh) -> Spec:
-        size = sum(_numel(s.shape) for s in (xg, h0, c0, w_hh))
+        size = sum(math.prod(s.shape) for s in (xg, h0, c0, w_hh))
         return Spec((size,), xg.dtype)
 
 
@@ -283,9 +263,9 @@ class GruLayer(Op):
     @staticmethod
     def vjp(g, out, xg, h0, w_hh, b_hh=None):
         args = (xg, h0, w_hh) if b_hh is None else (xg, h0, w_hh, b_hh)
-        if _fused_backward():
+        if array_backward():
             flat = GruLayerBackward.apply(g, out, *args)
-            return tuple(_unpack(flat, [tuple(v.shape) for v in args]))
+            return tuple(unpack(flat, [tuple(v.shape) for v in args]))
         return tuple(_gru_bptt(_TENSORS, g, out, xg, h0, w_hh, b_hh))
 
     @staticmethod
@@ -345,7 +325,7 @@ class GruLayerBackward(Op):
 
     @staticmethod
     def forward(g, out, xg, h0, w_hh, b_hh=None):
-        return _pack(_gru_bptt(_ARRAYS, g, out, xg, h0, w_hh, b_hh))
+        return pack(_gru_bptt(_ARRAYS, g, out, xg, h0, w_hh, b_hh))
 
     @classmethod
     def batch(cls, vals, bdims):
@@ -353,7 +333,7 @@ class GruLayerBackward(Op):
 
     @classmethod
     def infer(cls, g, out, xg, h0, w_hh, b_hh=None) -> Spec:
-        size = sum(_numel(s.shape) for s in (xg, h0, w_hh) + (() if b_hh is None else (b_hh,)))
+        size = sum(math.prod(s.shape) for s in (xg, h0, w_hh) + (() if b_hh is None else (b_hh,)))
         return Spec((size,), xg.dtype)
 
 
@@ -362,13 +342,6 @@ class GruLayerBackward(Op):
 def _sum(pair):
     a, b = pair
     return a if b is None else b if a is None else a + b
-
-
-def _numel(shape) -> int:
-    size = 1
-    for s in shape:
-        size *= s
-    return size
 
 
 def _batch_layer(cls, vals, bdims, n_weights: int, folded: tuple):
