@@ -162,30 +162,33 @@ class MaxPoolIndices(Op):
 
 
 class TakePlanes(Op):
-    """``input`` (N, C, *size) read at flat ``indices`` (N, C, *out) of each plane."""
+    """``input`` (N, C, *size) read at flat ``indices`` (N, C, *out) of each plane;
+    ``distinct``: no index repeats within a plane (windows that cannot overlap), so the
+    gradient writes instead of adding."""
 
     saves_inputs = ()
 
     @staticmethod
-    def forward(x, indices):
+    def forward(x, indices, *, distinct=False):
         n, c = x.shape[:2]
         flat = indices.reshape(n, c, -1)
         return xp.take_along_axis(x.reshape(n, c, -1), flat, axis=2).reshape(indices.shape)
 
     @staticmethod
-    def vjp(g, out, x, indices):
-        return PutPlanes.apply(g, indices, size=tuple(x.shape[2:]), accumulate=True), None
+    def vjp(g, out, x, indices, *, distinct=False):
+        return PutPlanes.apply(g, indices, size=tuple(x.shape[2:]),
+                               accumulate=not distinct), None
 
     @staticmethod
-    def jvp(dots, out, x, indices):
-        return TakePlanes.apply(dots[0], indices)
+    def jvp(dots, out, x, indices, **params):
+        return TakePlanes.apply(dots[0], indices, **params)
 
     @classmethod
-    def batch(cls, vals, bdims):
-        return _fold_batch(cls, vals, bdims)
+    def batch(cls, vals, bdims, **params):
+        return _fold_batch(cls, vals, bdims, **params)
 
     @classmethod
-    def infer(cls, x, indices) -> Spec:
+    def infer(cls, x, indices, **params) -> Spec:
         return Spec(tuple(indices.shape), x.dtype)
 
 
@@ -212,8 +215,8 @@ class PutPlanes(Op):
         return out.reshape(n, c, *size)
 
     @staticmethod
-    def vjp(g, out, src, indices, **params):
-        return TakePlanes.apply(g, indices), None
+    def vjp(g, out, src, indices, *, size, accumulate):
+        return TakePlanes.apply(g, indices, distinct=not accumulate), None
 
     @staticmethod
     def jvp(dots, out, src, indices, **params):

@@ -221,7 +221,7 @@ class Sigmoid(_FromOutput):
                 .astype(a.dtype if kind == "f" else xp.float64)
         # one buffer, in place; exp(-a) may overflow to inf, and 1 / (1 + inf) is the
         # right 0 (the warning is silenced, not the value)
-        e = xp.negative(a)
+        e = xp.negative(a, out=xp.empty_like(a))  # (an array even for 0-d input)
         with xp.errstate(over="ignore"):
             xp.exp(e, out=e)
         e += 1

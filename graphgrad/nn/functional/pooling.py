@@ -11,7 +11,7 @@ from graphgrad.backend import xp
 from graphgrad.ops.base import scalar_name
 from graphgrad.tensor import tensor, zeros
 
-from graphgrad.ops.pooling import AvgPool, MaxPoolIndices, TakePlanes
+from graphgrad.ops.pooling import AvgPool, MaxPoolIndices, TakePlanes, windows_overlap
 
 from ..patches import check_out_size, ntuple, out_size
 from .convolution import single
@@ -67,7 +67,7 @@ def _max_pool(input, n: int, kernel_size, stride, padding, dilation, ceil_mode: 
     check_out_size(x, out)
     indices = MaxPoolIndices.apply(x, kernel_size=k, stride=s, padding=p, dilation=d,
                                    ceil_mode=bool(ceil_mode))
-    values = TakePlanes.apply(x, indices)
+    values = TakePlanes.apply(x, indices, distinct=not windows_overlap(k, s, d))
     if unbatched:
         values, indices = values.squeeze(0), indices.squeeze(0)
     return (values, indices) if return_indices else values
