@@ -23,7 +23,7 @@ import math
 from graphgrad.backend import xp
 
 from .base import Op, Spec
-from .batching import all_to_front, to_front
+from .batching import all_to_front
 
 __all__ = ["pool_out_size", "windows_overlap"]
 
@@ -77,6 +77,21 @@ def _fold_batch(cls, vals, bdims, **params):
     b, n = vals[0].shape[:2]
     y = cls.apply(*(v.reshape(b * n, *v.shape[2:]) for v in vals), **params)
     return y.reshape(b, n, *y.shape[1:]), 0
+
+
+class _Linear(Op):
+    """A pooling op linear in its first input (the others are indices): its tangent is
+    the op on the first input's tangent, and vmap folds the batch into the examples."""
+
+    saves_inputs = ()
+
+    @classmethod
+    def jvp(cls, dots, out, x, *rest, **params):
+        return cls.apply(dots[0], *rest, **params)
+
+    @classmethod
+    def batch(cls, vals, bdims, **params):
+        return _fold_batch(cls, vals, bdims, **params)
 
 
 def _first_maximum(views):
@@ -161,12 +176,10 @@ class MaxPoolIndices(Op):
         return Spec((*x.shape[:2], *out), xp.dtype(xp.int64))
 
 
-class TakePlanes(Op):
+class TakePlanes(_Linear):
     """``input`` (N, C, *size) read at flat ``indices`` (N, C, *out) of each plane;
     ``distinct``: no index repeats within a plane (windows that cannot overlap), so the
     gradient writes instead of adding."""
-
-    saves_inputs = ()
 
     @staticmethod
     def forward(x, indices, *, distinct=False):
@@ -179,24 +192,14 @@ class TakePlanes(Op):
         return PutPlanes.apply(g, indices, size=tuple(x.shape[2:]),
                                accumulate=not distinct), None
 
-    @staticmethod
-    def jvp(dots, out, x, indices, **params):
-        return TakePlanes.apply(dots[0], indices, **params)
-
-    @classmethod
-    def batch(cls, vals, bdims, **params):
-        return _fold_batch(cls, vals, bdims, **params)
-
     @classmethod
     def infer(cls, x, indices, **params) -> Spec:
         return Spec(tuple(indices.shape), x.dtype)
 
 
-class PutPlanes(Op):
+class PutPlanes(_Linear):
     """Zeros (N, C, *size) with ``src`` added at the flat ``indices`` of each plane
     (``accumulate``), or written there (the indices are known to be distinct)."""
-
-    saves_inputs = ()
 
     @staticmethod
     def forward(src, indices, *, size, accumulate):
@@ -217,14 +220,6 @@ class PutPlanes(Op):
     @staticmethod
     def vjp(g, out, src, indices, *, size, accumulate):
         return TakePlanes.apply(g, indices, distinct=not accumulate), None
-
-    @staticmethod
-    def jvp(dots, out, src, indices, **params):
-        return PutPlanes.apply(dots[0], indices, **params)
-
-    @classmethod
-    def batch(cls, vals, bdims, **params):
-        return _fold_batch(cls, vals, bdims, **params)
 
     @classmethod
     def infer(cls, src, indices, *, size, accumulate) -> Spec:
@@ -247,11 +242,9 @@ def _divisor(size, out, kernel_size, stride, padding, count_include_pad, divisor
     return divisor
 
 
-class AvgPool(Op):
+class AvgPool(_Linear):
     """The window sums of (N, C, *size) over PyTorch's divisor (see ``_divisor``);
     integer inputs divide with truncation, as PyTorch's kernel."""
-
-    saves_inputs = ()
 
     @staticmethod
     def forward(x, *, kernel_size, stride, padding, ceil_mode, count_include_pad,
@@ -274,14 +267,6 @@ class AvgPool(Op):
     def vjp(g, out, x, **params):
         return (AvgPoolBackward.apply(g, size=tuple(x.shape[2:]), **params),)
 
-    @staticmethod
-    def jvp(dots, out, x, **params):
-        return AvgPool.apply(dots[0], **params)
-
-    @classmethod
-    def batch(cls, vals, bdims, **params):
-        return _fold_batch(cls, vals, bdims, **params)
-
     @classmethod
     def infer(cls, x, *, kernel_size, stride, padding, ceil_mode, **_) -> Spec:
         out, _ = _geometry(x.shape[2:], kernel_size, stride, padding, (1,) * len(kernel_size),
@@ -289,11 +274,9 @@ class AvgPool(Op):
         return Spec((*x.shape[:2], *out), x.dtype)
 
 
-class AvgPoolBackward(Op):
+class AvgPoolBackward(_Linear):
     """The transpose of ``AvgPool``: each output gradient over its divisor, added to
     every input position of its window."""
-
-    saves_inputs = ()
 
     @staticmethod
     def forward(g, *, size, kernel_size, stride, padding, ceil_mode, count_include_pad,
@@ -311,17 +294,6 @@ class AvgPoolBackward(Op):
     @staticmethod
     def vjp(g, out, grad_output, *, size, **params):
         return (AvgPool.apply(g, **params),)
-
-    @staticmethod
-    def jvp(dots, out, grad_output, **params):
-        return AvgPoolBackward.apply(dots[0], **params)
-
-    @classmethod
-    def batch(cls, vals, bdims, **params):
-        g = to_front(vals[0], bdims[0])
-        b, n = g.shape[:2]
-        y = cls.apply(g.reshape(b * n, *g.shape[2:]), **params)
-        return y.reshape(b, n, *y.shape[1:]), 0
 
     @classmethod
     def infer(cls, g, *, size, **_) -> Spec:

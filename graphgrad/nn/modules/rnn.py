@@ -13,11 +13,13 @@ import warnings
 
 from graphgrad import ops
 from graphgrad.ops.recurrent import GruLayer, LstmLayer
-from graphgrad.tensor import Tensor, empty, zeros
+from graphgrad.backend import xp
+from graphgrad.tensor import Tensor, empty, tensor, zeros
 
 from .. import functional as F
 from ..init import uniform_
 from ..parameter import Parameter
+from ..utils.rnn import PackedSequence, pad_packed_sequence, packed_positions
 from .module import Module
 
 __all__ = ["RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
@@ -118,39 +120,63 @@ class _RNNBase(Module):
 
     def _layer(self, x: Tensor, state, name: str):
         """One layer and direction over the sequence ``x`` (L, N, H_in) from ``state``:
-        (outputs (L, N, H), final state). Here a loop of cell steps; LSTM and GRU run
-        their fused sequence ops instead."""
+        (outputs (L, N, H), every step's state (L, N, S)). Here a loop of cell steps;
+        LSTM and GRU run their fused sequence ops instead."""
         seq = []
         for t in range(x.shape[0]):
             state = self._cell(x[t], state, name)
             seq.append(state)
-        return ops.stack(seq, 0), state
+        out = ops.stack(seq, 0)
+        return out, out
 
-    def _run(self, input: Tensor, states: list):
+    def _state_of(self, row: Tensor):
+        """The state held in one step of the sequence ``_layer`` returns second."""
+        return row
+
+    def _run(self, input: Tensor, states: list, lengths=None):
         """``input`` (L, N, H_in) through every layer and direction from ``states`` (one
-        per layer and direction); returns the last layer's outputs and the final states."""
+        per layer and direction); returns the last layer's outputs and the final states.
+        With ``lengths`` (packed input) each sequence ends at its own length: the final
+        state is taken there and the reverse direction starts there."""
         directions = 2 if self.bidirectional else 1
         finals = []
         x = input
+        steps, n = input.shape[:2]
+        batch = tensor(xp.arange(n))
+        if lengths is None:
+            last = None
+        else:
+            last = tensor(lengths - 1)
+            t = xp.arange(steps)[:, None]
+            # each sequence's own steps reversed, its padding left in place
+            reverse = tensor(xp.where(t < lengths, lengths - 1 - t, t)), batch
         for layer in range(self.num_layers):
             outs = []
             for d in range(directions):
                 state = states[layer * directions + d]
                 name = f"l{layer}" + ("_reverse" if d else "")
                 if d:  # the reverse direction runs on the time-reversed sequence
-                    out, state = self._layer(ops.flip(x, (0,)), state, name)
-                    out = ops.flip(out, (0,))
+                    flipped = ops.flip(x, (0,)) if lengths is None else x[reverse]
+                    out, seq = self._layer(flipped, state, name)
+                    out = ops.flip(out, (0,)) if lengths is None else out[reverse]
                 else:
-                    out, state = self._layer(x, state, name)
+                    out, seq = self._layer(x, state, name)
                 outs.append(out)
-                finals.append(state)
+                finals.append(self._state_of(seq[-1] if last is None else seq[last, batch]))
             x = outs[0] if directions == 1 else ops.cat(outs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout)
         return x, finals
 
-    def _layout(self, input: Tensor):
-        """(input as (L, N, H), whether it was unbatched)."""
+    def _layout(self, input):
+        """(input as (L, N, H), whether it was unbatched, the lengths of packed input or
+        None)."""
+        if isinstance(input, PackedSequence):
+            padded, lengths = pad_packed_sequence(input)
+            if padded.shape[-1] != self.input_size:
+                raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
+                                   f"{self.input_size}, got {padded.shape[-1]}")
+            return padded, False, lengths._array
         if input.ndim not in (2, 3):
             raise ValueError(f"{type(self).__name__}: Expected input to be 2D or 3D, got "
                              f"{input.ndim}D instead")
@@ -158,8 +184,8 @@ class _RNNBase(Module):
             raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
                                f"{self.input_size}, got {input.shape[-1]}")
         if input.ndim == 2:
-            return input.unsqueeze(1), True
-        return (input.transpose(0, 1) if self.batch_first else input), False
+            return input.unsqueeze(1), True, None
+        return (input.transpose(0, 1) if self.batch_first else input), False, None
 
     def _initial(self, hx, n: int, dtype, unbatched: bool, what: str = "hidden"):
         """The (num_layers * directions, N, H) initial state, zeros when not given
@@ -180,7 +206,12 @@ class _RNNBase(Module):
             raise RuntimeError(f"Expected {what} size {expected}, got {list(hx.shape)}")
         return hx
 
-    def _output(self, out: Tensor, unbatched: bool) -> Tensor:
+    def _output(self, out: Tensor, unbatched: bool, input=None):
+        if isinstance(input, PackedSequence):  # packed back as the input was
+            steps, rows = packed_positions(input.batch_sizes._array, None
+                                           if input.sorted_indices is None
+                                           else input.sorted_indices._array)
+            return input._replace(data=out[tensor(steps), tensor(rows)])
         if unbatched:
             return out.squeeze(1)
         return out.transpose(0, 1) if self.batch_first else out
@@ -203,12 +234,12 @@ class _RNNBase(Module):
 class _SingleState(_RNNBase):
     """RNN and GRU: one state tensor ``h``; ``forward(input, hx) -> (output, h_n)``."""
 
-    def forward(self, input: Tensor, hx: Tensor | None = None):
-        x, unbatched = self._layout(input)
-        h0 = self._initial(hx, x.shape[1], input.dtype, unbatched)
-        out, finals = self._run(x, list(h0.unbind(0)))
+    def forward(self, input, hx: Tensor | None = None):
+        x, unbatched, lengths = self._layout(input)
+        h0 = self._initial(hx, x.shape[1], x.dtype, unbatched)
+        out, finals = self._run(x, list(h0.unbind(0)), lengths)
         h_n = ops.stack(finals, 0)
-        return self._output(out, unbatched), (h_n.squeeze(1) if unbatched else h_n)
+        return self._output(out, unbatched, input), (h_n.squeeze(1) if unbatched else h_n)
 
 
 class RNN(_SingleState):
@@ -248,7 +279,7 @@ class GRU(_SingleState):
 
     def _layer(self, x: Tensor, state, name: str):
         out = _gru_layer(x, state, *self._weights_of(name))
-        return out, out[-1]
+        return out, out
 
 
 class LSTM(_RNNBase):
@@ -267,22 +298,25 @@ class LSTM(_RNNBase):
 
     def _layer(self, x: Tensor, state, name: str):
         hc = _lstm_layer(x, *state, *self._weights_of(name))
-        hidden = self.hidden_size
-        return hc[..., :hidden], (hc[-1, :, :hidden], hc[-1, :, hidden:])
+        return hc[..., :self.hidden_size], hc
 
-    def forward(self, input: Tensor, hx: tuple | None = None):
-        x, unbatched = self._layout(input)
+    def _state_of(self, row: Tensor):
+        return row[:, :self.hidden_size], row[:, self.hidden_size:]
+
+    def forward(self, input, hx: tuple | None = None):
+        x, unbatched, lengths = self._layout(input)
         n = x.shape[1]
-        h0 = self._initial(None if hx is None else hx[0], n, input.dtype, unbatched,
+        h0 = self._initial(None if hx is None else hx[0], n, x.dtype, unbatched,
                            "hidden[0]")
-        c0 = self._initial(None if hx is None else hx[1], n, input.dtype, unbatched,
+        c0 = self._initial(None if hx is None else hx[1], n, x.dtype, unbatched,
                            "hidden[1]")
-        out, finals = self._run(x, list(zip(h0.unbind(0), c0.unbind(0), strict=True)))
+        out, finals = self._run(x, list(zip(h0.unbind(0), c0.unbind(0), strict=True)),
+                                lengths)
         h_n = ops.stack([h for h, _ in finals], 0)
         c_n = ops.stack([c for _, c in finals], 0)
         if unbatched:
             h_n, c_n = h_n.squeeze(1), c_n.squeeze(1)
-        return self._output(out, unbatched), (h_n, c_n)
+        return self._output(out, unbatched, input), (h_n, c_n)
 
 
 class RNNCellBase(Module):
