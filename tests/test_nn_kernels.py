@@ -167,3 +167,24 @@ def test_conv_padding_modes_and_same_with_an_even_kernel():
         (ot ** 2).sum().backward()
         _close(xg.grad, xt.grad)
         _close(g_mod.weight.grad, t_mod.weight.grad)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_convolution_in_chunks_of_examples_matches_torch(monkeypatch, transposed):
+    """Large inputs run in chunks of examples (bounded column buffers): a tiny budget
+    forces one example per chunk; values and both gradients stay torch's."""
+    import graphgrad.ops.convolution as conv_ops
+    monkeypatch.setattr(conv_ops, "_COLUMNS_BYTES", 200)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((5, 4, 7, 6))
+    w = rng.standard_normal((4, 3, 3, 2) if transposed else (6, 2, 3, 2))
+    name = "conv_transpose2d" if transposed else "conv2d"
+    xg, wg = gg.tensor(x, requires_grad=True), gg.tensor(w, requires_grad=True)
+    xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    og = getattr(gg.nn.functional, name)(xg, wg, stride=2, padding=1, groups=2)
+    ot = getattr(torch.nn.functional, name)(xt, wt, stride=2, padding=1, groups=2)
+    _close(og, ot, 1e-10)
+    (og ** 2).sum().backward()
+    (ot ** 2).sum().backward()
+    _close(xg.grad, xt.grad)
+    _close(wg.grad, wt.grad)

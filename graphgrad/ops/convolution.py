@@ -4,7 +4,8 @@ conv_transpose1d/2d/3d) and the weight gradient ``ConvolutionBackwardWeight``.
 
 Forward is im2col: the padded input seen through a strided view as every window under
 every output position, copied once into a (groups, in/groups x kernel, N x positions)
-matrix, then one BLAS GEMM per group (a batched matmul over the groups). A transposed
+matrix, then one BLAS GEMM per group (a batched matmul over the groups). Large inputs
+run in chunks of examples so that these columns stay under 32 MiB. A transposed
 convolution is the opposite: one GEMM into columns, then col2im adds each kernel
 offset's columns into the output (prod(kernel) strided adds, no loop over positions).
 
@@ -42,6 +43,16 @@ def _out_sizes(size, k, stride, padding, dilation) -> tuple:
 def _transposed_sizes(size, k, stride, padding, dilation, output_padding) -> tuple:
     return tuple((e - 1) * s - 2 * p + d * (ki - 1) + op + 1 for e, ki, s, p, d, op in
                  zip(size, k, stride, padding, dilation, output_padding, strict=True))
+
+
+_COLUMNS_BYTES = 32 << 20  # the unfolded columns of one chunk of examples: at most this
+
+
+def _chunks(n_b: int, per_example: int, dtype):
+    """Ranges of examples whose columns (``per_example`` elements each) fit in
+    ``_COLUMNS_BYTES``: peak memory stays bounded, each GEMM stays large."""
+    step = max(1, _COLUMNS_BYTES // max(1, per_example * xp.dtype(dtype).itemsize))
+    return [(lo, min(lo + step, n_b)) for lo in range(0, n_b, step)]
 
 
 def _columns(x, k, stride, padding, dilation, out, groups):
@@ -130,18 +141,23 @@ class Convolution(Op):
                 groups):
         n_b = x.shape[0]
         k = w.shape[2:]
+        w_rows = w.reshape(groups, w.shape[0] // groups, -1)
+        dtype = xp.result_type(x, w)
         if not transposed:
             out = _out_sizes(x.shape[2:], k, stride, padding, dilation)
-            cols = _columns(x, k, stride, padding, dilation, out, groups)
-            w_rows = w.reshape(groups, w.shape[0] // groups, -1)
-            y = _from_groups(xp.matmul(w_rows, cols), n_b, out)
+            y = xp.empty((n_b, w.shape[0], *out), dtype=dtype)
+            for lo, hi in _chunks(n_b, x.shape[1] * math.prod(k) * math.prod(out), dtype):
+                cols = _columns(x[lo:hi], k, stride, padding, dilation, out, groups)
+                y[lo:hi] = _from_groups(xp.matmul(w_rows, cols), hi - lo, out)
         else:
             size = _transposed_sizes(x.shape[2:], k, stride, padding, dilation, output_padding)
             c_out = w.shape[1] * groups
-            w_rows = w.reshape(groups, w.shape[0] // groups, -1)  # (G, C_in/G, C_out/G * K)
-            cols = xp.matmul(w_rows.transpose(0, 2, 1), _by_group(x, groups))
-            y = _add_columns(cols, n_b, c_out, size, k, stride, padding, dilation,
-                             x.shape[2:], groups)
+            y = xp.empty((n_b, c_out, *size), dtype=dtype)
+            # w_rows: (G, C_in/G, C_out/G * K); columns (G, C_out/G * K, n * prod(x size))
+            for lo, hi in _chunks(n_b, c_out * math.prod(k) * math.prod(x.shape[2:]), dtype):
+                cols = xp.matmul(w_rows.transpose(0, 2, 1), _by_group(x[lo:hi], groups))
+                y[lo:hi] = _add_columns(cols, hi - lo, c_out, size, k, stride, padding,
+                                        dilation, x.shape[2:], groups)
         if b is not None:
             y += b.reshape(1, -1, *(1,) * len(k)).astype(y.dtype, copy=False)
         return y
@@ -235,8 +251,13 @@ class ConvolutionBackwardWeight(Op):
     @staticmethod
     def forward(x, g, *, kernel_size, stride, padding, dilation, groups):
         out = g.shape[2:]
-        cols = _columns(x, kernel_size, stride, padding, dilation, out, groups)
-        gw = xp.matmul(_by_group(g, groups), cols.transpose(0, 2, 1))  # (G, O/G, C/G * K)
+        gw = None
+        dtype = xp.result_type(x, g)
+        for lo, hi in _chunks(x.shape[0], x.shape[1] * math.prod(kernel_size) * math.prod(out),
+                              dtype):
+            cols = _columns(x[lo:hi], kernel_size, stride, padding, dilation, out, groups)
+            part = xp.matmul(_by_group(g[lo:hi], groups), cols.transpose(0, 2, 1))
+            gw = part if gw is None else gw.__iadd__(part)  # (G, O/G, C/G * K)
         return gw.reshape(g.shape[1], x.shape[1] // groups, *kernel_size)
 
     @staticmethod

@@ -61,13 +61,11 @@ class _ConvNd(Module):
     def _tuple(self, v, name: str) -> tuple:
         return ntuple(v, self._n, name)
 
-    def _conv(self, f, input: Tensor) -> Tensor:
-        """``f`` (conv1d/2d/3d) with this layer's parameters; a padding mode other than
-        zeros pads first, as PyTorch's layers do (its "same": the extra one on the
-        right)."""
-        if self.padding_mode == "zeros":
-            return f(input, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                     self.groups)
+    def _padded_conv(self, f, input: Tensor) -> Tensor:
+        """``f`` (conv1d/2d/3d) with this layer's parameters after padding ``input`` in
+        a mode other than zeros, as PyTorch's layers do (its "same": the extra one on the
+        right). (Zero padding calls ``f`` directly in ``forward``, which capture
+        frontends inline.)"""
         pads = []
         for k, d, p in zip(reversed(self.kernel_size), reversed(self.dilation),
                            reversed(self.padding if not isinstance(self.padding, str)
@@ -110,14 +108,20 @@ class Conv1d(_ConvNd):
     _n = 1
 
     def forward(self, input: Tensor) -> Tensor:
-        return self._conv(F.conv1d, input)
+        if self.padding_mode != "zeros":
+            return self._padded_conv(F.conv1d, input)
+        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
 
 
 class Conv2d(_ConvNd):
     """2-D convolution over (N, C, H, W) inputs."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return self._conv(F.conv2d, input)
+        if self.padding_mode != "zeros":
+            return self._padded_conv(F.conv2d, input)
+        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
 
 
 class Conv3d(_ConvNd):
@@ -126,7 +130,10 @@ class Conv3d(_ConvNd):
     _n = 3
 
     def forward(self, input: Tensor) -> Tensor:
-        return self._conv(F.conv3d, input)
+        if self.padding_mode != "zeros":
+            return self._padded_conv(F.conv3d, input)
+        return F.conv3d(input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
 
 
 class _ConvTransposeNd(_ConvNd):
