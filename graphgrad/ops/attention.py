@@ -105,6 +105,8 @@ class ScaledDotProductAttention(Op):
     """``softmax(q k^T scale + mask) v`` for q (..., L, E), k (..., S, E), v (..., S, Ev)
     and an optional mask broadcastable to (..., L, S)."""
 
+    holomorphic = True  # analytic: the complex step goes through it
+
     @staticmethod
     def forward(q, k, v, mask=None, *, scale, is_causal):
         s = xp.matmul(q, _t(k))
@@ -168,6 +170,8 @@ class ScaledDotProductAttentionBackward(Op):
     mask's cotangent at the scores' shape) packed in one 1-D buffer. Plain eager
     backward only (nothing recorded): under ``create_graph`` the same code runs as
     graphgrad ops."""
+
+    holomorphic = True  # analytic: the complex step goes through it
 
     differentiable = False
 

@@ -132,6 +132,8 @@ class Convolution(Op):
     output_padding, groups)``: cross-correlation of (N, C_in, *size) with a weight
     (C_out, C_in/groups, *k), or its transpose with a weight (C_in, C_out/groups, *k)."""
 
+    holomorphic = True  # analytic: the complex step goes through it
+
     @staticmethod
     def saves_inputs(x, w, b=None):  # x's gradient reads w; w's reads x
         return tuple(i for i, other in ((0, w), (1, x)) if needs_grad(other))
@@ -247,6 +249,8 @@ class ConvolutionBackwardWeight(Op):
     ``grad_output``: (C_out, C_in/groups, *kernel_size). Bilinear in its two inputs; its
     gradients are the transposed convolution and the convolution with the weight's
     cotangent as weight."""
+
+    holomorphic = True  # analytic: the complex step goes through it
 
     @staticmethod
     def forward(x, g, *, kernel_size, stride, padding, dilation, groups):

@@ -83,6 +83,8 @@ class _Linear(Op):
     """A pooling op linear in its first input (the others are indices): its tangent is
     the op on the first input's tangent, and vmap folds the batch into the examples."""
 
+    holomorphic = True  # analytic: the complex step goes through it
+
     saves_inputs = ()
 
     @classmethod

@@ -112,6 +112,8 @@ class LstmLayer(Op):
     biases, gates (i, f, g, o) as PyTorch's; initial ``h0``, ``c0`` (N, H); ``w_hh``
     (4H, H). Returns (L, N, 2H): each step's h and c side by side."""
 
+    holomorphic = True  # analytic: the complex step goes through it
+
     saves_output = True
 
     @staticmethod
@@ -183,6 +185,8 @@ class LstmLayerBackward(Op):
     eager backward (nothing recorded), so its result carries no gradient; under
     ``create_graph`` the same BPTT runs as graphgrad ops instead."""
 
+    holomorphic = True  # analytic: the complex step goes through it
+
     differentiable = False
 
     @staticmethod
@@ -242,6 +246,8 @@ class GruLayer(Op):
     ``b_ih``, gates (r, z, n) as PyTorch's; initial ``h0`` (N, H); ``w_hh`` (3H, H) and
     an optional ``b_hh`` (3H) (inside the reset gate's product, so not foldable into
     xg). Returns the (L, N, H) outputs."""
+
+    holomorphic = True  # analytic: the complex step goes through it
 
     saves_output = True
 
@@ -320,6 +326,8 @@ class GruLayerBackward(Op):
     """``GruLayer``'s backward through time on arrays, the cotangents of (xg, h0, w_hh
     [, b_hh]) packed in one 1-D buffer; plain eager backward only (see
     ``LstmLayerBackward``)."""
+
+    holomorphic = True  # analytic: the complex step goes through it
 
     differentiable = False
 
