@@ -105,13 +105,6 @@ def _by_group(a, groups):
     return a.reshape(groups, c // groups, -1)
 
 
-def _from_groups(y, n_b, out):
-    """(groups, C/groups, N * prod(out)) -> (N, C, *out), contiguous."""
-    g, cg = y.shape[:2]
-    y = y.reshape(g * cg, n_b, -1).transpose(1, 0, 2)
-    return xp.ascontiguousarray(y).reshape(n_b, g * cg, *out)
-
-
 def _leftover(size, out, k, stride, padding, dilation) -> tuple:
     """The output_padding that makes the transposed convolution of an ``out``-sized
     tensor come back to ``size``: the input positions past the last window."""
@@ -150,16 +143,24 @@ class Convolution(Op):
             y = xp.empty((n_b, w.shape[0], *out), dtype=dtype)
             for lo, hi in _chunks(n_b, x.shape[1] * math.prod(k) * math.prod(out), dtype):
                 cols = _columns(x[lo:hi], k, stride, padding, dilation, out, groups)
-                y[lo:hi] = _from_groups(xp.matmul(w_rows, cols), hi - lo, out)
+                prod = xp.matmul(w_rows, cols)  # (G, O/G, n * prod(out))
+                # one copy, straight into the (n, O, ...) layout
+                y[lo:hi].reshape(hi - lo, w.shape[0], -1)[...] = \
+                    prod.reshape(w.shape[0], hi - lo, -1).transpose(1, 0, 2)
         else:
             size = _transposed_sizes(x.shape[2:], k, stride, padding, dilation, output_padding)
             c_out = w.shape[1] * groups
-            y = xp.empty((n_b, c_out, *size), dtype=dtype)
+            chunks = _chunks(n_b, c_out * math.prod(k) * math.prod(x.shape[2:]), dtype)
+            y = None if len(chunks) == 1 else xp.empty((n_b, c_out, *size), dtype=dtype)
             # w_rows: (G, C_in/G, C_out/G * K); columns (G, C_out/G * K, n * prod(x size))
-            for lo, hi in _chunks(n_b, c_out * math.prod(k) * math.prod(x.shape[2:]), dtype):
+            for lo, hi in chunks:
                 cols = xp.matmul(w_rows.transpose(0, 2, 1), _by_group(x[lo:hi], groups))
-                y[lo:hi] = _add_columns(cols, hi - lo, c_out, size, k, stride, padding,
-                                        dilation, x.shape[2:], groups)
+                part = _add_columns(cols, hi - lo, c_out, size, k, stride, padding, dilation,
+                                    x.shape[2:], groups)
+                if y is None:
+                    y = part
+                else:
+                    y[lo:hi] = part
         if b is not None:
             y += b.reshape(1, -1, *(1,) * len(k)).astype(y.dtype, copy=False)
         return y
