@@ -55,9 +55,11 @@ def _chunks(n_b: int, per_example: int, dtype):
     return [(lo, min(lo + step, n_b)) for lo in range(0, n_b, step)]
 
 
-def _columns(x, k, stride, padding, dilation, out, groups):
+def _columns(x, k, stride, padding, dilation, out, groups, per_example: bool = False):
     """im2col: (N, C, *size) -> (groups, C/groups * prod(k), N * prod(out)), row order
-    (channel, kernel offsets), column order (example, output position)."""
+    (channel, kernel offsets), column order (example, output position); or, with
+    ``per_example``, (N, groups, C/groups * prod(k), prod(out)): then the GEMMs write the
+    (N, C_out, ...) output in place, with no transpose after them."""
     n_b, c = x.shape[:2]
     size = x.shape[2:]
     if any(padding):
@@ -74,7 +76,10 @@ def _columns(x, k, stride, padding, dilation, out, groups):
         x, shape=(groups, cg, *k, n_b, *out),
         strides=(cg * sc, sc, *(a * d for a, d in zip(sd, dilation, strict=True)), sn,
                  *(a * s for a, s in zip(sd, stride, strict=True))), writeable=False)
-    return windows.reshape(groups, cg * math.prod(k), n_b * math.prod(out))  # one copy
+    if per_example:  # one copy either way
+        windows = xp.moveaxis(windows, 2 + len(k), 0)
+        return windows.reshape(n_b, groups, cg * math.prod(k), math.prod(out))
+    return windows.reshape(groups, cg * math.prod(k), n_b * math.prod(out))
 
 
 def _add_columns(cols, n_b, c, size, k, stride, padding, dilation, out, groups):
@@ -142,11 +147,12 @@ class Convolution(Op):
             out = _out_sizes(x.shape[2:], k, stride, padding, dilation)
             y = xp.empty((n_b, w.shape[0], *out), dtype=dtype)
             for lo, hi in _chunks(n_b, x.shape[1] * math.prod(k) * math.prod(out), dtype):
-                cols = _columns(x[lo:hi], k, stride, padding, dilation, out, groups)
-                prod = xp.matmul(w_rows, cols)  # (G, O/G, n * prod(out))
-                # one copy, straight into the (n, O, ...) layout
-                y[lo:hi].reshape(hi - lo, w.shape[0], -1)[...] = \
-                    prod.reshape(w.shape[0], hi - lo, -1).transpose(1, 0, 2)
+                cols = _columns(x[lo:hi], k, stride, padding, dilation, out, groups,
+                                per_example=True)
+                # (G, O/G, C/G K) @ (n, G, C/G K, L): one GEMM per example and group,
+                # written into y's (n, O, ...) memory
+                xp.matmul(w_rows, cols, out=y[lo:hi].reshape(hi - lo, groups, -1,
+                                                             math.prod(out)))
         else:
             size = _transposed_sizes(x.shape[2:], k, stride, padding, dilation, output_padding)
             c_out = w.shape[1] * groups
