@@ -27,6 +27,7 @@ from .compare import Where
 from .fused import array_backward, pack, unpack
 from .reduce import Softmax
 from .shape import Permute
+from .taylor_composite import Jet, jets
 
 __all__: list[str] = []
 
@@ -47,6 +48,17 @@ def _mask_array(s, mask, is_causal):
             s = xp.where(mask, s, -xp.inf)
         else:
             s += mask
+    return s
+
+
+def _mask_jet(s, mask, is_causal):
+    """``_mask_tensor`` on jets: masked scores are the constant -inf (no series)."""
+    if is_causal:
+        n_q, n_k = s.primal.shape[-2:]
+        s = Jet.apply(Where, tensor(xp.tri(n_q, n_k, dtype=bool)), s, float("-inf"))
+    if mask is not None:
+        s = (Jet.apply(Where, mask.primal, s, float("-inf")) if _is_bool(mask.primal)
+             else s + mask)
     return s
 
 
@@ -143,6 +155,14 @@ class ScaledDotProductAttention(Op):
             dp = p * (ds - (ds * p).sum(dim=-1, keepdim=True))
             result = dp @ v if result is None else result + dp @ v
         return result
+
+    @staticmethod
+    def taylor(series, out, q, k, v, mask=None, *, scale, is_causal):
+        """The composite softmax(q k^T scale + mask) v on jets (Matmul's bilinear rule,
+        Softmax's rule)."""
+        q, k, v, *mask = jets(series, (q, k, v) if mask is None else (q, k, v, mask))
+        s = _mask_jet((q @ k.mT) * scale, mask[0] if mask else None, is_causal)
+        return (Jet.apply(Softmax, s, dim=-1) @ v).terms
 
     @classmethod
     def batch(cls, vals, bdims, **params):

@@ -31,6 +31,7 @@ from .arithmetic import needs_grad
 from .base import Op, Spec
 from .batching import to_front
 from .reduce import Sum
+from . import taylor as ts
 
 __all__ = ["convolution"]
 
@@ -211,6 +212,21 @@ class Convolution(Op):
             total = total + t
         return total
 
+    @staticmethod
+    def taylor(series, out, x, w, b=None, **params):
+        # bilinear in (x, w): Y_k = sum_j conv(x_j, w_{k-j}); the bias is affine and
+        # enters at its own orders only
+        k = ts.order_of(series)
+        fx, fw = ts.full(x, series[0], k), ts.full(w, series[1], k)
+        sb = series[2] if b is not None else None
+
+        def conv(a, c):
+            return Convolution.apply(a, c, **params)
+        return [ts.plus(ts.bilinear(fx, fw, i, conv),
+                        None if sb is None or sb[i - 1] is None
+                        else sb[i - 1].reshape(1, -1, *(1,) * (out.ndim - 2)).expand(*out.shape))
+                for i in range(1, k + 1)]
+
     @classmethod
     def batch(cls, vals, bdims, *, groups, transposed, **params):
         """Only the input batched: the batch joins the examples. Otherwise each batch
@@ -290,6 +306,15 @@ class ConvolutionBackwardWeight(Op):
         terms = [ConvolutionBackwardWeight.apply(a, b, **params)
                  for a, b in ((dx, g), (x, dg)) if a is not None and b is not None]
         return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+    @staticmethod
+    def taylor(series, out, x, g, **params):
+        k = ts.order_of(series)  # bilinear in (x, g)
+        fx, fg = ts.full(x, series[0], k), ts.full(g, series[1], k)
+
+        def weight_grad(a, c):
+            return ConvolutionBackwardWeight.apply(a, c, **params)
+        return [ts.bilinear(fx, fg, i, weight_grad) for i in range(1, k + 1)]
 
     @classmethod
     def batch(cls, vals, bdims, *, groups, **params):

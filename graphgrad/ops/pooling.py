@@ -22,6 +22,7 @@ import math
 
 from graphgrad.backend import xp
 
+from . import taylor as ts
 from .base import Op, Spec
 from .batching import all_to_front
 
@@ -91,6 +92,8 @@ class _Linear(Op):
     def jvp(cls, dots, out, x, *rest, **params):
         return cls.apply(dots[0], *rest, **params)
 
+    taylor = classmethod(ts.linear_taylor)  # y_k = op(x_k): the indices carry no series
+
     @classmethod
     def batch(cls, vals, bdims, **params):
         return _fold_batch(cls, vals, bdims, **params)
@@ -137,6 +140,7 @@ class MaxPoolIndices(Op):
     only -inf its first element inside the input, as PyTorch's kernel."""
 
     differentiable = False
+    taylor = classmethod(ts.zero_taylor)  # integer indices: piecewise constant
 
     @staticmethod
     def forward(x, *, kernel_size, stride, padding, dilation, ceil_mode):

@@ -26,6 +26,7 @@ from .base import Op, Spec
 from .fused import array_backward, pack, unpack
 from .batching import to_front
 from .join import Cat, Stack
+from .taylor_composite import Jet, cat_jets, jets, stack_jets
 from .unary import Sigmoid, Tanh
 
 __all__: list[str] = []
@@ -38,6 +39,10 @@ _TENSORS = SimpleNamespace(sigmoid=Sigmoid.apply, tanh=Tanh.apply,
                            cat=lambda ts: Cat.apply(*ts, dim=ts[0].ndim - 1),
                            stack=lambda ts: Stack.apply(*ts, dim=0), t=lambda w: w.mT,
                            lstm_factors=lambda *a: _lstm_factors(*a))
+# Taylor mode: the composite step on jets (each primitive's own Taylor rule)
+_JETS = SimpleNamespace(sigmoid=lambda j: Jet.apply(Sigmoid, j),
+                        tanh=lambda j: Jet.apply(Tanh, j), cat=cat_jets, stack=stack_jets,
+                        t=lambda w: w.mT)
 
 
 # ---- LSTM ------------------------------------------------------------------------------
@@ -168,6 +173,20 @@ class LstmLayer(Op):
             dc = dc_new
             tangents.append(k.cat([dh, dc]))
         return k.stack(tangents)
+
+    @staticmethod
+    def taylor(series, out, xg, h0, c0, w_hh):
+        """The layer's composite (gates, cell update) step by step on jets."""
+        k, hidden = _JETS, h0.shape[-1]
+        xg, h, c, w_hh = jets(series, (xg, h0, c0, w_hh))
+        w = k.t(w_hh)
+        steps = []
+        for t in range(xg.primal.shape[0]):
+            i, f, g, o = _lstm_gates(k, xg[t] + h @ w, hidden)
+            c = f * c + i * g
+            h = o * k.tanh(c)
+            steps.append(k.cat([h, c]))
+        return k.stack(steps).terms
 
     @classmethod
     def batch(cls, vals, bdims):
@@ -312,6 +331,21 @@ class GruLayer(Op):
             dh = dh_new
             tangents.append(dh)
         return k.stack(tangents)
+
+    @staticmethod
+    def taylor(series, out, xg, h0, w_hh, b_hh=None):
+        """The layer's composite step by step on jets."""
+        k, hidden = _JETS, h0.shape[-1]
+        xg, h, w_hh, *bias = jets(series, (xg, h0, w_hh) if b_hh is None
+                                   else (xg, h0, w_hh, b_hh))
+        w = k.t(w_hh)
+        steps = []
+        for t in range(xg.primal.shape[0]):
+            hg = h @ w if not bias else h @ w + bias[0]
+            r, z, n, _ = _gru_parts(k, xg[t], hg, hidden)
+            h = n + z * (h - n)
+            steps.append(h)
+        return k.stack(steps).terms
 
     @classmethod
     def batch(cls, vals, bdims):
