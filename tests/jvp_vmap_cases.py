@@ -593,10 +593,10 @@ CASES += [
 
 # recurrent sequence ops: with unbatched weights the batch joins the examples; a batched
 # weight runs one call per entry
-def _recurrent(name, reference, backward=False):
+def _recurrent(name, reference, backward=False, **params):
     from op_cases import _layer_backward_op, _layer_op
 
-    made = (_layer_backward_op if backward else _layer_op)(name, reference)
+    made = (_layer_backward_op if backward else _layer_op)(name, reference, **params)
 
     def fn(m, *xs):
         return made(torch if m is TORCH else m, *xs)
@@ -613,6 +613,11 @@ def _gru_ref(*a):
     return gru_reference(*a)
 
 
+def _rnn_ref(*a, **kw):
+    from op_cases import rnn_reference
+    return rnn_reference(*a, **kw)
+
+
 _LSTM_IN = (normal(3, 2, 8), normal(2, 2), normal(2, 2), normal(8, 2))
 _GRU_IN = (normal(3, 2, 6), normal(2, 2), normal(6, 2), normal(6))
 CASES += [
@@ -626,6 +631,12 @@ CASES += [
     _case("gru_layer_backward", "GruLayerBackward",
           _recurrent("GruLayerBackward", _gru_ref, backward=True),
           inputs(normal(3, 2, 2), *_GRU_IN), jvp=False),
+    _case("rnn_layer", "RnnLayer", _recurrent("RnnLayer", _rnn_ref, nonlinearity="tanh"),
+          inputs(normal(3, 2, 3), normal(2, 3), normal(3, 3)),
+          in_dims=((0, 0, None), (None, 0, None), (0, 0, 0))),
+    _case("rnn_layer_backward", "RnnLayerBackward",
+          _recurrent("RnnLayerBackward", _rnn_ref, backward=True, nonlinearity="relu"),
+          inputs(normal(3, 2, 3), normal(3, 2, 3), normal(2, 3), normal(3, 3)), jvp=False),
 ]
 
 # fused attention: q, k, v (and a float mask) batched or not

@@ -2039,20 +2039,29 @@ def gru_reference(m, xg, h0, w, b=None):
     return m.stack(out)
 
 
-def _layer_op(name, reference):
+def rnn_reference(m, xg, h0, w, *, nonlinearity):
+    h, out = h0, []
+    for t in range(xg.shape[0]):
+        h = getattr(m, nonlinearity)(xg[t] + h @ w.T)
+        out.append(h)
+    return m.stack(out)
+
+
+def _layer_op(name, reference, **params):
     def fn(m, *xs):
         if m is gg:
-            return REGISTRY[name].apply(*xs)
-        return reference(m, *xs)
+            return REGISTRY[name].apply(*xs, **params)
+        return reference(m, *xs, **params)
     return fn
 
 
-def _layer_backward_op(name, reference):
+def _layer_backward_op(name, reference, **params):
     """The fused backward op on (g, *inputs) against torch's vjp of the reference."""
     def fn(m, g, *xs):
         if m is gg:
-            return REGISTRY[name].apply(g, REGISTRY[name[:-8]].apply(*xs), *xs)
-        _, pull = m.func.vjp(lambda *a: reference(m, *a), *xs)
+            return REGISTRY[name].apply(g, REGISTRY[name[:-8]].apply(*xs, **params), *xs,
+                                        **params)
+        _, pull = m.func.vjp(lambda *a: reference(m, *a, **params), *xs)
         return m.cat([d.reshape(-1) for d in pull(g)])
     return fn
 
@@ -2070,6 +2079,13 @@ add(case("lstm_layer", "LstmLayer", _layer_op("LstmLayer", lstm_reference),
     case("gru_layer_backward", "GruLayerBackward",
          _layer_backward_op("GruLayerBackward", gru_reference),
          fixed((normal, (3, 2, 2)), *_GRU_SHAPES), grad=False))
+_RNN_SHAPES = ((normal, (4, 2, 3)), (normal, (2, 3)), (normal, (3, 3)))
+for _act in ("tanh", "relu"):
+    add(case(f"rnn_layer_{_act}", "RnnLayer",
+             _layer_op("RnnLayer", rnn_reference, nonlinearity=_act), fixed(*_RNN_SHAPES)),
+        case(f"rnn_layer_backward_{_act}", "RnnLayerBackward",
+             _layer_backward_op("RnnLayerBackward", rnn_reference, nonlinearity=_act),
+             fixed((normal, (4, 2, 3)), *_RNN_SHAPES), grad=False))
 
 # attention (ops/attention.py): the fused op and its fused backward, masks and causal -------
 

@@ -12,7 +12,7 @@ import torch
 from test_jet import check
 
 import graphgrad as gg
-from graphgrad.ops.recurrent import GruLayer, LstmLayer
+from graphgrad.ops.recurrent import GruLayer, LstmLayer, RnnLayer
 
 F, TF = gg.nn.functional, torch.nn.functional
 
@@ -146,7 +146,21 @@ def test_gru_layer_rule_runs_its_composite(bias):
         check(GruLayer.apply, lambda *a: _gru_torch(*a, 0.0), args)
 
 
-@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("nonlinearity", ["tanh", "relu"])
+def test_rnn_layer_rule_runs_its_composite(nonlinearity):
+    args = [_array((3, 2, 3), 1), _array((2, 3), 2), _array((3, 3), 4) * 0.5]
+    act = getattr(torch, nonlinearity)
+
+    def reference(xg, h, w):
+        outs = []
+        for t in range(xg.shape[0]):
+            h = act(xg[t] + h @ w.T)
+            outs.append(h ** 2)  # squared: relu's higher coefficients are not all zero
+        return torch.stack(outs)
+    check(lambda *a: RnnLayer.apply(*a, nonlinearity=nonlinearity) ** 2, reference, args)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
 def test_recurrent_modules_under_jet(kind):
     """nn.LSTM / nn.GRU with PyTorch's weights, the jet along the input sequence."""
     torch.manual_seed(0)

@@ -19,6 +19,8 @@ from helpers import raises_as_torch
 
 
 def _twins(kind: str, **kw):
+    if kind == "RNN_relu":
+        kind, kw = "RNN", dict(kw, nonlinearity="relu")
     torch.manual_seed(0)
     t_mod = getattr(torch.nn, kind)(3, 4, **kw).double()
     g_mod = getattr(gg.nn, kind)(3, 4, **kw).double()
@@ -35,7 +37,7 @@ def _first_state(kind, state):
     return state[0] if kind == "LSTM" else state
 
 
-@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN", "RNN_relu"])
 @pytest.mark.parametrize("kw", [{}, {"num_layers": 2, "bidirectional": True,
                                      "batch_first": True}, {"bias": False}])
 def test_recurrent_layers_match_torch_to_second_order(kind, kw):
@@ -61,7 +63,7 @@ def test_recurrent_layers_match_torch_to_second_order(kind, kw):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-7, atol=1e-10, err_msg=n)
 
 
-@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN", "RNN_relu"])
 @pytest.mark.parametrize("enforce_sorted", [True, False])
 def test_packed_sequences_through_recurrent_layers(kind, enforce_sorted):
     g_mod, t_mod = _twins(kind, num_layers=2, bidirectional=True)

@@ -1,7 +1,8 @@
 """Layer ``ops``: a recurrent layer's pass over a whole sequence as one op, for the LSTM
-(``LstmLayer``) and the GRU (``GruLayer``), with the backward through time as one op
-(``LstmLayerBackward``, ``GruLayerBackward``): one loop over the steps in each
-direction, where the composite records a dozen ops per step.
+(``LstmLayer``), the GRU (``GruLayer``) and the Elman RNN (``RnnLayer``, tanh or relu),
+with the backward through time as one op (``LstmLayerBackward``, ``GruLayerBackward``,
+``RnnLayerBackward``): one loop over the steps in each direction, where the composite
+records a dozen ops per step.
 
 The input projection of every step (``x_t W_ih^T + b``) is not part of the op: the layer
 computes it for the whole sequence as one GEMM and hands it in as ``xg`` (L, N, G*H).
@@ -27,21 +28,22 @@ from .fused import array_backward, pack, unpack
 from .batching import to_front
 from .join import Cat, Stack
 from .taylor_composite import Jet, cat_jets, jets, stack_jets
-from .unary import Sigmoid, Tanh
+from .unary import Relu, Sigmoid, Tanh
 
 __all__: list[str] = []
 
-_ARRAYS = SimpleNamespace(sigmoid=Sigmoid.forward, tanh=Tanh.forward,
+_ARRAYS = SimpleNamespace(sigmoid=Sigmoid.forward, tanh=Tanh.forward, relu=Relu.forward,
                           cat=lambda ts: xp.concatenate(ts, axis=-1),
                           stack=lambda ts: xp.stack(ts, 0), t=lambda w: w.T,
                           lstm_factors=lambda *a: _lstm_factors_arrays(*a))
-_TENSORS = SimpleNamespace(sigmoid=Sigmoid.apply, tanh=Tanh.apply,
+_TENSORS = SimpleNamespace(sigmoid=Sigmoid.apply, tanh=Tanh.apply, relu=Relu.apply,
                            cat=lambda ts: Cat.apply(*ts, dim=ts[0].ndim - 1),
                            stack=lambda ts: Stack.apply(*ts, dim=0), t=lambda w: w.mT,
                            lstm_factors=lambda *a: _lstm_factors(*a))
 # Taylor mode: the composite step on jets (each primitive's own Taylor rule)
 _JETS = SimpleNamespace(sigmoid=lambda j: Jet.apply(Sigmoid, j),
-                        tanh=lambda j: Jet.apply(Tanh, j), cat=cat_jets, stack=stack_jets,
+                        tanh=lambda j: Jet.apply(Tanh, j), relu=lambda j: Jet.apply(Relu, j),
+                        cat=cat_jets, stack=stack_jets,
                         t=lambda w: w.mT)
 
 
@@ -140,10 +142,7 @@ class LstmLayer(Op):
 
     @staticmethod
     def vjp(g, out, xg, h0, c0, w_hh):
-        if array_backward():
-            flat = LstmLayerBackward.apply(g, out, xg, h0, c0, w_hh)
-            return tuple(unpack(flat, [tuple(v.shape) for v in (xg, h0, c0, w_hh)]))
-        return _lstm_bptt(_TENSORS, g, out, xg, h0, c0, w_hh)
+        return _layer_vjp(LstmLayerBackward, _lstm_bptt, g, out, (xg, h0, c0, w_hh))
 
     @staticmethod
     def jvp(dots, out, xg, h0, c0, w_hh):
@@ -232,7 +231,7 @@ def _gru_parts(k, xg, hg, hidden: int):
     return r, z, n, hn
 
 
-def _gru_bptt(k, grad, hs, xg, h0, w_hh, b_hh):
+def _gru_bptt(k, grad, hs, xg, h0, w_hh, b_hh=None):
     """Gradients of a GRU layer's (L, N, H) outputs with respect to xg, h0, w_hh, b_hh."""
     steps, hidden = hs.shape[0], h0.shape[-1]
     h_prev = k.stack([h0] + [hs[t] for t in range(steps - 1)])
@@ -287,11 +286,8 @@ class GruLayer(Op):
 
     @staticmethod
     def vjp(g, out, xg, h0, w_hh, b_hh=None):
-        args = (xg, h0, w_hh) if b_hh is None else (xg, h0, w_hh, b_hh)
-        if array_backward():
-            flat = GruLayerBackward.apply(g, out, *args)
-            return tuple(unpack(flat, [tuple(v.shape) for v in args]))
-        return tuple(_gru_bptt(_TENSORS, g, out, xg, h0, w_hh, b_hh))
+        return _layer_vjp(GruLayerBackward, _gru_bptt, g, out,
+                          (xg, h0, w_hh) if b_hh is None else (xg, h0, w_hh, b_hh))
 
     @staticmethod
     def jvp(dots, out, xg, h0, w_hh, b_hh=None):
@@ -379,14 +375,125 @@ class GruLayerBackward(Op):
         return Spec((size,), xg.dtype)
 
 
+# ---- Elman RNN ---------------------------------------------------------------------------
+
+def _elman_slope(h, nonlinearity: str):
+    """The activation's derivative read from its output h: 1 - h^2 (tanh), h > 0 (relu)."""
+    if nonlinearity == "tanh":
+        return 1 - h * h
+    return (h > 0).astype(h.dtype) if isinstance(h, xp.ndarray) else (h > 0).to(h.dtype)
+
+
+def _rnn_bptt(k, grad, hs, xg, h0, w_hh, *, nonlinearity):
+    """Gradients of an Elman layer's (L, N, H) outputs with respect to xg, h0, w_hh."""
+    steps, hidden = hs.shape[0], h0.shape[-1]
+    h_prev = k.stack([h0] + [hs[t] for t in range(steps - 1)])
+    slope = _elman_slope(hs, nonlinearity)  # every step at once
+    dh = None
+    dpre = [None] * steps
+    for t in range(steps - 1, -1, -1):
+        dpre[t] = (grad[t] if dh is None else grad[t] + dh) * slope[t]
+        dh = dpre[t] @ w_hh
+    dxg = k.stack(dpre)
+    rows = steps * h0.shape[0]
+    dw = k.t(dxg.reshape(rows, hidden)) @ h_prev.reshape(rows, hidden)
+    return dxg, dh, dw
+
+
+class RnnLayer(Op):
+    """An Elman RNN layer over a sequence: ``xg`` (L, N, H), the input projections with
+    both biases (outside the activation, so they fold into one); initial ``h0`` (N, H);
+    ``w_hh`` (H, H); ``nonlinearity`` 'tanh' or 'relu'. Returns the (L, N, H) outputs."""
+
+    saves_output = True
+
+    @staticmethod
+    def forward(xg, h0, w_hh, *, nonlinearity):
+        out = xp.empty((xg.shape[0], *h0.shape), dtype=xp.result_type(xg, h0, w_hh))
+        h, w = h0, w_hh.T
+        for t in range(xg.shape[0]):
+            pre = xg[t] + h @ w
+            h = (xp.tanh(pre, out=out[t]) if nonlinearity == "tanh"
+                 else xp.maximum(pre, 0, out=out[t]))
+        return out
+
+    @staticmethod
+    def vjp(g, out, xg, h0, w_hh, *, nonlinearity):
+        return _layer_vjp(RnnLayerBackward, _rnn_bptt, g, out, (xg, h0, w_hh),
+                          nonlinearity=nonlinearity)
+
+    @staticmethod
+    def jvp(dots, out, xg, h0, w_hh, *, nonlinearity):
+        """The tangent recurrence: dh_t = act'(h_t) (dxg_t + dh_{t-1} W^T + h_{t-1} dW^T)."""
+        dxg, dh, dw = dots
+        slope = _elman_slope(out, nonlinearity)
+        tangents = []
+        for t in range(xg.shape[0]):
+            h_prev = h0 if t == 0 else out[t - 1]
+            dpre = _sum((None if dxg is None else dxg[t], None if dh is None else dh @ w_hh.mT))
+            dpre = _sum((dpre, None if dw is None else h_prev @ dw.mT))
+            dh = dpre * slope[t]
+            tangents.append(dh)
+        return Stack.apply(*tangents, dim=0)
+
+    @staticmethod
+    def taylor(series, out, xg, h0, w_hh, *, nonlinearity):
+        """The layer's composite, act(xg_t + h W^T), step by step on jets."""
+        k = _JETS
+        act = k.tanh if nonlinearity == "tanh" else k.relu
+        xg, h, w_hh = jets(series, (xg, h0, w_hh))
+        w = k.t(w_hh)
+        steps = []
+        for t in range(xg.primal.shape[0]):
+            h = act(xg[t] + h @ w)
+            steps.append(h)
+        return k.stack(steps).terms
+
+    @classmethod
+    def batch(cls, vals, bdims, **params):
+        return _batch_layer(cls, vals, bdims, n_weights=1, folded=(1, 0), **params)
+
+    @classmethod
+    def infer(cls, xg, h0, w_hh, *, nonlinearity) -> Spec:
+        return Spec((xg.shape[0], *h0.shape), xp.result_type(xg.dtype, h0.dtype, w_hh.dtype))
+
+
+class RnnLayerBackward(Op):
+    """``RnnLayer``'s backward through time on arrays, the cotangents of (xg, h0, w_hh)
+    packed in one 1-D buffer; plain eager backward only (see ``LstmLayerBackward``)."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(g, out, xg, h0, w_hh, *, nonlinearity):
+        return pack(_rnn_bptt(_ARRAYS, g, out, xg, h0, w_hh, nonlinearity=nonlinearity))
+
+    @classmethod
+    def batch(cls, vals, bdims, **params):
+        return _batch_by_example(cls, vals, bdims, **params)
+
+    @classmethod
+    def infer(cls, g, out, xg, h0, w_hh, **_) -> Spec:
+        return Spec((sum(math.prod(s.shape) for s in (xg, h0, w_hh)),), xg.dtype)
+
+
 # ---- shared helpers ----------------------------------------------------------------------
+
+def _layer_vjp(backward, bptt, g, out, args: tuple, **params) -> tuple:
+    """A layer op's vjp: in a plain eager backward its ``...Backward`` op on arrays (one
+    op, nothing recorded), otherwise the same BPTT program as graphgrad ops."""
+    if array_backward():
+        flat = backward.apply(g, out, *args, **params)
+        return tuple(unpack(flat, [tuple(v.shape) for v in args]))
+    return tuple(bptt(_TENSORS, g, out, *args, **params))
+
 
 def _sum(pair):
     a, b = pair
     return a if b is None else b if a is None else a + b
 
 
-def _batch_layer(cls, vals, bdims, n_weights: int, folded: tuple):
+def _batch_layer(cls, vals, bdims, n_weights: int, folded: tuple, **params):
     """vmap of a layer op: with unbatched weights the batch joins the examples (dim 1
     of the sequence inputs, dim 0 of the states); otherwise one call per batch entry."""
     if all(d is None for d in bdims[len(bdims) - n_weights:]):
@@ -403,15 +510,15 @@ def _batch_layer(cls, vals, bdims, n_weights: int, folded: tuple):
             else:
                 v = v.reshape(size * v.shape[1], *v.shape[2:])
             args.append(v)
-        y = cls.apply(*args)
+        y = cls.apply(*args, **params)
         return y.reshape(y.shape[0], size, -1, *y.shape[2:]), 1
-    return _batch_by_example(cls, vals, bdims)
+    return _batch_by_example(cls, vals, bdims, **params)
 
 
-def _batch_by_example(cls, vals, bdims):
+def _batch_by_example(cls, vals, bdims, **params):
     size = next(v.shape[d] for v, d in zip(vals, bdims, strict=True) if d is not None)
     outs = []
     for b in range(size):
         outs.append(cls.apply(*(v if d is None else v.select(d, b)
-                                for v, d in zip(vals, bdims, strict=True))))
+                                for v, d in zip(vals, bdims, strict=True)), **params))
     return Stack.apply(*outs, dim=0), 0

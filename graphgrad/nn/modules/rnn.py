@@ -12,7 +12,7 @@ import math
 import warnings
 
 from graphgrad import ops
-from graphgrad.ops.recurrent import GruLayer, LstmLayer
+from graphgrad.ops.recurrent import GruLayer, LstmLayer, RnnLayer
 from graphgrad.backend import xp
 from graphgrad.tensor import Tensor, empty, tensor, zeros
 
@@ -25,12 +25,13 @@ from .module import Module
 __all__ = ["RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
 
-def _rnn_tanh_cell(x, state, w_ih, w_hh, b_ih, b_hh):
-    return ops.tanh(F.linear(x, w_ih, b_ih) + F.linear(state, w_hh, b_hh))
-
-
-def _rnn_relu_cell(x, state, w_ih, w_hh, b_ih, b_hh):
-    return ops.relu(F.linear(x, w_ih, b_ih) + F.linear(state, w_hh, b_hh))
+def _rnn_layer(x, h0, w_ih, w_hh, b_ih, b_hh, nonlinearity: str):
+    """(L, N, H_in) through an Elman layer: one GEMM for the input projection (both
+    biases folded in: they are added before the activation), one op for the recurrence."""
+    if nonlinearity not in ("tanh", "relu"):
+        raise RuntimeError(f"Unknown nonlinearity: {nonlinearity}")
+    b = None if b_ih is None else b_ih + b_hh
+    return RnnLayer.apply(F.linear(x, w_ih, b), h0, w_hh, nonlinearity=nonlinearity)
 
 
 def _lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
@@ -104,15 +105,6 @@ class _RNNBase(Module):
         for p in self.parameters():
             uniform_(p, -bound, bound)
 
-    def _cell(self, x, state, name: str):
-        b_ih = getattr(self, f"bias_ih_{name}") if self.bias else None
-        b_hh = getattr(self, f"bias_hh_{name}") if self.bias else None
-        return self._step(x, state, getattr(self, f"weight_ih_{name}"),
-                          getattr(self, f"weight_hh_{name}"), b_ih, b_hh)
-
-    def _step(self, x, state, w_ih, w_hh, b_ih, b_hh):
-        raise NotImplementedError
-
     def _weights_of(self, name: str) -> tuple:
         return (getattr(self, f"weight_ih_{name}"), getattr(self, f"weight_hh_{name}"),
                 getattr(self, f"bias_ih_{name}") if self.bias else None,
@@ -120,14 +112,8 @@ class _RNNBase(Module):
 
     def _layer(self, x: Tensor, state, name: str):
         """One layer and direction over the sequence ``x`` (L, N, H_in) from ``state``:
-        (outputs (L, N, H), every step's state (L, N, S)). Here a loop of cell steps;
-        LSTM and GRU run their fused sequence ops instead."""
-        seq = []
-        for t in range(x.shape[0]):
-            state = self._cell(x[t], state, name)
-            seq.append(state)
-        out = ops.stack(seq, 0)
-        return out, out
+        (outputs (L, N, H), every step's state (L, N, S)), by the layer's sequence op."""
+        raise NotImplementedError
 
     def _state_of(self, row: Tensor):
         """The state held in one step of the sequence ``_layer`` returns second."""
@@ -257,25 +243,15 @@ class RNN(_SingleState):
         self.__dict__["nonlinearity"] = nonlinearity
         super().__init__(*args, **kwargs)
 
-    def _step(self, *args):
-        return _elman_step(self.nonlinearity)(*args)
-
-
-def _elman_step(nonlinearity: str):
-    if nonlinearity == "tanh":
-        return _rnn_tanh_cell
-    if nonlinearity == "relu":
-        return _rnn_relu_cell
-    raise RuntimeError(f"Unknown nonlinearity: {nonlinearity}")
+    def _layer(self, x: Tensor, state, name: str):
+        out = _rnn_layer(x, state, *self._weights_of(name), self.nonlinearity)
+        return out, out
 
 
 class GRU(_SingleState):
     """Gated recurrent unit, gates (r, z, n) as PyTorch's."""
 
     _gates = 3
-
-    def _step(self, *args):
-        return _gru_cell(*args)
 
     def _layer(self, x: Tensor, state, name: str):
         out = _gru_layer(x, state, *self._weights_of(name))
@@ -292,9 +268,6 @@ class LSTM(_RNNBase):
         if proj_size:
             raise NotImplementedError("LSTM: proj_size is not supported")
         super().__init__(*args, **kwargs)
-
-    def _step(self, *args):
-        return _lstm_cell(*args)
 
     def _layer(self, x: Tensor, state, name: str):
         hc = _lstm_layer(x, *state, *self._weights_of(name))
@@ -395,7 +368,7 @@ class RNNCell(RNNCellBase):
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
         x, (h,), unbatched = self._states(input, None if hx is None else (hx,), 1, "hidden")
-        h = _elman_step(self.nonlinearity)(x, h, *self._weights())
+        h = _rnn_layer(x.unsqueeze(0), h, *self._weights(), self.nonlinearity)[0]
         return h.squeeze(0) if unbatched else h
 
 
