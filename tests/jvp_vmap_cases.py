@@ -589,6 +589,12 @@ CASES += [
           lambda m, x, g: m.func.vjp(lambda v: m.nn.functional.avg_pool2d(v, (2, 3), 1), x)[1](
               g)[0],
           inputs(normal(2, 3, 4, 6), normal(2, 3, 3, 4)), diff=(1,)),
+    _case("adaptive_max_pool2d", ("AdaptiveMaxPoolIndices", "TakePlanes"),
+          lambda m, x: m.nn.functional.adaptive_max_pool2d(x, (3, 4)),
+          inputs(normal(2, 3, 5, 6))),
+    _case("adaptive_avg_pool3d", "AdaptiveAvgPool",
+          lambda m, x: m.nn.functional.adaptive_avg_pool3d(x, (2, 3, 2)),
+          inputs(normal(2, 1, 3, 4, 5))),
 ]
 
 # recurrent sequence ops: with unbatched weights the batch joins the examples; a batched

@@ -2009,6 +2009,21 @@ add(case("max_pool", ("MaxPoolIndices", "TakePlanes"), _max_pool, _pool_example(
     case("avg_pool_gradient", "AvgPoolBackward", _avg_pool_gradient,
          fixed((normal, (2, 3, 3, 7)))))
 
+
+def _adaptive_pool(m, x, kind, nd, output_size):
+    f = getattr(m.nn.functional, f"adaptive_{kind}_pool{nd}d")
+    return f(x, output_size, return_indices=True) if kind == "max" else f(x, output_size)
+
+
+# uneven windows (overlapping, or longer than the input: repeated positions), None sizes
+for _nd, _shape, _out in ((1, (2, 3, 7), (3,)), (2, (2, 2, 5, 4), (3, 6)),
+                          (2, (1, 2, 6, 5), (None, 3)), (3, (1, 2, 3, 4, 5), (2, 3, 2))):
+    add(case(f"adaptive_max_pool{_nd}d_{_out}", ("AdaptiveMaxPoolIndices", "TakePlanes"),
+             _adaptive_pool, fixed((distinct, _shape), static=dict(kind="max", nd=_nd,
+                                                                   output_size=_out))),
+        case(f"adaptive_avg_pool{_nd}d_{_out}", "AdaptiveAvgPool", _adaptive_pool,
+             fixed((normal, _shape), static=dict(kind="avg", nd=_nd, output_size=_out))))
+
 # recurrent layers (ops/recurrent.py): the sequence ops against the same recurrence
 # written step by step in torch; the fused backward ops against torch's vjp of it --------
 

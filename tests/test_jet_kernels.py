@@ -192,3 +192,15 @@ def test_attention_rule_runs_its_composite(kw):
         check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m),
               lambda q, k, v, m: TF.scaled_dot_product_attention(q, k, v, m),
               [q, k, v, _array((4, 5), 4)])
+
+
+@pytest.mark.parametrize("kind", ["avg", "max"])
+def test_adaptive_pooling_is_linear(kind):
+    """AdaptiveAvgPool (and its transpose, in the gradient) and TakePlanes at
+    AdaptiveMaxPoolIndices: uneven windows that overlap."""
+    f_g = getattr(F, f"adaptive_{kind}_pool2d")
+    f_t = getattr(TF, f"adaptive_{kind}_pool2d")
+    check(lambda x: f_g(x, (3, 4)) ** 2, lambda x: f_t(x, (3, 4)) ** 2, [_array((2, 2, 5, 6), 8)])
+    check(_pool_gradient(gg, f_g, None, dict(output_size=(3, 4))),
+          _pool_gradient(torch, f_t, None, dict(output_size=(3, 4))),
+          [_array((2, 2, 5, 6), 8), _array((2, 2, 3, 4), 9)])

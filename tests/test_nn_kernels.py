@@ -192,3 +192,29 @@ def test_convolution_in_chunks_of_examples_matches_torch(monkeypatch, transposed
     (ot ** 2).sum().backward()
     _close(xg.grad, xt.grad)
     _close(wg.grad, wt.grad)
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_adaptive_pooling_matches_torch_with_nan_inf_and_uneven_windows(nd):
+    """Windows that overlap, windows longer than the input (output larger), None sizes;
+    a NaN and an inf stay in their own windows; indices as PyTorch's kernel picks them."""
+    rng = np.random.default_rng(nd)
+    for shape, out in [((2, 3, 7, 5, 6), (3, 2, 4)), ((3, 5, 9, 4), (5, 4, 6)),
+                       ((2, 2, 6, 4, 3), (3, None, 1)), ((2, 2, 3, 2, 2), (5, 3, 3))]:
+        shape, out = shape[:len(shape) - 3 + nd], out[:nd]
+        x = rng.standard_normal(shape)
+        x[(..., *([0] * nd))] = np.nan
+        x[(..., *([-1] * nd))] = np.inf
+        for kind in ("avg", "max"):
+            kw = dict(return_indices=True) if kind == "max" else {}
+            got = getattr(gg.nn.functional, f"adaptive_{kind}_pool{nd}d")(gg.tensor(x), out, **kw)
+            want = getattr(torch.nn.functional, f"adaptive_{kind}_pool{nd}d")(
+                torch.tensor(x), out, **kw)
+            if kind == "max":
+                assert got[1].tolist() == want[1].tolist()
+                got, want = got[0], want[0]
+            np.testing.assert_allclose(got.numpy(), want.numpy(), equal_nan=True)
+    for kind in ("avg", "max"):  # PyTorch's wording for the wrong rank
+        name = f"adaptive_{kind}_pool{nd}d"
+        raises_as_torch(lambda m, name=name: getattr(m.nn.functional, name)(
+            m.zeros(2, 2, 2, 2, 2, 2), 2))

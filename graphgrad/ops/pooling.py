@@ -304,3 +304,95 @@ class AvgPoolBackward(_Linear):
     @classmethod
     def infer(cls, g, *, size, **_) -> Spec:
         return Spec((*g.shape[:2], *size), g.dtype)
+
+
+# ---- adaptive pooling: PyTorch's windows, start floor(i E / O), end ceil((i + 1) E / O) ----
+
+def _adaptive_windows(e: int, o: int):
+    i = xp.arange(o)
+    return (i * e) // o, -(-((i + 1) * e) // o)
+
+
+def _window_slices(axis: int, start: int, end: int) -> tuple:
+    return (*(slice(None),) * axis, slice(int(start), int(end)))
+
+
+class AdaptiveAvgPool(_Linear):
+    """The means over the adaptive windows mapping (N, C, *size) to (N, C,
+    *output_size); ``transposed``: the adjoint map, (N, C, *output_size) to (N, C,
+    *size), which is its gradient (and the other way round). Separable: one dim at a
+    time, one slice per output position (sums of slices, not a product with an
+    averaging matrix, so an inf or NaN stays in its own windows as in PyTorch)."""
+
+    @staticmethod
+    def forward(x, *, size, output_size, transposed):
+        for axis, (e, o) in enumerate(zip(size, output_size, strict=True), start=2):
+            start, end = _adaptive_windows(e, o)
+            if not transposed:
+                x = xp.concatenate([x[_window_slices(axis, s, t)].sum(
+                    axis=axis, keepdims=True) / x.dtype.type(t - s)
+                    for s, t in zip(start, end, strict=True)], axis=axis)
+                continue
+            buf = xp.zeros((*x.shape[:axis], e, *x.shape[axis + 1:]), dtype=x.dtype)
+            for i, (s, t) in enumerate(zip(start, end, strict=True)):
+                buf[_window_slices(axis, s, t)] += (
+                    x[_window_slices(axis, i, i + 1)] / x.dtype.type(t - s))
+            x = buf
+        return x
+
+    @staticmethod
+    def vjp(g, out, x, *, size, output_size, transposed):
+        return (AdaptiveAvgPool.apply(g, size=size, output_size=output_size,
+                                      transposed=not transposed),)
+
+    @classmethod
+    def infer(cls, x, *, size, output_size, transposed) -> Spec:
+        return Spec((*x.shape[:2], *(size if transposed else output_size)), x.dtype)
+
+
+class AdaptiveMaxPoolIndices(Op):
+    """The flat index in its (N, C) plane of each adaptive window's maximum: the first
+    maximum in scan order, the last NaN if there is one, the window's first element if
+    all are -inf, as PyTorch's kernel. Windows of one dim differ by at most one in
+    length: each is read at its longest length with its last element repeated, which
+    changes neither the maximum nor the index found."""
+
+    differentiable = False
+    taylor = classmethod(ts.zero_taylor)  # integer indices: piecewise constant
+
+    @staticmethod
+    def forward(x, *, output_size):
+        size = x.shape[2:]
+        nd = len(size)
+        gathers, lengths = [], []
+        for e, o in zip(size, output_size, strict=True):
+            start, end = _adaptive_windows(e, o)
+            length = int((end - start).max())
+            gathers.append(xp.minimum(start[:, None] + xp.arange(length), end[:, None] - 1))
+            lengths.append(length)
+        # windows (N, C, O_1, K_1, ..., O_n, K_n) by one advanced index per dim
+        index = tuple(g.reshape((1,) * (2 * d) + g.shape + (1,) * (2 * (nd - d - 1)))
+                      for d, g in enumerate(gathers))
+        windows = x[(slice(None), slice(None), *index)]
+        order = (0, 1, *range(2, 2 + 2 * nd, 2), *range(3, 3 + 2 * nd, 2))
+        windows = windows.transpose(order).reshape(*x.shape[:2], *output_size, -1)
+        pick = xp.argmax(windows, axis=-1)  # the first maximum, or the first NaN
+        if windows.dtype.kind in "fc":
+            nan = xp.isnan(windows)
+            if nan.any():
+                last = windows.shape[-1] - 1 - xp.argmax(nan[..., ::-1], axis=-1)
+                pick = xp.where(nan.any(axis=-1), last, pick)
+        offsets = xp.unravel_index(pick, lengths)
+        flat = xp.zeros(pick.shape, dtype=xp.int64)
+        for d, (g, k) in enumerate(zip(gathers, offsets, strict=True)):
+            o_pos = xp.arange(output_size[d]).reshape((-1,) + (1,) * (nd - d - 1))
+            flat = flat * size[d] + g[o_pos, k]
+        return flat
+
+    @classmethod
+    def batch(cls, vals, bdims, **params):
+        return _fold_batch(cls, vals, bdims, **params)
+
+    @classmethod
+    def infer(cls, x, *, output_size) -> Spec:
+        return Spec((*x.shape[:2], *output_size), xp.dtype(xp.int64))

@@ -11,14 +11,16 @@ from graphgrad.backend import xp
 from graphgrad.ops.base import scalar_name
 from graphgrad.tensor import tensor, zeros
 
-from graphgrad.ops.pooling import AvgPool, MaxPoolIndices, TakePlanes, windows_overlap
+from graphgrad.ops.pooling import (AdaptiveAvgPool, AdaptiveMaxPoolIndices, AvgPool,
+                                   MaxPoolIndices, TakePlanes, windows_overlap)
 
 from ..patches import check_out_size, ntuple, out_size
 from .convolution import single
 
 __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
            "max_unpool1d", "max_unpool2d", "max_unpool3d", "adaptive_avg_pool1d",
-           "adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d"]
+           "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+           "adaptive_max_pool2d", "adaptive_max_pool3d"]
 
 _DILATION_NAMES = {2: ("dilationH", "dilationW"), 3: ("dilationT", "dilationH", "dilationW")}
 
@@ -239,70 +241,72 @@ def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_siz
     return _unpool(input, indices, 3, kernel_size, stride, padding, output_size)
 
 
-def adaptive_avg_pool2d(input, output_size):
-    """Average over PyTorch's adaptive windows: output row i covers input rows
-    ``floor(i H / oh)`` to ``ceil((i + 1) H / oh)``, and so for columns."""
-    oh, ow = _adaptive_size(input, output_size, "adaptive_avg_pool2d")
-    h, w = input.shape[-2], input.shape[-1]
-    if h % oh == 0 and w % ow == 0 and input.ndim == 4:  # equal windows: a plain pooling
-        return avg_pool2d(input, (h // oh, w // ow))
-    return _adaptive_2d(input, oh, ow, lambda x, d: x.mean(dim=d, keepdim=True))
+def _adaptive(input, n: int, output_size, name: str):
+    """(input batched, whether it was not, the output size with None as the input's),
+    with PyTorch's checks."""
+    if input.ndim not in (n + 1, n + 2):
+        if n == 1:
+            raise RuntimeError(f"Expected 2 to 3 dimensions, but got {input.ndim}-dimensional "
+                               f"tensor for argument #1 'self' (while checking arguments for "
+                               f"{name})")
+        colon = ":" if "max" in name else ""
+        raise RuntimeError(f"{name}(): Expected {n + 1}D or {n + 2}D tensor, but got{colon} "
+                           f"{list(input.shape)}")
+    x, unbatched = _batched(input, n)
+    size = tuple(x.shape[2:])
+    wanted = (output_size,) * n if isinstance(output_size, int) else tuple(output_size)
+    if len(wanted) != n:
+        raise RuntimeError(f"{name}: output_size must be {n}")
+    out = tuple(e if o is None else int(o) for e, o in zip(size, wanted, strict=True))
+    return x, unbatched, size, out
 
 
-def adaptive_max_pool2d(input, output_size, return_indices: bool = False):
-    """Max over PyTorch's adaptive windows (see ``adaptive_avg_pool2d``); with
-    ``return_indices``, also each max's flat index in its (H, W) plane."""
-    oh, ow = _adaptive_size(input, output_size, "adaptive_max_pool2d")
-    if return_indices:
-        return _adaptive_max_with_indices(input, oh, ow)
-    return _adaptive_2d(input, oh, ow, lambda x, d: ops.max(x, dim=d, keepdim=True).values)
+def _adaptive_avg(input, n: int, output_size):
+    """Means over PyTorch's adaptive windows: output position i covers input positions
+    ``floor(i E / O)`` to ``ceil((i + 1) E / O)`` in each dim. Equal windows (E a
+    multiple of O) are a plain average pooling; otherwise one separable op."""
+    name = f"adaptive_avg_pool{n}d"
+    x, unbatched, size, out = _adaptive(input, n, output_size, name)
+    if all(e % o == 0 for e, o in zip(size, out, strict=True)):
+        k = tuple(e // o for e, o in zip(size, out, strict=True))
+        y = AvgPool.apply(x, kernel_size=k, stride=k, padding=(0,) * n, ceil_mode=False,
+                          count_include_pad=True, divisor_override=None)
+    else:
+        y = AdaptiveAvgPool.apply(x, size=size, output_size=out, transposed=False)
+    return y.squeeze(0) if unbatched else y
 
 
-def adaptive_max_pool1d(input, output_size, return_indices: bool = False):
-    """``adaptive_max_pool2d`` over (N, C, L) or (C, L) inputs."""
-    out = adaptive_max_pool2d(input.unsqueeze(-2), (1, single(output_size)), return_indices)
-    if return_indices:
-        return out[0].squeeze(-2), out[1].squeeze(-2)
-    return out.squeeze(-2)
-
-
-def _adaptive_max_with_indices(input, oh: int, ow: int) -> tuple:
-    """Each window's max and its index in the flattened (H, W) plane: the first max in
-    scan order, a NaN counting as the max, as PyTorch's kernel. Windows are not
-    separable for the index, so each is reduced whole."""
-    h, w = input.shape[-2], input.shape[-1]
-    values, indices = [], []
-    for i in range(oh):
-        r0, r1 = (i * h) // oh, -(-(i + 1) * h // oh)
-        for j in range(ow):
-            c0, c1 = (j * w) // ow, -(-(j + 1) * w // ow)
-            window = input[..., r0:r1, c0:c1]
-            best = ops.max(window.reshape(*window.shape[:-2], -1), dim=-1)
-            width = c1 - c0
-            values.append(best.values)
-            indices.append((best.indices // width + r0) * w + best.indices % width + c0)
-    shape = (*input.shape[:-2], oh, ow)
-    return ops.stack(values, -1).reshape(shape), ops.stack(indices, -1).reshape(shape)
-
-
-def _adaptive_size(input, output_size, name: str) -> tuple[int, int]:
-    if input.ndim not in (3, 4):
-        raise RuntimeError(f"{name}(): Expected 3D or 4D tensor, but got {list(input.shape)}")
-    size = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
-    return (input.shape[-2] if size[0] is None else size[0],
-            input.shape[-1] if size[1] is None else size[1])
-
-
-def _adaptive_2d(input, oh: int, ow: int, reduce):
-    """``reduce`` over each adaptive window. A window is a product of a row range and a
-    column range, and mean and max are separable, so the rows are reduced first, then
-    the columns: ``oh + ow`` slices in all."""
-    h, w = input.shape[-2], input.shape[-1]
-    rows = [reduce(input[..., (i * h) // oh:-(-(i + 1) * h // oh), :], -2) for i in range(oh)]
-    x = ops.cat(rows, dim=-2)
-    cols = [reduce(x[..., (j * w) // ow:-(-(j + 1) * w // ow)], -1) for j in range(ow)]
-    return ops.cat(cols, dim=-1)
+def _adaptive_max(input, n: int, output_size, return_indices: bool):
+    """Max over the adaptive windows: the index op, then the values read at the indices
+    (the gradient goes back through them), as ``_max_pool``."""
+    x, unbatched, size, out = _adaptive(input, n, output_size, f"adaptive_max_pool{n}d")
+    indices = AdaptiveMaxPoolIndices.apply(x, output_size=out)
+    distinct = all(e % o == 0 for e, o in zip(size, out, strict=True))  # no overlaps
+    values = TakePlanes.apply(x, indices, distinct=distinct)
+    if unbatched:
+        values, indices = values.squeeze(0), indices.squeeze(0)
+    return (values, indices) if return_indices else values
 
 
 def adaptive_avg_pool1d(input, output_size):
-    return adaptive_avg_pool2d(input.unsqueeze(-2), (1, single(output_size))).squeeze(-2)
+    return _adaptive_avg(input, 1, output_size)
+
+
+def adaptive_avg_pool2d(input, output_size):
+    return _adaptive_avg(input, 2, output_size)
+
+
+def adaptive_avg_pool3d(input, output_size):
+    return _adaptive_avg(input, 3, output_size)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices: bool = False):
+    return _adaptive_max(input, 1, output_size, return_indices)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices: bool = False):
+    return _adaptive_max(input, 2, output_size, return_indices)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices: bool = False):
+    return _adaptive_max(input, 3, output_size, return_indices)

@@ -15,9 +15,10 @@ from .normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, In
 from .padding import *  # noqa: F401,F403
 from .parameter_containers import ParameterDict, ParameterList
 from .pixelshuffle import PixelShuffle, PixelUnshuffle
-from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool1d,
-                      AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d,
-                      MaxPool3d, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d, Upsample)
+from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d,
+                      AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, AvgPool1d,
+                      AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d, MaxPool3d, MaxUnpool1d,
+                      MaxUnpool2d, MaxUnpool3d, Upsample)
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell, RNNCellBase
 from .sparse import Embedding
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
@@ -33,7 +34,8 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", 
            "LayerNorm", "RMSNorm", "GroupNorm",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d",
            "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d",
-           "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+           "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
+           "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
            "Upsample",
            "Embedding", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
            "TransformerDecoderLayer", "TransformerDecoder", "Transformer",

@@ -13,7 +13,8 @@ from .module import Module
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "AdaptiveAvgPool1d",
-           "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Upsample"]
+           "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
+           "Upsample"]
 
 
 class MaxPool2d(Module):
@@ -123,6 +124,11 @@ class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
         return F.adaptive_avg_pool1d(input, self.output_size)
 
 
+class AdaptiveAvgPool3d(AdaptiveAvgPool2d):
+    def forward(self, input: Tensor) -> Tensor:
+        return F.adaptive_avg_pool3d(input, self.output_size)
+
+
 class AdaptiveMaxPool2d(AdaptiveAvgPool2d):
     def __init__(self, output_size, return_indices: bool = False) -> None:
         super().__init__(output_size)
@@ -135,6 +141,11 @@ class AdaptiveMaxPool2d(AdaptiveAvgPool2d):
 class AdaptiveMaxPool1d(AdaptiveMaxPool2d):
     def forward(self, input: Tensor) -> Tensor:
         return F.adaptive_max_pool1d(input, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool3d(AdaptiveMaxPool2d):
+    def forward(self, input: Tensor) -> Tensor:
+        return F.adaptive_max_pool3d(input, self.output_size, self.return_indices)
 
 
 class MaxPool1d(MaxPool2d):
