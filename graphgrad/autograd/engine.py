@@ -146,6 +146,11 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
     for r, s in zip(roots, seeds, strict=True):
         grads[id(r)] = grads[id(r)] + s if id(r) in grads else s
     results: dict[int, tuple] = {}
+    # gradient buffers this pass allocated itself (nobody else holds them), into which
+    # slices' cotangents are added in place: plain eager backward only, where nothing
+    # is recorded and no transform level wraps the gradients
+    owned: dict[int, xp.ndarray] | None = (
+        {} if not create_graph and not active_modes() else None)
     prev_mode = set_grad_mode(create_graph)
     shared = sharing() if create_graph else None  # a recorded pass shares (sharing.py)
     if shared is not None:
@@ -172,8 +177,11 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
             if op.saves_inputs or op.saves_output:  # an op that saves nothing frees nothing
                 _check_saved(node)
             inputs = node.inputs
-            cts = op.vjp(g, node, *inputs, **node.params)
             sv = node._saved_versions
+            if owned is not None and op.cotangent_window is not None and _add_into_window(
+                    node, g, grads, owned, sv):
+                continue
+            cts = op.vjp(g, node, *inputs, **node.params)
             for i, ct in enumerate(cts):
                 if ct is None:
                     continue
@@ -187,7 +195,11 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
                     p = identity_at(p, sv[i] if sv is not None else 0)
                 pid = id(p)
                 if pid in grads:
-                    grads[pid] = grads[pid] + ct
+                    buf = owned.get(pid) if owned else None
+                    if buf is not None:
+                        buf += ct._array
+                    else:
+                        grads[pid] = grads[pid] + ct
                 else:
                     grads[pid] = ct
     finally:
@@ -197,6 +209,31 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
     if not retain_graph:
         free_graph(order)
     return results
+
+
+def _add_into_window(node: Value, g: Tensor, grads: dict, owned: dict, sv) -> bool:
+    """The cotangent of a slice (``op.cotangent_window``) added in place into its
+    input's gradient buffer, which this pass allocates on the first slice (a copy of
+    any gradient already there): chunk's pieces then fill one buffer where each vjp
+    would build a zero array and the pieces would be summed. False: not a window."""
+    p = node.inputs[0]
+    window = node.op.cotangent_window(*node.inputs, **node.params)
+    if window is None or not (isinstance(p, Value) and p._requires_grad):
+        return window is not None  # (no gradient wanted: nothing to do)
+    if g._array.dtype != p._array.dtype:
+        return False
+    if p._extras is not None:
+        p = identity_at(p, sv[0] if sv is not None else 0)
+    pid = id(p)
+    buf = owned.get(pid)
+    if buf is None:
+        prev = grads.get(pid)
+        a = p._array
+        buf = xp.zeros(a.shape, a.dtype) if prev is None else prev._array.astype(a.dtype)
+        owned[pid] = buf
+        grads[pid] = Tensor._make(buf)
+    buf[window] += g._array
+    return True
 
 
 def _stub(p: Value, inputs: tuple) -> Tensor:

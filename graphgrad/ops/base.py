@@ -106,6 +106,11 @@ class Op:
     # Taylor-mode rule (func.jet): taylor(series, out, *inputs, **params) -> [y_1..y_K],
     # see ops/taylor.py; None: the op has none and a jet through it raises
     taylor = None
+    # cotangent_window(*inputs, **params) -> a basic NumPy index into input 0 where the
+    # output's cotangent lands unchanged (slicing), or None. A plain eager backward then
+    # adds the cotangent into one gradient buffer in place, instead of the vjp's zero
+    # array per piece (chunk, split, unbind); see autograd/engine.py
+    cotangent_window = None
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

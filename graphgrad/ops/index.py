@@ -226,6 +226,15 @@ class Getitem(Op):
 
     taylor = classmethod(ts.linear_taylor)
 
+    @staticmethod
+    def cotangent_window(a, *index_tensors, spec):
+        """Basic indexing (a view): the cotangent lands at the same index. Advanced
+        indexing may repeat positions, so it keeps its vjp."""
+        if index_tensors:
+            return None
+        idx = build_index(spec, ())
+        return idx if Ellipsis in idx else idx + (Ellipsis,)
+
     @classmethod
     def batch(cls, vals, bdims, *, spec):
         if any(d is not None for d in bdims[1:]):
