@@ -153,6 +153,12 @@ CASES += [
           inputs(normal(*X))),
     _case("gelu", "Gelu", lambda m, x: m.gelu(x), inputs(normal(*X))),
     _case("gelu_tanh", "Gelu", lambda m, x: m.gelu(x, approximate="tanh"), inputs(normal(*X))),
+    _case("gelu_backward", "GeluBackward",
+          lambda m, g, x: (m.ops.REGISTRY["GeluBackward"].apply(g, x, approximate="tanh")
+                           if m is not TORCH else m.func.vjp(
+                               lambda v: m.nn.functional.gelu(v, approximate="tanh"), x)[1](
+                               g)[0]),
+          inputs(normal(*X), normal(*X)), jvp=False),
     _case("softplus", "Softplus", lambda m, x: m.softplus(x * 3, beta=2.0, threshold=4.0),
           inputs(normal(*X))),
     _case("clamp", "Clamp", lambda m, x: m.clamp(x, min=-0.5, max=0.5), inputs(normal(*X))),

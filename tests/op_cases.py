@@ -392,6 +392,15 @@ for _name, _op, _dom in _UNARY:
     add(case(_name, _op, _function(_name), elementwise(_dom)),
         case(f"{_name}_method", _op, _method(_name), elementwise(_dom)))
 
+def _gelu_backward(mode):
+    """GeluBackward (the plain eager backward's kernel) against torch's vjp of gelu."""
+    def fn(m, g, a):
+        if m is gg:
+            return REGISTRY["GeluBackward"].apply(g, a, approximate=mode)
+        return m.func.vjp(lambda v: m.nn.functional.gelu(v, approximate=mode), a)[1](g)[0]
+    return fn
+
+
 add(
     case("abs_operator", "Abs", lambda m, a: abs(a), elementwise(away(0.1))),
     case("sqrt_int", "Sqrt", lambda m, a: m.sqrt(a), elementwise(ints(0, 9)), grad=False),
@@ -401,6 +410,8 @@ add(
     case("gelu", "Gelu", lambda m, a: m.nn.functional.gelu(a), elementwise(normal)),
     case("gelu_tanh", "Gelu", lambda m, a: m.nn.functional.gelu(a, approximate="tanh"),
          elementwise(normal)),
+    *(case(f"gelu_backward_{mode}", "GeluBackward", _gelu_backward(mode),
+           fixed((normal, (3, 5)), (normal, (3, 5))), grad=False) for mode in ("none", "tanh")),
     case("softplus", "Softplus", lambda m, a: m.nn.functional.softplus(a),
          elementwise(uniform(-3, 3))),
     # beta * x crosses the threshold at x = 1.5: the linear branch is used past it

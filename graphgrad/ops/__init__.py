@@ -16,6 +16,7 @@ from .convolution import convolution  # (the function: it shadows its module's n
 from .cumulative import *  # noqa: F401,F403
 from .diagonals import *  # noqa: F401,F403
 from .einsum_notation import *  # noqa: F401,F403
+from .gelu import gelu  # (the function: it shadows its module's name)
 from .grids import *  # noqa: F401,F403
 from .index import *  # noqa: F401,F403
 from .join import *  # noqa: F401,F403
@@ -35,7 +36,7 @@ from .triangular import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 
 __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join.__all__,
-                  *linalg.__all__, *reduce.__all__, *moments.__all__, *shape.__all__,
+                  *linalg.__all__, *reduce.__all__, *moments.__all__, *shape.__all__, "gelu",
                   *unary.__all__,
                   *compound.__all__, *contractions.__all__, "convolution", *cumulative.__all__,
                   *diagonals.__all__, *einsum_notation.__all__, *grids.__all__,

@@ -13,14 +13,12 @@ from .elementwise import Diagonal, Elementwise
 from . import taylor as ts
 
 __all__ = ["exp", "log", "log1p", "expm1", "log2", "log10", "sin", "cos", "tan", "tanh",
-           "sinh", "cosh", "asin", "acos", "atan", "sigmoid", "relu", "gelu", "softplus",
+           "sinh", "cosh", "asin", "acos", "atan", "sigmoid", "relu", "softplus",
            "abs", "sign", "sqrt", "rsqrt", "reciprocal", "erf", "clamp", "clip", "floor",
            "ceil", "round", "trunc", "cast", "clone", "square", "silu", "arcsin", "arccos",
            "arctan", "absolute", "special_erf", "detach", "asinh", "acosh", "atanh", "arcsinh",
            "arccosh", "arctanh", "exp2"]
 
-_SQRT_2 = math.sqrt(2.0)
-_SQRT_2PI = math.sqrt(2.0 * math.pi)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _LN2 = math.log(2.0)
 
@@ -406,51 +404,6 @@ class Erf(_Unary):
         return [ts.ode_term(x, g, i) for i in range(1, k + 1)]
 
 
-class Gelu(_Unary):
-    """GELU, exact (``x * Phi(x)`` with the normal CDF) or ``approximate="tanh"``."""
-
-    @staticmethod
-    def forward(a, *, approximate="none"):
-        if approximate == "tanh":
-            k = math.sqrt(2.0 / math.pi)
-            return 0.5 * a * (1 + xp.tanh(k * (a + 0.044715 * a * a * a)))
-        if approximate != "none":
-            raise RuntimeError("approximate argument must be either none or tanh.")
-        return 0.5 * a * (1 + Erf.forward(a / _SQRT_2))
-
-    @staticmethod
-    def vjp(g, out, a, *, approximate="none"):
-        if approximate == "tanh":
-            k = math.sqrt(2.0 / math.pi)
-            inner = k * (a + 0.044715 * a * a * a)
-            t = inner.tanh()
-            d = 0.5 * (1 + t) + 0.5 * a * (1 - t * t) * k * (1 + 3 * 0.044715 * a * a)
-            return (g * d,)
-        cdf = 0.5 * (1 + (a / _SQRT_2).erf())
-        pdf = (-0.5 * a * a).exp() / _SQRT_2PI
-        return (g * (cdf + a * pdf),)
-
-    @staticmethod
-    def taylor(series, out, a, *, approximate="none"):
-        # x * Phi(x): the jet of Phi (erf of x / sqrt 2, or the tanh form), then Leibniz
-        k = ts.order_of(series)
-        x = ts.full(a, series[0], k)
-        if approximate == "tanh":
-            c = math.sqrt(2.0 / math.pi)
-            cube = ts.mul_series(x, [a * a, *ts.mul_series(x, x, k)], k)
-            u0 = c * (a + 0.044715 * a * a * a)
-            u = [ts.plus(ts.times(s, c), ts.times(q, 0.044715 * c))
-                 for s, q in zip(series[0], cube, strict=True)]
-            t0 = u0.tanh()
-            half = [0.5 * (1 + t0), *ts.scale_series(Tanh.taylor((u,), t0, u0), 0.5)]
-        else:
-            z0 = a / _SQRT_2
-            z = ts.scale_series(series[0], 1 / _SQRT_2)
-            e0 = z0.erf()
-            half = [0.5 * (1 + e0), *ts.scale_series(Erf.taylor((z,), e0, z0), 0.5)]
-        return ts.mul_series(x, half, k)
-
-
 class Softplus(_Unary):
     """``log(1 + exp(beta x)) / beta``, linear where ``beta x > threshold``."""
 
@@ -744,11 +697,6 @@ clone = _unary(Clone, "clone")
 
 def round(input, *, decimals: int = 0):
     return Round.apply(input, decimals=decimals) if decimals else Round.apply(input)
-
-
-def gelu(input, approximate: str = "none"):
-    return Gelu.apply(input, approximate=approximate) if approximate != "none" \
-        else Gelu.apply(input)
 
 
 def softplus(input, beta: float = 1.0, threshold: float = 20.0):
