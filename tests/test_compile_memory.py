@@ -42,7 +42,9 @@ def test_compiled_inference_peak_memory_is_at_most_eager():
             expect = model(x)
             np.testing.assert_allclose(compiled(x).numpy(), expect.numpy(), rtol=1e-5,
                                        atol=1e-6)
-            assert _peak(compiled, x) <= _peak(model, x)
+            # (up to 1 KiB of Python bookkeeping: every intermediate here is over 10 KiB; eager
+            # GELU runs in one buffer, so both peaks hold the same arrays)
+            assert _peak(compiled, x) <= _peak(model, x) + 1024
 
 
 def test_program_frees_each_intermediate_after_its_last_use():
