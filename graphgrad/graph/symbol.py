@@ -71,9 +71,12 @@ class Symbol(Tensor):
 
     def numel(self):
         """The number of elements: an int, or (in a vjp rule, as ``shape``) a Symbol. A
-        dim known only at run time has no int: say so (the stand-in's count is wrong)."""
+        dim known only at run time has no int: say so (the stand-in's count is wrong).
+        Of an unknown rank, the stand-in's (jit.script notes the read, needs_rank)."""
         shape = self.shape
-        if shape is None or any(d is None for d in shape):
+        if shape is None:
+            return Tensor.numel(self)
+        if any(d is None for d in shape):
             raise TypeError(f"numel of the symbolic tensor {self!r} is known only at run "
                             f"time; use static.size(x) for it as a tensor of the graph")
         return shape.numel()
