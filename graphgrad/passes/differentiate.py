@@ -171,7 +171,7 @@ def _rule_with_run_time_sizes(b: GraphBuilder, node: Node, g, reach) -> list | N
     graph = b.graph
     if graph is not node.graph:
         return None
-    before = set(graph.nodes)
+    start = len(graph.nodes) - (graph.output_node is not None)   # new nodes go before it
     params = {k: tuple(symbol(node.inputs[e.index]) if isinstance(e, Dyn) else e for e in v)
               if isinstance(v, tuple) else v for k, v in node.params.items()}
     syms = [_marked(i, i in reach) if isinstance(i, Node) else i
@@ -186,10 +186,12 @@ def _rule_with_run_time_sizes(b: GraphBuilder, node: Node, g, reach) -> list | N
         return ins
     except _NEEDS_CONCRETE:
         # drop the nodes the attempt added (and what the builder cached on them)
-        graph.nodes[:] = [n for n in graph.nodes if n in before]
+        end = len(graph.nodes) - (graph.output_node is not None)
+        added = set(graph.nodes[start:end])
+        del graph.nodes[start:end]
         b.sizes = {n: sz for n, sz in b.sizes.items()
-                   if all(not isinstance(d, Symbol) or d._node in before for d in sz)}
-        b.consts = {k: n for k, n in b.consts.items() if n in before}
+                   if not any(isinstance(d, Symbol) and d._node in added for d in sz)}
+        b.consts = {k: n for k, n in b.consts.items() if n not in added}
         return None
 
 
