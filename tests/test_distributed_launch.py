@@ -75,6 +75,7 @@ def test_every_collective_and_reduce_op_matches_numpy(collectives):
                 assert f"send recv isend irecv {tag}" in oks
                 assert (f"reduce_scatter reduce_scatter_tensor {tag}" in oks) == (shape != "()")
     for check in ("BAND BOR BXOR PREMUL_SUM", "Work.is_completed before and after wait",
+                  "Work.get_future: value, then, add_done_callback",
                   "requires_grad tensors: in place, invisible to autograd",
                   "non-contiguous tensor", "new_group subsets",
                   "all_gather_object broadcast_object_list", "destroy_process_group"):
@@ -94,6 +95,8 @@ def test_ddp_on_two_ranks_equals_one_process(ddp):
         in oks
     assert ("find_unused_parameters: equal to 1 process; unused .grad stays None; used on one "
             "rank") in oks
+    assert ("static_graph: unused parameters found in the first iteration only; buckets "
+            "rebuilt") in oks
     assert ("checkpoint: rank 0 saves, the others wait at a barrier, every rank loads the "
             "same state") in oks
 
