@@ -110,10 +110,17 @@ def test_ddp_allreduce_overlaps_backward(ddp):
     assert launches > 1 and ready < total
 
 
-def test_a_rank_that_raises_stops_the_job_and_the_launcher_names_it():
+def test_a_rank_that_raises_makes_the_other_raise_and_the_launcher_names_it():
+    """Rank 0, waiting in a collective of step 3, raises a RuntimeError naming rank 1 and
+    its error (as gloo's ranks raise when a peer exits) before the job is aborted."""
     out = _launch("failure.py", "raise")
     assert out.returncode != 0
     assert "rank 1 failed: ValueError: rank 1 fails on purpose at step 3" in out.stderr
+    raised = re.search(r"RuntimeError: \[Rank 0\] (\w+): rank 1 failed: ValueError: rank 1 "
+                       r"fails on purpose at step 3", out.stderr)
+    assert raised and raised.group(1) in ("allreduce", "broadcast"), out.stderr[-4000:]
+    assert "rank 0 stopped: RuntimeError: [Rank 0]" in out.stderr
+    assert out.stderr.index("run: rank 1 failed:") < out.stderr.index("run: rank 0 stopped:")
     assert "should not finish" not in out.stdout
 
 
