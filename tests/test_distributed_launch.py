@@ -124,6 +124,17 @@ def test_a_rank_that_raises_makes_the_other_raise_and_the_launcher_names_it():
     assert "should not finish" not in out.stdout
 
 
+def test_with_three_ranks_every_other_rank_raises_before_the_abort():
+    """The failed rank aborts the job only once each other rank has reported."""
+    out = _run("-m", "graphgrad.distributed.run", "--nproc", "3",
+               str(PROGRAMS / "failure.py"), "raise")
+    assert out.returncode != 0
+    assert "run: rank 1 failed: ValueError: rank 1 fails on purpose at step 3" in out.stderr
+    for rank in (0, 2):
+        assert (f"run: rank {rank} stopped: RuntimeError: [Rank {rank}] allreduce: rank 1 "
+                f"failed: ValueError") in out.stderr, out.stderr[-4000:]
+
+
 def test_a_killed_rank_stops_the_job_and_the_launcher_names_it():
     out = _launch("failure.py", "kill")
     assert out.returncode != 0
