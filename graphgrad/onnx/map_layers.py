@@ -1,0 +1,192 @@
+"""Layer ``onnx``: mappings of the layer ops to ONNX's own operators: ``Convolution`` to
+Conv or ConvTranspose, max pooling (``MaxPoolIndices`` then ``TakePlanes``) to MaxPool,
+``AvgPool`` to AveragePool, ``LstmLayer``/``GruLayer`` to LSTM/GRU and
+``ScaledDotProductAttention`` to MatMul, Softmax and the mask.
+
+The recurrent ops take the input projections ``xg`` (L, N, G*H) that the layer computed
+with one GEMM, in PyTorch's gate order; ONNX's LSTM/GRU project the input themselves, so
+their ``W`` is the permutation matrix that puts ``xg``'s gates in ONNX's order (i, o, f,
+c for the LSTM, z, r, h for the GRU), and ``R`` is ``w_hh`` with its gate blocks in that
+order. An all-zero initial state (the layer's default, traced as a constant at the
+traced batch size) is left out, so the exported layer runs at any batch size.
+"""
+
+from __future__ import annotations
+
+import math
+
+from graphgrad.backend import xp
+from graphgrad.graph import Node
+
+from .emitter import Emitter, Val
+from .errors import UnsupportedOperatorError
+from .mapping import onnx_mapping, out_dtype, rank_of
+
+__all__: list[str] = []
+
+
+@onnx_mapping("Convolution")
+def _convolution(em: Emitter, node: Node, args: list) -> str:
+    p = node.params
+    dtype = out_dtype(node)
+    weight_shape = node.inputs[1].spec.shape
+    ins = [em.cast(a, dtype) for a in args[:node.nargs] if a is not None]
+    attrs = dict(kernel_shape=[int(k) for k in weight_shape[2:]],
+                 strides=list(p["stride"]), dilations=list(p["dilation"]),
+                 pads=list(p["padding"]) * 2,  # all begins, then all ends
+                 group=int(p["groups"]))
+    if p["transposed"]:
+        return em.op("ConvTranspose", ins, output_padding=list(p["output_padding"]), **attrs)
+    return em.op("Conv", ins, **attrs)
+
+
+def _max_pool_values(em: Emitter) -> dict:
+    # the exported indices' name -> MaxPool's values output, for TakePlanes to reuse
+    return em.memo.setdefault("max_pool_values", {})
+
+
+@onnx_mapping("MaxPoolIndices")
+def _max_pool_indices(em: Emitter, node: Node, args: list) -> str:
+    p = node.params
+    x: Val = args[0]
+    values, flat = em.op("MaxPool", [x.name], outputs=2,
+                         kernel_shape=list(p["kernel_size"]), strides=list(p["stride"]),
+                         pads=list(p["padding"]) * 2, dilations=list(p["dilation"]),
+                         ceil_mode=int(p["ceil_mode"]))
+    # ONNX numbers positions in the whole (N, C, ...) tensor, PyTorch within each (N, C)
+    # plane: the remainder by the plane size converts (unused indices are pruned)
+    plane = math.prod(node.inputs[0].spec.shape[2:])
+    indices = em.op("Mod", [flat, em.ints([plane])], fmod=0)
+    _max_pool_values(em)[indices] = (x.name, values)
+    return indices
+
+
+@onnx_mapping("TakePlanes")
+def _take_planes(em: Emitter, node: Node, args: list) -> str:
+    x, indices = args[0], args[1]
+    found = _max_pool_values(em).get(indices.name)
+    if found is not None and found[0] == x.name:  # the values of that max pool
+        return em.op("Identity", [found[1]])
+    # any other read at flat plane positions: a gather along each flattened plane
+    flat_x = em.op("Reshape", [x.name, em.ints([0, 0, -1])])
+    flat_i = em.op("Reshape", [em.cast(indices, "int64"), em.ints([0, 0, -1])])
+    taken = em.op("GatherElements", [flat_x, flat_i], axis=2)
+    return em.op("Reshape", [taken, em.op("Shape", [indices.name])])
+
+
+@onnx_mapping("AvgPool")
+def _avg_pool(em: Emitter, node: Node, args: list) -> str:
+    p = node.params
+    if p["divisor_override"] is not None:
+        raise UnsupportedOperatorError("AvgPool", em.opset, "avg_pool with divisor_override "
+                                       "has no ONNX AveragePool equivalent.")
+    return em.op("AveragePool", [args[0].name], kernel_shape=list(p["kernel_size"]),
+                 strides=list(p["stride"]), pads=list(p["padding"]) * 2,
+                 ceil_mode=int(p["ceil_mode"]),
+                 count_include_pad=int(p["count_include_pad"]))
+
+
+# ---- recurrent layers ------------------------------------------------------------------
+
+def _gate_permutation(order: list[int], hidden: int, dtype) -> object:
+    """(1, G*H, G*H): row block k picks PyTorch's gate block ``order[k]``, so that
+    ``xg W^T`` has ONNX's gate order."""
+    blocks = [xp.arange(g * hidden, (g + 1) * hidden) for g in order]
+    rows = xp.concatenate(blocks)
+    return xp.eye(len(rows), dtype=dtype)[rows][None]
+
+
+def _reordered(em: Emitter, v: Val, order: list[int], hidden: int, dtype) -> str:
+    """``v`` (G*H, ...) with its gate blocks in ``order``, with a leading direction dim."""
+    rows = xp.concatenate([xp.arange(g * hidden, (g + 1) * hidden) for g in order])
+    if v.array is not None:  # a parameter: reorder it now
+        return em.const(v.array.astype(dtype)[rows][None], "recurrent")
+    taken = em.op("Gather", [em.cast(v, dtype), em.ints(rows.tolist())], axis=0)
+    return em.unsqueeze(taken, [0])
+
+
+def _initial_state(em: Emitter, v: Val, dtype) -> str:
+    """An initial state (N, H) as (1, N, H); "" (ONNX's zeros) when it is known zero."""
+    if v.array is not None and not v.array.any():
+        return ""
+    return em.unsqueeze(em.cast(v, dtype), [0])
+
+
+def _check_lstm_users(node: Node, hidden: int, opset: int) -> None:
+    """ONNX's LSTM gives every step's h but only the last step's c: the layer's output
+    may be read as its h half, or at its last step; anything else reads a c it lacks."""
+    steps = node.spec.shape[0]
+    last = {-1} | ({steps - 1} if isinstance(steps, int) else set())
+    for user in node.graph.users().get(node, []):
+        spec = user.params.get("spec") if user.kind == "call" else None
+        if user.kind == "call" and user.op.__name__ == "Getitem" and user.nargs == 1 and (
+                spec == (Ellipsis, ("slice", None, hidden, None))
+                or (len(spec) == 1 and isinstance(spec[0], int) and spec[0] in last)):
+            continue
+        raise UnsupportedOperatorError("LstmLayer", opset, "ONNX's LSTM returns the cell state "
+                                       "of the last step only; this graph reads it at other "
+                                       f"steps ({user.target_name} {user.name}).")
+
+
+@onnx_mapping("LstmLayer")
+def _lstm_layer(em: Emitter, node: Node, args: list) -> str:
+    xg, h0, c0, w_hh = args[:4]
+    dtype = out_dtype(node)
+    hidden = int(node.inputs[3].spec.shape[-1])
+    _check_lstm_users(node, hidden, em.opset)
+    order = [0, 3, 1, 2]  # PyTorch (i, f, g, o) -> ONNX (i, o, f, c)
+    w = em.const(_gate_permutation(order, hidden, dtype), "lstm_gates")
+    ys = em.op("LSTM", [em.cast(xg, dtype), w, _reordered(em, w_hh, order, hidden, dtype), "",
+                        "", _initial_state(em, h0, dtype), _initial_state(em, c0, dtype)],
+               outputs=3, hidden_size=hidden)
+    h_seq = em.op("Squeeze", [ys[0], em.ints([1])])  # (L, 1, N, H) -> (L, N, H)
+    # the c half holds the last c at every step: only the last step is read (checked)
+    c_last = em.op("Squeeze", [ys[2], em.ints([0])])
+    c_seq = em.op("Expand", [c_last, em.op("Shape", [h_seq])])
+    return em.op("Concat", [h_seq, c_seq], axis=2)
+
+
+@onnx_mapping("GruLayer")
+def _gru_layer(em: Emitter, node: Node, args: list) -> str:
+    xg, h0, w_hh = args[:3]
+    b_hh = args[3] if node.nargs > 3 else None
+    dtype = out_dtype(node)
+    hidden = int(node.inputs[2].spec.shape[-1])
+    order = [1, 0, 2]  # PyTorch (r, z, n) -> ONNX (z, r, h)
+    w = em.const(_gate_permutation(order, hidden, dtype), "gru_gates")
+    bias = ""
+    if b_hh is not None:  # B = [Wb, Rb]: the input bias is already in xg
+        rb = _reordered(em, b_hh, order, hidden, dtype)
+        bias = em.op("Concat", [em.const(xp.zeros((1, 3 * hidden), dtype=dtype)), rb],
+                     axis=1)
+    y = em.op("GRU", [em.cast(xg, dtype), w, _reordered(em, w_hh, order, hidden, dtype),
+                      bias, "", _initial_state(em, h0, dtype)],
+              hidden_size=hidden, linear_before_reset=1)
+    return em.op("Squeeze", [y, em.ints([1])])
+
+
+# ---- attention -------------------------------------------------------------------------
+
+@onnx_mapping("ScaledDotProductAttention")
+def _attention(em: Emitter, node: Node, args: list) -> str:
+    q, k, v = args[:3]
+    mask = args[3] if node.nargs > 3 else None
+    p = node.params
+    dtype = out_dtype(node)
+    perm = list(range(k.rank))
+    perm[-2:] = perm[-1], perm[-2]
+    kt = em.op("Transpose", [em.cast(k, dtype)], perm=perm)
+    scores = em.op("Mul", [em.op("MatMul", [em.cast(q, dtype), kt]),
+                           em.cast(p["scale"], dtype)])
+    if p["is_causal"]:  # key j <= query i, at the traced lengths
+        n_q, n_k = node.inputs[0].spec.shape[-2], node.inputs[1].spec.shape[-2]
+        keep = xp.tri(int(n_q), int(n_k), dtype=bool)
+        scores = em.op("Where", [em.const(keep, "causal"), scores,
+                                 em.cast(float("-inf"), dtype)])
+    if mask is not None:
+        if mask.dtype.kind == "b":
+            scores = em.op("Where", [mask.name, scores, em.cast(float("-inf"), dtype)])
+        else:
+            scores = em.op("Add", [scores, em.cast(mask, dtype)])
+    weights = em.op("Softmax", [scores], axis=rank_of(node) - 1)
+    return em.op("MatMul", [weights, em.cast(v, dtype)])
