@@ -55,8 +55,12 @@ def _max_pool_indices(em: Emitter, node: Node, args: list) -> str:
                          ceil_mode=int(p["ceil_mode"]))
     # ONNX numbers positions in the whole (N, C, ...) tensor, PyTorch within each (N, C)
     # plane: the remainder by the plane size converts (unused indices are pruned)
-    plane = math.prod(node.inputs[0].spec.shape[2:])
-    indices = em.op("Mod", [flat, em.ints([plane])], fmod=0)
+    size = node.inputs[0].spec.shape[2:]
+    if all(isinstance(e, int) for e in size):
+        plane = em.ints([math.prod(size)])
+    else:  # sizes known only at run time (a reshape by the input's shape)
+        plane = em.op("ReduceProd", [em.op("Shape", [x.name], start=2)], keepdims=1)
+    indices = em.op("Mod", [flat, plane], fmod=0)
     _max_pool_values(em)[indices] = (x.name, values)
     return indices
 
