@@ -75,9 +75,29 @@ def test_normalization_and_dropout_in_eval(tmp_path, opset):
     path = _check(model, [_rand(5, 6)], tmp_path, opset_version=opset)
     ops = {n.op_type for n in onnx.load(str(path)).graph.node}
     assert ("Gelu" in ops) == (opset >= 20) and "Gemm" in ops
+    # the norms' arithmetic became the ONNX ops, weight and bias folded in
+    assert {"BatchNormalization", "LayerNormalization"} <= ops and not ops & {"Sub", "Sqrt"}
     conv = nn.Sequential(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),
                          nn.AvgPool2d(2), nn.Flatten(), nn.Softmax(-1)).eval()
-    _check(conv, [_rand(2, 2, 7, 7)], tmp_path, opset_version=opset)
+    path = _check(conv, [_rand(2, 2, 7, 7)], tmp_path, opset_version=opset)
+    assert _ops(path) - {"Identity", "Reshape", "Shape", "Gather", "Unsqueeze", "Concat",
+                         "Mul"} == {"Conv", "BatchNormalization", "Relu", "AveragePool",
+                                    "Softmax"}
+
+
+def test_norms_without_affine_and_lookalikes(tmp_path):
+    plain = nn.Sequential(nn.LayerNorm((3, 4), elementwise_affine=False),
+                          nn.BatchNorm2d(5, affine=False)).eval()
+    plain[1].running_mean.copy_(gg.randn(5))
+    path = _check(plain, [_rand(2, 5, 3, 4)], tmp_path)
+    assert _ops(path) == {"LayerNormalization", "BatchNormalization", "Identity"}
+
+    def over_the_batch(x):  # normalizes over dim 0, which LayerNormalization cannot
+        c = x - x.mean(0, keepdim=True)
+        return c * gg.rsqrt((c * c).mean(0, keepdim=True) + 1e-5)
+
+    path = _check(over_the_batch, [_rand(4, 3)], tmp_path)
+    assert "LayerNormalization" not in _ops(path)
 
 
 def test_training_model_is_exported_in_eval_mode(tmp_path):

@@ -71,6 +71,8 @@ class Emitter:
         An input named "" is an omitted optional input."""
         names = [self.fresh(op_type.lower()) for _ in range(outputs)]
         ins = [self.use(i) if i else "" for i in inputs]
+        while ins and not ins[-1]:  # omitted trailing inputs are left out (onnxruntime
+            ins.pop()               # crashed on LayerNormalization's bias given as "")
         self.nodes.append(self.onnx.helper.make_node(op_type, ins, names,
                                                      name=self.fresh(op_type), **attrs))
         return names[0] if outputs == 1 else names

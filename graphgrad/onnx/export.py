@@ -24,7 +24,7 @@ from graphgrad.nn import Module
 from graphgrad.passes import optimize
 from graphgrad.tensor import Tensor, Value
 
-from . import map_elementwise, map_layers, map_reduce, map_shape  # noqa: F401 - they fill MAPPINGS
+from . import map_elementwise, map_layers, map_norm, map_reduce, map_shape  # noqa: F401
 from .emitter import Emitter, Val, onnx_package
 from .errors import OnnxExporterError, UnsupportedOperatorError
 from .mapping import MAPPINGS
@@ -77,6 +77,7 @@ class _Builder:
         self.em = em
         self.fold = do_constant_folding
         self.values: dict[Node, Val] = {}
+        em.memo["values"] = self.values  # for mappings that match a pattern of nodes
 
     def arg(self, x: Any) -> Any:
         return self.values[x] if isinstance(x, Node) else x
