@@ -212,6 +212,13 @@ def test_pooling_as_max_pool_and_average_pool(tmp_path):
              (nn.AvgPool2d(3, 2, padding=1, count_include_pad=False), (2, 3, 7, 7),
               "AveragePool"),
              (nn.AvgPool1d(2, ceil_mode=True), (2, 3, 7), "AveragePool"),
+             # ceil_mode where ONNX's shape rule counts one window more than PyTorch's
+             (nn.MaxPool2d((2, 3), (3, 2), padding=1, ceil_mode=True), (2, 1, 7, 8),
+              "MaxPool"),
+             (nn.AvgPool2d((2, 3), (3, 2), padding=1, ceil_mode=True,
+                           count_include_pad=False), (2, 1, 7, 8), "AveragePool"),
+             (nn.AvgPool2d(3, 2, padding=1, ceil_mode=True), (1, 2, 6, 6), "AveragePool"),
+             (nn.MaxPool1d(2, 3, padding=1, ceil_mode=True), (2, 3, 7), "MaxPool"),  # ? dims
              (nn.AvgPool3d(2, padding=1), (1, 2, 4, 3, 5), "AveragePool")]
     for model, shape, op in cases:
         path = _check(model, [_rand(*shape)], tmp_path)
@@ -229,9 +236,13 @@ def test_max_pool_indices_are_positions_in_each_plane(tmp_path):
     assert {"MaxPool", "Mod"} <= _ops(path)
 
 
-def test_avg_pool_divisor_override_is_refused(tmp_path):
+def test_avg_pool_without_an_onnx_equivalent_is_refused(tmp_path):
     with pytest.raises(UnsupportedOperatorError, match="'AvgPool'.*divisor_override"):
         export(nn.AvgPool2d(2, divisor_override=3), (gg.randn(1, 1, 4, 4),), None)
+    # padding counted in the divisor, and ONNX's ceil_mode window count differs
+    with pytest.raises(UnsupportedOperatorError, match="'AvgPool'.*ceil_mode gives"):
+        export(nn.AvgPool2d((2, 3), (3, 2), padding=1, ceil_mode=True),
+               (gg.randn(2, 1, 7, 8),), None)
 
 
 @pytest.mark.parametrize("mask", ["none", "causal", "bool", "float"])

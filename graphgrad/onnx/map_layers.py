@@ -40,6 +40,35 @@ def _convolution(em: Emitter, node: Node, args: list) -> str:
     return em.op("Conv", ins, **attrs)
 
 
+def _pool_pads(em: Emitter, node: Node, name: str, dilation, exact: bool):
+    """(pads, ceil_mode) for a pooling node. ONNX's shape rule for ``ceil_mode`` lacks
+    PyTorch's "the last window starts inside the input" clause, so the last partial
+    window becomes explicit end padding with ceil_mode 0 (the padding never wins a max
+    nor, without count_include_pad, counts in an average); ``exact`` False: where that
+    padding would count, ceil_mode stays, and a count ONNX's rule disagrees on is
+    refused (onnx.checker would reject the file)."""
+    p = node.params
+    size = node.inputs[0].spec.shape[2:]
+    begins, ends = list(p["padding"]), list(p["padding"])
+    if not p["ceil_mode"]:
+        return begins + ends, 0
+    if not all(isinstance(e, int) for e in size):  # known at run time only: onnxruntime's
+        return begins + ends, 1                      # kernels count windows as PyTorch
+    out = node.spec.shape[2:]
+    extra = [max(0, (o - 1) * s + d * (k - 1) + 1 - (e + 2 * q)) for o, s, d, k, e, q in
+             zip(out, p["stride"], dilation, p["kernel_size"], size, p["padding"],
+                 strict=True)]
+    if exact or not any(extra):
+        return begins + [q + x for q, x in zip(ends, extra, strict=True)], 0
+    onnx_out = [-(-(e + 2 * q - d * (k - 1) - 1) // s) + 1 for e, q, d, k, s in
+                zip(size, p["padding"], dilation, p["kernel_size"], p["stride"],
+                    strict=True)]
+    if onnx_out != list(out):
+        raise UnsupportedOperatorError(name, em.opset, f"ceil_mode gives {list(out)} "
+                                       f"windows here, ONNX's rule {onnx_out}.")
+    return begins + ends, 1
+
+
 def _max_pool_values(em: Emitter) -> dict:
     # the exported indices' name -> MaxPool's values output, for TakePlanes to reuse
     return em.memo.setdefault("max_pool_values", {})
@@ -49,10 +78,10 @@ def _max_pool_values(em: Emitter) -> dict:
 def _max_pool_indices(em: Emitter, node: Node, args: list) -> str:
     p = node.params
     x: Val = args[0]
+    pads, ceil_mode = _pool_pads(em, node, "MaxPool", p["dilation"], exact=True)
     values, flat = em.op("MaxPool", [x.name], outputs=2,
                          kernel_shape=list(p["kernel_size"]), strides=list(p["stride"]),
-                         pads=list(p["padding"]) * 2, dilations=list(p["dilation"]),
-                         ceil_mode=int(p["ceil_mode"]))
+                         pads=pads, dilations=list(p["dilation"]), ceil_mode=ceil_mode)
     # ONNX numbers positions in the whole (N, C, ...) tensor, PyTorch within each (N, C)
     # plane: the remainder by the plane size converts (unused indices are pruned)
     size = node.inputs[0].spec.shape[2:]
@@ -84,9 +113,12 @@ def _avg_pool(em: Emitter, node: Node, args: list) -> str:
     if p["divisor_override"] is not None:
         raise UnsupportedOperatorError("AvgPool", em.opset, "avg_pool with divisor_override "
                                        "has no ONNX AveragePool equivalent.")
+    ones = (1,) * len(p["kernel_size"])
+    # padding added for ceil_mode would count in the divisor with count_include_pad
+    pads, ceil_mode = _pool_pads(em, node, "AvgPool", ones,
+                                 exact=not p["count_include_pad"])
     return em.op("AveragePool", [args[0].name], kernel_shape=list(p["kernel_size"]),
-                 strides=list(p["stride"]), pads=list(p["padding"]) * 2,
-                 ceil_mode=int(p["ceil_mode"]),
+                 strides=list(p["stride"]), pads=pads, ceil_mode=ceil_mode,
                  count_include_pad=int(p["count_include_pad"]))
 
 
