@@ -52,8 +52,10 @@ def _pool_pads(em: Emitter, node: Node, name: str, dilation, exact: bool):
     begins, ends = list(p["padding"]), list(p["padding"])
     if not p["ceil_mode"]:
         return begins + ends, 0
-    if not all(isinstance(e, int) for e in size):  # known at run time only: onnxruntime's
-        return begins + ends, 1                      # kernels count windows as PyTorch
+    if not all(isinstance(e, int) for e in size):
+        # known at run time only: onnxruntime's kernels count windows as PyTorch does
+        # (with static input dims its shape inference may still count one more)
+        return begins + ends, 1
     out = node.spec.shape[2:]
     extra = [max(0, (o - 1) * s + d * (k - 1) + 1 - (e + 2 * q)) for o, s, d, k, e, q in
              zip(out, p["stride"], dilation, p["kernel_size"], size, p["padding"],
