@@ -137,6 +137,7 @@ def test_recurrent_layers_as_onnx_ops_with_a_dynamic_batch(tmp_path, cls, bidire
     path = _check(model, [_rand(3, 5, 4)], tmp_path, batches=[1, 7], dynamic_axes=_BATCH)
     ops = [n.op_type for n in onnx.load(str(path)).graph.node]
     assert ops.count(cls.__name__) == 2 * (1 + bidirectional)
+    assert ops.count("Gemm") == 1 and "MatMul" not in ops  # input projections folded in
 
 
 class _LstmStates(nn.Module):
@@ -156,6 +157,21 @@ def test_recurrent_initial_and_final_states(tmp_path):
                                   _rand(1, 2, 5, seed=2)], tmp_path)
     cell = nn.GRUCell(4, 3).eval()
     _check(cell, [_rand(2, 4), _rand(2, 3, seed=1)], tmp_path)
+
+
+@pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU], ids=["LSTM", "GRU"])
+def test_recurrent_weights_as_graph_inputs(tmp_path, cls):
+    # w_ih unknown at export: the op takes the projected input through a gate permutation
+    gg.manual_seed(0)
+    model = cls(4, 3).eval()
+    path = tmp_path / "r.onnx"
+    export(model, (gg.randn(5, 2, 4),), path, input_names=["x"], export_params=False)
+    x = _rand(5, 2, 4)
+    feeds = {"x": x, **{k: v.detach().numpy() for k, v in model.state_dict().items()}}
+    got = _run(path, feeds)
+    want = model(gg.tensor(x))
+    np.testing.assert_allclose(got[0], want[0].detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert "MatMul" in _ops(path) or "Gemm" in _ops(path)
 
 
 def test_lstm_cell_states_of_earlier_steps_are_refused(tmp_path):

@@ -4,11 +4,13 @@ Conv or ConvTranspose, max pooling (``MaxPoolIndices`` then ``TakePlanes``) to M
 ``ScaledDotProductAttention`` to MatMul, Softmax and the mask.
 
 The recurrent ops take the input projections ``xg`` (L, N, G*H) that the layer computed
-with one GEMM, in PyTorch's gate order; ONNX's LSTM/GRU project the input themselves, so
-their ``W`` is the permutation matrix that puts ``xg``'s gates in ONNX's order (i, o, f,
-c for the LSTM, z, r, h for the GRU), and ``R`` is ``w_hh`` with its gate blocks in that
-order. An all-zero initial state (the layer's default, traced as a constant at the
-traced batch size) is left out, so the exported layer runs at any batch size.
+with one GEMM, in PyTorch's gate order; ONNX's LSTM/GRU project the input themselves. So
+when ``xg`` is ``F.linear`` of the layer's input with known parameters, that projection is
+folded into the ONNX op (``W`` = ``w_ih``, the GEMM is pruned); otherwise ``W`` is the
+permutation matrix that reorders ``xg``'s gates. Gates go in ONNX's order (i, o, f, c
+for the LSTM, z, r, h for the GRU) in ``W``, ``R`` (``w_hh``) and the biases. An all-zero
+initial state (the layer's default, traced as a constant at the traced batch size) is
+left out, so the exported layer runs at any batch size.
 """
 
 from __future__ import annotations
@@ -126,21 +128,56 @@ def _avg_pool(em: Emitter, node: Node, args: list) -> str:
 
 # ---- recurrent layers ------------------------------------------------------------------
 
-def _gate_permutation(order: list[int], hidden: int, dtype) -> object:
-    """(1, G*H, G*H): row block k picks PyTorch's gate block ``order[k]``, so that
-    ``xg W^T`` has ONNX's gate order."""
-    blocks = [xp.arange(g * hidden, (g + 1) * hidden) for g in order]
-    rows = xp.concatenate(blocks)
-    return xp.eye(len(rows), dtype=dtype)[rows][None]
+def _gate_rows(order: list[int], hidden: int):
+    """The row indices that put PyTorch's gate blocks in ``order``."""
+    return xp.concatenate([xp.arange(g * hidden, (g + 1) * hidden) for g in order])
 
 
 def _reordered(em: Emitter, v: Val, order: list[int], hidden: int, dtype) -> str:
     """``v`` (G*H, ...) with its gate blocks in ``order``, with a leading direction dim."""
-    rows = xp.concatenate([xp.arange(g * hidden, (g + 1) * hidden) for g in order])
+    rows = _gate_rows(order, hidden)
     if v.array is not None:  # a parameter: reorder it now
         return em.const(v.array.astype(dtype)[rows][None], "recurrent")
     taken = em.op("Gather", [em.cast(v, dtype), em.ints(rows.tolist())], axis=0)
     return em.unsqueeze(taken, [0])
+
+
+def _linear_under(em: Emitter, xg: Node):
+    """(x, weight, bias or None) when ``xg`` is the layer's input projection
+    ``F.linear(x, weight, bias)`` of a (L, N, H_in) ``x`` with known parameters (a
+    Linear, possibly between the reshapes that flatten x for the GEMM), else None."""
+    values = em.memo["values"]
+    node = xg.inputs[0] if _is_call(xg, "Reshape") else xg
+    if not _is_call(node, "Linear") or node.nargs not in (2, 3):
+        return None
+    x = node.inputs[0]
+    if _is_call(x, "Reshape") and len(x.inputs[0].spec.shape) == 3:
+        x = x.inputs[0]
+    if not isinstance(x, Node) or len(x.spec.shape) != 3:
+        return None
+    w = values[node.inputs[1]].array if isinstance(node.inputs[1], Node) else None
+    b = node.inputs[2] if node.nargs == 3 else None
+    b = values[b].array if isinstance(b, Node) else None
+    if w is None or (node.nargs == 3 and b is None):
+        return None
+    return values[x], w, b
+
+
+def _is_call(node, name: str) -> bool:
+    return isinstance(node, Node) and node.kind == "call" and node.op.__name__ == name
+
+
+def _projection(em: Emitter, node: Node, xg: Val, order: list[int], hidden: int, dtype):
+    """ONNX's (X, W, Wb): the layer's input and ``w_ih`` (gates reordered) when the input
+    projection can be folded in; else ``xg`` itself through a permutation ``W``."""
+    rows = _gate_rows(order, hidden)
+    found = _linear_under(em, node.inputs[0])
+    if found is not None and found[0].dtype == dtype:
+        x, w, b = found
+        wb = xp.zeros(len(rows), dtype) if b is None else b.astype(dtype)[rows]
+        return x.name, em.const(w.astype(dtype)[rows][None], "w_ih"), wb
+    permutation = xp.eye(len(rows), dtype=dtype)[rows][None]
+    return em.cast(xg, dtype), em.const(permutation, "gates"), xp.zeros(len(rows), dtype)
 
 
 def _initial_state(em: Emitter, v: Val, dtype) -> str:
@@ -173,9 +210,10 @@ def _lstm_layer(em: Emitter, node: Node, args: list) -> str:
     hidden = int(node.inputs[3].spec.shape[-1])
     _check_lstm_users(node, hidden, em.opset)
     order = [0, 3, 1, 2]  # PyTorch (i, f, g, o) -> ONNX (i, o, f, c)
-    w = em.const(_gate_permutation(order, hidden, dtype), "lstm_gates")
-    ys = em.op("LSTM", [em.cast(xg, dtype), w, _reordered(em, w_hh, order, hidden, dtype), "",
-                        "", _initial_state(em, h0, dtype), _initial_state(em, c0, dtype)],
+    x, w, wb = _projection(em, node, xg, order, hidden, dtype)
+    bias = em.const(xp.concatenate([wb, xp.zeros_like(wb)])[None], "lstm_bias")
+    ys = em.op("LSTM", [x, w, _reordered(em, w_hh, order, hidden, dtype), bias, "",
+                        _initial_state(em, h0, dtype), _initial_state(em, c0, dtype)],
                outputs=3, hidden_size=hidden)
     h_seq = em.op("Squeeze", [ys[0], em.ints([1])])  # (L, 1, N, H) -> (L, N, H)
     # the c half holds the last c at every step: only the last step is read (checked)
@@ -191,15 +229,16 @@ def _gru_layer(em: Emitter, node: Node, args: list) -> str:
     dtype = out_dtype(node)
     hidden = int(node.inputs[2].spec.shape[-1])
     order = [1, 0, 2]  # PyTorch (r, z, n) -> ONNX (z, r, h)
-    w = em.const(_gate_permutation(order, hidden, dtype), "gru_gates")
-    bias = ""
-    if b_hh is not None:  # B = [Wb, Rb]: the input bias is already in xg
-        rb = _reordered(em, b_hh, order, hidden, dtype)
-        bias = em.op("Concat", [em.const(xp.zeros((1, 3 * hidden), dtype=dtype)), rb],
-                     axis=1)
-    y = em.op("GRU", [em.cast(xg, dtype), w, _reordered(em, w_hh, order, hidden, dtype),
-                      bias, "", _initial_state(em, h0, dtype)],
-              hidden_size=hidden, linear_before_reset=1)
+    x, w, wb = _projection(em, node, xg, order, hidden, dtype)
+    # B = [Wb, Rb]; Rb = b_hh stays inside the reset gate (linear_before_reset=1)
+    if b_hh is None:
+        bias = em.const(xp.concatenate([wb, xp.zeros_like(wb)])[None], "gru_bias")
+    else:
+        bias = em.op("Concat", [em.const(wb[None], "gru_wb"),
+                                _reordered(em, b_hh, order, hidden, dtype)], axis=1)
+    y = em.op("GRU", [x, w, _reordered(em, w_hh, order, hidden, dtype), bias, "",
+                      _initial_state(em, h0, dtype)], hidden_size=hidden,
+              linear_before_reset=1)
     return em.op("Squeeze", [y, em.ints([1])])
 
 
