@@ -281,6 +281,14 @@ def test_scaled_dot_product_attention(tmp_path, mask):
     path = _check(attend, [_rand(2, 3, 5, 4), _rand(2, 3, 6, 4, seed=1),
                            _rand(2, 3, 6, 7, seed=2)], tmp_path, atol=1e-5)
     assert {"MatMul", "Softmax"} <= _ops(path)
+    if mask in ("none", "causal"):  # the sequence lengths as dynamic axes too
+        q, k, v = _rand(1, 2, 7, 4), _rand(1, 2, 3, 4, seed=1), _rand(1, 2, 3, 5, seed=2)
+        export(attend, (gg.randn(1, 2, 5, 4), gg.randn(1, 2, 6, 4), gg.randn(1, 2, 6, 5)),
+               path, input_names=["q", "k", "v"],
+               dynamic_axes={"q": {2: "L"}, "k": {2: "S"}, "v": {2: "S"}})
+        got = _run(path, {"q": q, "k": k, "v": v})[0]
+        want = attend(gg.tensor(q), gg.tensor(k), gg.tensor(v)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def _functions():

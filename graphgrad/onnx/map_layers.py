@@ -255,11 +255,15 @@ def _attention(em: Emitter, node: Node, args: list) -> str:
     kt = em.op("Transpose", [em.cast(k, dtype)], perm=perm)
     scores = em.op("Mul", [em.op("MatMul", [em.cast(q, dtype), kt]),
                            em.cast(p["scale"], dtype)])
-    if p["is_causal"]:  # key j <= query i, at the traced lengths
-        n_q, n_k = node.inputs[0].spec.shape[-2], node.inputs[1].spec.shape[-2]
-        keep = xp.tri(int(n_q), int(n_k), dtype=bool)
-        scores = em.op("Where", [em.const(keep, "causal"), scores,
-                                 em.cast(float("-inf"), dtype)])
+    if p["is_causal"]:  # key j <= query i: the lower triangle of the (L, S) scores'
+        # shape, built at run time so that the sequence lengths may be dynamic axes
+        sizes = em.op("Slice", [em.op("Shape", [scores]), em.ints([-2]),
+                                em.ints([2**62])])
+        ones = em.op("ConstantOfShape", [sizes],
+                     value=em.onnx.numpy_helper.from_array(xp.ones(1, xp.float32)))
+        keep = em.op("Cast", [em.op("Trilu", [ones], upper=0)],
+                     to=em.onnx.TensorProto.BOOL)
+        scores = em.op("Where", [keep, scores, em.cast(float("-inf"), dtype)])
     if mask is not None:
         if mask.dtype.kind == "b":
             scores = em.op("Where", [mask.name, scores, em.cast(float("-inf"), dtype)])
