@@ -105,3 +105,45 @@ def test_in_place_on_an_input_with_a_view_runs_for_real():
     out = gg.compile(f)(b)
     np.testing.assert_array_equal(out.numpy(), [1.0, 1.0])
     np.testing.assert_array_equal(b.numpy(), [1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("ignore_index", [-100, 2])
+def test_cross_entropy_reads_no_target_value_and_compiles_to_one_graph(ignore_index):
+    torch = pytest.importorskip("torch")
+    gg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 5))
+
+    def step(x, y):
+        return gg.nn.functional.cross_entropy(model(x), y, ignore_index=ignore_index)
+    x = gg.randn(6, 8)
+    y = gg.tensor([0, 2, 4, -100, 2, 1] if ignore_index == -100 else [0, 2, 4, 3, 2, 1])
+    out = explain(step)(x, y)
+    assert (out.graph_count, out.graph_break_count) == (1, 0), str(out)
+    calls = [getattr(n.op, "__name__", None) for n in out.graphs[0].nodes if n.kind == "call"]
+    assert calls[-1] == "NllLoss", calls
+    for ys in (y, gg.full((6,), ignore_index)):   # some rows ignored; all of them
+        logits = model(x).detach().requires_grad_()
+        loss = gg.nn.functional.cross_entropy(logits, ys, ignore_index=ignore_index)
+        loss.backward()
+        t_logits = torch.tensor(logits.detach().numpy(), requires_grad=True)
+        t_loss = torch.nn.functional.cross_entropy(t_logits, torch.tensor(ys.numpy()),
+                                                   ignore_index=ignore_index)
+        t_loss.backward()
+        np.testing.assert_allclose(loss.item(), t_loss.item(), rtol=1e-5, equal_nan=True)
+        np.testing.assert_allclose(logits.grad.numpy(), t_logits.grad.numpy(), rtol=1e-5,
+                                   atol=1e-7)
+        compiled = gg.compile(step)(x, ys)
+        np.testing.assert_allclose(compiled.item(), step(x, ys).item(), rtol=1e-6,
+                                   equal_nan=True)
+    # vmap over examples of the batch rules (targets batched, one ignored in each)
+    logp = gg.randn(3, 4, 5).log_softmax(dim=-1)
+    tg = gg.tensor([[0, 1, ignore_index, 3], [ignore_index, 4, 4, 0], [1, 1, 2, 2]])
+    tg = gg.where(tg == 2, ignore_index, tg) if ignore_index == 2 else tg
+    got = gg.func.vmap(lambda a, b: gg.nn.functional.nll_loss(a, b, ignore_index=ignore_index))(
+        logp, tg)
+    want = [torch.nn.functional.nll_loss(torch.tensor(a), torch.tensor(b),
+                                         ignore_index=ignore_index).item()
+            for a, b in zip(logp.numpy(), tg.numpy(), strict=True)]
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5)
+    with pytest.raises(IndexError, match="out of bounds"):
+        gg.nn.functional.cross_entropy(gg.randn(2, 5), gg.tensor([0, 7]))
