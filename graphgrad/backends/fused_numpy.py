@@ -15,6 +15,7 @@ from __future__ import annotations
 from math import prod
 
 from graphgrad.backend import xp
+from graphgrad.graph import literal_text
 from graphgrad.passes import FusedProgram
 from graphgrad.passes.fused_op import Ref
 
@@ -98,7 +99,7 @@ def numpy_source(program: FusedProgram) -> tuple[str, dict]:
             body.append(f"v{k} = x{k}[r:e]")
     for j, s in enumerate(steps):
         args = [(ins[a.index] if a.kind == "in" else f"t{a.index}") if isinstance(a, Ref)
-                else repr(a) for a in s.args]
+                else literal_text(a) for a in s.args]
         args += [f"{key}=_p{j}_{key}" for key in s.params]
         for key, v in s.params.items():
             glb[f"_p{j}_{key}"] = v

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from graphgrad.backend import dtype as gg_dtype
 from graphgrad.graph import Graph, GraphBuilder, Spec, Symbol, symbol
 from graphgrad.graph.random_calls import describe_draw, draw_frame
 from graphgrad.graph.random_node import add_random
@@ -244,7 +245,7 @@ class Capture:
         if isinstance(value, type):
             self.raw_sources.setdefault(id(value), source)   # its attributes are read guarded
             return value
-        if isinstance(value, (types.BuiltinFunctionType, np.dtype)):
+        if isinstance(value, (types.BuiltinFunctionType, np.dtype, gg_dtype)):
             return value   # immutable: its identity says everything
         return Extras(value, source)
 
