@@ -1213,8 +1213,7 @@ add(
          lambda m, x, t: m.nn.functional.nll_loss(x, t), _training_classes_example()),
     case("nll_loss_gradient", "NllLossBackward", _nll_gradient,
          _training_classes_example(grad_output=True)),
-    # the ops themselves, as a graph records them (the losses above check their targets'
-    # values first, which a symbolic graph cannot)
+    # the ops themselves, as a graph records them
     case("nll_loss_op", "NllLoss", lambda m, x, t: NllLoss.apply(x, t),
          _training_classes_example(),
          torch_fn=lambda m, x, t: m.nn.functional.nll_loss(x, t)),

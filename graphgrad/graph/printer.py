@@ -6,6 +6,8 @@ with the interpreter.
 
 from __future__ import annotations
 
+import math
+
 import keyword
 import operator
 import sys
@@ -22,11 +24,18 @@ from .vjp_node import run_vjp_rule, while_grad_replay
 from .node import Dyn, Node
 from .spec import short
 
-__all__ = ["tabular", "python_code", "PythonCode", "Emitter", "run_while"]
+__all__ = ["tabular", "python_code", "PythonCode", "Emitter", "run_while", "literal_text"]
+
+
+def literal_text(a) -> str:
+    """Python source for a literal input of a node (``repr`` of ``-inf`` is not Python)."""
+    if type(a) is float and not math.isfinite(a):
+        return f"float({repr(a)!r})"
+    return repr(a)
 
 
 def _arg_text(a, names: dict) -> str:
-    return names[a] if isinstance(a, Node) else repr(a)
+    return names[a] if isinstance(a, Node) else literal_text(a)
 
 
 def is_dynamic(param) -> bool:
