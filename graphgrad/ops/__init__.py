@@ -34,8 +34,8 @@ from .triangular import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 
 __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join.__all__,
-                  *linalg.__all__, *reduce.__all__, *moments.__all__, *norms.__all__, *shape.__all__,
-                  *unary.__all__,
+                  *linalg.__all__, *reduce.__all__, *moments.__all__, *norms.__all__,
+                  *shape.__all__, *unary.__all__,
                   *compound.__all__, *contractions.__all__, *cumulative.__all__,
                   *diagonals.__all__, *einsum_notation.__all__, *grids.__all__,
                   *logarithmic.__all__, *random.__all__,
