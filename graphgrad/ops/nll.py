@@ -14,6 +14,7 @@ from graphgrad.backend import xp
 from .base import Op, Spec
 from .batching import to_front
 from .index import Gather, OneHot
+from . import taylor as ts
 
 __all__: list[str] = []
 
@@ -61,6 +62,8 @@ class NllLoss(Op):
     def jvp(dots, out, logp, target):
         return NllLoss.apply(dots[0], target)
 
+    taylor = classmethod(ts.linear_taylor)
+
     @classmethod
     def infer(cls, logp, target) -> Spec:
         return Spec((), logp.dtype)
@@ -99,6 +102,8 @@ class NllLossBackward(Op):
     @staticmethod
     def jvp(dots, out, g, target, *, classes):
         return NllLossBackward.apply(dots[0], target, classes=classes)
+
+    taylor = classmethod(ts.linear_taylor)
 
     @classmethod
     def infer(cls, g, target, *, classes) -> Spec:

@@ -25,6 +25,7 @@ from .base import Op, normalize_dim, scalar_name
 from .batching import all_to_front
 from .compare import where
 from .index import Gather, ScatterAdd, along_axis_index, check_index_range
+from . import taylor as ts
 
 __all__ = ["scatter", "scatter_reduce", "index_add", "index_copy", "index_fill"]
 
@@ -97,6 +98,9 @@ class Scatter(Op):
         if ds is None:
             ds = 0.0
         return Scatter.apply(da, index, ds, dim=dim)
+
+    # linear in (input, src); the legacy reduce= forms raise as their jvp does
+    taylor = classmethod(ts.linear_taylor)
 
     @classmethod
     def batch(cls, vals, bdims, *, dim, reduce=None):
@@ -188,6 +192,17 @@ class ScatterReduce(Op):
         if ds is None:
             return tangent
         return ScatterAdd.apply(tangent, index, ds * s_part, dim=params["dim"])
+
+    @classmethod
+    def taylor(cls, series, out, a, index, src, **params):
+        # sum and mean are linear; amax/amin select the extreme element's series (ties
+        # averaged, as the vjp shares the gradient). prod would need the products of
+        # series over each position's variable number of sources
+        if params["reduce"] == "prod":
+            raise NotImplementedError(
+                "jet: the op ScatterReduce has no Taylor rule for reduce='prod' (only for "
+                "'sum', 'mean', 'amax' and 'amin')")
+        return ts.linear_taylor(cls, series, out, a, index, src, **params)
 
     @classmethod
     def batch(cls, vals, bdims, *, dim, **params):
