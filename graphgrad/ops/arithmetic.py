@@ -264,8 +264,9 @@ class Pow(Elementwise):
                     y0 = a * y0
                 return y
             return ts.pow_series(ts.full(a, sa, k), out, b, k)
-        # a ** b = exp(b log a)
-        log_a = a.log() if isinstance(a, Value) else math.log(a)
+        # a ** b = exp(b log a), log a masked as the gradient's (0 at a zero base with
+        # b >= 0, nan for a negative number as base)
+        log_a = _log_base(a, b)
         logs = ts.log_series(ts.full(a, sa, k), log_a, k) if sa is not None else [None] * k
         z = ts.mul_series(ts.full(b, sb, k), ts.full(log_a, logs, k), k)
         return ts.exp_series(ts.full(b * log_a, z, k), out, k)
