@@ -5,6 +5,8 @@ moving along a random direction), or is listed below with the reason it has none
 jet then raises its "has no Taylor rule" error naming it. Ops that are not
 differentiable (comparisons, argmax, integer results) give a zero series.
 
+PyTorch's nested autograd is a second oracle where it differentiates the case twice.
+
 An op registered later without a rule and without an entry here shows as an xfail that
 names it (say, an op from a branch merged after this test): the suite stays green, the
 gap stays visible, and the fix is a ``taylor`` method beside the op's jvp.
@@ -16,6 +18,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from op_cases import CASES
@@ -38,6 +41,19 @@ NO_TAYLOR_RULE: dict[str, str] = {}
 # case name -> the error jet raises.
 JET_REFUSES: dict[str, str] = {}
 
+# Cases where PyTorch's nested autograd is wrong or imprecise: only graphgrad's compared
+TORCH_NESTED_WRONG = {
+    "logcumsumexp": "nan from the third derivative of a one-element slice on",
+    "logcumsumexp_method": "nan from the third derivative of a one-element slice on",
+    "cumprod_gradient": "its double backward divides by the input: 1e-6 off near zeros",
+    "cumprod_gradient_zeros": "its double backward divides by the input: 1e-6 off near zeros",
+}
+# Cases where graphgrad's nested reverse mode is wrong above some order (a vjp that is
+# exact only so far): case -> (highest order compared, why). Jet and PyTorch agree.
+_PROD_VJP = ("Prod's vjp at zeros is exact to second order: with three or more zeros in "
+             "a slice its third derivative is 0")
+NESTED_WRONG_ABOVE = {"prod_all_zeros": (2, _PROD_VJP), "prod_zeros": (2, _PROD_VJP)}
+
 
 def _rule_missing(op_name: str) -> bool:
     cls = REGISTRY.get(op_name)
@@ -59,23 +75,24 @@ def _float(a) -> bool:
     return np.asarray(a).dtype.kind == "f"
 
 
-def _leaves(out) -> list:
+def _leaves(out, lib=gg) -> list:
     flat, _ = tree_flatten(out)
-    return [o for o in flat if isinstance(o, gg.Tensor) and o.dtype.is_floating_point]
+    return [o for o in flat if isinstance(o, lib.Tensor) and o.dtype.is_floating_point]
 
 
-def _nested(fn, xs, moving, vs, ws) -> list[float]:
-    """[d^k/dt^k sum_i <w_i, out_i(x + t v)> at t = 0, k = 0..ORDER] by nested grad."""
-    t = gg.zeros((), dtype=gg.float64, requires_grad=True)
+def _nested(fn, xs, moving, vs, ws, lib=gg) -> list[float]:
+    """[d^k/dt^k sum_i <w_i, out_i(x + t v)> at t = 0, k = 0..ORDER] by nested grad in
+    ``lib`` (graphgrad or torch)."""
+    t = lib.zeros((), dtype=lib.float64, requires_grad=True)
     args = [x + t * v if m else x for x, m, v in zip(xs, moving, vs, strict=True)]
-    cur = sum(((o * w).sum() for o, w in zip(_leaves(fn(*args)), ws, strict=True)),
-              gg.zeros((), dtype=gg.float64))
+    cur = sum(((o * w).sum() for o, w in zip(_leaves(fn(*args), lib), ws, strict=True)),
+              lib.zeros((), dtype=lib.float64))
     values = [float(cur)]
     for _ in range(ORDER):
         g = None
         if cur.requires_grad:
-            (g,) = gg.autograd.grad(cur, t, create_graph=True, allow_unused=True)
-        cur = g if g is not None else gg.zeros((), dtype=gg.float64)
+            (g,) = lib.autograd.grad(cur, t, create_graph=True, allow_unused=True)
+        cur = g if g is not None else lib.zeros((), dtype=lib.float64)
         values.append(float(cur))
     return values
 
@@ -135,8 +152,24 @@ def test_taylor_rule_matches_nested_reverse_mode(case, data):
     want = _nested(fn, xs, moving, vs, ws)
     if not case.grad2:  # a kink or a masked singularity: only first order is defined
         got, want = got[:2], want[:2]
-    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-8,
+    top = NESTED_WRONG_ABOVE.get(case.name, (ORDER, ""))[0]
+    # the case's own tolerance where it is looser (float32 casts), times 10 for order 4
+    rtol, atol = max(1e-7, 10 * case.rtol), max(1e-8, 10 * case.atol)
+    np.testing.assert_allclose(got[:top + 1], want[:top + 1], rtol=rtol, atol=atol,
                                err_msg=f"case {case.name}: jet vs nested reverse mode")
+    if case.torch_grad and case.grad2 and not case.xfail and \
+            case.name not in TORCH_NESTED_WRONG:
+        def torch_fn(*args):
+            return case.torch_fn(*args, **example.static)
+
+        def to_torch(t):
+            return None if t is None else torch.tensor(t.numpy())
+        want_torch = _nested(torch_fn, [to_torch(x) for x in xs], moving,
+                             [to_torch(v) for v in vs], [to_torch(w) for w in ws], torch)
+        # (from order 1: the order-0 sum may overflow differently at huge values)
+        np.testing.assert_allclose(got[1:], want_torch[1:], rtol=rtol, atol=atol,
+                                   err_msg=f"case {case.name}: jet vs PyTorch's nested "
+                                           f"autograd")
 
 
 def test_inplace_write_under_taylor_mode():

@@ -269,7 +269,12 @@ class Pow(Elementwise):
         log_a = _log_base(a, b)
         logs = ts.log_series(ts.full(a, sa, k), log_a, k) if sa is not None else [None] * k
         z = ts.mul_series(ts.full(b, sb, k), ts.full(log_a, logs, k), k)
-        return ts.exp_series(ts.full(b * log_a, z, k), out, k)
+        y = ts.exp_series(ts.full(b * log_a, z, k), out, k)
+        if sa is not None:
+            # log_series divides by a_0: at a zero base y_1 is the jvp's (masked as the
+            # gradient); higher terms are nan there, where t^b(t) has log t terms
+            y[0] = Pow.jvp((sa[0], sb[0]), out, a, b)
+        return y
 
 
 def _t(d):
