@@ -20,6 +20,7 @@ from .base import Op, Spec
 from .batching import to_front
 from .compare import where
 from .index import Gather, OneHot
+from . import taylor as ts
 
 __all__: list[str] = []
 
@@ -84,6 +85,8 @@ class NllLoss(Op):
     def jvp(dots, out, logp, target, *, ignore_index=-100):
         return NllLoss.apply(dots[0], target, ignore_index=ignore_index)
 
+    taylor = classmethod(ts.linear_taylor)
+
     @classmethod
     def infer(cls, logp, target, *, ignore_index=-100) -> Spec:
         return Spec((), logp.dtype)
@@ -136,6 +139,8 @@ class NllLossBackward(Op):
     def jvp(dots, out, g, target, *, classes, ignore_index=-100):
         return NllLossBackward.apply(dots[0], target, classes=classes,
                                      ignore_index=ignore_index)
+
+    taylor = classmethod(ts.linear_taylor)
 
     @classmethod
     def infer(cls, g, target, *, classes, ignore_index=-100) -> Spec:
