@@ -51,7 +51,7 @@ def test_jit_trace_code_runs_as_printed(case):
     traced = jit.trace(case.fn, inputs)
     _reads_like_pytorch(traced.code)
     args = [*inputs, *traced.captured()]
-    _same(_exec(traced.code)(*args), Interpreter(traced.graph).run(*args))
+    _same(_exec(traced.code)(*args), Interpreter(traced.ir).run(*args))
 
 
 @pytest.mark.parametrize("case", [c for c in CORPUS if c.script_ok], ids=repr)
