@@ -11,6 +11,7 @@ import pytest
 import graphgrad as gg
 from graphgrad import fx, jit
 from graphgrad.graph import Interpreter
+from graphgrad.graph.readable_code import attribute_input
 
 from capture_corpus import CORPUS
 
@@ -51,7 +52,11 @@ def test_jit_trace_code_runs_as_printed(case):
     traced = jit.trace(case.fn, inputs)
     _reads_like_pytorch(traced.code)
     args = [*inputs, *traced.captured()]
-    _same(_exec(traced.code)(*args), Interpreter(traced.ir).run(*args))
+    # a traced module's parameters are read as ``self.fc.weight``: only the user's inputs
+    # (and tensors that are no module state) are arguments of the code
+    code_args = [a for a, p in zip(args, traced.ir.inputs, strict=True)
+                 if attribute_input(p) is None]
+    _same(_exec(traced.code)(traced, *code_args), Interpreter(traced.ir).run(*args))
 
 
 @pytest.mark.parametrize("case", [c for c in CORPUS if c.script_ok], ids=repr)
@@ -62,7 +67,10 @@ def test_jit_script_code_runs_as_printed(case):
     args = [*inputs, *[get() for get in compiled.lifts.getters]]
     _reads_like_pytorch(scripted.code)
     forward = _exec(scripted.code)
-    printed = forward(case.fn, *args) if isinstance(case.fn, gg.nn.Module) else forward(*args)
+    code_args = [a for a, p in zip(args, compiled.graph.inputs, strict=True)
+                 if attribute_input(p) is None]
+    printed = forward(scripted, *code_args) if isinstance(case.fn, gg.nn.Module) \
+        else forward(*code_args)
     _same(printed, Interpreter(compiled.graph, scripted.submodules()).run(*args))
 
 

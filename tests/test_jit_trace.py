@@ -461,7 +461,7 @@ def test_printing_and_drawing():
     traced, _ = _trace(shape_dependent, (gg.randn(2, 3, dtype=gg.float64),))
     assert "placeholder" in traced.tabular() and "Reshape" in traced.tabular()
     assert traced.code.splitlines()[1] == "# graphgrad.jit.trace on inputs f64[2, 3]"
-    assert "def forward(x):" in traced.code
+    assert "def forward(self, x):" in traced.code   # a GraphModule's forward
     assert "tuple(x.shape)" in traced.code and "int(" in traced.code
     assert to_dot(traced.ir).startswith("digraph")
     x = gg.randn(4, 2, dtype=gg.float64)

@@ -14,7 +14,7 @@ from typing import Any
 
 from graphgrad.func.pytree import LEAF, TreeSpec, tree_unflatten
 from graphgrad.graph import Graph, Node, PythonCode, Symbol, short
-from graphgrad.graph.readable_code import readable_code
+from graphgrad.graph.readable_code import attribute_input, readable_code
 from graphgrad.nn import Module, Parameter
 from graphgrad.tensor import Value
 
@@ -178,7 +178,7 @@ class GraphModule(Module):
             if isinstance(baked, _BASIC) and not isinstance(given, Value) and given != baked:
                 raise AssertionError(f"{name} has been specialized to have value {baked} but "
                                      f"got another value")
-        phs = self.ir.inputs
+        phs = [p for p in self.ir.inputs if attribute_input(p) is None]
         if sig is None and len(args) != len(phs):
             raise TypeError(f"{self._class_name}.forward() takes {len(phs)} arguments "
                             f"({', '.join(p.name for p in phs)}), got {len(args)}")

@@ -138,15 +138,23 @@ class Emitter:
         """Parameters before the graph's inputs (readable_code's ``self``)."""
         return []
 
+    def input_read(self, p: Node, fname: str) -> str | None:
+        """The expression an input is read from instead of being a parameter (None: a
+        parameter): readable_code reads a module's state as ``self.lin.weight``."""
+        return None
+
     def function(self, graph: Graph, fname: str) -> None:
         used = {"dtype"} | set(self.glb)
         names: dict[Node, str] = {}
-        params = []
+        params, body = [], []
         for p in graph.inputs:
             names[p] = _ident(p.name, used)
-            params.append(names[p])
+            read = self.input_read(p, fname)
+            if read is None:
+                params.append(names[p])
+            else:
+                body.append(f"{names[p]} = {read}")
         params = [*self.leading_params(fname), *params]
-        body = []
         k = 0
         for n in graph.nodes:
             if n.kind == "placeholder":

@@ -8,7 +8,8 @@ inputs and parameters records exactly this node again (checked once per op, inpu
 and parameters, by building it in a scratch graph); otherwise the op's own ``apply``,
 bound to its name on a line of the module (``Sum = graphgrad.ops.REGISTRY['Sum'].apply``).
 ``forward`` takes ``self``: parameters, buffers and submodules are read as
-``self.lin.weight`` and called as ``self.lin(x)`` (torch.fx's get_attr/call_module), small
+``self.lin.weight`` and called as ``self.lin(x)`` (torch.fx's get_attr/call_module; an input
+that jit.trace/jit.script binds to a module attribute is read the same way), small
 constants are written out (``graphgrad.tensor([...], dtype=graphgrad.float64)``).
 
 What the module cannot print is kept as a global of the exec'd program, named in its
@@ -32,8 +33,8 @@ from .printer import Emitter, PythonCode
 from .spec import Spec
 from .symbol import Symbol, symbol
 
-__all__ = ["readable_code", "public_function", "snake_name", "attribute_path", "probe_call",
-           "single_call"]
+__all__ = ["readable_code", "public_function", "snake_name", "attribute_path",
+           "attribute_input", "probe_call", "single_call"]
 
 _SMALL = 64          # constants with at most this many elements are written out
 _CHECKED: dict = {}  # (op, input specs, params) -> whether its public function records it
@@ -111,6 +112,13 @@ def _key(node: Node):
     return node.op, specs, repr(sorted(node.params.items()))
 
 
+def attribute_input(p: Node) -> str | None:
+    """The qualified name of the module attribute an input of the graph is bound to at each
+    call (a traced or scripted module's parameter or buffer: torch.fx's ``get_attr``), or
+    None for an argument of the user's function."""
+    return p.params.get("target") if p.kind == "placeholder" else None
+
+
 def attribute_path(qualname: str, root: str = "self") -> str:
     """``self.lin.weight``; ``getattr(self.layers, '0')`` where a part is no identifier."""
     expr = root
@@ -128,6 +136,10 @@ class ReadableEmitter(Emitter):
 
     def leading_params(self, fname: str) -> list[str]:
         return ["self"] if fname == self.top else []
+
+    def input_read(self, p: Node, fname: str) -> str | None:
+        target = attribute_input(p)
+        return attribute_path(target) if target is not None and fname == self.top else None
 
     def expr(self, n: Node, names: dict) -> str:
         args = [names[a] if isinstance(a, Node) else repr(a) for a in n.inputs]

@@ -115,12 +115,14 @@ class Calls:
 
     def register_module(self, mod) -> None:
         """Lift a module's parameters and buffers under their names (read at call time)."""
+        owned = id(mod) in self.module_names   # the scripted module's own: its attributes
         prefix = self.module_names.get(id(mod), type(mod).__name__.lower())
         for key in ("_parameters", "_buffers"):
             for name, value in mod.__dict__.get(key, {}).items():
                 if value is not None:
-                    self.b.lifts.node(value, f"{prefix}.{name}" if prefix else name,
-                                      lambda m=mod, n=name: getattr(m, n))
+                    path = f"{prefix}.{name}" if prefix else name
+                    self.b.lifts.node(value, path, lambda m=mod, n=name: getattr(m, n),
+                                      attribute=path if owned else None)
         for child in mod.__dict__.get("_modules", {}).values():
             if child is not None:
                 self.register_module(child)

@@ -44,11 +44,15 @@ class Lifts:
         self.keep: list[Value] = []  # the lifted tensors, alive so that no id is reused
 
     def node(self, value: Value, name: str = "lifted",
-             getter: Callable[[], Value] | None = None) -> Node:
+             getter: Callable[[], Value] | None = None, attribute: str | None = None) -> Node:
+        """``attribute``: the scripted module's qualified name for ``value`` (its
+        placeholder is then a ``get_attr`` of the ScriptFunction, ``self.<attribute>``)."""
         ph = self.by_id.get(id(value))
         if ph is None:
             arr = value._array
             ph = self.root.placeholder(Spec(arr.shape, arr.dtype), name)
+            if attribute is not None:
+                ph.params = {"target": attribute}
             self.by_id[id(value)] = ph
             self.getters.append(getter or (lambda v=value: v))
             self.keep.append(value)

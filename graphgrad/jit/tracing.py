@@ -63,10 +63,10 @@ class TracedFunction(GraphModule):
     """The result of ``trace``: a ``fx.GraphModule`` (``.graph`` the torch.fx-style view,
     ``.ir`` the recorded IR, ``.code``, ``print_readable()``, ``recompile()``) that runs
     its graph on the IR's interpreter, binding the extra placeholders to the traced
-    module's parameters and buffers (its own attributes: it shares the module's) and
-    writing back the buffers the graph updates."""
-
-    _self_param = False   # the code takes the parameters it reads as arguments
+    module's parameters and buffers (its own attributes, as it shares the module's: the
+    view shows them as ``get_attr`` nodes, the code reads ``self.fc.weight``) and writing
+    back the buffers the graph updates. A tensor the function reads that is no state of
+    a module (a closure's tensor that requires grad) stays an argument of the code."""
 
     def __init__(self, graph: Graph, captures: list[Capture], tree: TreeSpec,
                  fn: Callable, module: Module | None, n_inputs: int,
