@@ -2,9 +2,10 @@
 
 ``trace(fn, example_inputs)`` runs ``fn`` once on the examples with real values while
 recording every op into a ``graphgrad.graph.Graph`` (``trace_recorder.py``) and returns a
-``TracedFunction``: callable, differentiable (it runs the graph op by op through the
-dispatch point, so ``backward()`` works as in eager mode), printable as a table and as
-Python (``.code``), drawable (``graphgrad.graph.to_dot(traced.graph)``).
+``TracedFunction``, an ``fx.GraphModule``: callable, differentiable (it runs the graph op
+by op through the dispatch point, so ``backward()`` works as in eager mode), ``.graph``
+with torch.fx's nodes over the IR ``.ir``, printable as a table and as Python
+(``.code``), drawable (``graphgrad.graph.to_dot(traced.ir)``).
 
 What a trace can and cannot keep, as the lecture shows:
 
