@@ -90,3 +90,61 @@ def test_compile_backend_code_runs_as_printed(case):
         _reads_like_pytorch(gm.code)
         _same(_exec(gm.code)(gm, *example), Interpreter(gm.ir, gm.state()).run(*example))
     gg.compiler.reset()
+
+
+# ---- graphs with what a module cannot print ----------------------------------------------
+
+_BIG = gg.tensor(np.linspace(-1.0, 1.0, 100), dtype=gg.float64)   # > 64 elements
+
+
+def _scaled(x):
+    return (x * _BIG).sum(-1)
+
+
+@pytest.mark.parametrize("capture", ["fx", "trace"])
+def test_a_large_constant_is_an_attribute_and_the_code_runs_alone(capture):
+    """torch.fx reads a global tensor by get_attr (``self._tensor_constant0``); jit.trace
+    bakes it into the graph as a constant, which the code reads as an attribute too."""
+    x = gg.tensor(np.random.default_rng(4).normal(size=(3, 100)))
+    gm = fx.symbolic_trace(_scaled) if capture == "fx" else jit.trace(_scaled, (x,))
+    code = gm.code
+    attribute = "_tensor_constant0" if capture == "fx" else "_code_constant0"
+    assert "not self-contained" not in code and f"self.{attribute}" in code
+    assert getattr(gm, attribute).shape == (100,)
+    _same(_exec(code)(gm, x), _scaled(x))
+
+
+def _noisy(x):
+    return x * gg.rand_like(x)
+
+
+def test_a_random_draw_is_named_in_the_header_and_runs_with_the_programs_globals():
+    x = gg.randn(4, dtype=gg.float64)
+    traced = jit.trace(_noisy, (x,), check_trace=False)
+    head = [line for line in traced.code.splitlines() if line.startswith("# not self-contained")]
+    assert len(head) == 1 and "_random" in head[0]
+    with pytest.raises(NameError, match="_random"):   # what the header says: not alone
+        _exec(traced.code)(traced, x)
+    namespace = dict(traced._python.globals)            # with the program's globals it runs
+    exec(compile(traced.code, "<printed>", "exec"), namespace)  # noqa: S102
+    gg.manual_seed(5)
+    (printed,) = namespace["forward"](traced, x)
+    gg.manual_seed(5)
+    _same(printed, _noisy(x))
+
+
+class _Twice(gg.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def test_a_custom_function_is_named_in_the_header():
+    traced = jit.trace(lambda x: _Twice.apply(x) + 1, (gg.randn(3),))
+    (head,) = [line for line in traced.code.splitlines()
+               if line.startswith("# not self-contained")]
+    assert "_TwiceFunction" in head

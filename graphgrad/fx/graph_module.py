@@ -126,6 +126,9 @@ class GraphModule(Module):
         d["_python"] = readable_code(self.ir, d["_state"], "forward",
                                      self_param=self._self_param)
         d["_python_of"] = self.ir
+        # the large constants the code reads as ``self._code_constant<k>``: plain
+        # attributes (no state_dict entries), as torch.fx keeps them
+        d.update(d["_python"].attributes or {})
         return d["_python"]
 
     @property

@@ -65,6 +65,9 @@ class PythonCode(NamedTuple):
     src: str
     globals: dict
     fn: Any   # the top-level function, exec'd from src
+    # what the code reads as ``self.<name>`` that its module must hold (readable_code's
+    # large constants, as torch.fx keeps ``_tensor_constant<k>``)
+    attributes: dict | None = None
 
 
 def _ident(name: str, used: set) -> str:
