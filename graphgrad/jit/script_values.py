@@ -28,8 +28,8 @@ from graphgrad.tensor import Value
 
 _I64 = xp.dtype(xp.int64)
 
-__all__ = ["ScriptBuilder", "Lifts", "ShapeValue", "classify", "describe", "MATH",
-           "is_library_module", "is_module"]
+__all__ = ["ScriptBuilder", "Lifts", "ShapeValue", "TupleResult", "classify", "describe",
+           "MATH", "is_library_module", "is_module"]
 
 
 class Lifts:
@@ -119,6 +119,27 @@ class ScriptBuilder(GraphBuilder):
         """The Symbol of this graph standing for an outside tensor."""
         ph = self.lifts.node(value, name, getter)
         return symbol(ph if ph.graph is self.graph else self.capture(ph))
+
+
+class TupleResult:
+    """The result of a call that returns several tensors (``x.max(dim=-1)``, ``split``,
+    ``topk``) made when the graph runs, because its ops need a rank unknown at compile
+    time: one call node whose value is the tuple. The compiler makes each item where the
+    code unpacks it, indexes it with an int or reads a field (``.values``): an
+    ``operator.getitem`` node on the call, as torch.fx records it. The number of items
+    is the unpacking's (checked when the graph runs, by Python's indexing)."""
+
+    def __init__(self, owner: str, symbol_: Symbol, fields: tuple[str, ...] = (),
+                 dtypes: tuple = ()):
+        self.owner = owner      # the source text of the call, for messages
+        self.sym = symbol_      # the call node's value: the tuple
+        self.fields = fields    # a named tuple's field names (values, indices), if known
+        self.dtypes = dtypes    # the items' dtypes where they differ from the input's
+
+    def error(self) -> str:
+        return (f"{self.owner} returns several tensors, how many is known only when the "
+                f"graph runs: unpack it (a, b = ...), index it with an int or read a "
+                f"field of it")
 
 
 class ShapeValue:

@@ -10,8 +10,13 @@ pointer (``script_compiler``). Parameters are Tensors of unknown shape unless
 annotated ``int``/``float``/``bool``.
 
 Running it: graphgrad's ops fix dims and shape parameters when a node is built, so a
-graph built for inputs of unknown rank is run only when none of its ops needed the
-rank. Otherwise each call runs a graph compiled from the same source for the call's
+call whose ops need the rank of an input of unknown rank is recorded as one
+``call_function``/``call_method`` node made when the graph runs; one that returns several
+tensors (``max(dim)``, ``topk``, ``sort``, ``split``, ``chunk``) has its items as
+``operator.getitem`` nodes on it (``TupleResult``), ``x.numel()`` is the product of the
+run-time shape and ``y[..., 0] = v`` an ``index_put`` call made when the graph runs. So
+one graph serves every rank unless the code itself reads the rank (``x.ndim``, an index
+of a tensor inside graphgrad code that checks it). Then each call runs a graph compiled from the same source for the call's
 input shapes (cached per shape, as TorchScript's profiling executor specializes its
 graphs); ``graph_for(*inputs)`` shows it. Either way the graph runs on the IR's
 ``Interpreter`` on tensors, so autograd records the ops of the branch and the loop
