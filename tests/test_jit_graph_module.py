@@ -119,3 +119,24 @@ def test_scripted_function_has_the_graph_module_face():
     assert "def forward(x, w):" in scripted.code
     x, w = gg.randn(4, 3), gg.randn(3, 2)
     _close(scripted(x, w), f(x, w))
+
+
+class _Dropped(gg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = gg.nn.Linear(3, 3)
+        self.drop = gg.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.fc(x))
+
+
+def test_eval_and_state_dict_are_the_modules():
+    net = _Dropped()
+    scripted = jit.script(net)
+    scripted.eval()   # as in PyTorch: the scripted module's flags are the module's
+    assert not net.training and not net.drop.training
+    x = gg.randn(4, 3)
+    _close(scripted(x), net(x))   # eval: no dropout mask, deterministic
+    traced = jit.trace(net, (x,))
+    assert list(traced.state_dict()) == list(net.state_dict()) == list(scripted.state_dict())

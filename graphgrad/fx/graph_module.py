@@ -89,6 +89,16 @@ class GraphModule(Module):
         d, src = self.__dict__, module.__dict__
         for key in ("_parameters", "_buffers", "_non_persistent", "_modules"):
             d[key] = src[key]
+        d["_shared_with"] = module
+
+    def train(self, mode: bool = True) -> GraphModule:
+        """As ``nn.Module.train``; a GraphModule that shares a module's state sets that
+        module's flag too (``scripted.eval()`` is ``module.eval()``, as in PyTorch)."""
+        super().train(mode)
+        shared = self.__dict__.get("_shared_with")
+        if shared is not None:
+            shared.train(mode)
+        return self
 
     # ---- the graph and its code -------------------------------------------------------
 
