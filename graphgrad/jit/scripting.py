@@ -18,9 +18,9 @@ run-time shape and ``y[..., 0] = v`` an ``index_put`` call made when the graph r
 one graph serves every rank unless the code itself reads the rank (``x.ndim``, an index
 of a tensor inside graphgrad code that checks it). Then each call runs a graph compiled
 from the same source for the call's input shapes (cached per shape, as TorchScript's
-profiling executor specializes its graphs); ``graph_for(*inputs)`` shows it. Either way the graph runs on the IR's
-``Interpreter`` on tensors, so autograd records the ops of the branch and the loop
-iterations taken and ``backward()`` gives eager's gradients.
+profiling executor specializes its graphs); ``graph_for(*inputs)`` shows it. Either
+way the graph runs on the IR's ``Interpreter`` on tensors, so autograd records the ops
+of the branch and the loop iterations taken and ``backward()`` gives eager's gradients.
 
 Random numbers: ``rand``/``randn``/``randint``, their ``*_like`` forms and dropout in
 training mode compile to ``random`` nodes that draw afresh at every call, from
