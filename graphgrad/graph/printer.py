@@ -150,12 +150,13 @@ class Emitter:
         used = {"dtype"} | set(self.glb)
         names: dict[Node, str] = {}
         params, body = [], []
+        read_by = {i for n in graph.nodes for i in (*n.input_nodes(), *n.deps)}
         for p in graph.inputs:
             names[p] = _ident(p.name, used)
             read = self.input_read(p, fname)
             if read is None:
                 params.append(names[p])
-            else:
+            elif p in read_by:   # a module attribute the graph does not read: not printed
                 body.append(f"{names[p]} = {read}")
         params = [*self.leading_params(fname), *params]
         k = 0
