@@ -140,3 +140,22 @@ def test_eval_and_state_dict_are_the_modules():
     _close(scripted(x), net(x))   # eval: no dropout mask, deterministic
     traced = jit.trace(net, (x,))
     assert list(traced.state_dict()) == list(net.state_dict()) == list(scripted.state_dict())
+
+
+class _GeluForRelu(fx.Transformer):
+    def call_function(self, target, args, kwargs):
+        if target is gg.relu:
+            return gg.nn.functional.gelu(*args, **kwargs)
+        return super().call_function(target, args, kwargs)
+
+
+def test_an_fx_transformer_rewrites_a_traced_and_a_scripted_module():
+    gg.manual_seed(4)
+    net = Net()
+    x = gg.randn(6, 3)
+    for captured in (jit.trace(net, (x,)), jit.script(net)):
+        new = _GeluForRelu(captured).transform()
+        assert isinstance(new, fx.GraphModule)
+        assert [n.target for n in new.graph.nodes if n.op == "get_attr"][:2] == [
+            "fc.weight", "fc.bias"]
+        _close(new(x), _eager_gelu(net, x))
