@@ -114,7 +114,9 @@ def _optimizer(optim, params):
     return optim.Adam(params, lr=LR["adam"], betas=BETAS, eps=EPS)
 
 
-def graphgrad_step_fn():
+def graphgrad_step_fn(compiled: bool = False):
+    """graphgrad's step; ``compiled``: the model through ``graphgrad.compile`` (forward
+    and backward compiled: bench/compile_fusion.py)."""
     import graphgrad as gg
     from graphgrad import nn, optim
     x, y, ws, bs = _data()
@@ -126,8 +128,10 @@ def graphgrad_step_fn():
     loss_fn = nn.CrossEntropyLoss()
     xt, yt = gg.tensor(x), gg.tensor(y)
 
+    run = gg.compile(model) if compiled else model
+
     def step():
-        loss = loss_fn(model(xt), yt)
+        loss = loss_fn(run(xt), yt)
         opt.zero_grad()
         loss.backward()
         opt.step()

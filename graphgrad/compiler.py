@@ -2,7 +2,9 @@
 ``graphgrad.compile``, as ``torch.compiler`` / ``torch._dynamo``:
 
 * ``explain(fn)(*args)``: run ``fn`` once under capture and report the graphs, the graph
-  breaks with their reason and source line, the ops per graph and the guards;
+  breaks with their reason and source line, the ops per graph, the guards, and what
+  the default backend makes of each graph: the fused groups, the lowering each gets
+  (Numba kernel or NumPy program) and why, and what did not fuse and why;
 * ``reset()``: forget every cached graph and zero the counters;
 * ``counters``: what the compiler did (``frames``, ``cache_hits``, ``recompiles``,
   ``graphs``, ``graph_breaks``...; see ``graphgrad.dynamo.stats``);
@@ -15,9 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphgrad.backends.fused import lower
 from graphgrad.dynamo import BACKENDS, CompiledFunction, config, counters, register_backend, reset
 from graphgrad.dynamo.eval_frame import BreakRecord, EagerTerm
 from graphgrad.nn import Module
+from graphgrad.passes import Fused, fuse_elementwise, fusion_report, optimize
 
 __all__ = ["explain", "ExplainOutput", "reset", "counters", "list_backends",
            "register_backend", "config", "segments", "describe"]
@@ -90,6 +94,10 @@ class ExplainOutput:
     eager_reason: str | None = None
     segment_tree: str = ""
     result: Any = None
+    # per fused group: (graph name, its ops, the lowering, why); and the op nodes left
+    # unfused: (graph name, node, op, why)
+    fused_groups: list = field(default_factory=list)
+    not_fused: list = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [f"Graph Count: {self.graph_count}",
@@ -108,6 +116,11 @@ class ExplainOutput:
             lines.append(f"  {g.name}: {', '.join(ops)}")
         lines.append("Out Guards:")
         lines.extend(f"  {g}" for g in self.out_guards)
+        lines.append("Fused groups:")
+        lines.extend(f"  {g}: {' -> '.join(ops)}: {how} ({why})"
+                     for g, ops, how, why in self.fused_groups)
+        lines.append("Not fused:")
+        lines.extend(f"  {g}: {name} ({op}): {why}" for g, name, op, why in self.not_fused)
         lines.append("Segments:")
         lines.extend(f"  {line}" for line in self.segment_tree.splitlines())
         return "\n".join(lines)
@@ -132,6 +145,14 @@ def explain(fn: Callable | Module, *extra_args, **extra_kwargs):
                               if n.kind not in ("placeholder", "output")] for g in cf.graphs]
         out.op_count = sum(len(ops) for ops in out.ops_per_graph)
         out.segment_tree = describe(cf)
+        for g in cf.graphs:
+            opt = optimize(g)[0]
+            out.not_fused.extend((g.name, *row) for row in fusion_report(opt).not_fused)
+            for n in fuse_elementwise(opt).nodes:
+                if n.kind == "call" and n.op is Fused:
+                    k = lower(n.params["kernel"])
+                    out.fused_groups.append((g.name, k.program.op_names, k.lowering,
+                                             k.decision.reason))
         for seg in segments(cf):
             if seg.guards is not None:
                 out.out_guards.extend(g.text for g in seg.guards.guards)

@@ -554,3 +554,105 @@ CASES += [
               m, p, u, num_samples=5, replacement=True),
           inputs(positive(*X), uniform01(3, 5)), jvp=False),
 ]
+
+# convolution kernels: a batched weight runs as more groups, a batched input as more examples
+CASES += [
+    _case("conv2d", "Convolution",
+          lambda m, x, w, b: m.nn.functional.conv2d(x, w, b, stride=(2, 1), padding=1,
+                                                    dilation=(1, 2), groups=2),
+          inputs(normal(2, 4, 5, 6), normal(6, 2, 3, 2), normal(6))),
+    _case("conv_transpose1d", "Convolution",
+          lambda m, x, w: m.nn.functional.conv_transpose1d(x, w, stride=2, padding=1,
+                                                           output_padding=1),
+          inputs(normal(2, 3, 5), normal(3, 2, 3))),
+    _case("conv2d_weight_grad", "ConvolutionBackwardWeight",
+          lambda m, x, w, g: m.func.vjp(lambda v: m.nn.functional.conv2d(x, v, stride=2),
+                                        w)[1](g)[0],
+          inputs(normal(2, 2, 5, 5), normal(3, 2, 2, 2), normal(2, 3, 2, 2)), diff=(0, 2),
+          in_dims=((0, None, 0), (None, None, 0), (0, None, None))),
+]
+
+# pooling kernels: every input batched alike folds into the examples
+CASES += [
+    _case("max_pool2d", ("MaxPoolIndices", "TakePlanes"),
+          lambda m, x: m.nn.functional.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True),
+          inputs(normal(2, 3, 6, 5))),
+    _case("max_pool_gradient", "PutPlanes",
+          lambda m, x, g: m.func.vjp(lambda v: m.nn.functional.max_pool2d(v, 2), x)[1](g)[0],
+          inputs(normal(2, 3, 4, 6), normal(2, 3, 2, 3)), diff=(1,),
+          in_dims=((0, 0), (None, 0), (0, None))),
+    _case("avg_pool2d", "AvgPool",
+          lambda m, x: m.nn.functional.avg_pool2d(x, 3, stride=2, padding=1,
+                                                  count_include_pad=False),
+          inputs(normal(2, 3, 6, 5))),
+    _case("avg_pool_gradient", "AvgPoolBackward",
+          lambda m, x, g: m.func.vjp(lambda v: m.nn.functional.avg_pool2d(v, (2, 3), 1), x)[1](
+              g)[0],
+          inputs(normal(2, 3, 4, 6), normal(2, 3, 3, 4)), diff=(1,)),
+]
+
+# recurrent sequence ops: with unbatched weights the batch joins the examples; a batched
+# weight runs one call per entry
+def _recurrent(name, reference, backward=False):
+    from op_cases import _layer_backward_op, _layer_op
+
+    made = (_layer_backward_op if backward else _layer_op)(name, reference)
+
+    def fn(m, *xs):
+        return made(torch if m is TORCH else m, *xs)
+    return fn
+
+
+def _lstm_ref(*a):
+    from op_cases import lstm_reference
+    return lstm_reference(*a)
+
+
+def _gru_ref(*a):
+    from op_cases import gru_reference
+    return gru_reference(*a)
+
+
+_LSTM_IN = (normal(3, 2, 8), normal(2, 2), normal(2, 2), normal(8, 2))
+_GRU_IN = (normal(3, 2, 6), normal(2, 2), normal(6, 2), normal(6))
+CASES += [
+    _case("lstm_layer", "LstmLayer", _recurrent("LstmLayer", _lstm_ref), inputs(*_LSTM_IN),
+          in_dims=((0, 0, 0, None), (None, 0, None, None), (0, 0, 0, 0))),
+    _case("gru_layer", "GruLayer", _recurrent("GruLayer", _gru_ref), inputs(*_GRU_IN),
+          in_dims=((0, 0, None, None), (None, 0, None, None), (0, 0, 0, 0))),
+    _case("lstm_layer_backward", "LstmLayerBackward",
+          _recurrent("LstmLayerBackward", _lstm_ref, backward=True),
+          inputs(normal(3, 2, 4), *_LSTM_IN), jvp=False),
+    _case("gru_layer_backward", "GruLayerBackward",
+          _recurrent("GruLayerBackward", _gru_ref, backward=True),
+          inputs(normal(3, 2, 2), *_GRU_IN), jvp=False),
+]
+
+# fused attention: q, k, v (and a float mask) batched or not
+def _attention(backward=False):
+    def fn(m, *xs):
+        from op_cases import _sdpa, _sdpa_backward, sdpa_reference
+        if backward:
+            return _sdpa_backward(torch if m is TORCH else m, *xs)
+        return (sdpa_reference if m is TORCH else _sdpa)(torch if m is TORCH else m, *xs)
+    return fn
+
+
+def _causal_attention(m, q, k, v):
+    from op_cases import _sdpa, sdpa_reference
+    return (sdpa_reference if m is TORCH else _sdpa)(torch if m is TORCH else m, q, k, v,
+                                                      is_causal=True)
+
+
+CASES += [
+    _case("scaled_dot_product_attention", "ScaledDotProductAttention", _attention(),
+          inputs(normal(2, 3, 4), normal(2, 5, 4), normal(2, 5, 3), normal(3, 5)),
+          in_dims=((0, 0, 0, 0), (0, None, None, None), (None, 0, 0, None),
+                   (0, 0, 0, None))),
+    _case("scaled_dot_product_attention_causal", "ScaledDotProductAttention",
+          _causal_attention, inputs(normal(2, 4, 3), normal(2, 4, 3), normal(2, 4, 2))),
+    _case("scaled_dot_product_attention_backward", "ScaledDotProductAttentionBackward",
+          _attention(backward=True),
+          inputs(normal(3, 2), normal(3, 4), normal(5, 4), normal(5, 2), normal(3, 5)),
+          jvp=False),
+]

@@ -30,9 +30,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import graphgrad as gg
+from graphgrad.ops.convolution import ConvolutionBackwardWeight
 from graphgrad.ops.cumulative import CumprodBackward
 from graphgrad.ops.bce import BinaryCrossEntropy
 from graphgrad.ops.nll import NllLoss, NllLossBackward
+from graphgrad.ops import REGISTRY
+from graphgrad.ops.pooling import AvgPoolBackward, PutPlanes
 
 __all__ = ["Case", "CASES", "Example"]
 
@@ -1074,7 +1077,7 @@ add(
     case("mv", "Matmul", lambda m, a, b: m.mv(a, b), fixed((normal, (2, 3)), (normal, (3,)))),
     case("dot", "Matmul", lambda m, a, b: m.dot(a, b), fixed((normal, (5,)), (normal, (5,)))),
     case("outer", "Mul", lambda m, a, b: m.outer(a, b), fixed((normal, (3,)), (normal, (4,)))),
-    case("linear", "Matmul", lambda m, x, w, b: m.nn.functional.linear(x, w, b),
+    case("linear", "Linear", lambda m, x, w, b: m.nn.functional.linear(x, w, b),
          fixed((normal, (2, 5, 3)), (normal, (4, 3)), (normal, (4,)))),
 )
 
@@ -1890,3 +1893,237 @@ add(
          torch_fn=lambda m, p, u: m.searchsorted(m.cumsum(p, -1) / p.sum(), u, right=True)
          .clamp(max=3), grad=False, float32=False),
 )
+
+# convolution kernels (ops/convolution.py): every kind through nn.functional ---------------
+
+
+@st.composite
+def _conv_example(draw):
+    """conv{1,2,3}d or conv_transpose{1,2,3}d: batch 1-2, groups, odd sizes, strides,
+    padding, dilation (and output_padding for the transposes), bias or none."""
+    nd = draw(st.integers(1, 3))
+    transposed = draw(st.booleans())
+    groups = draw(st.integers(1, 2))
+    c_in, c_out = groups * draw(st.integers(1, 2)), groups * draw(st.integers(1, 2))
+    side = 3 if nd == 3 else 5
+    k = tuple(draw(st.integers(1, 3 if nd < 3 else 2)) for _ in range(nd))
+    s = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    d = tuple(draw(st.integers(1, 2)) for _ in range(nd))
+    p = tuple(draw(st.integers(0, 2)) for _ in range(nd))
+    size = tuple(max(1, di * (ki - 1) + 1 - 2 * pi) + draw(st.integers(0, side - 2))
+                 for ki, di, pi in zip(k, d, p, strict=True))
+    static = {"nd": nd, "transposed": transposed, "stride": s, "padding": p, "dilation": d,
+              "groups": groups}
+    if transposed:
+        static["output_padding"] = tuple(draw(st.integers(0, max(si, di) - 1))
+                                         for si, di in zip(s, d, strict=True))
+        assume(all((e - 1) * si - 2 * pi + di * (ki - 1) + op + 1 > 0 for e, si, pi, di, ki, op
+                   in zip(size, s, p, d, k, static["output_padding"], strict=True)))
+    w_shape = (c_in, c_out // groups, *k) if transposed else (c_out, c_in // groups, *k)
+    rng = np.random.default_rng(draw(SEEDS))
+    arrays = [rng.standard_normal((draw(st.integers(1, 2)), c_in, *size)),
+              rng.standard_normal(w_shape)]
+    if draw(st.booleans()):
+        arrays.append(rng.standard_normal(c_out))
+    return Example(tuple(arrays), static)
+
+
+def _conv(m, x, w, *b, nd, transposed, **kw):
+    f = getattr(m.nn.functional, f"conv_transpose{nd}d" if transposed else f"conv{nd}d")
+    return f(x, w, *b, **kw)
+
+
+def _conv_weight_grad(m, x, g):
+    """The op itself against torch's vjp of conv2d with respect to the weight."""
+    geometry = dict(stride=(2, 2), padding=(1, 1), dilation=(1, 1), groups=2)
+    if m is gg:
+        return ConvolutionBackwardWeight.apply(x, g, kernel_size=(3, 2), **geometry)
+    w = m.zeros(4, 2, 3, 2, dtype=x.dtype)
+    return m.func.vjp(lambda v: m.nn.functional.conv2d(x, v, **geometry), w)[1](g)[0]
+
+
+add(case("convolution", "Convolution", _conv, _conv_example()),
+    case("convolution_weight_grad", "ConvolutionBackwardWeight", _conv_weight_grad,
+         fixed((normal, (2, 4, 5, 4)), (normal, (2, 4, 3, 3)))))
+
+# pooling kernels (ops/pooling.py): max pooling's index op and index-based gradient, and
+# average pooling, over PyTorch's edge cases (ceil_mode windows past the edge, padding
+# with dilation, count_include_pad=False, divisor_override) ------------------------------
+
+
+@st.composite
+def _pool_example(draw, avg: bool):
+    nd = draw(st.integers(1, 3))
+    k = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    s = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    d = (1,) * nd if avg else tuple(draw(st.integers(1, 2)) for _ in range(nd))
+    p = tuple(draw(st.integers(0, ki // 2)) for ki in k)
+    size = tuple(di * (ki - 1) + 1 + draw(st.integers(0, 3 if nd < 3 else 1))
+                 for ki, di in zip(k, d, strict=True))
+    static = {"nd": nd, "kernel_size": k, "stride": s, "padding": p,
+              "ceil_mode": draw(st.booleans())}
+    if avg:
+        static["count_include_pad"] = draw(st.booleans())
+        if nd > 1 and draw(st.booleans()):
+            static["divisor_override"] = draw(st.integers(1, 5))
+    else:
+        static["dilation"] = d
+    rng = np.random.default_rng(draw(SEEDS))
+    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 2)), *size)
+    return Example((distinct(rng, shape),), static)
+
+
+def _max_pool(m, x, nd, **kw):
+    return getattr(m.nn.functional, f"max_pool{nd}d")(x, return_indices=True, **kw)
+
+
+def _avg_pool(m, x, nd, **kw):
+    return getattr(m.nn.functional, f"avg_pool{nd}d")(x, **kw)
+
+
+_POOL_GEOMETRY = dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1), dilation=(1, 2),
+                      ceil_mode=True)
+
+
+def _max_pool_gradient(m, x, g):
+    """PutPlanes itself against torch's vjp of max_pool2d (x only gives the indices)."""
+    if m is gg:
+        _, idx = m.nn.functional.max_pool2d(x, return_indices=True, **_POOL_GEOMETRY)
+        return PutPlanes.apply(g, idx, size=tuple(x.shape[2:]), accumulate=True)
+    return m.func.vjp(lambda v: m.nn.functional.max_pool2d(v, **_POOL_GEOMETRY), x)[1](g)[0]
+
+
+def _avg_pool_gradient(m, g):
+    geometry = dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1), ceil_mode=True,
+                    count_include_pad=False, divisor_override=None)
+    if m is gg:
+        return AvgPoolBackward.apply(g, size=(5, 6), **geometry)
+    x = m.zeros(2, 3, 5, 6, dtype=g.dtype)
+    return m.func.vjp(lambda v: m.nn.functional.avg_pool2d(v, **geometry), x)[1](g)[0]
+
+
+add(case("max_pool", ("MaxPoolIndices", "TakePlanes"), _max_pool, _pool_example(False)),
+    case("avg_pool", "AvgPool", _avg_pool, _pool_example(True)),
+    case("max_pool_gradient", "PutPlanes", _max_pool_gradient,
+         fixed((distinct, (2, 2, 5, 6)), (normal, (2, 2, 3, 6)), nograd=(0,))),
+    case("avg_pool_gradient", "AvgPoolBackward", _avg_pool_gradient,
+         fixed((normal, (2, 3, 3, 7)))))
+
+# recurrent layers (ops/recurrent.py): the sequence ops against the same recurrence
+# written step by step in torch; the fused backward ops against torch's vjp of it --------
+
+
+def lstm_reference(m, xg, h0, c0, w):
+    """An LSTM layer's recurrence in plain ops of ``m``: (L, N, 2H) of [h_t | c_t]."""
+    h, c, out = h0, c0, []
+    hidden = h0.shape[-1]
+    for t in range(xg.shape[0]):
+        i, f, g, o = (xg[t] + h @ w.T).split(hidden, -1)
+        c = m.sigmoid(f) * c + m.sigmoid(i) * m.tanh(g)
+        h = m.sigmoid(o) * m.tanh(c)
+        out.append(m.cat([h, c], -1))
+    return m.stack(out)
+
+
+def gru_reference(m, xg, h0, w, b=None):
+    h, out = h0, []
+    hidden = h0.shape[-1]
+    for t in range(xg.shape[0]):
+        hg = h @ w.T if b is None else h @ w.T + b
+        xr, xz, xn = xg[t].split(hidden, -1)
+        hr, hz, hn = hg.split(hidden, -1)
+        r, z = m.sigmoid(xr + hr), m.sigmoid(xz + hz)
+        n = m.tanh(xn + r * hn)
+        h = (1 - z) * n + z * h
+        out.append(h)
+    return m.stack(out)
+
+
+def _layer_op(name, reference):
+    def fn(m, *xs):
+        if m is gg:
+            return REGISTRY[name].apply(*xs)
+        return reference(m, *xs)
+    return fn
+
+
+def _layer_backward_op(name, reference):
+    """The fused backward op on (g, *inputs) against torch's vjp of the reference."""
+    def fn(m, g, *xs):
+        if m is gg:
+            return REGISTRY[name].apply(g, REGISTRY[name[:-8]].apply(*xs), *xs)
+        _, pull = m.func.vjp(lambda *a: reference(m, *a), *xs)
+        return m.cat([d.reshape(-1) for d in pull(g)])
+    return fn
+
+
+_LSTM_SHAPES = ((normal, (3, 2, 8)), (normal, (2, 2)), (normal, (2, 2)), (normal, (8, 2)))
+_GRU_SHAPES = ((normal, (3, 2, 6)), (normal, (2, 2)), (normal, (6, 2)), (normal, (6,)))
+add(case("lstm_layer", "LstmLayer", _layer_op("LstmLayer", lstm_reference),
+         fixed(*_LSTM_SHAPES)),
+    case("gru_layer", "GruLayer", _layer_op("GruLayer", gru_reference), fixed(*_GRU_SHAPES)),
+    case("gru_layer_no_bias", "GruLayer", _layer_op("GruLayer", gru_reference),
+         fixed(*_GRU_SHAPES[:3])),
+    case("lstm_layer_backward", "LstmLayerBackward",
+         _layer_backward_op("LstmLayerBackward", lstm_reference),
+         fixed((normal, (3, 2, 4)), *_LSTM_SHAPES), grad=False),
+    case("gru_layer_backward", "GruLayerBackward",
+         _layer_backward_op("GruLayerBackward", gru_reference),
+         fixed((normal, (3, 2, 2)), *_GRU_SHAPES), grad=False))
+
+# attention (ops/attention.py): the fused op and its fused backward, masks and causal -------
+
+
+def _sdpa(m, q, k, v, *mask, **kw):
+    return m.nn.functional.scaled_dot_product_attention(q, k, v, *mask, **kw)
+
+
+def sdpa_reference(m, q, k, v, *mask, scale=None, is_causal=False):
+    """PyTorch's math reference of attention (its fused CPU kernels have no double
+    backward or forward-mode rule)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    s = (q @ k.transpose(-2, -1)) * scale
+    if is_causal:
+        mask = (m.ones(s.shape[-2], s.shape[-1], dtype=m.bool).tril(),)
+    if mask:
+        s = s.masked_fill(~mask[0], float("-inf")) if mask[0].dtype == m.bool else s + mask[0]
+    return m.softmax(s, -1) @ v
+
+
+def _sdpa_backward(m, g, q, k, v, *mask):
+    """The fused backward against torch's vjp (q, k, v and a float mask)."""
+    if m is gg:
+        from graphgrad.ops.attention import ScaledDotProductAttentionBackward
+        return ScaledDotProductAttentionBackward.apply(g, q, k, v, *mask, scale=0.5,
+                                                       is_causal=False,
+                                                       float_mask_grad=bool(mask))
+    _, pull = m.func.vjp(lambda *a: sdpa_reference(m, *a, scale=0.5), q, k, v, *mask)
+    return m.cat([d.reshape(-1) for d in pull(g)])
+
+
+@st.composite
+def _sdpa_example(draw):
+    """q (B, H, L, E) with k, v broadcast over B or not, a bool or float mask or none."""
+    rng = np.random.default_rng(draw(SEEDS))
+    b, h, n_q, n_k, e = (draw(st.integers(1, 3)) for _ in range(5))
+    kb = draw(st.sampled_from([b, 1]))
+    arrays = [rng.standard_normal((b, h, n_q, e)), rng.standard_normal((kb, h, n_k, e)),
+              rng.standard_normal((kb, h, n_k, draw(st.integers(1, 3))))]
+    kind = draw(st.sampled_from(["none", "bool", "float", "causal"]))
+    static = {"scale": draw(st.sampled_from([None, 0.3]))}
+    if kind == "bool":
+        keep = rng.random((n_q, n_k)) < 0.7
+        keep[:, 0] = True  # no row fully masked (PyTorch gives NaN there)
+        arrays.append(keep)
+    elif kind == "float":
+        arrays.append(rng.standard_normal((h, n_q, n_k)))
+    elif kind == "causal":
+        static["is_causal"] = True
+    return Example(tuple(arrays), static)
+
+
+add(case("scaled_dot_product_attention", "ScaledDotProductAttention", _sdpa, _sdpa_example(),
+         torch_fn=sdpa_reference),
+    case("scaled_dot_product_attention_backward", "ScaledDotProductAttentionBackward",
+         _sdpa_backward, fixed((normal, (2, 3, 2)), (normal, (2, 3, 4)), (normal, (2, 5, 4)),
+                               (normal, (2, 5, 2)), (normal, (2, 3, 5))), grad=False))

@@ -85,13 +85,16 @@ def test_module_matches_torch(name, make, shapes):
 
 
 def test_linear_uses_one_fused_op_for_a_matrix_of_examples():
-    """2-D input: one op (PyTorch records AddmmBackward0 there); other ranks: the
-    composite (PyTorch: a matmul); the same values and gradients either way."""
+    """2-D input: one op (PyTorch records AddmmBackward0 there); batches of matrices:
+    the same op on their rows as one matrix, reshaped back (PyTorch: a view of an
+    addmm); the same values and gradients as the composite either way."""
     w = gg.tensor(rand(3, 5), requires_grad=True)
     b = gg.tensor(rand(3, seed=1), requires_grad=True)
     assert repr(F.linear(gg.tensor(rand(4, 5)), w, b).grad_fn).startswith("<LinearBackward0")
     assert repr(F.linear(gg.tensor(rand(4, 5)), w).grad_fn).startswith("<LinearBackward0")
-    assert repr(F.linear(gg.tensor(rand(2, 4, 5)), w, b).grad_fn).startswith("<AddBackward0")
+    batched = F.linear(gg.tensor(rand(2, 4, 5)), w, b)
+    assert repr(batched.grad_fn).startswith("<ReshapeBackward0")
+    assert repr(batched.grad_fn.next_functions[0][0]).startswith("<LinearBackward0")
     x = rand(4, 5, seed=2)
     fused = F.linear(gg.tensor(x), w, b)
     composite = gg.tensor(x) @ w.mT + b

@@ -2,9 +2,12 @@
 
 ``default(gm, example_inputs)``: the graph (``gm.graph`` of a GraphModule) optimized by
 ``graphgrad.passes``, then its printed Python program, exec'd once (no per-node
-interpretation: the fastest backend graphgrad has); where no gradient is needed,
-``array_program`` makes a program on the arrays themselves that calls each op's
-``forward`` directly.
+interpretation); where no gradient is needed, ``array_program`` makes a program on the
+arrays themselves from the fused graph (``passes.fuse_elementwise``): each op's
+``forward`` called directly, each fused group one kernel (fused.py), each value freed
+after its last use. Where a gradient is needed, the compiled forward+backward (aot.py).
+With ``fused.config.debug_dir`` set, the graph before and after each step is written
+there as Python.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ from typing import Any
 
 from graphgrad.backend import xp
 from graphgrad.graph import Graph, Node, dynamic_tuple_text, is_dynamic, python_code
-from graphgrad.passes import optimize
+from graphgrad.graph.random_node import draw
+from graphgrad.passes import Fused, fuse_elementwise, optimize
 from graphgrad.tensor import Value, dispatch, is_grad_enabled
 from graphgrad.tensor.modes import current_mode
 from graphgrad.tensor import Tensor
 
 from .eager import graph_of
+from .fused import dump_graphs, lower
 
 __all__ = ["default", "array_program"]
 
@@ -29,28 +34,81 @@ def default(gm: Any, example_inputs: list) -> Callable:
     folding, CSE, dead code) as its printed program; when no gradient is needed, a program
     on NumPy arrays that calls each op's ``forward`` directly (no dispatch, no Tensor per
     intermediate). The callable's ``graph`` attribute is the optimized graph it runs."""
-    graph, _ = optimize(graph_of(gm))
+    captured = graph_of(gm)
+    graph, _ = optimize(captured)
     slow = python_code(graph, name="forward").fn
-    fast = array_program(graph, example_inputs, slow)
+    fused = fuse_elementwise(graph)
+    dump_graphs(("captured", captured), ("optimized", graph), ("fused", fused))
+    from .aot import AotProgram   # (aot.py builds on this module's array_function)
+    fast = array_program(fused, example_inputs, slow, AotProgram(graph, slow))
     run = slow if fast is None else fast
     run.graph = graph
+    run.fused_graph = fused
     return run
 
 
-def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callable | None:
+def array_program(graph: Graph, example_inputs: list, slow: Callable,
+                  train: Callable | None = None) -> Callable | None:
     """``graph`` as Python over arrays, or None where a node needs more than that. Falls
     back to ``slow`` (the op-by-op program) when a gradient is needed, when something is
     on the dispatch stack (a transform), and for ops whose inputs differ in dtype (there
-    dispatch's promotion rule decides); on an error ``slow`` runs again for its message."""
-    ns: dict = {"_slow": slow, "_T": Tensor._make, "_nd": xp.ndarray, "_asarray": xp.asarray,
-                "_grad": is_grad_enabled, "_top": current_mode, "_i64": xp.int64,
-                "_Value": Value}
+    dispatch's promotion rule decides); on an error ``slow`` runs again for its message.
+    ``train``: what runs instead of ``slow`` when a gradient is needed (the compiled
+    forward+backward, aot.py)."""
+    ns: dict = {"_slow": slow, "_train": train or slow, "_T": Tensor._make,
+                "_grad": is_grad_enabled, "_top": current_mode}
+    emitted = _emit(graph, [isinstance(ex, Value) for ex in example_inputs], ns)
+    if emitted is None:
+        return None
+    params, body, outs, rg = emitted
+    sig = ", ".join(params)
+    check = (f"if _top() is not None:\n        return _slow({sig})\n"
+             f"    if _grad() and ({' or '.join(rg) or 'False'}):\n        return _train({sig})")
+    src = (f"def forward({sig}):\n    {check}\n    try:\n"
+           + "".join(f"        {line}\n" for line in body)
+           + "    except Exception:\n"
+           + f"        return _slow({sig})\n"
+           + f"    return ({', '.join(map(_as_tensor, outs))}{',' if len(outs) == 1 else ''})\n")
+    exec(compile(src, f"<graph {graph.name} arrays>", "exec"), ns)  # noqa: S102
+    fn = ns["forward"]
+    fn.source = src
+    return fn
+
+
+def _as_tensor(out: str) -> str:
+    """An output's text as a Tensor: a computed array is wrapped; an input (the very
+    object) or a literal passes as it is."""
+    return f"_T({out})" if out.startswith("t") else out
+
+
+def array_function(graph: Graph) -> Callable | None:
+    """``graph`` as a function from arrays to the tuple of its output arrays (every input
+    an array; no fallback, no tensors), or None where a node needs more than arrays."""
+    ns: dict = {}
+    emitted = _emit(graph, [False] * len(graph.inputs), ns)
+    if emitted is None:
+        return None
+    params, body, outs, _ = emitted
+    src = (f"def arrays({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in body)
+           + f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})\n")
+    exec(compile(src, f"<graph {graph.name} arrays only>", "exec"), ns)  # noqa: S102
+    fn = ns["arrays"]
+    fn.source = src
+    return fn
+
+
+def _emit(graph: Graph, tensors: list[bool], ns: dict) -> tuple | None:
+    """The body of an array program: ``(params, lines, output texts, requires-grad
+    tests)``; ``tensors[i]``: input i is a tensor (its array is read first). Fills ``ns``
+    with what the lines call; None where a node needs more than arrays."""
+    ns.update({"_nd": xp.ndarray, "_asarray": xp.asarray, "_i64": xp.int64})
     names: dict[Node, str] = {}
     params, head, body, rg = [], [], [], []
-    for i, (p, ex) in enumerate(zip(graph.inputs, example_inputs, strict=True)):
+    lines_of: dict[Node, int] = {}   # node -> index in body just past its statement
+    for i, (p, is_tensor) in enumerate(zip(graph.inputs, tensors, strict=True)):
         arg = f"x{i}"
         params.append(arg)
-        if isinstance(ex, Value):
+        if is_tensor:
             names[p] = f"a{i}"
             head.append(f"a{i} = {arg}._array")
             rg.append(f"{arg}._requires_grad")
@@ -67,57 +125,89 @@ def array_program(graph: Graph, example_inputs: list, slow: Callable) -> Callabl
             ns[f"_c{k}"] = n.value
             body.append(f"{out} = _c{k}")
         elif n.kind == "call":
-            op = n.op
-            specs = [a.spec for a in n.inputs if isinstance(a, Node)]
-            if any(getattr(sp, "dtype", None) != n.spec.dtype for sp in specs):
-                if not _mixed(ns, body, out, n, ins, k):
-                    return None
-                names[n] = out
-                continue
-            ns[f"_f{k}"] = op.forward
-            args = ins[:n.nargs]
-            for key, v in n.params.items():
-                if is_dynamic(v):
-                    args.append(f"{key}={dynamic_tuple_text(v, ins)}")
-                else:
-                    ns[f"_p{k}_{key}"] = v
-                    args.append(f"{key}=_p{k}_{key}")
-            body.append(f"{out} = _f{k}({', '.join(args)})")
-            body.append(f"if type({out}) is not _nd: {out} = _asarray({out})")
+            if not _call(n, k, out, ins, ns, body):
+                return None
         elif n.kind == "item":
             body.append(f"{out} = {ins[0]}[{n.params['index']}]")
+        elif n.kind == "random":   # fresh samples each run (default or the node's generator)
+            ns[f"_n{k}"] = n
+            ns.setdefault("_draw", draw)
+            ns.setdefault("_rs", {})
+            body.append(f"{out} = _draw(_n{k}, _rs, [{', '.join(ins)}])._array")
         else:
             return None
         names[n] = out
-    outs = []
+        lines_of[n] = len(body)
+    body = head + (_free_at_last_use(graph, names, body, lines_of) or ["pass"])
     by_input = dict(zip(graph.inputs, params, strict=True))
-    for o in graph.outputs:
-        if o in by_input:
-            outs.append(by_input[o])   # a passthrough input: the very object
-        elif isinstance(o, Node):
-            outs.append(f"_T({names[o]})")
-        else:
-            outs.append(repr(o))
-    sig = ", ".join(params)
-    check = f"if _top() is not None or (_grad() and ({' or '.join(rg) or 'False'})):"
-    src = (f"def forward({sig}):\n    {check}\n        return _slow({sig})\n    try:\n"
-           + "".join(f"        {line}\n" for line in head + body)
-           + "    except Exception:\n"
-           + f"        return _slow({sig})\n"
-           + f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})\n")
-    exec(compile(src, f"<graph {graph.name} arrays>", "exec"), ns)  # noqa: S102
-    fn = ns["forward"]
-    fn.source = src
-    return fn
+    outs = [by_input[o] if o in by_input   # a passthrough input: the very object
+            else names[o] if isinstance(o, Node) else repr(o) for o in graph.outputs]
+    return params, body, outs, rg
+
+
+def _call(n: Node, k: int, out: str, ins: list[str], ns: dict, body: list[str]) -> bool:
+    """The lines of an op node: its fused kernel, its ``forward``, or (inputs of mixed
+    dtypes) dispatch. False where it cannot be an array statement."""
+    specs = [a.spec for a in n.inputs if isinstance(a, Node)]
+    if n.op is Fused:   # one kernel for the group (its inner ops promoted already)
+        ns[f"_f{k}"] = lower(n.params["kernel"])
+        body.append(f"{out} = _f{k}({', '.join(ins)})")
+    elif any(getattr(sp, "dtype", None) != n.spec.dtype for sp in specs):
+        return _mixed(ns, body, out, n, ins, k)
+    else:
+        ns[f"_f{k}"] = n.op.forward
+        args = ins[:n.nargs]
+        for key, v in n.params.items():
+            if is_dynamic(v):
+                args.append(f"{key}={dynamic_tuple_text(v, ins)}")
+            else:
+                ns[f"_p{k}_{key}"] = v
+                args.append(f"{key}=_p{k}_{key}")
+        body.append(f"{out} = _f{k}({', '.join(args)})")
+    body.append(f"if type({out}) is not _nd: {out} = _asarray({out})")
+    return True
+
+
+def _tensor_of(a):
+    """An array as a Tensor for dispatch; a Python scalar input stays itself."""
+    return Tensor._make(a) if type(a) is xp.ndarray else a
+
+
+def _free_at_last_use(graph: Graph, names: dict, body: list[str],
+                      lines_of: dict) -> list[str]:
+    """``body`` with ``del`` statements after the last use of each intermediate (as
+    torch.fx's generated code does): NumPy frees an array when its last reference goes,
+    so the program's peak memory is eager's, not the sum of every intermediate."""
+    keep = {o for o in graph.outputs if isinstance(o, Node)}
+    last: dict[Node, Node] = {}
+    for n in graph.nodes:
+        if n in lines_of:
+            for i in (*n.input_nodes(), *n.deps):
+                last[i] = n
+    dels: dict[int, list[str]] = {}
+    for value, user in last.items():
+        if value in lines_of and value not in keep:
+            dels.setdefault(lines_of[user], []).append(names[value])
+    for n in lines_of:   # computed but never read (a side effect's result)
+        if n not in last and n not in keep:
+            dels.setdefault(lines_of[n], []).append(names[n])
+    out: list[str] = []
+    for i, line in enumerate(body, 1):
+        out.append(line)
+        if i in dels:
+            out.append(f"del {', '.join(sorted(dels[i]))}")
+    return out
 
 
 def _mixed(ns, body, out, n, ins, k):
     """An op on inputs of different dtypes: through ``dispatch`` (its promotion rule)."""
     ns[f"_op{k}"] = n.op
     ns.setdefault("_dispatch", dispatch)
+    ns.setdefault("_TT", _tensor_of)
     if any(is_dynamic(v) for v in n.params.values()):
         return None
     ns[f"_pp{k}"] = n.params
-    args = ", ".join(f"_T({a})" if a.startswith(("a", "t")) else a for a in ins[:n.nargs])
+    args = ", ".join(f"_TT({a})" if a.startswith(("a", "t", "x")) else a
+                     for a in ins[:n.nargs])
     body.append(f"{out} = _dispatch(_op{k}, ({args},), _pp{k})._array")
     return True

@@ -12,6 +12,7 @@ guards, and the conversions between runtime values, trace values and templates.
 
 from __future__ import annotations
 
+import sys
 import types
 from collections import OrderedDict
 from typing import Any
@@ -19,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from graphgrad.graph import Graph, GraphBuilder, Spec, Symbol, symbol
+from graphgrad.graph.random_calls import describe_draw, draw_frame
+from graphgrad.graph.random_node import add_random
 from graphgrad.nn import Module
 from graphgrad.tensor import Tensor, Value
 
@@ -77,6 +80,21 @@ def eval_source(src: Source, a: tuple, k: dict, s: tuple) -> Any:
     raise TypeError(f"unknown source {src!r}")
 
 
+class _CaptureBuilder(GraphBuilder):
+    """The capture's graph builder. A random draw made by graphgrad's own code for a graph
+    value (dropout in training mode) becomes a ``random`` node that draws anew on every
+    run from the default generator, as the eager call does (``manual_seed`` reproduces
+    it), instead of one draw frozen into the graph."""
+
+    randomness = "different"
+
+    def batched_random(self, sample, shape: tuple):
+        draw = describe_draw(draw_frame(sys._getframe(1)))
+        if draw is None:
+            return sample(shape)
+        return symbol(add_random(self, draw.dist, list(draw.shape), draw.dtype, draw.params))
+
+
 class Capture:
     """The state of one segment's capture."""
 
@@ -85,7 +103,7 @@ class Capture:
         self.concrete = concrete          # run on real values: no graph, no guards
         self.trusted = trusted            # slots the previous graph made with static specs
         self.graph = Graph(name)
-        self.builder = GraphBuilder(self.graph)
+        self.builder = _CaptureBuilder(self.graph)
         self.guards = GuardSet()
         self.a, self.k, self.s = a, k, s
         self.dynamic = dynamic            # True (all dims), or a set of (source, dim)

@@ -29,13 +29,17 @@ PURE_BUILTINS = frozenset(id(f) for f in (
 _PURE_MODULES = (math, operator)
 
 # graphgrad functions that must run for real: randomness, state, autograd, I/O
+# (dropout is captured: its mask is a random node of the graph, capture.py)
 _EAGER_NAMES = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like",
-                "randint_like", "dropout", "dropout1d", "dropout2d", "alpha_dropout",
+                "randint_like", "alpha_dropout",
                 "bernoulli", "multinomial", "normal", "manual_seed", "seed", "backward",
                 "save", "load", "register_hook", "retain_grad", "numpy", "tolist", "item",
                 "requires_grad_", "set_grad_enabled", "zero_grad", "step", "from_numpy",
                 "as_tensor", "uniform", "poisson", "is_grad_enabled", "is_inference_mode_enabled",
                 "get_default_dtype", "set_default_dtype", "initial_seed"}
+# methods of graphgrad's modules that only check their input (pure Python on shapes):
+# interpreted, so a layer's forward stays one graph
+_INLINE_NAMES = {"_check_input_dim"}
 _EAGER_MODULES = ("graphgrad.autograd", "graphgrad.optim", "graphgrad.utils",
                   "graphgrad.serialization", "graphgrad.nn.init", "graphgrad.dynamo",
                   "graphgrad.compiler", "graphgrad.numdiff", "graphgrad.func",
@@ -88,6 +92,8 @@ def classify(fn: Any) -> str:
             return "eager"   # the standard library, NumPy: never traced into
         if is_graphgrad(fn):
             mod = _module_of(fn)
+            if name in _INLINE_NAMES:
+                return "inline"
             if name in _EAGER_NAMES or "rand" in name or mod.startswith(_EAGER_MODULES) \
                     or is_inplace_name(name):
                 return "eager"

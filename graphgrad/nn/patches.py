@@ -17,10 +17,11 @@ import itertools
 import math
 
 from graphgrad import ops
+from graphgrad.ops.pooling import pool_out_size as out_size
 from graphgrad.tensor import Tensor, zeros
 
 __all__ = ["unfold", "fold", "conv2d", "conv_nd", "conv_transpose_nd", "patches",
-           "linear_transpose", "ntuple", "out_size",
+           "linear_transpose", "ntuple", "out_size", "check_out_size",
            "check_conv", "check_transposed_channels"]
 
 
@@ -40,15 +41,13 @@ def _pair(v, name: str) -> tuple[int, int]:
     return ntuple(v, 2, name)
 
 
-def out_size(size: int, k: int, d: int, p: int, s: int, ceil_mode: bool = False) -> int:
-    """PyTorch's ``pooling_output_shape``: windows of ``k`` (dilation ``d``) at stride
-    ``s`` over ``size`` padded by ``p``; with ``ceil_mode`` a last partial window counts
-    if it starts inside the input or the left padding."""
-    span = size + 2 * p - d * (k - 1) - 1
-    n = (-(-span // s) if ceil_mode else span // s) + 1
-    if ceil_mode and (n - 1) * s >= size + p:
-        n -= 1
-    return n
+def check_out_size(input: Tensor, out: tuple) -> None:
+    """PyTorch's refusal of windows that leave no output position."""
+    if any(o <= 0 for o in out):
+        c, size = input.shape[1], tuple(input.shape[2:])
+        raise RuntimeError(f"Given input size: ({'x'.join(map(str, (c, *size)))}). Calculated "
+                           f"output size: ({'x'.join(map(str, (c, *out)))}). Output size is "
+                           f"too small")
 
 
 def patches(input: Tensor, kernel_size, dilation=1, padding=0, stride=1, *,
@@ -62,11 +61,7 @@ def patches(input: Tensor, kernel_size, dilation=1, padding=0, stride=1, *,
     p, s = ntuple(padding, n, "padding"), ntuple(stride, n, "stride")
     size = tuple(input.shape[2:])
     out = tuple(out_size(*a, ceil_mode) for a in zip(size, k, d, p, s, strict=True))
-    if any(o <= 0 for o in out):
-        c = input.shape[1]
-        raise RuntimeError(f"Given input size: ({'x'.join(map(str, (c, *size)))}). Calculated "
-                           f"output size: ({'x'.join(map(str, (c, *out)))}). Output size is "
-                           f"too small")
+    check_out_size(input, out)
     nb, c = input.shape[:2]
     if s == k and d == (1,) * n and not any(p) and not ceil_mode:
         # windows tile the input (2x2 pooling): a crop, a reshape and a permute, no slices
@@ -200,9 +195,14 @@ def conv_nd(input: Tensor, weight: Tensor, bias: Tensor | None, stride, padding,
     unbatched = input.ndim == weight.ndim - 1
     if unbatched:
         input = input.unsqueeze(0)
-    out_c, in_per_group, *k = weight.shape
+    k = weight.shape[2:]
     if isinstance(padding, str):
-        padding = _string_padding(padding, k, dilation, stride)
+        padding, extra = _string_padding(padding, k, dilation, stride)
+        if any(extra):  # an odd total: PyTorch pads the one extra element on the right
+            pads = []
+            for e in reversed(extra):
+                pads += [0, e]
+            input = ops.pad(input, tuple(pads))
     padded = [e + 2 * p for e, p in zip(input.shape[2:], padding, strict=True)]
     if any(pe < di * (ki - 1) + 1 for pe, di, ki in zip(padded, dilation, k, strict=True)):
         raise RuntimeError(f"Calculated padded input size per channel: "
@@ -211,18 +211,8 @@ def conv_nd(input: Tensor, weight: Tensor, bias: Tensor | None, stride, padding,
                            f"actual input size")
     if any(v == 0 for v in dilation):
         raise RuntimeError(f"dilation should be greater than zero, but got {list(dilation)}")
-    p = patches(input, k, dilation, padding, stride)  # (N, C, K, *out)
-    nb, c, kk, *out = p.shape
-    length = math.prod(out)
-    if groups == 1:
-        y = weight.reshape(out_c, c * kk) @ p.reshape(nb, c * kk, length)  # (N, O, L)
-    else:
-        cols = p.reshape(nb, groups, in_per_group * kk, length)
-        w = weight.reshape(groups, out_c // groups, in_per_group * kk)
-        y = (w @ cols).reshape(nb, out_c, length)
-    if bias is not None:
-        y = y + bias.reshape(1, out_c, 1)
-    y = y.reshape(nb, out_c, *out)
+    y = ops.convolution(input, weight, bias, stride, padding, dilation, False, (0,) * len(k),
+                        groups)
     return y.squeeze(0) if unbatched else y
 
 
@@ -233,16 +223,15 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
 
 
 def _string_padding(mode: str, k, d: tuple, stride: tuple) -> tuple:
+    """(padding each side, one more on the right) for a padding string."""
     if mode == "valid":
-        return (0,) * len(d)
+        return (0,) * len(d), (0,) * len(d)
     if mode != "same":
         raise ValueError(f"Invalid padding string '{mode}', should be one of ['valid', 'same']")
     if any(s != 1 for s in stride):
         raise ValueError("padding='same' is not supported for strided convolutions")
     total = [di * (ki - 1) for ki, di in zip(k, d, strict=True)]
-    if any(t % 2 for t in total):
-        raise NotImplementedError("padding='same' with an even total padding is not supported")
-    return tuple(t // 2 for t in total)
+    return tuple(t // 2 for t in total), tuple(t % 2 for t in total)
 
 
 def check_transposed_channels(input: Tensor, weight: Tensor) -> None:
@@ -283,9 +272,10 @@ def conv_transpose_nd(input: Tensor, weight: Tensor, bias: Tensor | None, stride
     k = weight.shape[2:]
     out = tuple((e - 1) * s - 2 * p + d * (ki - 1) + op + 1 for e, s, p, d, ki, op in
                 zip(x.shape[2:], stride, padding, dilation, k, output_padding, strict=True))
-    y = linear_transpose(lambda t: conv_nd(t, weight, None, stride, padding, dilation, groups,
-                                           f"conv{n}d"),
-                         (x.shape[0], weight.shape[1] * groups, *out), x)
-    if bias is not None:
-        y = y + bias.reshape(1, -1, *(1,) * n)
+    if any(o <= 0 for o in out):
+        raise RuntimeError(f"Given input size per channel: ({' x '.join(map(str, x.shape[2:]))})"
+                           f". Calculated output size per channel: "
+                           f"({' x '.join(map(str, out))}). Output size is too small")
+    y = ops.convolution(x, weight, bias, stride, padding, dilation, True, output_padding,
+                        groups)
     return y.squeeze(0) if unbatched else y

@@ -5,12 +5,14 @@ from . import arithmetic, bce, compare, index, join, linalg, nll, reduce, shape,
 from . import compound, contractions, cumulative, diagonals, einsum_notation, refusals  # noqa: F401
 from . import grids, logarithmic, random, shifts, sorting, sparse_coo, triangular  # noqa: F401
 from . import moments, repeats, scattering, signs  # noqa: F401
+from . import attention, pooling, recurrent  # noqa: F401
 from .signs import *  # noqa: F401,F403
 from .arithmetic import *  # noqa: F401,F403
 from .base import REGISTRY, NO_PARAMS, Op, Spec, spec_of  # noqa: F401
 from .compare import *  # noqa: F401,F403
 from .compound import *  # noqa: F401,F403
 from .contractions import *  # noqa: F401,F403
+from .convolution import convolution  # (the function: it shadows its module's name)
 from .cumulative import *  # noqa: F401,F403
 from .diagonals import *  # noqa: F401,F403
 from .einsum_notation import *  # noqa: F401,F403
@@ -35,7 +37,7 @@ from .unary import *  # noqa: F401,F403
 __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join.__all__,
                   *linalg.__all__, *reduce.__all__, *moments.__all__, *shape.__all__,
                   *unary.__all__,
-                  *compound.__all__, *contractions.__all__, *cumulative.__all__,
+                  *compound.__all__, *contractions.__all__, "convolution", *cumulative.__all__,
                   *diagonals.__all__, *einsum_notation.__all__, *grids.__all__,
                   *logarithmic.__all__, *random.__all__,
                   *shifts.__all__, *signs.__all__, *repeats.__all__, *scattering.__all__,

@@ -238,9 +238,11 @@ class Linear(Op):
     (N, out) without growing it. One op where the composite takes three (a transpose, a
     matmul, an add) and its backward five more: a training step's fixed cost is mostly
     per-op overhead. PyTorch records this case as ``AddmmBackward0``; ``nn.functional
-    .linear`` uses the composite for other ranks, as PyTorch does."""
+    .linear`` also runs batches of matrices on it (their rows as one matrix, so the weight
+    gradient is one GEMM) and the composite for other ranks."""
 
     holomorphic = True
+    same_dtypes = True  # as matmul: the complex step casts real operands first
 
     @staticmethod
     def saves_inputs(x, w, b=None):  # x's gradient reads w; w's reads x; b's reads nothing

@@ -327,9 +327,13 @@ class Sigmoid(_FromOutput):
             # in float32, as PyTorch computes it (float16 steps lose digits)
             return Sigmoid.forward(a.astype(xp.float64 if kind != "f" else xp.float32)) \
                 .astype(a.dtype if kind == "f" else xp.float64)
-        # split by sign so exp never overflows
-        e = xp.exp(-xp.abs(a))
-        return xp.where(a >= 0, 1 / (1 + e), e / (1 + e))
+        # one buffer, in place; exp(-a) may overflow to inf, and 1 / (1 + inf) is the
+        # right 0 (the warning is silenced, not the value)
+        e = xp.negative(a, out=xp.empty_like(a))  # (an array even for 0-d input)
+        with xp.errstate(over="ignore"):
+            xp.exp(e, out=e)
+        e += 1
+        return xp.reciprocal(e, out=e)
 
     @staticmethod
     def vjp(g, out, a):

@@ -13,6 +13,9 @@ computes, its outputs' shapes and dtypes, its random draws and its gradients
   (common_subexpressions.py);
 * ``constant_folding``: evaluate ops on constants once (constant_folding.py);
 * ``simplify``: exact algebraic identities (simplify.py);
+* ``fuse_elementwise``: elementwise chains with at most one trailing reduction as one
+  ``Fused`` node each, for the backends to compile (fusion.py, fused_op.py);
+  ``fusion_report`` says what fused and why the rest did not;
 * ``optimize``: all of them to a fixed point, with a report (optimize.py);
 * ``grad(graph, outputs, inputs)``: the backward pass as more nodes of the same graph,
   to any order, through ``cond`` and ``while_loop`` (differentiate.py). It is the one
@@ -25,6 +28,8 @@ from .common_subexpressions import common_subexpression_elimination
 from .constant_folding import FOLD_MAX_ELEMENTS, constant_folding
 from .dead_code import dead_code_elimination, live_nodes
 from .differentiate import grad
+from .fused_op import Fused, FusedProgram
+from .fusion import FUSION, FusionReport, fuse_elementwise, fusion_report
 from .optimize import DEFAULT_PASSES, OptimizeReport, PassRun, optimize
 from .purity import has_side_effects
 from .rebuild import GraphPass, PassResult, Rebuild, carry_state, run_pass
@@ -33,4 +38,5 @@ from .simplify import simplify
 __all__ = ["dead_code_elimination", "common_subexpression_elimination", "constant_folding",
            "simplify", "optimize", "OptimizeReport", "PassRun", "DEFAULT_PASSES",
            "FOLD_MAX_ELEMENTS", "carry_state", "has_side_effects", "live_nodes", "GraphPass",
-           "PassResult", "Rebuild", "run_pass", "grad"]
+           "PassResult", "Rebuild", "run_pass", "grad", "fuse_elementwise", "fusion_report",
+           "FusionReport", "Fused", "FusedProgram", "FUSION"]

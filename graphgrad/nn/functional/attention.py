@@ -1,10 +1,12 @@
 """Layer ``nn``: ``nn.functional``'s ``scaled_dot_product_attention`` (masks, causal,
-dropout, grouped heads)."""
+dropout, grouped heads): the fused op of ``ops.attention``, or with dropout the
+composite."""
 
 from __future__ import annotations
 
 
 from graphgrad import ops
+from graphgrad.ops.attention import ScaledDotProductAttention
 
 from .dropouts import dropout
 
@@ -29,6 +31,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         key = _repeat_heads(key, reps)
         value = _repeat_heads(value, reps)
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    if dropout_p == 0.0:  # one op; its backward recomputes the weights
+        rest = () if attn_mask is None else (attn_mask,)
+        return ScaledDotProductAttention.apply(query, key, value, *rest, scale=float(scale),
+                                               is_causal=bool(is_causal))
     scores = (query @ key.transpose(-2, -1)) * scale
     if is_causal:
         attn_mask = arange(n_q).unsqueeze(1) >= arange(n_k).unsqueeze(0)

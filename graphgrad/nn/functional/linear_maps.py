@@ -11,9 +11,17 @@ __all__ = ["linear", "bilinear"]
 
 def linear(input, weight, bias=None):
     """``input @ weight.T + bias``: one fused op for a matrix of examples (the training
-    case; PyTorch's addmm), the composite for other ranks."""
+    case; PyTorch's addmm) and for batches of them (flattened to one matrix), the
+    composite for other ranks."""
     if input.ndim == 2 and weight.ndim == 2:
         return Linear.apply(input, weight) if bias is None else Linear.apply(input, weight, bias)
+    if input.ndim > 2 and weight.ndim == 2 and (bias is None or bias.ndim <= 1) \
+            and input.shape[-1] == weight.shape[1]:
+        # batches of sequences: the rows of all of them as one matrix, so the weight
+        # gradient is one GEMM (not a product per batch entry and a sum)
+        rows = input.reshape(-1, input.shape[-1])
+        out = Linear.apply(rows, weight) if bias is None else Linear.apply(rows, weight, bias)
+        return out.reshape(*input.shape[:-1], weight.shape[0])
     if bias is not None and weight.ndim == 2:  # the dtypes as addmm checks them
         check_linear_dtypes(input._array, weight._array, bias._array)
     out = input @ weight.mT if weight.ndim > 1 else input @ weight

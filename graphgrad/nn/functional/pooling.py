@@ -1,6 +1,6 @@
 """Layer ``nn``: ``nn.functional``'s pooling: max and average pooling over 1, 2 or 3
-spatial dims (one N-d implementation each, a reduction over the kernel dim of
-``nn.patches``), max-pool indices and ``max_unpool``, and adaptive pooling."""
+spatial dims (the N-d ops of ``ops.pooling``, here with PyTorch's argument checks),
+max-pool indices and ``max_unpool``, and adaptive pooling."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from graphgrad.backend import xp
 from graphgrad.ops.base import scalar_name
 from graphgrad.tensor import tensor, zeros
 
-from ..patches import ntuple, out_size, patches
+from graphgrad.ops.pooling import AvgPool, MaxPoolIndices, TakePlanes, windows_overlap
+
+from ..patches import check_out_size, ntuple, out_size
 from .convolution import single
 
 __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
@@ -54,45 +56,21 @@ def _batched(input, n: int):
     return (input.unsqueeze(0), True) if input.ndim == n + 1 else (input, False)
 
 
-def _lowest(input):
-    """The padding of a max pooling: -inf, or the dtype's minimum for integers."""
-    dt = input.dtype
-    return float("-inf") if dt.is_floating_point else int(xp.iinfo(dt.np).min)
-
-
 def _max_pool(input, n: int, kernel_size, stride, padding, dilation, ceil_mode: bool,
               return_indices: bool):
-    """Max over each window; the gradient goes to the first maximal element, as in
-    PyTorch. Indices are flat positions in each input plane."""
+    """Max over each window (ops.pooling's index op, then the values read at the
+    indices: the gradient goes back through the indices). Indices are flat positions
+    in each input plane, as PyTorch's."""
     k, s, p, d = _pool_geometry(input, n, kernel_size, stride, padding, dilation)
     x, unbatched = _batched(input, n)
-    windows = patches(x, k, d, p, s, pad_value=_lowest(x), ceil_mode=ceil_mode)
-    values, offset = ops.max(windows, dim=2)
-    values = values.squeeze(0) if unbatched else values
-    if not return_indices:
-        return values
-    offset = offset._array
-    nan = xp.isnan(windows._array) if x.dtype.is_floating_point else None
-    if nan is not None and nan.any():  # PyTorch's scan keeps the last NaN it meets
-        last_nan = nan.shape[2] - 1 - xp.argmax(nan[:, :, ::-1], axis=2)
-        offset = xp.where(nan.any(axis=2), last_nan, offset)
-    indices = _flat_indices(offset, tuple(x.shape[2:]), k, s, p, d)
-    indices = tensor(indices[0] if unbatched else indices)
-    return values, indices
-
-
-def _flat_indices(offset, size: tuple, k: tuple, s: tuple, p: tuple, d: tuple):
-    """The flat input position of each window's chosen kernel ``offset``: per dim the
-    window start ``o s - p`` plus ``j d`` for the offset's ``j`` along that dim."""
-    js = xp.unravel_index(offset, k)
-    flat = xp.zeros(offset.shape, dtype=xp.int64)
-    n = len(k)
-    for axis, (j, si, pi, di, e) in enumerate(zip(js, s, p, d, size, strict=True)):
-        shape = [1] * offset.ndim
-        shape[offset.ndim - n + axis] = offset.shape[offset.ndim - n + axis]
-        start = xp.arange(shape[offset.ndim - n + axis]).reshape(shape) * si - pi
-        flat = flat * e + start + j * di
-    return flat
+    out = tuple(out_size(*a, ceil_mode) for a in zip(x.shape[2:], k, d, p, s, strict=True))
+    check_out_size(x, out)
+    indices = MaxPoolIndices.apply(x, kernel_size=k, stride=s, padding=p, dilation=d,
+                                   ceil_mode=bool(ceil_mode))
+    values = TakePlanes.apply(x, indices, distinct=not windows_overlap(k, s, d))
+    if unbatched:
+        values, indices = values.squeeze(0), indices.squeeze(0)
+    return (values, indices) if return_indices else values
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,
@@ -153,21 +131,11 @@ def _avg_pool(input, n: int, kernel_size, stride, padding, ceil_mode: bool,
     if n == 3 and any(e + 2 * pi < ki for e, pi, ki in zip(size, p, k, strict=True)):
         raise RuntimeError(f"input image (T: {size[0]} H: {size[1]} W: {size[2]}) smaller than "
                            f"kernel size (kT: {k[0]} kH: {k[1]} kW: {k[2]})")
-    total = patches(x, k, 1, p, s, ceil_mode=ceil_mode).sum(dim=2)
-    if divisor_override is not None:
-        divisor = xp.full((1,) * (n + 2), divisor_override, dtype=xp.int64)
-    else:
-        divisor = xp.ones((1, 1), dtype=xp.int64)
-        for e, ki, si, pi, o in zip(size, k, s, p, total.shape[2:], strict=True):
-            start = xp.arange(o) * si - pi
-            end = xp.minimum(start + ki, e + pi)
-            if not count_include_pad:
-                start, end = xp.maximum(start, 0), xp.minimum(end, e)
-            divisor = divisor[..., None] * (end - start)
-    if total.dtype.np == xp.int64:
-        out = ops.div(total, tensor(divisor), rounding_mode="trunc")
-    else:
-        out = total / tensor(divisor.astype(total.dtype.np))
+    check_out_size(x, tuple(out_size(*a, ceil_mode) for a in zip(size, k, (1,) * n, p, s,
+                                                                  strict=True)))
+    out = AvgPool.apply(x, kernel_size=k, stride=s, padding=p, ceil_mode=bool(ceil_mode),
+                        count_include_pad=bool(count_include_pad),
+                        divisor_override=divisor_override)
     return out.squeeze(0) if unbatched else out
 
 

@@ -106,13 +106,19 @@ class MultiheadAttention(Module):
             pad = _additive(key_padding_mask, q.dtype).reshape(batch, 1, 1, n_k)
             pad = pad.expand(batch, h, 1, n_k).reshape(batch * h, 1, n_k)
             mask = pad if mask is None else mask + pad
-        scores = (q * math.sqrt(1.0 / hd)) @ k.transpose(-2, -1)
-        if mask is not None:
-            scores = scores + mask
-        weights = ops.softmax(scores, -1)
-        if self.dropout > 0.0 and self.training:
-            weights = F.dropout(weights, self.dropout)
-        out = (weights @ v).transpose(0, 1).reshape(n_q * batch, e)
+        if not need_weights and not (self.dropout > 0.0 and self.training):
+            # the fused attention op: its backward recomputes the weights
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                 scale=math.sqrt(1.0 / hd))
+        else:
+            scores = (q * math.sqrt(1.0 / hd)) @ k.transpose(-2, -1)
+            if mask is not None:
+                scores = scores + mask
+            weights = ops.softmax(scores, -1)
+            if self.dropout > 0.0 and self.training:
+                weights = F.dropout(weights, self.dropout)
+            out = weights @ v
+        out = out.transpose(0, 1).reshape(n_q * batch, e)
         out = self.out_proj(out).reshape(n_q, batch, e)
         if unbatched:
             out = out.squeeze(1)

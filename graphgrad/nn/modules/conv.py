@@ -29,8 +29,12 @@ class _ConvNd(Module):
                  device=None, dtype=None, output_padding=0) -> None:
         super().__init__()
         name = type(self).__name__
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"{name}: only padding_mode='zeros' is supported")
+        modes = {"zeros", "reflect", "replicate", "circular"}
+        if padding_mode not in modes:
+            raise ValueError(f"padding_mode must be one of {modes}, but got "
+                             f"padding_mode='{padding_mode}'")
+        if padding_mode != "zeros" and self._transposed:
+            raise ValueError(f'Only "zeros" padding mode is supported for {name}')
         if in_channels % groups:
             raise ValueError("in_channels must be divisible by groups")
         if out_channels % groups:
@@ -56,6 +60,23 @@ class _ConvNd(Module):
 
     def _tuple(self, v, name: str) -> tuple:
         return ntuple(v, self._n, name)
+
+    def _padded_conv(self, f, input: Tensor) -> Tensor:
+        """``f`` (conv1d/2d/3d) with this layer's parameters after padding ``input`` in
+        a mode other than zeros, as PyTorch's layers do (its "same": the extra one on the
+        right). (Zero padding calls ``f`` directly in ``forward``, which capture
+        frontends inline.)"""
+        pads = []
+        for k, d, p in zip(reversed(self.kernel_size), reversed(self.dilation),
+                           reversed(self.padding if not isinstance(self.padding, str)
+                                    else (None,) * self._n), strict=True):
+            if p is None:
+                total = d * (k - 1) if self.padding == "same" else 0
+                pads += [total // 2, total - total // 2]
+            else:
+                pads += [p, p]
+        return f(F.pad(input, tuple(pads), mode=self.padding_mode), self.weight, self.bias,
+                 self.stride, 0, self.dilation, self.groups)
 
     def reset_parameters(self) -> None:
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
@@ -87,16 +108,20 @@ class Conv1d(_ConvNd):
     _n = 1
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
+        if self.padding_mode != "zeros":
+            return self._padded_conv(F.conv1d, input)
+        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
 
 
 class Conv2d(_ConvNd):
     """2-D convolution over (N, C, H, W) inputs."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
+        if self.padding_mode != "zeros":
+            return self._padded_conv(F.conv2d, input)
+        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
 
 
 class Conv3d(_ConvNd):
@@ -105,8 +130,10 @@ class Conv3d(_ConvNd):
     _n = 3
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.conv3d(input, self.weight, self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
+        if self.padding_mode != "zeros":
+            return self._padded_conv(F.conv3d, input)
+        return F.conv3d(input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
 
 
 class _ConvTransposeNd(_ConvNd):

@@ -25,6 +25,8 @@ class _DropoutNd(Module):
 
 class Dropout(_DropoutNd):
     def forward(self, input: Tensor) -> Tensor:
+        if not self.training:   # the identity, read here: graphgrad.compile needs no break
+            return input
         return F.dropout(input, self.p, self.training, self.inplace)
 
 
@@ -32,6 +34,8 @@ class Dropout2d(_DropoutNd):
     """Zeroes whole channels of (N, C, H, W) inputs."""
 
     def forward(self, input: Tensor) -> Tensor:
+        if not self.training:   # the identity, read here: graphgrad.compile needs no break
+            return input
         return F.dropout2d(input, self.p, self.training, self.inplace)
 
 
@@ -39,4 +43,6 @@ class Dropout1d(_DropoutNd):
     """Zeroes whole channels of (N, C, L) inputs."""
 
     def forward(self, input: Tensor) -> Tensor:
+        if not self.training:   # the identity, read here: graphgrad.compile needs no break
+            return input
         return F.dropout1d(input, self.p, self.training, self.inplace)

@@ -12,11 +12,14 @@ import math
 import warnings
 
 from graphgrad import ops
-from graphgrad.tensor import Tensor, empty, zeros
+from graphgrad.ops.recurrent import GruLayer, LstmLayer
+from graphgrad.backend import xp
+from graphgrad.tensor import Tensor, empty, tensor, zeros
 
 from .. import functional as F
 from ..init import uniform_
 from ..parameter import Parameter
+from ..utils.rnn import PackedSequence, pad_packed_sequence, packed_positions
 from .module import Module
 
 __all__ = ["RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
@@ -30,19 +33,30 @@ def _rnn_relu_cell(x, state, w_ih, w_hh, b_ih, b_hh):
     return ops.relu(F.linear(x, w_ih, b_ih) + F.linear(state, w_hh, b_hh))
 
 
+def _lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
+    """(L, N, H_in) through an LSTM layer: the input projection of the whole sequence is
+    one GEMM (both biases folded in), the recurrence one op; returns (L, N, 2H), each
+    step's h and c side by side."""
+    b = None if b_ih is None else b_ih + b_hh
+    return LstmLayer.apply(F.linear(x, w_ih, b), h0, c0, w_hh)
+
+
 def _lstm_cell(x, state, w_ih, w_hh, b_ih, b_hh):
     h, c = state
-    i, f, g, o = ops.chunk(F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh), 4, -1)
-    c = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(g)
-    return ops.sigmoid(o) * ops.tanh(c), c
+    hidden = h.shape[-1]
+    hc = _lstm_layer(x.unsqueeze(0), h, c, w_ih, w_hh, b_ih, b_hh)[0]
+    return hc[:, :hidden], hc[:, hidden:]
+
+
+def _gru_layer(x, h0, w_ih, w_hh, b_ih, b_hh):
+    """(L, N, H_in) through a GRU layer: one GEMM for the input projection, one op for
+    the recurrence (``b_hh`` stays inside: the reset gate multiplies it)."""
+    rest = () if b_hh is None else (b_hh,)
+    return GruLayer.apply(F.linear(x, w_ih, b_ih), h0, w_hh, *rest)
 
 
 def _gru_cell(x, state, w_ih, w_hh, b_ih, b_hh):
-    xr, xz, xn = ops.chunk(F.linear(x, w_ih, b_ih), 3, -1)
-    hr, hz, hn = ops.chunk(F.linear(state, w_hh, b_hh), 3, -1)
-    r, z = ops.sigmoid(xr + hr), ops.sigmoid(xz + hz)
-    n = ops.tanh(xn + r * hn)
-    return (1 - z) * n + z * state
+    return _gru_layer(x.unsqueeze(0), state, w_ih, w_hh, b_ih, b_hh)[0]
 
 
 class _RNNBase(Module):
@@ -99,31 +113,70 @@ class _RNNBase(Module):
     def _step(self, x, state, w_ih, w_hh, b_ih, b_hh):
         raise NotImplementedError
 
-    def _run(self, input: Tensor, states: list):
+    def _weights_of(self, name: str) -> tuple:
+        return (getattr(self, f"weight_ih_{name}"), getattr(self, f"weight_hh_{name}"),
+                getattr(self, f"bias_ih_{name}") if self.bias else None,
+                getattr(self, f"bias_hh_{name}") if self.bias else None)
+
+    def _layer(self, x: Tensor, state, name: str):
+        """One layer and direction over the sequence ``x`` (L, N, H_in) from ``state``:
+        (outputs (L, N, H), every step's state (L, N, S)). Here a loop of cell steps;
+        LSTM and GRU run their fused sequence ops instead."""
+        seq = []
+        for t in range(x.shape[0]):
+            state = self._cell(x[t], state, name)
+            seq.append(state)
+        out = ops.stack(seq, 0)
+        return out, out
+
+    def _state_of(self, row: Tensor):
+        """The state held in one step of the sequence ``_layer`` returns second."""
+        return row
+
+    def _run(self, input: Tensor, states: list, lengths=None):
         """``input`` (L, N, H_in) through every layer and direction from ``states`` (one
-        per layer and direction); returns the last layer's outputs and the final states."""
+        per layer and direction); returns the last layer's outputs and the final states.
+        With ``lengths`` (packed input) each sequence ends at its own length: the final
+        state is taken there and the reverse direction starts there."""
         directions = 2 if self.bidirectional else 1
         finals = []
         x = input
+        steps, n = input.shape[:2]
+        batch = tensor(xp.arange(n))
+        if lengths is None:
+            last = None
+        else:
+            last = tensor(lengths - 1)
+            t = xp.arange(steps)[:, None]
+            # each sequence's own steps reversed, its padding left in place
+            reverse = tensor(xp.where(t < lengths, lengths - 1 - t, t)), batch
         for layer in range(self.num_layers):
             outs = []
             for d in range(directions):
                 state = states[layer * directions + d]
                 name = f"l{layer}" + ("_reverse" if d else "")
-                steps = range(x.shape[0] - 1, -1, -1) if d else range(x.shape[0])
-                seq = [None] * x.shape[0]
-                for t in steps:
-                    state = self._cell(x[t], state, name)
-                    seq[t] = state[0] if isinstance(state, tuple) else state
-                outs.append(ops.stack(seq, 0))
-                finals.append(state)
+                if d:  # the reverse direction runs on the time-reversed sequence
+                    flipped = ops.flip(x, (0,)) if lengths is None else x[reverse]
+                    out, seq = self._layer(flipped, state, name)
+                    out = ops.flip(out, (0,)) if lengths is None else out[reverse]
+                else:
+                    out, seq = self._layer(x, state, name)
+                outs.append(out)
+                finals.append(self._state_of(seq[-1] if last is None else seq[last, batch]))
             x = outs[0] if directions == 1 else ops.cat(outs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout)
         return x, finals
 
-    def _layout(self, input: Tensor):
-        """(input as (L, N, H), whether it was unbatched)."""
+    def _layout(self, input):
+        """(input as (L, N, H), whether it was unbatched, the lengths of packed input or
+        None)."""
+        if isinstance(input, PackedSequence):
+            padded, lengths = pad_packed_sequence(input)
+            if padded.shape[-1] != self.input_size:
+                raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
+                                   f"{self.input_size}, got {padded.shape[-1]}")
+            return padded, False, lengths._array
         if input.ndim not in (2, 3):
             raise ValueError(f"{type(self).__name__}: Expected input to be 2D or 3D, got "
                              f"{input.ndim}D instead")
@@ -131,8 +184,8 @@ class _RNNBase(Module):
             raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
                                f"{self.input_size}, got {input.shape[-1]}")
         if input.ndim == 2:
-            return input.unsqueeze(1), True
-        return (input.transpose(0, 1) if self.batch_first else input), False
+            return input.unsqueeze(1), True, None
+        return (input.transpose(0, 1) if self.batch_first else input), False, None
 
     def _initial(self, hx, n: int, dtype, unbatched: bool, what: str = "hidden"):
         """The (num_layers * directions, N, H) initial state, zeros when not given
@@ -153,7 +206,12 @@ class _RNNBase(Module):
             raise RuntimeError(f"Expected {what} size {expected}, got {list(hx.shape)}")
         return hx
 
-    def _output(self, out: Tensor, unbatched: bool) -> Tensor:
+    def _output(self, out: Tensor, unbatched: bool, input=None):
+        if isinstance(input, PackedSequence):  # packed back as the input was
+            steps, rows = packed_positions(input.batch_sizes._array, None
+                                           if input.sorted_indices is None
+                                           else input.sorted_indices._array)
+            return input._replace(data=out[tensor(steps), tensor(rows)])
         if unbatched:
             return out.squeeze(1)
         return out.transpose(0, 1) if self.batch_first else out
@@ -176,12 +234,12 @@ class _RNNBase(Module):
 class _SingleState(_RNNBase):
     """RNN and GRU: one state tensor ``h``; ``forward(input, hx) -> (output, h_n)``."""
 
-    def forward(self, input: Tensor, hx: Tensor | None = None):
-        x, unbatched = self._layout(input)
-        h0 = self._initial(hx, x.shape[1], input.dtype, unbatched)
-        out, finals = self._run(x, list(h0.unbind(0)))
+    def forward(self, input, hx: Tensor | None = None):
+        x, unbatched, lengths = self._layout(input)
+        h0 = self._initial(hx, x.shape[1], x.dtype, unbatched)
+        out, finals = self._run(x, list(h0.unbind(0)), lengths)
         h_n = ops.stack(finals, 0)
-        return self._output(out, unbatched), (h_n.squeeze(1) if unbatched else h_n)
+        return self._output(out, unbatched, input), (h_n.squeeze(1) if unbatched else h_n)
 
 
 class RNN(_SingleState):
@@ -219,6 +277,10 @@ class GRU(_SingleState):
     def _step(self, *args):
         return _gru_cell(*args)
 
+    def _layer(self, x: Tensor, state, name: str):
+        out = _gru_layer(x, state, *self._weights_of(name))
+        return out, out
+
 
 class LSTM(_RNNBase):
     """Long short-term memory, gates (i, f, g, o); ``forward(input, (h_0, c_0))`` returns
@@ -234,19 +296,27 @@ class LSTM(_RNNBase):
     def _step(self, *args):
         return _lstm_cell(*args)
 
-    def forward(self, input: Tensor, hx: tuple | None = None):
-        x, unbatched = self._layout(input)
+    def _layer(self, x: Tensor, state, name: str):
+        hc = _lstm_layer(x, *state, *self._weights_of(name))
+        return hc[..., :self.hidden_size], hc
+
+    def _state_of(self, row: Tensor):
+        return row[:, :self.hidden_size], row[:, self.hidden_size:]
+
+    def forward(self, input, hx: tuple | None = None):
+        x, unbatched, lengths = self._layout(input)
         n = x.shape[1]
-        h0 = self._initial(None if hx is None else hx[0], n, input.dtype, unbatched,
+        h0 = self._initial(None if hx is None else hx[0], n, x.dtype, unbatched,
                            "hidden[0]")
-        c0 = self._initial(None if hx is None else hx[1], n, input.dtype, unbatched,
+        c0 = self._initial(None if hx is None else hx[1], n, x.dtype, unbatched,
                            "hidden[1]")
-        out, finals = self._run(x, list(zip(h0.unbind(0), c0.unbind(0), strict=True)))
+        out, finals = self._run(x, list(zip(h0.unbind(0), c0.unbind(0), strict=True)),
+                                lengths)
         h_n = ops.stack([h for h, _ in finals], 0)
         c_n = ops.stack([c for _, c in finals], 0)
         if unbatched:
             h_n, c_n = h_n.squeeze(1), c_n.squeeze(1)
-        return self._output(out, unbatched), (h_n, c_n)
+        return self._output(out, unbatched, input), (h_n, c_n)
 
 
 class RNNCellBase(Module):

@@ -1,0 +1,226 @@
+"""Layer ``backends``: the compiled backward (AOTAutograd's method). When a compiled
+graph's inputs require grad, its joint forward+backward graph is built by graph-level
+differentiation (``graphgrad.passes.grad``), partitioned into a forward graph, which
+also returns what the backward reads (the *saved* values, nothing else), and a backward
+graph from those saved values and the output cotangents to the input gradients.
+Elementwise values are not saved: the backward recomputes them from the nearest saved
+library-call result or input (``_recomputed``). Both
+halves are optimized, fused and run as array programs. The outputs' ``grad_fn`` is a
+``CompiledFunctionBackward`` that runs the compiled backward.
+
+``create_graph=True`` (a backward that must itself be differentiable) runs the
+op-by-op graph again on the original inputs with eager autograd recording, so
+higher-order gradients through a compiled function stay exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from graphgrad.autograd import Function, enable_grad
+from graphgrad.autograd import grad as autograd_grad
+from graphgrad.backend import xp
+from graphgrad.graph import Graph, Node, Spec, symbol
+from graphgrad.ops.elementwise import Elementwise
+from graphgrad.passes import fuse_elementwise, has_side_effects, optimize
+from graphgrad.passes import grad as graph_grad
+from graphgrad.tensor import Tensor, Value, is_grad_enabled
+
+from .array_program import array_function
+from .fused import dump_graphs
+
+__all__ = ["AotProgram", "Partition", "partition", "specialize"]
+
+
+class Partition:
+    """The two halves of a joint graph: ``forward`` (inputs -> outputs + saved values),
+    ``backward`` (saved values + output cotangents -> one gradient per input in
+    ``grad_inputs``), and the names of the saved values."""
+
+    def __init__(self, forward: Graph, backward: Graph, saved: list[str],
+                 grad_inputs: list[int], n_outputs: int):
+        self.forward = forward
+        self.backward = backward
+        self.saved = saved
+        self.grad_inputs = grad_inputs
+        self.n_outputs = n_outputs
+
+
+def _extract(name: str, inputs: list[Node], nodes: list[Node], outputs: list) -> Graph:
+    g = Graph(name)
+    m: dict[Node, Node] = {}
+    for p in inputs:
+        m[p] = g.placeholder(p.spec, p.name)
+    for n in nodes:
+        m[n] = g.add(n.kind, n.name, op=n.op, inputs=tuple(m[i] if isinstance(i, Node) else i
+                                                           for i in n.inputs),
+                     deps=tuple(m[d] for d in n.deps if d in m), params=dict(n.params),
+                     spec=n.spec, subgraphs=dict(n.subgraphs), value=n.value, nargs=n.nargs,
+                     target=m.get(n.target))
+    g.set_outputs([m[o] if isinstance(o, Node) else o for o in outputs])
+    return g
+
+
+def _float(spec) -> bool:
+    return getattr(spec, "dtype", None) is not None and xp.dtype(spec.dtype).kind == "f"
+
+
+def partition(graph: Graph, grad_inputs: list[int]) -> Partition | None:
+    """The joint graph of ``graph`` differentiated w.r.t. its inputs at ``grad_inputs``,
+    split in two; None when it cannot be (non-float or passthrough outputs, state)."""
+    outs = list(graph.outputs)
+    if not outs or any(not isinstance(o, Node) or o.kind == "placeholder" or not _float(o.spec)
+                       for o in outs):
+        return None
+    if any(n.kind not in ("placeholder", "constant", "call", "item", "shape", "output",
+                          "random")
+           for n in graph.nodes):
+        return None
+    joint = _extract(graph.name, graph.inputs, [n for n in graph.nodes
+                                                if n.kind not in ("placeholder", "output")],
+                     outs)
+    fwd_nodes = [n for n in joint.nodes if n.kind not in ("placeholder", "output")]
+    before = set(joint.nodes)
+    seeds = [joint.placeholder(o.spec, f"tangents_{k}") for k, o in enumerate(joint.outputs)]
+    grads = graph_grad(joint, list(joint.outputs), [joint.inputs[i] for i in grad_inputs],
+                       grad_outputs=[symbol(s) for s in seeds])
+    bwd_nodes = [n for n in joint.nodes if n not in before and n.kind not in
+                 ("placeholder", "output")]
+    needed: list[Node] = []
+    for n in bwd_nodes:
+        for i in (*n.input_nodes(), *n.deps):
+            if i in before and i not in needed:
+                needed.append(i)
+    recompute = _recomputed(needed)
+    saved = [n for n in fwd_nodes + joint.inputs if n not in recompute and (
+        n in needed or any(i is n for r in recompute for i in (*r.input_nodes(), *r.deps)))]
+    forward = _extract(f"{graph.name}_forward", joint.inputs[:len(graph.inputs)], fwd_nodes,
+                       [*joint.outputs, *saved])
+    backward = _extract(f"{graph.name}_backward", [*saved, *seeds],
+                        [n for n in fwd_nodes if n in recompute] + bwd_nodes,
+                        [g if g is not None else 0.0 for g in grads])
+    return Partition(forward, backward, [s.name for s in saved], list(grad_inputs), len(outs))
+
+
+def specialize(graph: Graph, args: tuple) -> Graph | None:
+    """A copy of ``graph`` with every spec re-inferred from the shapes of ``args`` (None
+    where a node's shape depends on more than its op's shape rule)."""
+    g = Graph(graph.name)
+    m: dict[Node, Node] = {}
+    for p, a in zip(graph.inputs, args, strict=True):
+        spec = Spec(tuple(a.shape), a._array.dtype) if isinstance(a, Value) else p.spec
+        m[p] = g.placeholder(spec, p.name)
+    for n in graph.nodes:
+        if n.kind in ("placeholder", "output"):
+            continue
+        if n.kind not in ("call", "constant") or n.nargs != len(n.inputs):
+            return None
+        ins = tuple(m[i] if isinstance(i, Node) else i for i in n.inputs)
+        spec = n.spec if n.kind == "constant" else n.op.infer(
+            *[i.spec if isinstance(i, Node) else i for i in ins], **n.params)
+        m[n] = g.add(n.kind, n.name, op=n.op, inputs=ins, params=dict(n.params), spec=spec,
+                     value=n.value, deps=tuple(m[d] for d in n.deps))
+    g.set_outputs([m[o] if isinstance(o, Node) else o for o in graph.outputs])
+    return g
+
+
+def _recomputed(needed: list[Node]) -> set[Node]:
+    """The forward values the backward recomputes instead of reading them saved: the
+    elementwise ones and the elementwise values they are made of, back to the nearest
+    library call, reduction, random draw or input (a minimal form of Inductor's min-cut
+    partition: on memory-bound work, recomputing an elementwise chain inside the
+    backward's fused kernels costs less than writing and reading its values)."""
+    out: set[Node] = set()
+    todo = [n for n in needed if _elementwise(n)]
+    while todo:
+        n = todo.pop()
+        if n not in out:
+            out.add(n)
+            todo.extend(i for i in n.input_nodes() if _elementwise(i))
+    return out
+
+
+def _elementwise(n: Node) -> bool:
+    return n.kind == "call" and issubclass(n.op, Elementwise) and not n.deps \
+        and not has_side_effects(n)
+
+
+class AotProgram:
+    """What a compiled graph runs when a gradient is needed: the compiled forward and
+    backward, built per pattern of which inputs require grad; ``slow`` (the op-by-op
+    program) where the graph cannot be split."""
+
+    def __init__(self, graph: Graph, slow: Callable):
+        self.graph = graph
+        self.slow = slow
+        self.built: dict[tuple, type | None] = {}
+        # a graph with unknown dims is specialized to each call's shapes (its backward
+        # needs static shapes to be an array program)
+        self.dynamic = any(None in getattr(n.spec, "shape", ()) for n in graph.nodes
+                           if n.kind != "output" and isinstance(n.spec, Spec))
+
+    def __call__(self, *args):
+        mask = tuple(isinstance(a, Value) and a._requires_grad for a in args)
+        key = (mask, self.dynamic and tuple(getattr(a, "shape", None) for a in args))
+        fn = self.built.get(key, False)
+        if fn is False:
+            fn = self.built[key] = self._build(mask, args)
+        if fn is None:
+            return self.slow(*args)
+        out = fn.apply(*args)
+        return out if isinstance(out, tuple) else (out,)
+
+    def _build(self, mask: tuple, args: tuple) -> type | None:
+        positions = [i for i, m in enumerate(mask) if m]
+        if any(not _float(self.graph.inputs[i].spec) for i in positions):
+            return None
+        graph = specialize(self.graph, args) if self.dynamic else self.graph
+        if graph is None:
+            return None
+        part = partition(graph, positions)
+        if part is None:
+            return None
+        fwd_graph = fuse_elementwise(optimize(part.forward)[0])
+        bwd_graph = fuse_elementwise(optimize(part.backward)[0])
+        dump_graphs(("forward", part.forward), ("forward_fused", fwd_graph),
+                    ("backward", part.backward), ("backward_fused", bwd_graph))
+        fwd, bwd = array_function(fwd_graph), array_function(bwd_graph)
+        if fwd is None or bwd is None:
+            return None
+        return _function(self, part, fwd, bwd, fwd_graph, bwd_graph)
+
+
+def _function(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph, bwd_graph) -> type:
+    n_out, positions, slow = part.n_outputs, part.grad_inputs, aot.slow
+
+    class CompiledFunction(Function):
+        partition = part
+        forward_graph = fwd_graph
+        backward_graph = bwd_graph
+
+        @staticmethod
+        def forward(ctx, *args):
+            res = fwd(*[a._array if isinstance(a, Value) else a for a in args])
+            ctx.residuals = res[n_out:]
+            ctx.args = args
+            outs = tuple(Tensor._make(xp.asarray(r)) for r in res[:n_out])
+            return outs if n_out > 1 else outs[0]
+
+        @staticmethod
+        def backward(ctx, *gs):
+            grads = [None] * len(ctx.args)
+            if is_grad_enabled():   # create_graph=True: the op-by-op graph, recorded
+                args = ctx._inputs   # the caller's tensors (forward saw fresh leaves)
+                with enable_grad():
+                    outs = slow(*args)
+                got = autograd_grad(list(outs), [args[i] for i in positions], list(gs),
+                                    create_graph=True, allow_unused=True)
+            else:
+                res = bwd(*ctx.residuals, *[g._array for g in gs])
+                got = [None if isinstance(r, float) else Tensor._make(xp.asarray(r))
+                       for r in res]
+            for i, g in zip(positions, got, strict=True):
+                grads[i] = g
+            return tuple(grads)
+
+    return CompiledFunction

@@ -1,0 +1,163 @@
+"""Layer ``backends``: how a ``Fused`` node (``graphgrad.passes.fuse_elementwise``) runs:
+``lower(program)`` gives a ``FusedKernel``, one of two lowerings chosen by the cost model
+(cost_model.py):
+
+* ``"numba"``: one loop kernel generated as source and compiled by Numba
+  (fused_numba.py), serial or parallel; compiled once per argument layout, cached in
+  memory and on disk;
+* ``"numpy"``: the group's ufuncs writing into ``out=`` buffers, block by block for
+  large arrays (fused_numpy.py).
+
+Numba is the optional extra ``graphgrad[jit]``; without it, or with
+``config.numba = False`` (env ``GRAPHGRAD_NUMBA=0``), every group gets the NumPy
+lowering, which computes what eager computes. ``config.parallel`` (env
+``GRAPHGRAD_NUMBA_PARALLEL=1``): threaded kernels for large groups (off by default:
+cost_model.py says why). ``config.libm`` (env ``GRAPHGRAD_NUMBA_LIBM=1``): exp, log and
+tanh in Numba kernels too, whose results may then differ from NumPy's in the last bit
+(fused_numba.py). A Numba kernel that fails to compile warns once and its
+group falls back to NumPy. ``config.debug_dir`` (env
+``GRAPHGRAD_DEBUG_DIR``): each kernel's generated source is written there too.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from math import prod
+from pathlib import Path
+
+from graphgrad.backend import xp
+from graphgrad.graph import Graph
+from graphgrad.passes import FusedProgram
+
+from . import fused_numba
+from .cost_model import Estimate, choose
+from .fused_numpy import numpy_source
+
+__all__ = ["FusedKernel", "lower", "config", "kernel_cache", "dump_graphs"]
+
+
+@dataclass
+class FusionConfig:
+    """Switches of the fused lowerings (read when a kernel is made)."""
+
+    numba: bool = field(default_factory=lambda: os.environ.get("GRAPHGRAD_NUMBA", "1") != "0")
+    libm: bool = field(default_factory=lambda: os.environ.get("GRAPHGRAD_NUMBA_LIBM") == "1")
+    parallel: bool = field(
+        default_factory=lambda: os.environ.get("GRAPHGRAD_NUMBA_PARALLEL", "0") == "1")
+    debug_dir: str | None = field(default_factory=lambda: os.environ.get("GRAPHGRAD_DEBUG_DIR"))
+
+
+config = FusionConfig()
+# (program key, input dtypes and ranks, Numba on) -> kernel: equal programs share one
+kernel_cache: dict[tuple, FusedKernel] = {}
+
+
+class FusedKernel:
+    """A lowered fusion group: call it with the group's input arrays. ``decision`` (the
+    cost model's ``Estimate``) says which lowering runs and why; ``numpy_source`` and
+    ``numba_source`` are the generated programs."""
+
+    def __init__(self, program: FusedProgram):
+        self.program = program
+        self.numpy_source, glb = numpy_source(program)
+        exec(compile(self.numpy_source, f"<fused {program!r}>", "exec"), glb)  # noqa: S102
+        self._numpy = glb["kernel"]
+        self.numba_source: str | None = None
+        self._numba: dict[str, object] = {}   # layout -> compiled module
+        self.failed: str | None = None
+        self.libm = config.libm
+        shape = program.spec.shape
+        numel = prod(shape) if None not in shape else 0
+        why = "" if config.numba else "Numba disabled (config.numba = False)"
+        if config.numba and not fused_numba.numba_available():
+            why = "Numba is not installed (pip install graphgrad[jit])"
+        ok = not why and None not in shape
+        if ok:
+            src, why = fused_numba.source(program, "f" * len(program.input_specs),
+                                          config.libm)
+            ok = src is not None
+        self.decision: Estimate = choose(program.op_names, numel, ok, why or
+                                         "unknown dims: NumPy", config.parallel)
+        _debug_write(self)
+
+    @property
+    def lowering(self) -> str:
+        return "numpy" if self.failed else self.decision.lowering
+
+    def __call__(self, *arrays):
+        if self.decision.lowering == "numba" and self.failed is None:
+            return self._run_numba(*arrays)
+        return self._numpy(*arrays)
+
+    def _run_numba(self, *arrays):
+        shape = tuple(self.program.spec.shape)
+        layout = "".join(_code(a, shape) for a in arrays)
+        kernel = self._numba.get(layout)
+        try:
+            if kernel is None:
+                src, _ = fused_numba.source(self.program, layout, self.libm)
+                self.numba_source = src
+                module = fused_numba.load(src)
+                kernel = module.parallel if self.decision.parallel else module.serial
+                self._numba[layout] = kernel
+            out = xp.empty(shape, self.program.spec.dtype)
+            if out.size:
+                flat = "b" not in layout
+                kernel(out.reshape(-1) if flat else out,
+                       *(fused_numba.as_operand(a, c, shape, flat)
+                         for a, c in zip(arrays, layout, strict=True)))
+            return out
+        except Exception as err:  # noqa: BLE001 - a kernel that fails falls back, once
+            self.failed = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+            warnings.warn(f"graphgrad: the Numba kernel for {self.program!r} failed to "
+                          f"compile ({self.failed}); NumPy runs this group from now on",
+                          RuntimeWarning, stacklevel=2)
+            self.decision = self.decision._replace(lowering="numpy",
+                                                   reason=f"numpy: Numba failed ({self.failed})")
+            return self._numpy(*arrays)
+
+
+def _code(a, shape: tuple) -> str:
+    """How an input is passed to a Numba kernel (see ``fused_numba.source``)."""
+    if not isinstance(a, xp.ndarray) or a.size == 1:
+        return "s"
+    if a.shape == shape and a.flags.c_contiguous:
+        return "f"
+    return "b"
+
+
+def lower(program: FusedProgram) -> FusedKernel:
+    """The kernel of ``program``, from the in-memory cache when an equal program (same
+    structure, dtypes, ranks) was lowered before."""
+    key = (program.key, tuple((sp.dtype, sp.shape) for sp in program.input_specs),
+           program.spec.shape, config.numba, config.libm)
+    k = kernel_cache.get(key)
+    if k is None:
+        k = kernel_cache[key] = FusedKernel(program)
+    return k
+
+
+def dump_graphs(*stages: tuple[str, Graph]) -> None:
+    """With ``config.debug_dir`` set: each (stage name, graph) written there as its
+    printed Python program, named ``<graph>.<n>.<stage>.py`` in pipeline order."""
+    if not config.debug_dir:
+        return
+    folder = Path(config.debug_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, (stage, graph) in enumerate(stages):
+        (folder / f"{graph.name}.{i}.{stage}.py").write_text(graph.code)
+
+
+def _debug_write(k: FusedKernel) -> None:
+    if not config.debug_dir:
+        return
+    folder = Path(config.debug_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"fused_{abs(hash(k.program.key)) % 10**10}"
+    text = (f"# {k.program!r}\n# lowering: {k.decision.reason}\n\n{k.numpy_source}\n")
+    src, _ = fused_numba.source(k.program, "f" * len(k.program.input_specs), k.libm)
+    if src:
+        text += "\n# Numba form (flat contiguous inputs):\n" + src
+    (folder / f"{name}.py").write_text(text)

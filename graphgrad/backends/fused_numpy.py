@@ -1,0 +1,153 @@
+"""Layer ``backends``: a fused group as a NumPy program without full-size temporaries
+(numexpr's method): each step's ufunc writes into a buffer of a value that is dead by
+then (``out=``), and large groups run block by block along the first axis, so a
+block's values stay in cache while every step is applied to it.
+
+Only ufunc steps take ``out=``; other steps (an op's own ``forward``, e.g. GELU or a
+reduction) run as they are. A buffer is reused only when this program allocated it
+(a ufunc result), never an input or a view, and only at the same shape and dtype.
+Each step computes exactly what its op's ``forward`` computes (same ufunc, same
+dtypes): the program's result equals the reference lowering bit for bit.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from graphgrad.backend import xp
+from graphgrad.passes import FusedProgram
+from graphgrad.passes.fused_op import Ref
+
+__all__ = ["numpy_source", "BLOCK_ELEMENTS", "BLOCK_MIN_ELEMENTS"]
+
+# one block: 256 KiB of float32, a quarter of Zen 4's L2. Measured on (4096, 1024)
+# float32: GELU 15.1 ms whole, 7.9 ms in 16-row blocks, 6.0 ms in 64-row blocks;
+# softmax 10.5 / 7.2 / 6.3 ms
+BLOCK_ELEMENTS = 65_536
+BLOCK_MIN_ELEMENTS = 1 << 17   # below this, the per-block calls cost more than they save
+
+
+def _ufunc(step):
+    """The ufunc that is the step's forward, or None."""
+    f = step.op.forward
+    name = step.op.__name__
+    if isinstance(f, xp.ufunc) and not step.params:
+        return f
+    if name == "Sub" and step.spec.dtype.kind != "b":   # (bool operands refused by forward)
+        return xp.subtract
+    if name == "Div" and step.params.get("rounding_mode") is None \
+            and step.spec.dtype.kind == "f":
+        return xp.true_divide
+    return None
+
+
+def _rowwise(program: FusedProgram, n: int, rank: int) -> list[bool]:
+    """Per step: whether its value has the rows of the output (full rank, first dim
+    ``n``); the other steps are small broadcast values, computed whole in each block."""
+    return [s.spec.ndim == rank and s.spec.shape[0] == n for s in program.steps[:-1]] + [True]
+
+
+def _blockable(program: FusedProgram) -> int:
+    """Rows per block when the program can run block by block, else 0."""
+    out = program.spec
+    if any(d is None for s in program.steps for d in s.spec.shape) or not out.ndim:
+        return 0
+    n = out.shape[0]
+    full = program.steps[-2].spec if len(program.steps) > 1 else out
+    last = program.steps[-1]
+    if "dim" in last.params:   # a trailing reduction: never over the rows
+        dims = last.params["dim"]
+        dims = dims if isinstance(dims, tuple) else (dims,)
+        if not dims or any(d % full.ndim == 0 for d in dims) or last.spec.shape[0] != n:
+            return 0
+    elif last.spec.ndim != full.ndim:
+        return 0
+    rows_of = _rowwise(program, n, full.ndim)
+    for j, s in enumerate(program.steps):
+        if not rows_of[j] and any(isinstance(a, Ref) and a.kind == "t" and rows_of[a.index]
+                                  for a in s.args):
+            return 0
+    if prod(full.shape) < BLOCK_MIN_ELEMENTS:
+        return 0
+    rows = max(1, BLOCK_ELEMENTS // max(1, prod(full.shape[1:])))
+    return rows if n >= 2 * rows else 0
+
+
+def numpy_source(program: FusedProgram) -> tuple[str, dict]:
+    """The program's source (``def kernel(x0, x1, ...)``) and its globals."""
+    steps = program.steps
+    last_use = {j: len(steps) for j in range(len(steps))}
+    for j, s in enumerate(steps):
+        for a in s.args:
+            if isinstance(a, Ref) and a.kind == "t":
+                last_use[a.index] = j
+    rows = _blockable(program)
+    glb: dict = {"_empty": xp.empty}
+    free: dict[tuple, list[str]] = {}   # (shape, dtype) -> dead buffers
+    slot_of: dict[int, str] = {}        # step -> the buffer holding its value
+    alloc: list[str] = []
+    body: list[str] = []
+    n_in = len(program.input_specs)
+    full_rank = steps[-2].spec.ndim if len(steps) > 1 else program.spec.ndim
+    rows_of = _rowwise(program, program.spec.shape[0], full_rank) if rows else []
+    ins = []
+    for k, sp in enumerate(program.input_specs):
+        sliced = rows and sp.ndim == full_rank and sp.shape[0] == program.spec.shape[0]
+        ins.append(f"v{k}" if sliced else f"x{k}")
+        if sliced:
+            body.append(f"v{k} = x{k}[r:e]")
+    for j, s in enumerate(steps):
+        args = [(ins[a.index] if a.kind == "in" else f"t{a.index}") if isinstance(a, Ref)
+                else repr(a) for a in s.args]
+        args += [f"{key}=_p{j}_{key}" for key in s.params]
+        for key, v in s.params.items():
+            glb[f"_p{j}_{key}"] = v
+        uf = _ufunc(s)
+        final = j == len(steps) - 1
+        key = (tuple(s.spec.shape), s.spec.dtype)
+        if final and rows:
+            glb[f"_f{j}"] = uf if uf is not None else s.op.forward
+            body.append(f"_f{j}({', '.join(args)}, out=out[r:e])" if uf is not None
+                        else f"out[r:e] = _f{j}({', '.join(args)})")
+        elif uf is None or not s.spec.ndim or None in key[0] or (rows and not rows_of[j]):
+            glb[f"_f{j}"] = s.op.forward
+            body.append(f"t{j} = _f{j}({', '.join(args)})")
+        else:
+            glb[f"_f{j}"] = uf
+            dead = [slot_of[a.index] for a in s.args if isinstance(a, Ref) and a.kind == "t"
+                    and last_use[a.index] == j and a.index in slot_of
+                    and (tuple(steps[a.index].spec.shape), steps[a.index].spec.dtype) == key]
+            pool = free.get(key, [])
+            buf = dead[0] if dead else (pool.pop() if pool else None)
+            if rows:   # every ufunc step writes into a block buffer
+                if buf is None:
+                    buf = f"b{len(alloc)}"
+                    alloc.append((buf, (rows, *key[0][1:]), key[1]))
+                body.append(f"t{j} = _f{j}({', '.join(args)}, out={buf}[:e - r])")
+            elif buf is None:
+                body.append(f"t{j} = _f{j}({', '.join(args)})")
+                buf = f"t{j}"
+            else:
+                body.append(f"t{j} = _f{j}({', '.join(args)}, out={buf})")
+            slot_of[j] = buf
+        for a in s.args:   # values dead after this step give their buffer back
+            if isinstance(a, Ref) and a.kind == "t" and last_use[a.index] == j \
+                    and a.index in slot_of and slot_of[a.index] != slot_of.get(j):
+                sk = (tuple(steps[a.index].spec.shape), steps[a.index].spec.dtype)
+                free.setdefault(sk, []).append(slot_of.pop(a.index))
+    params = ", ".join(f"x{k}" for k in range(n_in))
+    lines = [f"def kernel({params}):"]
+    if rows:
+        glb["_dt_out"] = program.spec.dtype
+        lines.append(f"    out = _empty({tuple(program.spec.shape)!r}, _dt_out)")
+        for buf, shape, dt in alloc:
+            glb[f"_dt_{buf}"] = dt
+            lines.append(f"    {buf} = _empty({shape!r}, _dt_{buf})")
+        lines.append(f"    for r in range(0, {program.spec.shape[0]}, {rows}):")
+        lines.append(f"        e = min(r + {rows}, {program.spec.shape[0]})")
+        lines.extend(f"        {ln}" for ln in body)
+        lines.append("    return out")
+    else:
+        lines.extend(f"    {ln}" for ln in body)
+        lines.append(f"    return t{len(steps) - 1}")
+    return "\n".join(lines) + "\n", glb

@@ -1,0 +1,33 @@
+"""Layer ``ops``: what the fused kernels (recurrent layers, attention) share: when a
+backward may run on arrays as one op, and the packed 1-D buffer such an op returns
+its several cotangents in."""
+
+from __future__ import annotations
+
+import math
+
+from graphgrad.backend import xp
+from graphgrad.tensor import active_modes, is_grad_enabled
+
+__all__ = ["array_backward", "pack", "unpack"]
+
+
+def array_backward() -> bool:
+    """Whether a vjp may run as an array kernel: a plain eager backward, nothing
+    recorded (no ``create_graph``) and no function transform active. Otherwise it must
+    run as graphgrad ops, so that its result differentiates further."""
+    return not is_grad_enabled() and not active_modes()
+
+
+def pack(arrays) -> xp.ndarray:
+    return xp.concatenate([a.reshape(-1) for a in arrays])
+
+
+def unpack(flat, shapes) -> list:
+    """The pieces of a packed 1-D buffer (a tensor), as views of it."""
+    pieces, at = [], 0
+    for shape in shapes:
+        size = math.prod(shape)
+        pieces.append(flat[at:at + size].reshape(*shape))
+        at += size
+    return pieces
