@@ -47,6 +47,19 @@ def test_every_option_has_help_with_its_default(path, parser):
         assert "(default: 0.001)" in text and "(default: adam)" in text
 
 
+@pytest.mark.parametrize("path, parser", list(_parsers(build_parser())),
+                         ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+def test_every_option_is_one_line_of_help(path, parser):
+    lines = parser.format_help().splitlines()
+    assert all(len(line) <= 100 for line in lines), path
+    start = next((k for k, ln in enumerate(lines) if ln.endswith(("options:", "arguments:"))),
+                 len(lines))
+    # an option's line is "  --name ... help"; a wrapped help continues on an indented line
+    wrapped = [ln for ln in lines[start:] if ln.startswith(" " * 8) and ln.strip()
+               and not ln.strip().startswith("-")]
+    assert not wrapped, (path, wrapped)
+
+
 def _cli(*args, cwd=None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH",
                                                                                 "")}

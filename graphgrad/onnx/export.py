@@ -24,7 +24,7 @@ from graphgrad.nn import Module
 from graphgrad.passes import optimize
 from graphgrad.tensor import Tensor, Value
 
-from . import map_elementwise, map_reduce, map_shape  # noqa: F401 - they fill MAPPINGS
+from . import map_elementwise, map_layers, map_norm, map_reduce, map_shape  # noqa: F401
 from .emitter import Emitter, Val, onnx_package
 from .errors import OnnxExporterError, UnsupportedOperatorError
 from .mapping import MAPPINGS
@@ -77,6 +77,7 @@ class _Builder:
         self.em = em
         self.fold = do_constant_folding
         self.values: dict[Node, Val] = {}
+        em.memo["values"] = self.values  # for mappings that match a pattern of nodes
 
     def arg(self, x: Any) -> Any:
         return self.values[x] if isinstance(x, Node) else x
@@ -217,6 +218,7 @@ def export(model: Module | Callable, args: Any, f: str | os.PathLike | IO[bytes]
         graph_outputs.append(helper.make_tensor_value_info(
             name, helper.np_dtype_to_tensor_dtype(spec.dtype), dims))
 
+    em.prune(out_names)
     numpy_helper = onnx.numpy_helper
     initializers = [numpy_helper.from_array(a, name) for name, a in em.initializers.items()]
     onnx_graph = helper.make_graph(em.nodes, traced.ir.name, graph_inputs, graph_outputs,

@@ -300,7 +300,7 @@ _METHODS = {
     **{n: getattr(S, n) for n in (
         "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "swapaxes",
         "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to", "repeat", "tile",
-        "movedim", "ravel")},
+        "movedim", "ravel", "sum_to_size")},
     "flip": _flip_method,
     **SHAPE_INPLACE_METHODS,
     "view": S.view, "view_as": lambda self, other: S.view(self, *other.shape),

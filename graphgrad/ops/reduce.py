@@ -12,6 +12,7 @@ import math
 from typing import NamedTuple
 
 from graphgrad.backend import result_float_dtype, xp
+from graphgrad.tensor import Value
 from graphgrad.tensor.creation import invalid_arguments
 
 from .arithmetic import Mul, Sub
@@ -108,8 +109,10 @@ class Mean(_Reduce):
     def vjp(g, out, a, *, dim, keepdim, dtype=None):
         n = 1
         for d in dim:
-            n *= a.shape[d]
-        return (expand_back(g, a.shape, dim, keepdim) / builtins.max(n, 1),)
+            n = n * a.shape[d]   # not *=: a size may be a Symbol, and *= would write into it
+        # n is a 0-d Symbol where a dim is known only at run time (graph differentiation)
+        n = n.clamp(min=1) if isinstance(n, Value) else builtins.max(n, 1)
+        return (expand_back(g, a.shape, dim, keepdim) / n,)
 
     @classmethod
     def jvp(cls, dots, out, a, **params):  # linear
