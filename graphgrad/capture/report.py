@@ -262,12 +262,12 @@ def _fx(fn, example):
 
 def _jit_trace(fn, example):
     traced = importlib.import_module("graphgrad.jit").trace(fn, tuple(example))
-    return traced, [traced.graph]
+    return traced, [traced.ir]
 
 
 def _jit_script(fn, example):
     scripted = importlib.import_module("graphgrad.jit").script(fn)
-    return scripted, [scripted.graph]
+    return scripted, [scripted.ir]
 
 
 def _compile(fn, example):

@@ -74,6 +74,9 @@ class PythonCode(NamedTuple):
     src: str
     globals: dict
     fn: Any   # the top-level function, exec'd from src
+    # what the code reads as ``self.<name>`` that its module must hold (readable_code's
+    # large constants, as torch.fx keeps ``_tensor_constant<k>``)
+    attributes: dict | None = None
 
 
 def _ident(name: str, used: set) -> str:
@@ -147,15 +150,24 @@ class Emitter:
         """Parameters before the graph's inputs (readable_code's ``self``)."""
         return []
 
+    def input_read(self, p: Node, fname: str) -> str | None:
+        """The expression an input is read from instead of being a parameter (None: a
+        parameter): readable_code reads a module's state as ``self.lin.weight``."""
+        return None
+
     def function(self, graph: Graph, fname: str) -> None:
         used = {"dtype"} | set(self.glb)
         names: dict[Node, str] = {}
-        params = []
+        params, body = [], []
+        read_by = {i for n in graph.nodes for i in (*n.input_nodes(), *n.deps)}
         for p in graph.inputs:
             names[p] = _ident(p.name, used)
-            params.append(names[p])
+            read = self.input_read(p, fname)
+            if read is None:
+                params.append(names[p])
+            elif p in read_by:   # a module attribute the graph does not read: not printed
+                body.append(f"{names[p]} = {read}")
         params = [*self.leading_params(fname), *params]
-        body = []
         k = 0
         for n in graph.nodes:
             if n.kind == "placeholder":

@@ -159,11 +159,11 @@ def export(model: Module | Callable, args: Any, f: str | os.PathLike | IO[bytes]
     with _export_mode(model):
         traced = trace(model, inputs, check_trace=False)
     try:
-        graph, _ = optimize(traced.graph)
+        graph, _ = optimize(traced.ir)
     except NotImplementedError as e:
         # the passes re-run every shape rule, and a few ops have none for unknown dims
         # (Pad after a Reshape by the batch size): then the traced graph is exported as is
-        graph = traced.graph
+        graph = traced.ir
         if verbose:
             print(f"graphgrad.onnx.export: graph passes skipped ({e})")
     n_user = len(inputs)
@@ -221,7 +221,7 @@ def export(model: Module | Callable, args: Any, f: str | os.PathLike | IO[bytes]
     em.prune(out_names)
     numpy_helper = onnx.numpy_helper
     initializers = [numpy_helper.from_array(a, name) for name, a in em.initializers.items()]
-    onnx_graph = helper.make_graph(em.nodes, traced.graph.name, graph_inputs, graph_outputs,
+    onnx_graph = helper.make_graph(em.nodes, traced.ir.name, graph_inputs, graph_outputs,
                                    initializer=initializers)
     proto = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="graphgrad")
