@@ -179,3 +179,11 @@ def test_fullgraph_says_its_reason_once():
 def test_backends_registry_is_reachable():
     assert {"eager", "default", "print"} <= set(gg.backends.BACKENDS)
     assert gg.backends.lookup_backend("eager") is gg.backends.BACKENDS["eager"]
+
+
+def test_a_script_graph_that_calls_the_whole_module_says_so():
+    # graphgrad's BatchNorm1d scripted without inputs is one deferred call of the module
+    # (its buffers then update as eager's); the report names it rather than showing []
+    rep = report(gg.nn.BatchNorm1d(3), gg.randn(4, 3), methods=("eager", "jit.script"))
+    row = next(ln for ln in rep.table().splitlines() if ln.startswith("jit.script"))
+    assert "self (the whole module, one call)" in row and "[]" not in row

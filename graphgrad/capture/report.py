@@ -174,6 +174,8 @@ def _ops(graph: Graph) -> str:
         elif n.kind == "call":   # by its public name, as torch.fx's targets read
             fn, _ = public_function(n.op)
             parts.append(fn.__name__ if fn is not None else n.target_name)
+        elif n.kind == "call_module":   # "": the module itself, called whole at run time
+            parts.append(n.params.get("target") or "self (the whole module, one call)")
         else:
             parts.append(n.target_name)
     return ", ".join(parts)
