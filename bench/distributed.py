@@ -12,13 +12,14 @@ mpi4py called directly. Prints one JSON object.
   warm-up steps (the slowest rank's). Target: 2 ranks >= 1.6x 1 rank on the wide MLP.
   The wide MLP also reports its step's CPU time per rank: ``speedup_by_cpu_time`` is
   the speedup 2 ranks would reach with a free core each (waiting spins, so it counts).
-* **allreduce**: 2 ranks, float32 buffers of 1, 4, 16, 64 and 100 MB; median time of
-  ``mpi4py`` ``Allreduce(IN_PLACE)`` (raw), of ``graphgrad.distributed.all_reduce(...,
+* **allreduce**: 2 ranks, float32 buffers of 1, 4, 16, 64 and 100 MB; median time (the
+  five measurements taken in turn within each repeat) of ``mpi4py``
+  ``Allreduce(IN_PLACE)`` (raw), of ``graphgrad.distributed.all_reduce(...,
   async_op=True).wait()`` plus the division by the world size (the call and averaging
   DDP's buckets make), and of a DDP backward over one parameter of that size minus the
   same backward without DDP (DDP's whole path: hook, scaled copy into the bucket,
-  allreduce, copy into ``.grad``), also with ``gradient_as_bucket_view=True`` (no copy
-  into ``.grad``). Target: DDP within 1.2x raw for large buffers.
+  allreduce, copy into ``.grad``'s own array), also with ``gradient_as_bucket_view=True``
+  (``.grad`` is the bucket slot: no copy out). Target: DDP within 1.2x raw for large buffers.
 
 Every rank runs on this machine's cores; the report carries ``uptime``'s load averages
 before and after, because other work on a shared machine slows the 2-rank runs most.
@@ -92,15 +93,18 @@ def _wide(quick: bool) -> dict:
             "samples_per_s": batch / wall, "samples_per_cpu_s": batch / cpu_step}
 
 
-def _median(f, repeats: int, barrier) -> float:
+def _medians(fs: dict, repeats: int, barrier) -> dict[str, float]:
+    """Median seconds of each callable in ``fs``, run in turn within every repeat: a burst
+    of other work on the shared machine then slows all of them alike, not one."""
     import numpy as np
-    samples = []
+    samples: dict[str, list[float]] = {name: [] for name in fs}
     for _ in range(repeats):
-        barrier()
-        t0 = time.perf_counter()
-        f()
-        samples.append(time.perf_counter() - t0)
-    return float(np.median(samples))
+        for name, f in fs.items():
+            barrier()
+            t0 = time.perf_counter()
+            f()
+            samples[name].append(time.perf_counter() - t0)
+    return {name: float(np.median(v)) for name, v in samples.items()}
 
 
 class _OneParameter:
@@ -131,14 +135,11 @@ def _allreduce_row(mb: int, repeats: int, dist, world: int) -> dict:
     comm = MPI.COMM_WORLD
     n = mb * 1024 * 1024 // 4
     buf = np.ones(n, np.float32)
-    raw = _median(lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM), repeats,
-                  comm.Barrier)
     t = gg.ones(n)
 
     def call():
         dist.all_reduce(t, async_op=True).wait()
         t._array /= world
-    ours = _median(call, repeats, comm.Barrier)
     plain = _OneParameter.make(n)
     ddp = nn.parallel.DistributedDataParallel(_OneParameter.make(n), bucket_cap_mb=128)
     ddp_view = nn.parallel.DistributedDataParallel(_OneParameter.make(n), bucket_cap_mb=128,
@@ -148,9 +149,13 @@ def _allreduce_row(mb: int, repeats: int, dist, world: int) -> dict:
     def backward(model, w):
         w.grad = None  # each backward makes a new .grad, with DDP or without
         model().backward(seed)
-    bwd_plain = _median(lambda: backward(plain, plain.w), repeats, comm.Barrier)
-    bwd_ddp = _median(lambda: backward(ddp, ddp.module.w), repeats, comm.Barrier)
-    bwd_view = _median(lambda: backward(ddp_view, ddp_view.module.w), repeats, comm.Barrier)
+    times = _medians({"raw": lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM),
+                  "ours": call,
+                  "plain": lambda: backward(plain, plain.w),
+                  "ddp": lambda: backward(ddp, ddp.module.w),
+                  "view": lambda: backward(ddp_view, ddp_view.module.w)}, repeats, comm.Barrier)
+    raw, ours, bwd_plain, bwd_ddp, bwd_view = (times[k] for k in ("raw", "ours", "plain", "ddp",
+                                                              "view"))
     return {"MB": mb, "raw_mpi4py_ms": raw * 1000, "all_reduce_ms": ours * 1000,
             "ddp_backward_minus_plain_ms": (bwd_ddp - bwd_plain) * 1000,
             "raw_GBps": 2 * (world - 1) / world * mb / 1024 / raw,

@@ -164,6 +164,7 @@ def capture(args: argparse.Namespace) -> int:
     compared with eager's after one call, so a capture that drops their update is
     reported silently wrong. If FILE.py defines FUNC_static (FUNC written for the static
     API with static.cond / static.shape), its row "static (rewritten)" shows it working.
+    --example and --second are Python expressions with gg, torch and np in scope.
     Example: graphgrad capture examples/lecture_capture.py:branch --example "gg.tensor(1.)"
     """
     import importlib.util
@@ -315,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=DEFAULTS["seed"],
                    help="seed of the split, the weights and the shuffling")
     t.add_argument("--compile", action="store_true",
-                   help="run the model through graphgrad.compile; report graphs and breaks")
+                   help="graphgrad.compile the model; print graphs, breaks")
     t.add_argument("--nproc", type=int, default=1, metavar="N",
                    help="data-parallel on N ranks through mpiexec")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -326,26 +327,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("target", metavar="FILE.py:FUNC", help="the function (or nn.Module) to "
                    "capture")
     c.add_argument("--example", required=True,
-                   help='expression for the example input(s), e.g. "gg.randn(2, 3)" (gg, '
-                        'torch, np in scope; a tuple for several)')
-    c.add_argument("--second", help="the 2nd input to check against eager (default: every dim "
-                                    "one larger, opposite sign)")
-    c.add_argument("--methods", help="comma-separated subset of static, fx.symbolic_trace, "
-                                     "jit.trace, jit.script, compile (default: all)")
+                   help='example input(s), e.g. "gg.randn(2, 3)", a tuple for several')
+    c.add_argument("--second", help="the 2nd input checked (default: each dim + 1, sign flipped)")
+    c.add_argument("--methods", help="comma-separated methods, e.g. jit.trace,compile "
+                                     "(default: all)")
     c.add_argument("--static-rewrite", metavar="FUNC",
-                   help="FILE.py's function written for the static API (default: "
-                        "FUNC_static, if defined)")
+                   help="FUNC written for the static API (default: FUNC_static)")
     c.add_argument("--full", action="store_true",
                    help="whole messages, notes, your source line marked with a caret")
     c.add_argument("--graphs", action="store_true", help="also print each graph as Python")
     c.add_argument("--optimize", action="store_true",
-                   help="each graph before/after graphgrad.passes.optimize, with the passes")
+                   help="each graph before/after passes.optimize, with the pass table")
     c.add_argument("--draw", metavar="DIR", help="write a picture of each graph to DIR")
     c.set_defaults(func=capture)
     r = command("run", run, "run an unmodified PyTorch program on graphgrad")
     r.add_argument("--nproc", type=int, default=None, metavar="N",
-                   help="run N ranks through mpiexec (data-parallel training); without it, "
-                        "one process")
+                   help="run N ranks through mpiexec, data-parallel (default: one process)")
     r.add_argument("script", metavar="SCRIPT", help="the PyTorch program (a .py file)")
     r.add_argument("args", metavar="ARGS", nargs=argparse.REMAINDER,
                    help="passed to the program as sys.argv[1:], unchanged, options "

@@ -284,6 +284,8 @@ CASES += [
     _case("movedim", "Permute", lambda m, x: m.movedim(x, 0, -1), inputs(normal(2, 3, 4))),
     _case("expand", "Expand", lambda m, x: x.expand(3, 4), inputs(normal(3, 1))),
     _case("expand_new_dims", "Expand", lambda m, x: x.expand(2, 3, 4), inputs(normal(4))),
+    _case("sum_to_size", "SumToSize", lambda m, x: x.sum_to_size(4, 1),
+          inputs(normal(2, 4, 3))),
     _case("repeat", "Repeat", lambda m, x: x.repeat(2, 1, 3), inputs(normal(*X))),
     _case("flip", "Flip", lambda m, x: x.flip(0), inputs(normal(*X))),
     _case("flip_both", "Flip", lambda m, x: x.flip((0, 1)), inputs(normal(*X))),

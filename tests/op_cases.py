@@ -1045,6 +1045,10 @@ add(
          _expand_example()),
     case("expand_as", "Expand", lambda m, a, b: a.expand_as(b),
          fixed((normal, (3, 1)), (normal, (2, 3, 4)))),
+    case("sum_to_size", "SumToSize", lambda m, a: a.sum_to_size(4, 1),
+         fixed((normal, (2, 4, 3)))),
+    case("sum_to_size_rows", "SumToSize", lambda m, a: a.sum_to_size((1, 3)),
+         fixed((normal, (4, 3)))),
     case("broadcast_tensors", (), lambda m, a, b: m.broadcast_tensors(a, b),
          elementwise(normal, normal)),
     case("repeat", "Repeat", lambda m, a, repeats: a.repeat(repeats), _repeat_example()),
@@ -1220,8 +1224,7 @@ add(
          lambda m, x, t: m.nn.functional.nll_loss(x, t), _training_classes_example()),
     case("nll_loss_gradient", "NllLossBackward", _nll_gradient,
          _training_classes_example(grad_output=True)),
-    # the ops themselves, as a graph records them (the losses above check their targets'
-    # values first, which a symbolic graph cannot)
+    # the ops themselves, as a graph records them
     case("nll_loss_op", "NllLoss", lambda m, x, t: NllLoss.apply(x, t),
          _training_classes_example(),
          torch_fn=lambda m, x, t: m.nn.functional.nll_loss(x, t)),

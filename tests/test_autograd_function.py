@@ -358,7 +358,7 @@ def test_captured_graphs_run_the_function_as_one_node_with_its_backward(capture)
         np.testing.assert_allclose(x.grad.numpy(), 20 * np.exp(values), rtol=1e-12)
     if capture == "trace":
         assert "_ScaledFunction(x" in fn.code
-        assert sum(n.op is _Scaled._op for n in fn.graph.nodes if n.kind == "call") == 1
+        assert sum(n.op is _Scaled._op for n in fn.ir.nodes if n.kind == "call") == 1
 
 
 # ---- several outputs -----------------------------------------------------------------

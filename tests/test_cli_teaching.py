@@ -47,6 +47,19 @@ def test_every_option_has_help_with_its_default(path, parser):
         assert "(default: 0.001)" in text and "(default: adam)" in text
 
 
+@pytest.mark.parametrize("path, parser", list(_parsers(build_parser())),
+                         ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+def test_every_option_is_one_line_of_help(path, parser):
+    lines = parser.format_help().splitlines()
+    assert all(len(line) <= 100 for line in lines), path
+    start = next((k for k, ln in enumerate(lines) if ln.endswith(("options:", "arguments:"))),
+                 len(lines))
+    # an option's line is "  --name ... help"; a wrapped help continues on an indented line
+    wrapped = [ln for ln in lines[start:] if ln.startswith(" " * 8) and ln.strip()
+               and not ln.strip().startswith("-")]
+    assert not wrapped, (path, wrapped)
+
+
 def _cli(*args, cwd=None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH",
                                                                                 "")}
@@ -166,3 +179,11 @@ def test_fullgraph_says_its_reason_once():
 def test_backends_registry_is_reachable():
     assert {"eager", "default", "print"} <= set(gg.backends.BACKENDS)
     assert gg.backends.lookup_backend("eager") is gg.backends.BACKENDS["eager"]
+
+
+def test_a_script_graph_that_calls_the_whole_module_says_so():
+    # graphgrad's BatchNorm1d scripted without inputs is one deferred call of the module
+    # (its buffers then update as eager's); the report names it rather than showing []
+    rep = report(gg.nn.BatchNorm1d(3), gg.randn(4, 3), methods=("eager", "jit.script"))
+    row = next(ln for ln in rep.table().splitlines() if ln.startswith("jit.script"))
+    assert "self (the whole module, one call)" in row and "[]" not in row

@@ -80,7 +80,9 @@ def test_every_tensor_method_and_function_compiled_equals_eager():
         seen.add(head)
         assert current_mode() is None and gg.is_grad_enabled(), expr
         got = _run(gg.compile(f), x_comp)
-        if isinstance(want, (gg.Tensor, tuple, list, int, float, bool, dict)):
+        if "empty" in head and isinstance(want, gg.Tensor):   # uninitialized values
+            assert (want.dtype, want.shape) == (got.dtype, got.shape), expr
+        elif isinstance(want, (gg.Tensor, tuple, list, int, float, bool, dict)):
             same(want, got)
         else:
             assert type(want) is type(got) and repr(want) == repr(got), expr

@@ -75,6 +75,7 @@ def test_every_collective_and_reduce_op_matches_numpy(collectives):
                 assert f"send recv isend irecv {tag}" in oks
                 assert (f"reduce_scatter reduce_scatter_tensor {tag}" in oks) == (shape != "()")
     for check in ("BAND BOR BXOR PREMUL_SUM", "Work.is_completed before and after wait",
+                  "Work.get_future: value, then, add_done_callback",
                   "requires_grad tensors: in place, invisible to autograd",
                   "non-contiguous tensor", "new_group subsets",
                   "all_gather_object broadcast_object_list", "destroy_process_group"):
@@ -94,6 +95,8 @@ def test_ddp_on_two_ranks_equals_one_process(ddp):
         in oks
     assert ("find_unused_parameters: equal to 1 process; unused .grad stays None; used on one "
             "rank") in oks
+    assert ("static_graph: unused parameters found in the first iteration only; buckets "
+            "rebuilt") in oks
     assert ("checkpoint: rank 0 saves, the others wait at a barrier, every rank loads the "
             "same state") in oks
 
@@ -107,11 +110,29 @@ def test_ddp_allreduce_overlaps_backward(ddp):
     assert launches > 1 and ready < total
 
 
-def test_a_rank_that_raises_stops_the_job_and_the_launcher_names_it():
+def test_a_rank_that_raises_makes_the_other_raise_and_the_launcher_names_it():
+    """Rank 0, waiting in a collective of step 3, raises a RuntimeError naming rank 1 and
+    its error (as gloo's ranks raise when a peer exits) before the job is aborted."""
     out = _launch("failure.py", "raise")
     assert out.returncode != 0
     assert "rank 1 failed: ValueError: rank 1 fails on purpose at step 3" in out.stderr
+    raised = re.search(r"RuntimeError: \[Rank 0\] (\w+): rank 1 failed: ValueError: rank 1 "
+                       r"fails on purpose at step 3", out.stderr)
+    assert raised and raised.group(1) in ("allreduce", "broadcast"), out.stderr[-4000:]
+    assert "rank 0 stopped: RuntimeError: [Rank 0]" in out.stderr
+    assert out.stderr.index("run: rank 1 failed:") < out.stderr.index("run: rank 0 stopped:")
     assert "should not finish" not in out.stdout
+
+
+def test_with_three_ranks_every_other_rank_raises_before_the_abort():
+    """The failed rank aborts the job only once each other rank has reported."""
+    out = _run("-m", "graphgrad.distributed.run", "--nproc", "3",
+               str(PROGRAMS / "failure.py"), "raise")
+    assert out.returncode != 0
+    assert "run: rank 1 failed: ValueError: rank 1 fails on purpose at step 3" in out.stderr
+    for rank in (0, 2):
+        assert (f"run: rank {rank} stopped: RuntimeError: [Rank {rank}] allreduce: rank 1 "
+                f"failed: ValueError") in out.stderr, out.stderr[-4000:]
 
 
 def test_a_killed_rank_stops_the_job_and_the_launcher_names_it():

@@ -24,7 +24,9 @@ def _static_with_grad():
         a = x * 2.0
         with tf.control_dependencies([a]):
             b = x + 1.0
-        y = tf.reduce_mean(a * b)
+        # concat's rule needs the split sizes as numbers: its vjp node runs at run time;
+        # mean's and mul's gradients are ordinary ops that read the size at run time
+        y = tf.reduce_mean(tf.concat([a * b, x], 0))
         n = len(g.ir.nodes)
         tf.gradients(y, [x])
     return g.ir, g.ir.nodes[n:]
@@ -59,6 +61,8 @@ def test_control_edges_and_backward_nodes_are_coloured():
     assert _filled(dot) == {n.name for n in backward}
     # without ``backward``, only the run-time vjp kinds (dims unknown) are backward
     assert _filled(to_dot(graph)) == {n.name for n in graph.nodes if n.kind == "vjp"} != set()
+    assert {n.target_name for n in graph.nodes if n.kind == "vjp"} == {"CatBackward"}
+    assert {"Mul", "Div", "Expand"} <= {n.target_name for n in backward if n.kind == "call"}
 
 
 def test_autograd_draw_marks_the_graph_extension():

@@ -170,6 +170,29 @@ def test_numpy_lowering_is_bit_exact_and_reuses_buffers(monkeypatch):
         assert "out=" in k.numpy_source and "for r in range" in k.numpy_source  # blocked
 
 
+def test_numpy_lowering_types_number_literals_bit_exactly(monkeypatch):
+    """Python numbers beside an array operand become 0-d arrays of its dtype (half the
+    call cost on small arrays), as NumPy's promotion casts them anyway: same bits."""
+    monkeypatch.setattr(fused_mod.config, "numba", False)
+
+    def floats(x):
+        return ((x * 1.0001 + 3) > 0.5) * x - 2
+
+    def ints(x):
+        return ((x * 3 + 2) > 1) * x - 7
+    cases = [(floats, gg.randn(4, 4)), (floats, gg.randn(4, 4, dtype=gg.float64)),
+             (ints, gg.randint(-9, 9, (4, 4), dtype=gg.int32)),
+             (ints, gg.randint(0, 200, (4, 4), dtype=gg.uint8))]
+    for f, x in cases:
+        cf = CompiledFunction(f, backend="default", share=False)
+        with gg.no_grad():
+            got, want = cf(x), f(x)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        (k,) = _kernels(cf)
+        assert k.numpy_source.count("_k") == 4, k.numpy_source   # every literal typed
+
+
 def test_a_kernel_that_fails_to_compile_falls_back_once(monkeypatch, tmp_path):
     if not HAS_NUMBA:
         pytest.skip("numba is not installed")

@@ -262,8 +262,8 @@ def test_graph_grad_equals_eager_autograd(seed):
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 4, 5])  # programs whose gradient depends on x
 def test_second_order_with_unknown_dims_equals_eager_autograd(seed):
-    """An unknown batch dim turns every rule into a run-time vjp node; differentiating
-    those again gives vjp nodes of vjp nodes."""
+    """With an unknown batch dim the rules still build ordinary ops (sizes read at run
+    time), and so does differentiating them again."""
     rng = np.random.default_rng(seed)
     fn = _random_program(rng, 8)
     g = G.trace(fn, Spec((None, 4), F64), Spec((4,), F64))
@@ -272,7 +272,7 @@ def test_second_order_with_unknown_dims_equals_eager_autograd(seed):
     hx, hy = graph_grad(g, [gx], [xn, yn], grad_outputs=[gg.ones(3, 4, dtype=gg.float64)])
     g.set_outputs([gx, *(h if h is not None else gx for h in (hx, hy))])
     g.verify()
-    assert any(n.target_name.endswith("BackwardBackward") for n in g.nodes)
+    assert not any(n.kind == "vjp" for n in g.nodes)
     x, y = rng.standard_normal((3, 4)), rng.standard_normal((4,))
     out = Interpreter(g).run(gg.tensor(x), gg.tensor(y))
     tx, ty = gg.tensor(x, requires_grad=True), gg.tensor(y, requires_grad=True)

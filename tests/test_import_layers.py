@@ -26,7 +26,8 @@ RANKS = [
     ["nn", "optim", "data", "utils"],
     ["serialization"],     # reads safetensors through utils, builds nn.Parameter
     ["static"],
-    ["fx", "jit"],
+    ["fx"],
+    ["jit"],             # jit.trace/script hand out fx GraphModules, as every frontend does
     ["dynamo"],          # hands backends fx GraphModules, as torch._dynamo builds on fx
     ["capture", "compiler", "onnx"],  # onnx: export from jit.trace's graph
     ["torch_compat"],

@@ -289,9 +289,40 @@ def test_jet_on_module_and_pytree_output():
 
 
 def test_op_without_rule_names_it():
+    from graphgrad.ops import Op
+
+    class _Cube(Op):  # an op without a Taylor rule (the leading _ keeps it unregistered)
+        @staticmethod
+        def forward(a):
+            return a ** 3
+
+        @staticmethod
+        def vjp(g, out, a):
+            return (g * 3 * a * a,)
     x = gg.tensor([1.0, 2.0], dtype=DT)
-    with pytest.raises(NotImplementedError, match="Prod has no Taylor rule"):
-        func.jet(lambda a: a.prod(), (x,), ([x],))
+    with pytest.raises(NotImplementedError, match="the op _Cube has no Taylor rule"):
+        func.jet(lambda a: _Cube.apply(a), (x,), ([x],))
+
+
+def test_kink_conventions_follow_the_jvp():
+    """At a kink the series is the vjp/jvp's (PyTorch's) choice, documented in jet: 0 for
+    relu and abs at 0 (JAX: x_k / 2 and +x_k), ties of maximum and amax averaged (as
+    JAX), x_k on a clamp's bound (PyTorch's inclusive mask)."""
+    x = gg.tensor([0.0, 0.0, 1.0], dtype=DT)
+    v = gg.tensor([1.0, -2.0, 3.0], dtype=DT)
+
+    def first(f, a=x):
+        return func.taylor_derivatives(f, a, v, 2)[1].numpy()
+    np.testing.assert_array_equal(first(gg.relu), [0.0, 0.0, 3.0])
+    np.testing.assert_array_equal(first(gg.abs), [0.0, 0.0, 3.0])
+    np.testing.assert_array_equal(first(lambda a: gg.clamp(a, 0.0, 0.5)), [1.0, -2.0, 0.0])
+    np.testing.assert_array_equal(first(lambda a: gg.maximum(a, gg.zeros(3, dtype=DT))),
+                                  [0.5, -1.0, 3.0])  # JAX relu = max(x, 0) gives this
+    tie = gg.tensor([2.0, 2.0, 1.0], dtype=DT)
+    np.testing.assert_array_equal(first(lambda a: a.amax(), tie), -0.5)
+    # each first coefficient is the jvp
+    for f in (gg.relu, gg.abs, lambda a: gg.clamp(a, 0.0, 1.0)):
+        np.testing.assert_array_equal(first(f), func.jvp(f, (x,), (v,))[1].numpy())
 
 
 def test_constant_output_and_symbolic_zero_terms():

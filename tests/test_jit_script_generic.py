@@ -23,7 +23,7 @@ def test_one_graph_from_source_serves_every_size(case):
     is right for the case's inputs and for inputs of other sizes (every dim one larger;
     for a module, whose layers fix the feature sizes, the batch dim)."""
     scripted = script(case.fn)
-    graph = scripted.graph
+    graph = scripted.ir
     assert scripted._generic.rank_bound is None
     assert not any("specialized" in h for h in graph.header)
     rng = np.random.default_rng(11)
@@ -39,4 +39,4 @@ def test_one_graph_from_source_serves_every_size(case):
         for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10,
                                        atol=1e-12)
-    assert scripted.graph is graph
+    assert scripted.ir is graph

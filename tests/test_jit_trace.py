@@ -61,7 +61,7 @@ def test_branch_warns_and_keeps_only_the_branch_taken():
     assert str(w.message) == BOOL_WARNING
     assert w.filename.endswith("lecture_cases.py")
     assert w.lineno == _line_of(branch, "if x < 0")
-    assert _calls(traced.graph) == ["Sub"]           # no Lt, no Add: x - 1 only
+    assert _calls(traced.ir) == ["Sub"]           # no Lt, no Add: x - 1 only
     assert traced(gg.tensor(5.0)).item() == 4.0      # right where the example's branch holds
     assert traced(gg.tensor(-1.0)).item() == -2.0    # silently wrong on the other branch
     assert branch(gg.tensor(-1.0)).item() == 0.0
@@ -69,7 +69,7 @@ def test_branch_warns_and_keeps_only_the_branch_taken():
 
 def test_branch_traced_on_a_negative_example_holds_the_other_branch():
     traced, _ = _trace(branch, (gg.tensor(-3.0),))
-    assert _calls(traced.graph) == ["Add"]
+    assert _calls(traced.ir) == ["Add"]
     assert traced(gg.tensor(-1.0)).item() == 0.0
     assert traced(gg.tensor(1.0)).item() == 2.0      # eager gives 0
 
@@ -78,9 +78,9 @@ def test_branch_traced_on_a_negative_example_holds_the_other_branch():
 def test_shape_dependent_is_right_for_other_shapes(shape):
     traced, caught = _trace(shape_dependent, (gg.randn(2, 3, dtype=gg.float64),))
     assert not [w for w in caught if issubclass(w.category, TracerWarning)]
-    kinds = [n.kind for n in traced.graph.nodes]
-    assert "shape" in kinds and "Reshape" in _calls(traced.graph)
-    traced.graph.verify()
+    kinds = [n.kind for n in traced.ir.nodes]
+    assert "shape" in kinds and "Reshape" in _calls(traced.ir)
+    traced.ir.verify()
     x = gg.randn(*shape, dtype=gg.float64)
     assert traced(x).shape == (shape[1], shape[0])
     assert _close(traced(x), shape_dependent(x))
@@ -126,7 +126,7 @@ def test_corpus_matches_eager(case):
     traced, caught = _trace(case.fn, case.make_inputs(np.random.default_rng(0)))
     messages = {str(w.message) for w in caught if issubclass(w.category, TracerWarning)}
     assert not messages  # (conv2d is one op: it no longer slices its input by sizes)
-    traced.graph.verify()
+    traced.ir.verify()
     fresh = case.make_inputs(np.random.default_rng(1))
     a = [x.detach().requires_grad_() for x in fresh]
     b = [x.detach().requires_grad_() for x in fresh]
@@ -148,8 +148,8 @@ def test_corpus_matches_eager(case):
         assert _close(g, p.grad)
     # the printed program computes what the interpreter computes
     args = [*fresh, *traced.captured()]
-    printed = python_code(traced.graph).fn(*args)
-    for g, w in zip(printed, Interpreter(traced.graph).run(*args), strict=True):
+    printed = python_code(traced.ir).fn(*args)
+    for g, w in zip(printed, Interpreter(traced.ir).run(*args), strict=True):
         assert _close(g, w)
 
 
@@ -165,7 +165,7 @@ def test_module_parameters_stay_live_so_training_works():
     x = gg.randn(16, 4, dtype=gg.float64)
     y = gg.randn(16, 1, dtype=gg.float64)
     traced, _ = _trace(model, (x,))
-    names = [p.name for p in traced.graph.inputs]
+    names = [p.name for p in traced.ir.inputs]
     assert names == ["input", "0_weight", "0_bias", "2_weight", "2_bias"]  # input, then state
     opt = gg.optim.SGD(model.parameters(), lr=0.1)
     opt_twin = gg.optim.SGD(twin.parameters(), lr=0.1)
@@ -184,12 +184,12 @@ def test_dropout_in_training_mode_is_a_random_node_and_eval_mode_has_none():
     [w] = [w for w in caught if issubclass(w.category, TracerWarning)]
     assert str(w.message).startswith("Trace had nondeterministic nodes. Did you forget call "
                                       ".eval() on your model? Nodes:\n\trandom_uniform")
-    assert [n.kind for n in traced.graph.nodes].count("random") == 1
+    assert [n.kind for n in traced.ir.nodes].count("random") == 1
     x = gg.randn(50, 3, dtype=gg.float64)
     assert not np.array_equal(traced(x).detach().numpy(), traced(x).detach().numpy())
     model.eval()   # the training flag is the module's state at trace time, as in PyTorch
     traced, caught = _trace(model, (gg.randn(4, 3, dtype=gg.float64),))
-    assert "random" not in [n.kind for n in traced.graph.nodes] and not caught
+    assert "random" not in [n.kind for n in traced.ir.nodes] and not caught
     assert _close(traced(x), model(x))
 
 
@@ -213,7 +213,7 @@ def test_random_sizes_follow_traced_sizes():
     def f(x):
         return x + gg.rand(x.shape[0], 1, dtype=gg.float64)
     traced, caught = _trace(f, (gg.zeros(3, 2, dtype=gg.float64),))
-    [node] = [n for n in traced.graph.nodes if n.kind == "random"]
+    [node] = [n for n in traced.ir.nodes if n.kind == "random"]
     assert node.spec.shape == (None, 1) and len(caught) == 1   # the nondeterminism note
     z = gg.zeros(5, 2, dtype=gg.float64)
     gg.manual_seed(4)
@@ -221,7 +221,7 @@ def test_random_sizes_follow_traced_sizes():
     gg.manual_seed(4)
     np.testing.assert_array_equal(got.numpy(), f(z).numpy())
     gg.manual_seed(4)   # the printed code draws the same way
-    (printed,) = python_code(traced.graph).fn(z)
+    (printed,) = python_code(traced.ir).fn(z)
     np.testing.assert_array_equal(printed.numpy(), got.numpy())
 
 
@@ -457,24 +457,24 @@ def test_printing_and_drawing():
     traced, _ = _trace(shape_dependent, (gg.randn(2, 3, dtype=gg.float64),))
     assert "placeholder" in traced.tabular() and "Reshape" in traced.tabular()
     assert traced.code.splitlines()[1] == "# graphgrad.jit.trace on inputs f64[2, 3]"
-    assert "def forward(x):" in traced.code
+    assert "def forward(self, x):" in traced.code   # a GraphModule's forward
     assert "tuple(x.shape)" in traced.code and "int(" in traced.code
-    assert to_dot(traced.graph).startswith("digraph")
+    assert to_dot(traced.ir).startswith("digraph")
     x = gg.randn(4, 2, dtype=gg.float64)
-    (printed,) = python_code(traced.graph).fn(x)
+    (printed,) = python_code(traced.ir).fn(x)
     assert _close(printed, shape_dependent(x))
     assert repr(traced).startswith("<TracedFunction shape_dependent(x: f64[2, 3])")
 
 
 def test_detach_and_data_are_stop_gradient_nodes():
     traced, caught = _trace(stop_gradient, inputs_of(stop_gradient))
-    assert _calls(traced.graph).count("Detach") == 1 and not caught
+    assert _calls(traced.ir).count("Detach") == 1 and not caught
     check_stop_gradient(traced)
 
     def f(x):
         return x * (x * 2).data
     traced, _ = _trace(f, (gg.ones(2),))
-    assert _calls(traced.graph) == ["Mul", "Detach", "Mul"]
+    assert _calls(traced.ir) == ["Mul", "Detach", "Mul"]
     x = gg.full((2,), 3.0, requires_grad=True)
     traced(x).sum().backward()
     assert _close(x.grad, gg.full((2,), 6.0))
@@ -499,7 +499,7 @@ def test_loop_over_range_of_a_size_unrolls_and_check_inputs_catch_it():
             result = result * x[i]
         return result
     traced, _ = _trace(loop_in_traced_fn, (gg.rand(3, 4, 5),))
-    assert _calls(traced.graph).count("Mul") == 3           # unrolled for the example
+    assert _calls(traced.ir).count("Mul") == 3           # unrolled for the example
     with pytest.raises(TracingCheckError, match="Graphs differed across invocations"):
         jit.trace(loop_in_traced_fn, (gg.rand(3, 4, 5),), check_inputs=[(gg.rand(4, 5, 6),)])
 
@@ -509,7 +509,7 @@ def test_an_unused_draw_stays_so_seeded_calls_match_the_function():
         gg.rand_like(x)          # drawn and dropped: later draws depend on it
         return x + gg.rand(3, dtype=gg.float64)
     traced, _ = _trace(f, (gg.zeros(3, dtype=gg.float64),))
-    assert [n.kind for n in traced.graph.nodes].count("random") == 2
+    assert [n.kind for n in traced.ir.nodes].count("random") == 2
     z = gg.zeros(3, dtype=gg.float64)
     gg.manual_seed(6)
     got = traced(z)

@@ -66,11 +66,11 @@ def test_eval_mode_trace_writes_nothing_and_says_which_outputs_are_state():
     module = nn.BatchNorm1d(3)
     train = jit.trace(module, gg.randn(4, 3))
     assert any("num_batches_tracked" in line and "written back" in line
-               for line in train.graph.header)
-    assert len(train.graph.output_node.inputs) == 4   # the output and three buffers
+               for line in train.ir.header)
+    assert len(train.ir.output_node.inputs) == 4   # the output and three buffers
     module.eval()
     frozen = _states(module)
     evaluated = jit.trace(module, gg.randn(4, 3))
-    assert len(evaluated.graph.output_node.inputs) == 1
+    assert len(evaluated.ir.output_node.inputs) == 1
     evaluated(gg.randn(4, 3))
     assert all(np.array_equal(frozen[k], v) for k, v in _states(module).items())

@@ -471,12 +471,12 @@ def test_optimize_a_jit_trace_with_a_dropout_mask_draws_the_same():
             return (x * m).sum() + (x * m).sum() + (m * 1).sum()
     x = gg.randn(3, 4, dtype=gg.float64)
     traced = gg.jit.trace(Drop(), (x,), check_trace=False)
-    new, report = P.optimize(traced.graph)
+    new, report = P.optimize(traced.ir)
     assert report.after < report.before and _count(new, "random") == 1
     args = [x, *traced.captured()]
-    _assert_same(_run(new, args, seed=7), _run(traced.graph, args, seed=7))
+    _assert_same(_run(new, args, seed=7), _run(traced.ir, args, seed=7))
     _assert_close(_run(_with_gradients(new), args, seed=7),
-                 _run(_with_gradients(gg.jit.trace(Drop(), (x,), check_trace=False).graph),
+                 _run(_with_gradients(gg.jit.trace(Drop(), (x,), check_trace=False).ir),
                       args, seed=7))
 
 
@@ -488,8 +488,8 @@ def test_a_traced_function_runs_its_optimized_graph_with_eager_autograd():
     traced = gg.jit.trace(fn, (x, w))
     want = traced(x, w)
     (gw,) = gg.autograd.grad(want, [w])
-    traced.graph, report = P.optimize(traced.graph)
-    assert _count(traced.graph, "call", "Matmul") == 1 and report.after < report.before
+    traced.graph, report = P.optimize(traced.ir)
+    assert _count(traced.ir, "call", "Matmul") == 1 and report.after < report.before
     got = traced(x, w)
     assert np.array_equal(got.detach().numpy(), want.detach().numpy())
     np.testing.assert_allclose(gg.autograd.grad(got, [w])[0].numpy(), gw.numpy(), rtol=1e-6)

@@ -102,12 +102,15 @@ def test_mlp_trains_with_placeholders_variables_minimize_and_session_run():
     assert first > 0.2 and last < 0.05
 
 
-def test_gradients_with_an_unknown_batch_dim_run_the_rule_at_run_time():
+def test_gradients_with_an_unknown_batch_dim_read_the_size_at_run_time():
     x = tf.placeholder(tf.float32, (None, 2), name="x")
     w = tf.Variable(np.array([[1.0], [2.0]], np.float32), name="w")
     loss = tf.reduce_mean(tf.matmul(x, w))
     (gw,) = tf.gradients(loss, [w])
-    assert any(n.kind == "vjp" for n in tf.get_default_graph().ir.nodes)
+    nodes = tf.get_default_graph().ir.nodes
+    # mean's rule divides by the batch size: ordinary ops on a shape node, no vjp node
+    assert not any(n.kind == "vjp" for n in nodes)
+    assert any(n.kind == "shape" for n in nodes)
     with tf.Session() as sess:
         sess.run(tf.global_variables_initializer())
         for n in (1, 5):
@@ -246,24 +249,32 @@ def test_second_order_gradients_through_cond_and_while_loop_agree_with_torch(see
                 np.testing.assert_allclose(a, b.detach().numpy(), rtol=1e-9, atol=1e-12)
 
 
-def test_third_order_through_run_time_vjp_nodes_agrees_with_torch():
-    x = tf.placeholder(tf.float64, (None, 3), name="x")  # unknown batch: vjp nodes
+@pytest.mark.parametrize("concat", [False, True])
+def test_third_order_with_an_unknown_batch_agrees_with_torch(concat):
+    """An unknown batch: ordinary ops to every order; through concat (whose rule needs the
+    split sizes as numbers) run-time vjp nodes, and vjp nodes of those."""
+    x = tf.placeholder(tf.float64, (None, 3), name="x")
     w = tf.placeholder(tf.float64, (3, 2), name="w")
     u = tf.placeholder(tf.float64, (3, 2), name="u")
-    loss = tf.reduce_mean(tf.tanh(tf.matmul(x, w)) ** 2) + tf.reduce_mean(tf.exp(x * 0.1))
+    xw = tf.concat([tf.matmul(x, w), x], 1) if concat else tf.matmul(x, w)
+    loss = tf.reduce_mean(tf.tanh(xw) ** 2) + tf.reduce_mean(tf.exp(x * 0.1))
     (gw,) = tf.gradients(loss, [w])
     hw, hx = tf.gradients(gw, [w, x], grad_ys=u)
     (t3,) = tf.gradients(hw, [w])
     names = {n.target_name for n in tf.get_default_graph().ir.nodes if n.kind == "vjp"}
-    assert {"MatmulBackward", "MatmulBackwardBackward", "MatmulBackwardBackwardBackward"} <= names
+    if concat:
+        assert {"CatBackward", "CatBackwardBackward", "CatBackwardBackwardBackward"} <= names
+    else:
+        assert names == set()
     rng = np.random.default_rng(0)
-    for batch in (5, 2):
+    for batch in (5, 2, 1):
         xv, wv, uv = rng.standard_normal((batch, 3)), rng.standard_normal((3, 2)), \
             rng.standard_normal((3, 2))
         with tf.Session() as sess:
             got = sess.run([gw, hw, hx, t3], {x: xv, w: wv, u: uv})
         X, W = torch.tensor(xv, requires_grad=True), torch.tensor(wv, requires_grad=True)
-        L = (torch.tanh(X @ W) ** 2).mean() + torch.exp(X * 0.1).mean()
+        XW = torch.cat([X @ W, X], 1) if concat else X @ W
+        L = (torch.tanh(XW) ** 2).mean() + torch.exp(X * 0.1).mean()
         (GW,) = torch.autograd.grad(L, W, create_graph=True)
         HW, HX = torch.autograd.grad(GW, [W, X], torch.tensor(uv), create_graph=True)
         (T3,) = torch.autograd.grad(HW.sum(), W)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from graphgrad.backend import xp
-from graphgrad.graph import Graph, Node, dynamic_tuple_text, is_dynamic, python_code
+from graphgrad.graph import (Graph, Node, dynamic_tuple_text, is_dynamic, literal_text,
+                             python_code)
 from graphgrad.graph.random_node import draw
 from graphgrad.passes import Fused, fuse_elementwise, optimize
 from graphgrad.tensor import Value, dispatch, is_grad_enabled
@@ -118,7 +119,7 @@ def _emit(graph: Graph, tensors: list[bool], ns: dict) -> tuple | None:
         if n.kind in ("placeholder", "output"):
             continue
         out = f"t{k}"
-        ins = [names[a] if isinstance(a, Node) else repr(a) for a in n.inputs]
+        ins = [names[a] if isinstance(a, Node) else literal_text(a) for a in n.inputs]
         if n.kind == "shape":
             body.append(f"{out} = _asarray({ins[0]}.shape, dtype=_i64)")
         elif n.kind == "constant":
@@ -141,7 +142,7 @@ def _emit(graph: Graph, tensors: list[bool], ns: dict) -> tuple | None:
     body = head + (_free_at_last_use(graph, names, body, lines_of) or ["pass"])
     by_input = dict(zip(graph.inputs, params, strict=True))
     outs = [by_input[o] if o in by_input   # a passthrough input: the very object
-            else names[o] if isinstance(o, Node) else repr(o) for o in graph.outputs]
+            else names[o] if isinstance(o, Node) else literal_text(o) for o in graph.outputs]
     return params, body, outs, rg
 
 

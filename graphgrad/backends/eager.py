@@ -2,7 +2,8 @@
 interpreter (``graphgrad.graph.Interpreter``).
 
 * ``"eager"``: the interpreter, Python scalars handed to ops as they are;
-* ``"print"``: prints the graph as a table and as Python, then runs it like "eager"
+* ``"print"``: prints the graph as a table and as PyTorch-style Python (the
+  GraphModule's ``code``), then runs it like "eager"
   (the lecture's demo of what the compiler is handed).
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from graphgrad.graph import Graph, Interpreter
+from graphgrad.graph.readable_code import readable_code
 
 __all__ = ["eager", "print_backend", "graph_of"]
 
@@ -46,5 +48,6 @@ def print_backend(gm: Any, example_inputs: list) -> Callable:
     print(f"--- graph {graph.name}: {sum(n.kind not in ('placeholder', 'output') for n in graph)}"
           f" ops ---")
     print(graph.tabular())
-    print(graph.code)
+    code = getattr(gm, "code", None)   # a GraphModule's: PyTorch-style, as torch.fx prints
+    print(code if isinstance(code, str) else readable_code(graph).src)
     return eager(graph, example_inputs)

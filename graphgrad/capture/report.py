@@ -174,6 +174,8 @@ def _ops(graph: Graph) -> str:
         elif n.kind == "call":   # by its public name, as torch.fx's targets read
             fn, _ = public_function(n.op)
             parts.append(fn.__name__ if fn is not None else n.target_name)
+        elif n.kind == "call_module":   # "": the module itself, called whole at run time
+            parts.append(n.params.get("target") or "self (the whole module, one call)")
         else:
             parts.append(n.target_name)
     return ", ".join(parts)
@@ -262,12 +264,12 @@ def _fx(fn, example):
 
 def _jit_trace(fn, example):
     traced = importlib.import_module("graphgrad.jit").trace(fn, tuple(example))
-    return traced, [traced.graph]
+    return traced, [traced.ir]
 
 
 def _jit_script(fn, example):
     scripted = importlib.import_module("graphgrad.jit").script(fn)
-    return scripted, [scripted.graph]
+    return scripted, [scripted.ir]
 
 
 def _compile(fn, example):

@@ -22,7 +22,7 @@ from graphgrad.tensor import Tensor
 
 from .process_group import ProcessGroup, mpi, resolve, wait_all
 
-__all__ = ["ReduceOp", "Work", "all_reduce", "broadcast", "reduce", "all_gather",
+__all__ = ["ReduceOp", "Work", "Future", "all_reduce", "broadcast", "reduce", "all_gather",
            "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "gather",
            "scatter", "barrier", "send", "recv", "isend", "irecv"]
 
@@ -75,9 +75,56 @@ def _torch_dtype(a: np.ndarray) -> str:
             "bool": "Bool"}.get(a.dtype.name, a.dtype.name)
 
 
+class Future:
+    """``Work.get_future()``'s result, with ``torch.futures.Future``'s methods. MPI moves
+    data only while it is called, so nothing runs in the background: callbacks run in the
+    thread that finds the work finished (``wait``, ``value``, or ``done`` returning True)."""
+
+    def __init__(self, resolve: Callable[[], Any], poll: Callable[[], bool]) -> None:
+        self._resolve = resolve
+        self._poll = poll
+        self._resolved = False
+        self._value: Any = None
+        self._callbacks: list[Callable[[Future], Any]] = []
+
+    def _settle(self) -> None:
+        self._value = self._resolve()
+        self._resolved = True
+        for callback in self._callbacks:
+            callback(self)
+        self._callbacks.clear()
+
+    def done(self) -> bool:
+        if not self._resolved and self._poll():
+            self._settle()
+        return self._resolved
+
+    def wait(self) -> Any:
+        if not self._resolved:
+            self._settle()
+        return self._value
+
+    def value(self) -> Any:
+        return self.wait()
+
+    def then(self, callback: Callable[[Future], Any]) -> Future:
+        """A future of ``callback(self)``, run once this one is done."""
+        def resolve() -> Any:
+            self.wait()
+            return callback(self)
+        return Future(resolve, self.done)
+
+    def add_done_callback(self, callback: Callable[[Future], Any]) -> None:
+        if self._resolved:
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
+
 class Work:
     """A collective in flight (PyTorch's ``Work``): ``wait()`` blocks until it is done and
-    its result is in the tensors; ``is_completed()`` asks without blocking."""
+    its result is in the tensors; ``is_completed()`` asks without blocking;
+    ``get_future()`` gives a ``Future`` whose value is the list of tensors written."""
 
     def __init__(self, requests: list, pg: ProcessGroup, what: str,
                  finish: Callable[[], None] | None = None, tensors: list | None = None,
@@ -119,6 +166,9 @@ class Work:
         """The tensors the collective wrote (PyTorch's ``Work.result()``)."""
         self.wait()
         return list(self._tensors)
+
+    def get_future(self) -> Future:
+        return Future(self.result, self.is_completed)
 
     def source_rank(self) -> int:
         """For ``irecv`` from any source: the rank the message came from."""

@@ -11,9 +11,11 @@ BLAS threads: each rank gets ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``,
 set, in its environment before Python starts (NumPy's BLAS reads them at load), so N
 ranks do not oversubscribe the cores.
 
-Failure: a rank whose program raises reports itself (``rank_failed``) and aborts the MPI
-job, so the other ranks stop at once instead of waiting for it; a rank killed by a signal
-makes mpiexec stop the job. Either way the launcher returns non-zero and names the rank.
+Failure: a rank whose program raises reports itself (``rank_failed``), lets the ranks
+waiting in a collective raise ``RuntimeError`` naming it (``peer_failure``) and then
+aborts the MPI job, so no rank waits for it until the timeout; those ranks' reports say
+they stopped because of it. A rank killed by a signal makes mpiexec stop the job. Either
+way the launcher returns non-zero and names the failed rank.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from . import peer_failure
 
 __all__ = ["find_mpiexec", "mpiexec_command", "launch", "rank_environment", "rank_failed",
            "run_rank", "THREAD_VARS"]
@@ -103,10 +107,10 @@ def launch(nproc: int, command: list[str], prog: str = "graphgrad run",
         if code == 0:
             return 0
         failed = sorted(Path(reports).glob("rank-*.failed"))
-        if failed:
-            for path in failed:
+        if failed:  # the failures first, then the ranks they stopped
+            for path in failed + sorted(Path(reports).glob("rank-*.stopped")):
                 rank = path.stem.removeprefix("rank-")
-                print(f"{prog}: rank {rank} failed: {path.read_text().strip()}",
+                print(f"{prog}: rank {rank} {path.suffix[1:]}: {path.read_text().strip()}",
                       file=sys.stderr)
             return code
         killed = _KILLED.search(" ".join("".join(err_text).split()))
@@ -120,18 +124,25 @@ def launch(nproc: int, command: list[str], prog: str = "graphgrad run",
 
 
 def rank_failed(summary: str, code: int = 1) -> None:
-    """Called on a rank whose program failed: record ``summary`` for the launcher and, when
-    other ranks are running, abort the MPI job so they do not wait for this one."""
+    """Called on a rank whose program failed: record ``summary`` for the launcher (as
+    ``stopped`` when it follows another rank's failure) and, when other ranks are running,
+    let them raise and abort the MPI job so they do not wait for this one."""
     reports = os.environ.get(_REPORT_DIR)
     mpi_module = sys.modules.get("mpi4py.MPI")
     rank = mpi_module.COMM_WORLD.Get_rank() if mpi_module is not None else os.environ.get(
         "OMPI_COMM_WORLD_RANK", "0")
+    ch = peer_failure.channel()
+    if ch is not None and not ch.closed:
+        ch.poll()
+    follows = ch is not None and ch.peer_failure is not None
     if reports and os.path.isdir(reports):
-        Path(reports, f"rank-{rank}.failed").write_text(f"{summary} (exit code {code})")
+        kind = "stopped" if follows else "failed"
+        Path(reports, f"rank-{rank}.{kind}").write_text(f"{summary} (exit code {code})")
     sys.stdout.flush()
     sys.stderr.flush()
     if mpi_module is not None and mpi_module.Is_initialized() and not mpi_module.Is_finalized() \
             and mpi_module.COMM_WORLD.Get_size() > 1:
+        peer_failure.report_failure(summary)
         mpi_module.COMM_WORLD.Abort(code)
 
 

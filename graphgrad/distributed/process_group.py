@@ -10,12 +10,15 @@ imported only when a group is made: the core needs NumPy only.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import time
 import traceback
 from datetime import timedelta
 from typing import Any
+
+from . import peer_failure
 
 __all__ = ["ProcessGroup", "group", "GroupMember", "init_process_group", "is_available",
            "is_mpi_available", "is_initialized", "get_rank", "get_world_size", "get_backend",
@@ -214,12 +217,17 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     _state["groups"] = [pg]
     if mpi_size > 1:
         _abort_on_uncaught()
+        peer_failure.open_channel(comm, pg.timeout.total_seconds())
+        if not _state.get("goodbye"):
+            _state["goodbye"] = True
+            atexit.register(peer_failure.say_goodbye)  # runs before mpi4py finalizes MPI
 
 
 def destroy_process_group(group: Any = None) -> None:
     """Free ``group``'s communicator; with no group, every group and the default one."""
     if group is None or group is GroupMember.WORLD:
         world()
+        peer_failure.say_goodbye()
         for pg in _state["groups"][1:]:
             pg.comm.Free()
         GroupMember.WORLD = globals()["group"].WORLD = None
@@ -275,6 +283,7 @@ def wait_all(requests: list, pg: ProcessGroup, what: str, timeout: timedelta | N
         polls += 1
         if polls % 256:
             continue
+        peer_failure.check(what)  # another rank failed: raise naming it
         waited = time.monotonic() - start
         if waited > limit:
             raise RuntimeError(

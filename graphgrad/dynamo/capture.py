@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from graphgrad.backend import dtype as gg_dtype
 from graphgrad.graph import Graph, GraphBuilder, Spec, Symbol, symbol
 from graphgrad.graph.random_calls import describe_draw, draw_frame
 from graphgrad.graph.random_node import add_random
@@ -94,6 +95,23 @@ class _CaptureBuilder(GraphBuilder):
             return sample(shape)
         return symbol(add_random(self, draw.dist, list(draw.shape), draw.dtype, draw.params))
 
+    def process_inplace(self, t, fn, args: tuple, kw: dict, name: str, below):
+        """A write into a graph value by graphgrad's own code (``running_mean.copy_`` in
+        ``batch_norm``): functionalized, as Dynamo/AOTAutograd do: the new value is a node
+        that ``t`` stands for from now on, and a graph input's new value is written back
+        by the compiled function (``Capture.mutate``)."""
+        if not isinstance(t, Symbol) or t._node.graph is not self.graph:
+            return below(fn)
+        value = args[0] if name == "copy_" and len(args) == 1 and not kw else None
+        if isinstance(value, Symbol) and tuple(value.shape) == tuple(t.shape):
+            new = value.to(t.dtype)   # (not fn's where(ones, value, old))
+        else:
+            new = fn(t, *args, **kw)
+        if not self.capture.mutate(t, new):
+            raise RuntimeError(f"{name} on a graph value that a view or a tensor requiring "
+                               f"grad shares")
+        return t
+
 
 class Capture:
     """The state of one segment's capture."""
@@ -104,6 +122,7 @@ class Capture:
         self.trusted = trusted            # slots the previous graph made with static specs
         self.graph = Graph(name)
         self.builder = _CaptureBuilder(self.graph)
+        self.builder.capture = self
         self.guards = GuardSet()
         self.a, self.k, self.s = a, k, s
         self.dynamic = dynamic            # True (all dims), or a set of (source, dim)
@@ -116,6 +135,7 @@ class Capture:
         self.slot_names: dict[int, str] = {}   # for placeholder names
         self.raw_sources: dict[int, Source] = {}   # id(class) -> where it was read
         self.fn_parts: dict[int, tuple] = {}       # id(function) -> guarded defaults
+        self.mutated: dict[Any, Symbol] = {}       # placeholder node -> its Symbol, changed
 
     # ---- runtime values in --------------------------------------------------------------
 
@@ -137,6 +157,30 @@ class Capture:
             if cls is Symbol:
                 self._by_id[id(value)] = (source, sym)
         return sym
+
+    def mutate(self, t: Symbol, new: Any) -> bool:
+        """``t`` changed in place to ``new``: ``t`` stands for the new node from now on
+        (its reads, by source or identity, find the same Symbol). A graph input that does
+        not require grad (a buffer) is written back after the graph runs. False (the
+        write must run for real) when a view could see the old value or the input
+        requires grad, whose eager write has autograd bookkeeping of its own."""
+        node = t._node
+        if not isinstance(new, Symbol) or new.shape != t.shape or \
+                new._node.spec.dtype != node.spec.dtype or getattr(node.op, "view", False):
+            return False
+        if any(n.kind == "call" and getattr(n.op, "view", False) and node in n.inputs
+               for n in self.graph.nodes):
+            return False
+        if node.kind == "placeholder":
+            example = self.examples[[n for _, n in self.inputs].index(node)]
+            if not isinstance(example, Tensor) or example.requires_grad or \
+                    (example._extras is not None and example._extras.base is not None):
+                return False
+            self.mutated[node] = t
+        elif node.kind != "call" or node.graph is not self.graph:
+            return False
+        t._node = new._node
+        return True
 
     def dims_for(self, source: Source, shape: tuple) -> tuple:
         if not self.dynamic:
@@ -201,7 +245,7 @@ class Capture:
         if isinstance(value, type):
             self.raw_sources.setdefault(id(value), source)   # its attributes are read guarded
             return value
-        if isinstance(value, (types.BuiltinFunctionType, np.dtype)):
+        if isinstance(value, (types.BuiltinFunctionType, np.dtype, gg_dtype)):
             return value   # immutable: its identity says everything
         return Extras(value, source)
 

@@ -19,6 +19,7 @@ import types
 import warnings
 from typing import Any
 
+from graphgrad.autograd import no_grad
 from graphgrad.graph import needed_nodes
 
 from . import config
@@ -482,7 +483,10 @@ class CompiledFunction:
             counters["graph_breaks"] += 1
         graph = cap.graph
         outputs = tz.outputs
-        graph.set_outputs(outputs)
+        # buffers changed in place: their new values are extra outputs, written back
+        writes = [(src, cap.mutated[node]._node) for src, node in cap.inputs
+                  if node in cap.mutated and cap.mutated[node]._node is not node]
+        graph.set_outputs(outputs + [n for _, n in writes])
         need = set(needed_nodes(graph, [graph.output_node]))
         graph.nodes = [n for n in graph.nodes if n in need]
         graph.inputs = [p for p in graph.inputs if p in need]
@@ -506,7 +510,7 @@ class CompiledFunction:
             # backends written for PyTorch take a GraphModule (gm.graph: its fx view)
             compiled = self.backend(captured_graph_module(graph), examples)
             args = ", ".join(src.expr(pool) for src, _ in inputs)
-            body = f"tuple({pool(compiled)}({args})) + ({carried})"
+            body = f"tuple({pool(compiled)}({args}))"
             if not isinstance(end, Return):
                 term.record.graph = graph.name
                 term.trusted = frozenset(
@@ -516,9 +520,17 @@ class CompiledFunction:
         else:
             graph = None
             by_node = {node: src for src, node in inputs}
-            outs = "".join(f"{by_node[n].expr(pool)}, " for n in outputs)
-            body = f"({outs}{carried})"
-        step = cg.function("_step", body)
+            outs = "".join(f"{by_node[n].expr(pool)}, " for n in outputs + [n for _, n in
+                                                                       writes])
+            body = f"({outs})"
+        if writes:
+            targets = "".join(f"{src.expr(pool)}, " for src, _ in writes)
+            # an output that is a changed buffer's new value is the buffer itself, as in
+            # eager (``return x.add_(1)`` returns x)
+            alias = tuple((i, j) for i, n in enumerate(outputs)
+                          for j, (_, w) in enumerate(writes) if n is w)
+            body = f"{pool(write_back)}({body}, ({targets}), {alias!r})"
+        step = cg.function("_step", body + f" + ({carried})")
         if not isinstance(end, Return):
             self.breaks.append(term.record)
             specs = tuple((i, outputs[i].spec) for i in sorted(term.trusted))
@@ -528,6 +540,23 @@ class CompiledFunction:
 
 
 _EAGER = object()
+
+
+def write_back(outs: tuple, targets: tuple, alias: tuple) -> tuple:
+    """Copy the graph's last ``len(targets)`` outputs (new values of tensors the function
+    changed in place) into those tensors, as the eager call would have changed them;
+    the other outputs go on to the slots, output ``i`` replaced by ``targets[j]`` for
+    each ``(i, j)`` of ``alias``."""
+    n = len(outs) - len(targets)
+    with no_grad():
+        for t, v in zip(targets, outs[n:], strict=True):
+            t.copy_(v)
+    if not alias:
+        return outs[:n]
+    out = list(outs[:n])
+    for i, j in alias:
+        out[i] = targets[j]
+    return tuple(out)
 
 
 def _rename(v, name: str):

@@ -177,27 +177,16 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
         return self.value_op(fn, a, b)
 
     def inplace(self, t: Symbol, name: str, args: tuple, fn) -> Any:
-        """An in-place op on a graph value: the new value replaces the Symbol's node when
-        nothing else can see the tensor (not an input, not a view); else it runs eagerly."""
-        node = t._node
-        op = node.op
-        if node.kind == "call" and not getattr(op, "view", False) \
-                and not self._has_views(node):
-            out_fn = FUNCTIONAL.get(name)
-            if out_fn is not None:
-                new = self.value_op(out_fn, t, *args)
-                if isinstance(new, Symbol) and new.shape == t.shape and \
-                        new._node.spec.dtype == node.spec.dtype:
-                    t._node = new._node
-                    return t
+        """An in-place op on a graph value: functionalized (``Capture.mutate``: the new
+        value replaces the Symbol's node, a buffer's is written back) when no view can
+        see the tensor; else it runs eagerly."""
+        out_fn = FUNCTIONAL.get(name)
+        if out_fn is not None and t._node.kind in ("call", "placeholder"):
+            new = self.value_op(out_fn, t, *args)
+            if self.cap.mutate(t, new):
+                return t
         return self.brk("unsupported-value-op", f"in-place {name} on a tensor the caller "
                         f"can see", fn, (t, *args))
-
-    def _has_views(self, node) -> bool:
-        for n in self.cap.graph.nodes:
-            if n.kind == "call" and getattr(n.op, "view", False) and node in n.inputs:
-                return True
-        return False
 
     # ---- attributes ----------------------------------------------------------------------------
 

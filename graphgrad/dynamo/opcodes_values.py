@@ -15,12 +15,16 @@ import dis
 import operator
 
 from graphgrad.graph import Symbol
+from graphgrad.nn import ModuleList, Sequential
 
 from .capture import Unsupported, opaque
 from .values import Extras, FuncV, ListIter
 
 __all__ = ["ValueOpcodes"]
 
+# containers whose iteration is ``iter(self._modules.values())`` (exact types: a subclass
+# may iterate otherwise)
+_MODULE_SEQUENCES = (ModuleList, Sequential)
 _BINARY = {i: name for i, (name, _) in enumerate(dis._nb_ops)}
 _OPS = {"NB_ADD": operator.add, "NB_AND": operator.and_, "NB_FLOOR_DIVIDE": operator.floordiv,
         "NB_LSHIFT": operator.lshift, "NB_MATRIX_MULTIPLY": operator.matmul,
@@ -188,7 +192,11 @@ class ValueOpcodes:
         frame ``f`` given, ``v`` was the top of its stack: what cannot be listed here is
         listed for real (a graph break) and the instruction runs again on the list."""
         cap = self.cap
-        if not opaque(v):
+        if opaque(v) and type(v.obj) in _MODULE_SEQUENCES:
+            # ``for layer in self.layers``: the modules, each read (and guarded) from
+            # ``_modules``, as iterating the container does
+            v = list(cap.realize(cap.read_attr(v, "_modules")).values())
+        elif not opaque(v):
             v = cap.realize(v)
         if isinstance(v, ListIter):
             items = v.items[v.pos:]

@@ -53,6 +53,11 @@ TENSOR_EAGER_ATTRS = frozenset({"requires_grad", "grad", "grad_fn", "is_leaf", "
                                 "data_ptr", "_base", "untyped_storage", "__array__", "stride",
                                 "storage_offset"})
 
+# the Transformer and attention layers' helpers: compositions of layer calls, interpreted
+# like forward
+_INLINE_NAMES |= {"_sa_block", "_mha_block", "_ff_block", "_project",
+                  "_additive"}
+
 
 # Python code of these packages runs for real (random state, I/O, clocks, NumPy's own
 # Python layer): interpreting it would trace what must not be traced

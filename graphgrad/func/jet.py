@@ -63,7 +63,16 @@ def jet(fun: Callable, primals: Sequence, series: Sequence, *,
     and each output multiplied back. With ``factorial_scaled=False`` (JAX's ``jet2``)
     inputs and outputs are the Taylor coefficients themselves, x(t) = sum x_k t^k.
     Seeding x_1 = v and x_k = 0 for k >= 2 gives the directional derivatives
-    d^k/dt^k fun(x + t v); ``taylor_derivatives`` does that."""
+    d^k/dt^k fun(x + t v); ``taylor_derivatives`` does that.
+
+    At a kink no two-sided series exists, so the result there is a convention. graphgrad
+    takes the one its own vjp/jvp (and PyTorch's derivatives) take, so that y_1 is
+    always the jvp: relu, abs and copysign give 0 at x_0 = 0 (JAX's jet gives x_k / 2
+    for relu, through max(x, 0), and +x_k for abs); clamp gives x_k inside and on its
+    bounds (PyTorch's inclusive mask), 0 beyond; maximum/minimum and amax/amin (and the
+    inf-norms) average the tied elements' series, as JAX does; sign, floor, comparisons
+    and the random samplers give a zero series. A write in place works on a tensor that
+    no view aliases."""
     if not isinstance(primals, (tuple, list)) or not isinstance(series, (tuple, list)):
         raise TypeError("jet: primals and series must be tuples (one entry per argument)")
     if len(primals) != len(series):

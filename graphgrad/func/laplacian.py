@@ -13,6 +13,13 @@ of each output.
 (``func/taylor_collapsed.py``). The same collapse also exists as a graph rewrite,
 ``graphgrad.passes.collapse_taylor`` on the captured ``method="taylor"`` computation
 (``capture_taylor_operator``); tests/test_collapse_taylor.py checks that they agree.
+
+Under ``graphgrad.compile`` a call of ``laplacian``/``jet`` is a graph break: dynamo's
+policy runs ``graphgrad.func`` eagerly, so the eager collapsed path runs, uncaptured.
+Running them "native" on graph values instead gives zeros, silently: a Symbol's methods
+put its graph's builder on top of the dispatch stack, above the Taylor level, which
+then sees no op. A function made by the traced code (the usual lambda) is refused by the
+native path anyway, and one from outside would run unguarded on graph values.
 """
 
 from __future__ import annotations

@@ -66,10 +66,28 @@ class SeriesLevel(Mode):
         return out
 
     def process_inplace(self, t, fn, args, kw, name, below):
+        """``t <- fn(t, ...)``: ``t`` takes the new value's payload (the ops of ``fn``
+        come through ``process``). When the graph is recorded, ``t``'s old identity keeps
+        the old payload, as forward AD's tangent. A write into a view, or into a tensor
+        with views, would have to update the payloads of the aliases: refused."""
         if self.lookup(t) is None and all(self.lookup(a) is None for a in args):
             return below(fn)
-        raise NotImplementedError(f"{self.name}: the in-place op {name} is not supported "
-                                  f"under Taylor mode; use its out-of-place form")
+        if _aliased(t):
+            raise NotImplementedError(
+                f"{self.name}: the in-place op {name} on a view (or on a tensor with views) "
+                f"is not supported under Taylor mode; use its out-of-place form")
+        new = []
+
+        def with_payloads(old, *a, **k):
+            if old is not t:  # the graph is recorded: old is t's identity before the write
+                self.store(old, self.lookup(t))
+            new.append(fn(old, *a, **k))
+            return new[-1]
+        out = below(with_payloads)
+        if new:
+            self._store.pop(id(t), None)
+            self.store(t, self.lookup(new[-1]))
+        return out
 
     def __enter__(self):
         push_mode(self)
@@ -99,6 +117,12 @@ class TaylorLevel(SeriesLevel):
 
     def propagate(self, op, rule, payloads, out, args, params):
         return _fitted(out, rule(payloads, out, *args, **params))
+
+
+def _aliased(t: Value) -> bool:
+    e = t._extras
+    return e is not None and (e.base is not None or any(
+        r() is not None for r in (e.views or ())))
 
 
 def _fitted(t: Value, terms: list) -> list | None:

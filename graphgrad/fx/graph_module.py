@@ -14,7 +14,7 @@ from typing import Any
 
 from graphgrad.func.pytree import LEAF, TreeSpec, tree_unflatten
 from graphgrad.graph import Graph, Node, PythonCode, Symbol, short
-from graphgrad.graph.readable_code import readable_code
+from graphgrad.graph.readable_code import attribute_input, readable_code
 from graphgrad.nn import Module, Parameter
 from graphgrad.tensor import Value
 
@@ -61,6 +61,18 @@ class GraphModule(Module):
                  class_name: str = "GraphModule"):
         super().__init__()
         graph = graph.graph if isinstance(graph, FxGraph) else graph
+        self._init_face(class_name)
+        for node in graph.nodes:
+            if node.kind in ("variable", "call_module") and "target" in node.params:
+                _copy_attr(root, self, node.params["target"])
+        self.graph = graph
+
+    # what prints ``self`` as forward's first parameter: the code reads attributes of it
+    _self_param = True
+
+    def _init_face(self, class_name: str) -> None:
+        """The fields every GraphModule has, whatever frontend made it (``jit.trace`` and
+        ``jit.script`` results are GraphModules that run their graph their own way)."""
         d = self.__dict__
         d["_class_name"] = class_name
         d["_signature"] = None      # the traced function's signature (for binding)
@@ -68,10 +80,25 @@ class GraphModule(Module):
         d["_concrete"] = {}         # concrete_args: name -> the value baked in
         d["_dtype_baked"] = False   # graphgrad code read a dtype while tracing
         d["_state"] = {}            # what the printed code reads: refreshed per call
-        for node in graph.nodes:
-            if node.kind in ("variable", "call_module") and "target" in node.params:
-                _copy_attr(root, self, node.params["target"])
-        self.graph = graph
+        d["_reads"] = []
+
+    def _share_state(self, module: Module) -> None:
+        """Make ``module``'s parameters, buffers and submodules this GraphModule's own
+        attributes (the same stores, so a parameter replaced in ``module`` is seen here):
+        ``self.fc.weight`` in the code and a ``get_attr`` target reach them."""
+        d, src = self.__dict__, module.__dict__
+        for key in ("_parameters", "_buffers", "_non_persistent", "_modules"):
+            d[key] = src[key]
+        d["_shared_with"] = module
+
+    def train(self, mode: bool = True) -> GraphModule:
+        """As ``nn.Module.train``; a GraphModule that shares a module's state sets that
+        module's flag too (``scripted.eval()`` is ``module.eval()``, as in PyTorch)."""
+        super().train(mode)
+        shared = self.__dict__.get("_shared_with")
+        if shared is not None:
+            shared.train(mode)
+        return self
 
     # ---- the graph and its code -------------------------------------------------------
 
@@ -80,6 +107,9 @@ class GraphModule(Module):
         """The IR graph (``graphgrad.graph.Graph``) that ``graph`` presents: what passes,
         backends and the printer read."""
         return self.__dict__["_graph"]
+
+    def _set_ir(self, g: Graph) -> None:
+        self.__dict__["_graph"] = g
 
     @property
     def graph(self) -> FxGraph:
@@ -93,7 +123,7 @@ class GraphModule(Module):
 
     @graph.setter
     def graph(self, g: Graph | FxGraph) -> None:
-        self.__dict__["_graph"] = g.graph if isinstance(g, FxGraph) else g
+        self._set_ir(g.graph if isinstance(g, FxGraph) else g)
         self.recompile()
 
     fx_graph = graph   # the name this view had before ``graph`` was it
@@ -103,11 +133,21 @@ class GraphModule(Module):
         d = self.__dict__
         d["_reads"] = [n for n in self.ir.nodes
                        if n.kind in ("variable", "call_module") and "target" in n.params]
-        d["_python"] = readable_code(self.ir, d["_state"], "forward")
+        d["_python"] = readable_code(self.ir, d["_state"], "forward",
+                                     self_param=self._self_param)
+        d["_python_of"] = self.ir
+        # the large constants the code reads as ``self._code_constant<k>``: plain
+        # attributes (no state_dict entries), as torch.fx keeps them
+        d.update(d["_python"].attributes or {})
         return d["_python"]
 
     @property
     def code(self) -> str:
+        """The graph as PyTorch-style Python (``graph.readable_code``), as of the last
+        ``recompile()`` (made anew where ``ir`` is another graph: a jit.script call that
+        compiled a graph for its input shapes)."""
+        if self.__dict__.get("_python_of") is not self.ir:
+            self.recompile()
         return self.__dict__["_python"].src
 
     def state(self) -> dict:
@@ -151,7 +191,7 @@ class GraphModule(Module):
             if isinstance(baked, _BASIC) and not isinstance(given, Value) and given != baked:
                 raise AssertionError(f"{name} has been specialized to have value {baked} but "
                                      f"got another value")
-        phs = self.ir.inputs
+        phs = [p for p in self.ir.inputs if attribute_input(p) is None]
         if sig is None and len(args) != len(phs):
             raise TypeError(f"{self._class_name}.forward() takes {len(phs)} arguments "
                             f"({', '.join(p.name for p in phs)}), got {len(args)}")
@@ -182,7 +222,7 @@ class GraphModule(Module):
         new = cls.__new__(cls)
         memo[id(self)] = new
         for key, value in self.__dict__.items():
-            if key not in ("_python", "_fx_view", "_state"):
+            if key not in ("_python", "_python_of", "_fx_view", "_state"):
                 new.__dict__[key] = copy.deepcopy(value, memo)
         new.__dict__["_state"] = {}
         new.recompile()

@@ -189,7 +189,7 @@ class Transformer(Interpreter):
 
     def get_attr(self, target: str, args: tuple, kwargs: dict) -> Any:
         node = self.current_node.node
-        if node.kind == "variable" and "target" in node.params:
+        if node.kind in ("variable", "placeholder") and "target" in node.params:
             value = resolve_qualname(self.module, target)
             return self.tracer.proxy(self.tracer.get_attr(target, value))
         return super().get_attr(target, args, kwargs)

@@ -26,6 +26,8 @@ Mapping of the IR's kinds onto torch.fx's opcodes (the nearest, as torch.fx has 
 IR kind                            ``node.op``       ``node.target``
 =================================  ================  ==================================
 placeholder                        placeholder       the argument's name
+placeholder bound to module state  get_attr          the attribute path (``jit.trace`` and
+                                                     ``jit.script`` of a module)
 constant, variable                 get_attr          the attribute path (variable), or
                                                      the node's name (a baked constant)
 call                               call_function     the public function (``graphgrad.
@@ -54,7 +56,7 @@ from graphgrad.graph import Graph, Node, Spec, Symbol
 from graphgrad.graph.builder import GraphBuilder
 from graphgrad.graph.python_call import PYTHON_CALL_KINDS, bind_call, split_call
 from graphgrad.graph.readable_code import public_function as printed_function
-from graphgrad.graph.readable_code import probe_call, single_call, snake_name
+from graphgrad.graph.readable_code import attribute_input, probe_call, single_call, snake_name
 from graphgrad.ops import REGISTRY, Op
 
 __all__ = ["FxGraph", "FxNode", "TensorMetadata", "public_function", "op_of"]
@@ -149,6 +151,8 @@ class FxNode:
         kind = self.node.kind
         if kind == "call" and self.node in self.graph.graph.__dict__.get("fx_methods", ()):
             return "call_method"   # an op the user's code called as a tensor method
+        if attribute_input(self.node) is not None:
+            return "get_attr"      # bound to a module's parameter or buffer at each call
         return "call_function" if kind in _CALL_KINDS else _OPCODE[kind]
 
     @property
@@ -157,7 +161,8 @@ class FxNode:
         if n.kind == "call":
             method = self.graph.graph.__dict__.get("fx_methods", {}).get(n)
             return method if method is not None else public_function(n.op)
-        if n.kind in ("variable", "call_module", *PYTHON_CALL_KINDS) and "target" in n.params:
+        if n.kind in ("variable", "call_module", "placeholder", *PYTHON_CALL_KINDS) and \
+                "target" in n.params:
             return n.params["target"]
         if n.kind in ("placeholder", "constant"):
             return n.name

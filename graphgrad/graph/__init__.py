@@ -20,7 +20,8 @@ from .errors import FailedPreconditionError, GraphError, InvalidArgumentError, O
 from .graph import Graph
 from .interpreter import Interpreter, needed_nodes
 from .node import IMPURE_KINDS, KINDS, Dyn, Node, is_impure
-from .printer import PythonCode, dynamic_tuple_text, is_dynamic, python_code, tabular
+from .printer import (PythonCode, dynamic_tuple_text, is_dynamic, literal_text, python_code,
+                      tabular)
 from .scheduler import LogEntry, Scheduler, Timeline, overlaps
 from .spec import Spec, merge_specs, short, tf_dtype_name, tf_shape
 from .symbol import Symbol, symbol
@@ -31,7 +32,7 @@ __all__ = ["Graph", "Node", "Dyn", "KINDS", "IMPURE_KINDS", "is_impure", "Spec",
            "symbol", "GraphBuilder",
            "building", "builder_of", "Interpreter", "Scheduler", "LogEntry", "Timeline", "overlaps",
            "verify", "toposort", "propagate_specs", "tabular", "python_code", "PythonCode",
-           "is_dynamic", "dynamic_tuple_text",
+           "is_dynamic", "dynamic_tuple_text", "literal_text",
            "to_dot", "render", "have_dot", "trace", "needed_nodes", "short", "tf_shape",
            "tf_dtype_name", "merge_specs", "GraphError",
            "OpError", "InvalidArgumentError", "FailedPreconditionError"]

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from graphgrad.backend import xp
 from graphgrad.ops import Spec
-from graphgrad.tensor import Mode, Value, dispatch, pop_mode, push_mode
+from graphgrad.tensor import Mode, Size, Value, dispatch, pop_mode, push_mode
 from graphgrad.tensor.modes import current_mode
 
 from .graph import Graph
@@ -41,6 +41,10 @@ class GraphBuilder(Mode):
         self.consts: dict[int, Node] = {}      # id(eager tensor) -> its constant node
         self._keep: list = []                  # the eager tensors those ids belong to
                                                # (kept alive so that no id is reused)
+        # True while graph differentiation runs a rule: Symbols report an unknown dim as a
+        # Symbol read at run time (sizes_of), not None; the sizes cached by node
+        self.run_time_sizes = False
+        self.sizes: dict[Node, Size] = {}
 
     @contextlib.contextmanager
     def active(self) -> Iterator[GraphBuilder]:
@@ -116,6 +120,27 @@ class GraphBuilder(Mode):
                 if d not in out:
                     out.append(d)
         return tuple(out)
+
+    @contextlib.contextmanager
+    def sizes_at_run_time(self, on: bool = True) -> Iterator[GraphBuilder]:
+        """Within (``on``): a Symbol of this graph reports an unknown dim as a 0-d int64
+        Symbol (``sizes_of``), so that code reading sizes builds ops with them; with
+        ``on=False`` as None again."""
+        prev = self.run_time_sizes
+        self.run_time_sizes = on
+        try:
+            yield self
+        finally:
+            self.run_time_sizes = prev
+
+    def sizes_of(self, node: Node) -> Size:
+        """``node``'s shape, its unknown dims read at run time (one ``shape`` node)."""
+        sizes = self.sizes.get(node)
+        if sizes is None:
+            shape = self.shape_of(symbol(node))
+            sizes = Size(shape[k] if d is None else d for k, d in enumerate(node.spec.shape))
+            self.sizes[node] = sizes
+        return sizes
 
     # ---- the interpreter ---------------------------------------------------------------
 

@@ -47,8 +47,10 @@ LEGEND_NOTATION = ("each node: name / op / dtype[shape]\n"
                    "(f32[], f32[3]): several outputs")
 
 
-_VJP_NOTE = ("XBackward: op X's vjp rule, expanded\n"
-             "into ops when the run fixes the dims\n(a dim is unknown when it is built)")
+_VJP_NOTE = ("XBackward: op X's vjp rule, run at run\n"
+             "time: it needs a size as a number that\n"
+             "only the run knows (e.g. cat's split\n"
+             "sizes); other backward ops are ordinary")
 
 
 def _q(s: str) -> str:

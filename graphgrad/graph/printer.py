@@ -6,6 +6,8 @@ with the interpreter.
 
 from __future__ import annotations
 
+import math
+
 import keyword
 import operator
 import sys
@@ -22,11 +24,18 @@ from .vjp_node import run_vjp_rule, while_grad_replay
 from .node import Dyn, Node
 from .spec import short
 
-__all__ = ["tabular", "python_code", "PythonCode", "Emitter", "run_while"]
+__all__ = ["tabular", "python_code", "PythonCode", "Emitter", "run_while", "literal_text"]
+
+
+def literal_text(a) -> str:
+    """Python source for a literal input of a node (``repr`` of ``-inf`` is not Python)."""
+    if type(a) is float and not math.isfinite(a):
+        return f"float({repr(a)!r})"
+    return repr(a)
 
 
 def _arg_text(a, names: dict) -> str:
-    return names[a] if isinstance(a, Node) else repr(a)
+    return names[a] if isinstance(a, Node) else literal_text(a)
 
 
 def is_dynamic(param) -> bool:
@@ -65,6 +74,9 @@ class PythonCode(NamedTuple):
     src: str
     globals: dict
     fn: Any   # the top-level function, exec'd from src
+    # what the code reads as ``self.<name>`` that its module must hold (readable_code's
+    # large constants, as torch.fx keeps ``_tensor_constant<k>``)
+    attributes: dict | None = None
 
 
 def _ident(name: str, used: set) -> str:
@@ -138,15 +150,24 @@ class Emitter:
         """Parameters before the graph's inputs (readable_code's ``self``)."""
         return []
 
+    def input_read(self, p: Node, fname: str) -> str | None:
+        """The expression an input is read from instead of being a parameter (None: a
+        parameter): readable_code reads a module's state as ``self.lin.weight``."""
+        return None
+
     def function(self, graph: Graph, fname: str) -> None:
         used = {"dtype"} | set(self.glb)
         names: dict[Node, str] = {}
-        params = []
+        params, body = [], []
+        read_by = {i for n in graph.nodes for i in (*n.input_nodes(), *n.deps)}
         for p in graph.inputs:
             names[p] = _ident(p.name, used)
-            params.append(names[p])
+            read = self.input_read(p, fname)
+            if read is None:
+                params.append(names[p])
+            elif p in read_by:   # a module attribute the graph does not read: not printed
+                body.append(f"{names[p]} = {read}")
         params = [*self.leading_params(fname), *params]
-        body = []
         k = 0
         for n in graph.nodes:
             if n.kind == "placeholder":

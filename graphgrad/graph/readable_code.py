@@ -8,12 +8,16 @@ inputs and parameters records exactly this node again (checked once per op, inpu
 and parameters, by building it in a scratch graph); otherwise the op's own ``apply``,
 bound to its name on a line of the module (``Sum = graphgrad.ops.REGISTRY['Sum'].apply``).
 ``forward`` takes ``self``: parameters, buffers and submodules are read as
-``self.lin.weight`` and called as ``self.lin(x)`` (torch.fx's get_attr/call_module), small
+``self.lin.weight`` and called as ``self.lin(x)`` (torch.fx's get_attr/call_module; an input
+that jit.trace/jit.script binds to a module attribute is read the same way), small
 constants are written out (``graphgrad.tensor([...], dtype=graphgrad.float64)``).
 
-What the module cannot print is kept as a global of the exec'd program, named in its
-header: a large constant, a custom ``autograd.Function``'s op, a random node's draw and a
-graph-differentiation rule (``_c0``, ``_random``, ``_vjp``).
+A constant too large to write out is read as ``self._code_constant<k>`` (as torch.fx
+reads a tensor constant by get_attr; ``PythonCode.attributes`` holds the values its module
+must have). What the module cannot print otherwise is kept as a global of the exec'd program
+and named in its header ("not self-contained: ..."): a random node's draw, a
+graph-differentiation rule, a custom ``autograd.Function``'s op, a large constant inside a
+branch or loop function (``_random``, ``_vjp``, ``_c0``).
 """
 
 from __future__ import annotations
@@ -26,14 +30,15 @@ from graphgrad.backend import xp
 from graphgrad.ops import REGISTRY
 
 from .builder import GraphBuilder
+from .interpreter import as_tensor
 from .graph import Graph
 from .node import Node
 from .printer import Emitter, PythonCode
 from .spec import Spec
 from .symbol import Symbol, symbol
 
-__all__ = ["readable_code", "public_function", "snake_name", "attribute_path", "probe_call",
-           "single_call"]
+__all__ = ["readable_code", "public_function", "snake_name", "attribute_path",
+           "attribute_input", "probe_call", "single_call"]
 
 _SMALL = 64          # constants with at most this many elements are written out
 _CHECKED: dict = {}  # (op, input specs, params) -> whether its public function records it
@@ -111,6 +116,13 @@ def _key(node: Node):
     return node.op, specs, repr(sorted(node.params.items()))
 
 
+def attribute_input(p: Node) -> str | None:
+    """The qualified name of the module attribute an input of the graph is bound to at each
+    call (a traced or scripted module's parameter or buffer: torch.fx's ``get_attr``), or
+    None for an argument of the user's function."""
+    return p.params.get("target") if p.kind == "placeholder" else None
+
+
 def attribute_path(qualname: str, root: str = "self") -> str:
     """``self.lin.weight``; ``getattr(self.layers, '0')`` where a part is no identifier."""
     expr = root
@@ -125,9 +137,22 @@ class ReadableEmitter(Emitter):
         self.top = top if self_param else None
         self.glb["graphgrad"] = sys.modules["graphgrad"]
         self.lines: dict[str, str] = {}   # name -> the line of the module that defines it
+        self.attributes: dict = {}        # self.<name> the code reads -> its value
+        self.current: list[str] = []      # the functions being printed, innermost last
+
+    def function(self, graph: Graph, fname: str) -> None:
+        self.current.append(fname)
+        try:
+            super().function(graph, fname)
+        finally:
+            self.current.pop()
 
     def leading_params(self, fname: str) -> list[str]:
         return ["self"] if fname == self.top else []
+
+    def input_read(self, p: Node, fname: str) -> str | None:
+        target = attribute_input(p)
+        return attribute_path(target) if target is not None and fname == self.top else None
 
     def expr(self, n: Node, names: dict) -> str:
         args = [names[a] if isinstance(a, Node) else repr(a) for a in n.inputs]
@@ -148,6 +173,12 @@ class ReadableEmitter(Emitter):
             text = self.literal(n.value)
             if text is not None:
                 return text
+            if self.top is not None and self.current[-1] == self.top:
+                # too large to write out: an attribute of the module, as torch.fx keeps a
+                # tensor constant (branch and loop functions have no ``self``)
+                name = f"_code_constant{len(self.attributes)}"
+                self.attributes[name] = as_tensor(n.value)
+                return f"self.{name}"
         if n.kind == "variable" and "target" in n.params:
             return attribute_path(n.params["target"])
         if n.kind == "call_module":
@@ -183,15 +214,23 @@ def readable_code(graph: Graph, state: dict | None = None, name: str = "forward"
     e = ReadableEmitter(state, name, self_param)
     e.function(graph, name)
     head = [f"# graph {graph.name!r}: {graph.count()} nodes"] + [f"# {h}" for h in graph.header]
-    pooled = sorted(k for k in e.glb if k.startswith(("_c", "_p", "_f", "_n"))
-                    and k[2:].isdigit())
-    if pooled:
-        head.append(f"# held by the program, not printable: {', '.join(pooled)}")
+    body = "\n\n".join(e.funcs)
+
+    def used(k: str) -> bool:   # read by the code (not a keyword argument's name)
+        return re.search(rf"(?<![\w.]){re.escape(k)}\b(?!\s*=[^=])", body) is not None
+
+    if used("dtype"):   # a dtype parameter prints as NumPy's repr: dtype('float64')
+        e.lines["dtype"] = "dtype = graphgrad.backend.xp.dtype"
+    defined = {"graphgrad", "operator", name, *e.lines, *e.printed.values(), *_IMPORTED}
+    held = sorted(k for k in e.glb if k not in defined and used(k))
+    if held:   # a random draw, a derivative rule, a custom Function, a constant in a branch
+        head.append(f"# not self-contained: exec of this text alone lacks {', '.join(held)} "
+                    f"(objects of the program that made it, in its globals)")
     head.append("import graphgrad")
     if "operator" in e.glb:
         head.append("import operator")
     head += [e.lines[k] for k in sorted(e.lines)]
-    src = "\n".join(head) + "\n\n\n" + "\n\n".join(e.funcs)
+    src = "\n".join(head) + "\n\n\n" + body
     glb = dict(e.glb)
     exec(compile(src, f"<graph {graph.name}>", "exec"), glb)  # noqa: S102 - our own program
-    return PythonCode(src, glb, glb[name])
+    return PythonCode(src, glb, glb[name], e.attributes)

@@ -14,6 +14,7 @@ import functools
 from graphgrad.backend import stand_in, xp
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Size, Tensor
+from graphgrad.tensor.modes import current_mode
 
 from .node import Node
 from .spec import Spec
@@ -51,12 +52,36 @@ class Symbol(Tensor):
     """A symbolic tensor: the value of ``_node`` once its graph runs."""
 
     __slots__ = ("_node",)
+    symbolic = True   # its value exists only when the graph runs (ops/shape.run_time_size)
 
     @property
     def shape(self) -> Size | None:
-        """The static shape: None for an unknown dim; None itself for an unknown rank."""
+        """The static shape: None for an unknown dim; None itself for an unknown rank.
+        While graph differentiation runs a vjp rule (``GraphBuilder.sizes_at_run_time``),
+        an unknown dim is a 0-d int64 Symbol instead, read from the value at run time, so
+        that a rule which needs the size builds graph ops with it."""
         shape = self._node.spec.shape
-        return None if shape is None else Size(shape)
+        if shape is None:
+            return None
+        if any(d is None for d in shape):
+            mode = current_mode()
+            if getattr(mode, "run_time_sizes", False) and mode.graph is self._node.graph:
+                return mode.sizes_of(self._node)
+        return Size(shape)
+
+    def numel(self):
+        """The number of elements: an int, or (in a vjp rule, as ``shape``) a Symbol. A
+        dim known only at run time has no int: say so (the stand-in's count is wrong).
+        Of an unknown rank, the stand-in's (jit.script notes the read, needs_rank)."""
+        shape = self.shape
+        if shape is None:
+            return Tensor.numel(self)
+        if any(d is None for d in shape):
+            raise TypeError(f"numel of the symbolic tensor {self!r} is known only at run "
+                            f"time; use static.size(x) for it as a tensor of the graph")
+        return shape.numel()
+
+    nelement = numel
 
     def size(self, dim: int | None = None):
         return self.shape if dim is None else self.shape[dim]

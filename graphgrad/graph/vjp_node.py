@@ -4,9 +4,11 @@ concrete values, by a function object held in the node's params.
 Graph differentiation normally calls each vjp rule on Symbols, so the backward pass
 becomes ordinary call nodes. Three things cannot be built that way and run here:
 
-* ``RuleFn``: an op's vjp rule on a node whose rule reads a dim the graph does not
-  know (a placeholder of shape ``(None, 3)`` and ``mean``, which divides by the batch
-  size): the rule runs when the shapes are known.
+* ``RuleFn``: an op's vjp rule that needs a dim the graph does not know as a Python
+  number (``cat`` on a placeholder of shape ``(None, 3)`` splits its cotangent by the
+  inputs' sizes): the rule runs when the shapes are known. (A rule that only computes
+  with a size, as ``mean`` divides by the batch size, builds ordinary ops on a ``shape``
+  node instead: passes/differentiate.py.)
 * ``WhileGradFn``: the reverse of a ``while_loop`` (a ``while_grad`` node): replay the
   loop keeping each iteration's state (the tape), then run the body's vjp graph from
   the last iteration back to the first.

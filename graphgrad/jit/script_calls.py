@@ -21,13 +21,14 @@ from graphgrad.backend import xp
 from graphgrad.func.pytree import tree_flatten
 from graphgrad.graph import Node, Spec, Symbol, symbol
 from graphgrad.graph.interpreter import as_tensor
-from graphgrad.graph.python_call import split_call
+from graphgrad.graph.python_call import Arg, split_call
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Value
 from graphgrad.tensor.creation import default_generator
 
 from .script_errors import ScriptError
-from .script_values import MATH, ShapeValue, classify, describe, is_library_module, is_module
+from .script_values import (MATH, ShapeValue, TupleResult, classify, describe,
+                            is_library_module, is_module)
 
 if TYPE_CHECKING:
     from .script_compiler import Frame
@@ -48,7 +49,7 @@ _PURE = {abs, min, max, sum, len, range, enumerate, zip, reversed, sorted, tuple
 _FULL_REDUCE = {"sum", "mean", "prod", "amax", "amin", "max", "min", "norm", "std", "var",
                 "any", "all", "logsumexp_all", "count_nonzero"}
 # graphgrad functions (and methods) that may return several tensors: a call of one that
-# fails for want of a rank is compiled per input shape (a deferred call is one value)
+# fails for want of a rank is a deferred call whose items are getitem nodes (TupleResult)
 _MULTI_OUTPUT = {"max", "min", "sort", "topk", "split", "chunk", "unbind", "kthvalue",
                  "median", "mode", "var_mean", "std_mean", "aminmax", "unique", "frexp",
                  "tensor_split", "hsplit", "vsplit", "dsplit", "meshgrid", "broadcast_tensors",
@@ -56,8 +57,12 @@ _MULTI_OUTPUT = {"max", "min", "sort", "topk", "split", "chunk", "unbind", "kthv
                  "histogram", "nonzero", "where", "lu", "sort_by"}
 
 
-def _one_output(fn) -> bool:
-    return getattr(fn, "__name__", "") not in _MULTI_OUTPUT
+# of those, the ones returning a (values, indices) named tuple; max, min, median and mode
+# only when given a dim (else one tensor)
+_VALUES_INDICES = {"max", "min", "median", "mode", "sort", "topk", "kthvalue", "cummax",
+                   "cummin"}
+_DIM_OPTIONAL = {"max", "min", "median", "mode"}
+
 
 
 class Calls:
@@ -71,7 +76,9 @@ class Calls:
             raise fr.error("shape of unknown rank", e, fn.rank_error())
         method_of = getattr(fn, "__self__", None)
         if isinstance(method_of, Symbol):
-            return self.tensor_method(method_of, fn.__name__, args, kwargs, e, fr)
+            # the method's name as written: the bound function of x.split is _split_method
+            name = func_node.attr if isinstance(func_node, ast.Attribute) else fn.__name__
+            return self.tensor_method(method_of, name, args, kwargs, e, fr)
         if _hashable(fn) and fn in MATH:
             if any(isinstance(a, Symbol) for a in args):
                 return self.apply(getattr(ops, MATH[fn]), tuple(args), e, fr)
@@ -115,12 +122,14 @@ class Calls:
 
     def register_module(self, mod) -> None:
         """Lift a module's parameters and buffers under their names (read at call time)."""
+        owned = id(mod) in self.module_names   # the scripted module's own: its attributes
         prefix = self.module_names.get(id(mod), type(mod).__name__.lower())
         for key in ("_parameters", "_buffers"):
             for name, value in mod.__dict__.get(key, {}).items():
                 if value is not None:
-                    self.b.lifts.node(value, f"{prefix}.{name}" if prefix else name,
-                                      lambda m=mod, n=name: getattr(m, n))
+                    path = f"{prefix}.{name}" if prefix else name
+                    self.b.lifts.node(value, path, lambda m=mod, n=name: getattr(m, n),
+                                      attribute=path if owned else None)
         for child in mod.__dict__.get("_modules", {}).values():
             if child is not None:
                 self.register_module(child)
@@ -134,6 +143,12 @@ class Calls:
             if not isinstance(dim, int):
                 raise fr.error("size(dim)", e, "size(dim) takes a Python int")
             return self.mark_scalar(shape[dim])
+        if name == "numel" and not args and not kwargs and self.generic and \
+                unknown_rank([x], {}, self.flats):
+            # the product of the run-time shape (a rank-1 vector once flattened): a Python
+            # int when the graph runs, whatever the rank
+            sizes = self.flat(self.shape_of(x, ast.unparse(e.func.value)).sym)
+            return self.mark_scalar(self.apply(lambda v: v.prod(), (sizes,), e, fr))
         if name in ("dim", "ndimension"):
             raise fr.error("tensor rank unknown", e, f"{ast.unparse(e)}: a Tensor's rank is "
                                                      f"not known at compile time")
@@ -205,10 +220,8 @@ class Calls:
         except ScriptError:
             raise
         except Exception as err:  # noqa: BLE001 - reported with the source line
-            if unknown and _one_output(fn):
-                return self.deferred(fn, args, kwargs, first)
             if unknown:
-                return self.needs_shapes(args, e, err)
+                return self.deferred_any(fn, args, kwargs, first, e, name)
             raise fr.error(f"call of {describe(fn)} failed", e,
                            f"{type(err).__name__} in {_text(e)}: {err}") from err
         if default_generator.rng is not rng or rng.bit_generator.state != state:
@@ -220,16 +233,18 @@ class Calls:
         if self.generic and not self.rank_free(first, value) and \
                 unknown_rank(operands + list(kwargs.values()), {}, self.flats):
             if isinstance(value, Symbol):
-                return self.deferred(fn, args, kwargs, first)
+                return self.deferred(fn, args, kwargs, first, name)
             self.needs_rank(operands + list(kwargs.values()), _text(e))
         return value
 
-    def deferred(self, fn, args, kwargs: dict, first: int) -> Symbol:
+    def deferred(self, fn, args, kwargs: dict, first: int, method: str | None = None
+                 ) -> Symbol:
         """A call whose ops need a rank unknown at compile time: the nodes it added are
         removed and it is one ``call_function``/``call_method`` node (graph.python_call),
         made when the graph runs, so the ops' shape rules are applied to each call's
         values and the one graph serves inputs of every rank (TorchScript compiles such
-        code once, for every shape)."""
+        code once, for every shape). ``method``: the tensor method's name as the code
+        called it (``split``, where the bound function is named otherwise)."""
         g = self.b.graph
         kept = [n for n in g.nodes[first:] if n.kind == "placeholder"]  # lifted parameters
         removed = set(g.nodes[first:]) - set(kept)
@@ -247,7 +262,7 @@ class Calls:
                          spec=Spec(None, args[0]._node.spec.dtype), deps=self.b.deps())
             return symbol(node)
         if isinstance(owner, Symbol):
-            kind, target, args = "call_method", fn.__name__, (owner, *args)
+            kind, target, args = "call_method", method or fn.__name__, (owner, *args)
         else:
             kind, target = "call_function", fn
         values, args_s, kwargs_s = split_call(
@@ -259,6 +274,33 @@ class Calls:
         node = g.add(kind, name.strip("_") or "call", inputs=tuple(inputs),
                      params={"target": target, "args": args_s, "kwargs": kwargs_s},
                      spec=Spec(None, dtype), deps=self.b.deps())
+        return symbol(node)
+
+    def deferred_any(self, fn, args, kwargs: dict, first: int, e,
+                     method: str | None = None) -> Symbol | TupleResult:
+        """``deferred``, for a call that returns one tensor or several (a ``TupleResult``
+        whose items are ``operator.getitem`` nodes on the call's node)."""
+        name = method or getattr(fn, "__name__", "")
+        owner = getattr(fn, "__self__", None)
+        given = len(args) + isinstance(owner, Symbol) + len(kwargs)   # with the input
+        if name not in _MULTI_OUTPUT or (name in _DIM_OPTIONAL and given < 2):
+            return self.deferred(fn, args, kwargs, first, method)
+        sym = self.deferred(fn, args, kwargs, first, method)
+        if name in _VALUES_INDICES:
+            return TupleResult(_text(e), sym, ("values", "indices"),
+                               (sym._node.spec.dtype, xp.dtype(xp.int64)))
+        return TupleResult(_text(e), sym, ("min", "max") if name == "aminmax" else ())
+
+    def tuple_item(self, result: TupleResult, k: int) -> Symbol:
+        """Item ``k`` of a deferred call's tuple: ``operator.getitem(call, k)`` when the
+        graph runs."""
+        src = self.b.node_of(result.sym)
+        dtype = result.dtypes[k] if -len(result.dtypes) <= k < len(result.dtypes) \
+            else src.spec.dtype
+        node = self.b.graph.add("call_function", "getitem", inputs=(src,),
+                                params={"target": operator.getitem, "args": (Arg(0), k),
+                                        "kwargs": {}},
+                                spec=Spec(None, dtype), deps=self.b.deps())
         return symbol(node)
 
     def rank_free(self, first: int, value) -> bool:
@@ -312,8 +354,7 @@ class Calls:
                                f"{ast.unparse(e)} uses a tensor as a Python bool outside an "
                                f"if or while condition") from None
             if self.generic and unknown_rank(list(args), kwargs or {}, self.flats):
-                return self.deferred(fn, args, kwargs or {}, first) if _one_output(fn) \
-                    else self.needs_shapes(args, e, err)
+                return self.deferred_any(fn, args, kwargs or {}, first, e)
             raise fr.error(type(err).__name__, e, f"{type(err).__name__}: {err}") from err
         return self.mark_scalar(result) if scalar else result
 

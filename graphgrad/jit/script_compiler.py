@@ -27,14 +27,14 @@ from graphgrad.backend import xp
 from graphgrad.graph import Symbol
 from graphgrad.tensor import Value
 
-from .script_calls import as_eager
+from .script_calls import as_eager, unknown_rank
 from .script_control import (Undefined, assigned_names,
                              build_cond, has_return)
 from .script_errors import Source, source_of
 from .script_frames import Frame, Ret
 from .script_loops import LoopStatements
 from .script_expressions import BINOPS, Expressions
-from .script_values import ShapeValue
+from .script_values import ShapeValue, TupleResult
 
 __all__ = ["Compiler", "Frame", "Ret"]
 
@@ -244,15 +244,23 @@ class Compiler(Expressions, LoopStatements):
         self.check_in_place(name, old, stmt, fr,
                             f"assign into a copy: y = {name}.clone(); y[...] = ...")
         index = self.expr(target.slice, fr)
+        indices = index if isinstance(index, tuple) else (index,)
+        if self.generic and unknown_rank([old], {}, self.flats) and \
+                isinstance(value, (Value, int, float, bool)):
+            # placing the index needs the rank: the write is made when the graph runs
+            fr.env[name] = self.deferred(ops.index_put, (old, indices, value), {},
+                                         len(self.b.graph.nodes))
+            return
         self.needs_rank([old], f"{ast.unparse(target)} (indexing)")
         if not isinstance(value, Value):
             value = as_eager(xp.asarray(value, old._node.spec.dtype))
-        fr.env[name] = self.apply(lambda: ops.index_put(
-            old, index if isinstance(index, tuple) else (index,), value), (), stmt, fr)
+        fr.env[name] = self.apply(lambda: ops.index_put(old, indices, value), (), stmt, fr)
 
     def unpack(self, value, n: int, node: ast.AST, fr: Frame) -> list:
         if isinstance(value, ShapeValue):
             raise fr.error("shape of unknown rank", node, value.rank_error())
+        if isinstance(value, TupleResult):   # v, i = x.max(dim=-1) on a rank unknown yet
+            return [self.tuple_item(value, k) for k in range(n)]
         if isinstance(value, Symbol):
             raise fr.error("unpacking a tensor isn't supported", node,
                            "cannot unpack a tensor: its length (the size of dim 0) is not "

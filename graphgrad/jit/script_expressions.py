@@ -23,7 +23,7 @@ from graphgrad.tensor import Value
 
 from .script_calls import Calls, as_bool_tensor, as_eager, unknown_rank
 from .script_control import Undefined, build_cond
-from .script_values import ShapeValue, is_module
+from .script_values import ShapeValue, TupleResult, is_module
 
 if TYPE_CHECKING:
     from .script_frames import Frame
@@ -126,6 +126,10 @@ class Expressions(Calls):
             return self.tensor_attr(base, attr, e, fr)
         if isinstance(base, ShapeValue):
             raise fr.error("shape of unknown rank", e, base.rank_error())
+        if isinstance(base, TupleResult):
+            if attr not in base.fields:
+                raise fr.error("several values", e, base.error())
+            return self.tuple_item(base, base.fields.index(attr))
         if is_module(base):
             store = base.__dict__
             for key in ("_parameters", "_buffers"):
@@ -178,6 +182,10 @@ class Expressions(Calls):
             if isinstance(index, int):
                 return self.mark_scalar(base[index])
             raise fr.error("shape of unknown rank", e, base.rank_error())
+        if isinstance(base, TupleResult):
+            if not isinstance(index, int) or isinstance(index, bool):
+                raise fr.error("several values", e, base.error())
+            return self.tuple_item(base, index)
         if isinstance(base, Symbol) and self.generic and _static_index(index) and \
                 unknown_rank([base], {}, self.flats):
             # the op needs the rank to place the index: x[1:] is made when the graph runs

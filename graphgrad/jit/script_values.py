@@ -28,8 +28,8 @@ from graphgrad.tensor import Value
 
 _I64 = xp.dtype(xp.int64)
 
-__all__ = ["ScriptBuilder", "Lifts", "ShapeValue", "classify", "describe", "MATH",
-           "is_library_module", "is_module"]
+__all__ = ["ScriptBuilder", "Lifts", "ShapeValue", "TupleResult", "classify", "describe",
+           "MATH", "is_library_module", "is_module"]
 
 
 class Lifts:
@@ -44,11 +44,15 @@ class Lifts:
         self.keep: list[Value] = []  # the lifted tensors, alive so that no id is reused
 
     def node(self, value: Value, name: str = "lifted",
-             getter: Callable[[], Value] | None = None) -> Node:
+             getter: Callable[[], Value] | None = None, attribute: str | None = None) -> Node:
+        """``attribute``: the scripted module's qualified name for ``value`` (its
+        placeholder is then a ``get_attr`` of the ScriptFunction, ``self.<attribute>``)."""
         ph = self.by_id.get(id(value))
         if ph is None:
             arr = value._array
             ph = self.root.placeholder(Spec(arr.shape, arr.dtype), name)
+            if attribute is not None:
+                ph.params = {"target": attribute}
             self.by_id[id(value)] = ph
             self.getters.append(getter or (lambda v=value: v))
             self.keep.append(value)
@@ -115,6 +119,27 @@ class ScriptBuilder(GraphBuilder):
         """The Symbol of this graph standing for an outside tensor."""
         ph = self.lifts.node(value, name, getter)
         return symbol(ph if ph.graph is self.graph else self.capture(ph))
+
+
+class TupleResult:
+    """The result of a call that returns several tensors (``x.max(dim=-1)``, ``split``,
+    ``topk``) made when the graph runs, because its ops need a rank unknown at compile
+    time: one call node whose value is the tuple. The compiler makes each item where the
+    code unpacks it, indexes it with an int or reads a field (``.values``): an
+    ``operator.getitem`` node on the call, as torch.fx records it. The number of items
+    is the unpacking's (checked when the graph runs, by Python's indexing)."""
+
+    def __init__(self, owner: str, symbol_: Symbol, fields: tuple[str, ...] = (),
+                 dtypes: tuple = ()):
+        self.owner = owner      # the source text of the call, for messages
+        self.sym = symbol_      # the call node's value: the tuple
+        self.fields = fields    # a named tuple's field names (values, indices), if known
+        self.dtypes = dtypes    # the items' dtypes where they differ from the input's
+
+    def error(self) -> str:
+        return (f"{self.owner} returns several tensors, how many is known only when the "
+                f"graph runs: unpack it (a, b = ...), index it with an int or read a "
+                f"field of it")
 
 
 class ShapeValue:

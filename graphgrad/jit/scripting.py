@@ -10,12 +10,17 @@ pointer (``script_compiler``). Parameters are Tensors of unknown shape unless
 annotated ``int``/``float``/``bool``.
 
 Running it: graphgrad's ops fix dims and shape parameters when a node is built, so a
-graph built for inputs of unknown rank is run only when none of its ops needed the
-rank. Otherwise each call runs a graph compiled from the same source for the call's
-input shapes (cached per shape, as TorchScript's profiling executor specializes its
-graphs); ``graph_for(*inputs)`` shows it. Either way the graph runs on the IR's
-``Interpreter`` on tensors, so autograd records the ops of the branch and the loop
-iterations taken and ``backward()`` gives eager's gradients.
+call whose ops need the rank of an input of unknown rank is recorded as one
+``call_function``/``call_method`` node made when the graph runs; one that returns several
+tensors (``max(dim)``, ``topk``, ``sort``, ``split``, ``chunk``) has its items as
+``operator.getitem`` nodes on it (``TupleResult``), ``x.numel()`` is the product of the
+run-time shape and ``y[..., 0] = v`` an ``index_put`` call made when the graph runs. So
+one graph serves every rank unless the code itself reads the rank (``x.ndim``, an index
+of a tensor inside graphgrad code that checks it). Then each call runs a graph compiled
+from the same source for the call's input shapes (cached per shape, as TorchScript's
+profiling executor specializes its graphs); ``graph_for(*inputs)`` shows it. Either
+way the graph runs on the IR's ``Interpreter`` on tensors, so autograd records the ops
+of the branch and the loop iterations taken and ``backward()`` gives eager's gradients.
 
 Random numbers: ``rand``/``randn``/``randint``, their ``*_like`` forms and dropout in
 training mode compile to ``random`` nodes that draw afresh at every call, from
@@ -28,16 +33,16 @@ next call compile (once) the graph without the dropout mask. ``x.detach()`` is a
 from __future__ import annotations
 
 import ast
-import functools
 import inspect
 import textwrap
 from dataclasses import dataclass
 
 from graphgrad.backend import xp
 from graphgrad.func.pytree import TreeSpec, tree_flatten, tree_unflatten
-from graphgrad.graph.readable_code import readable_code
+from graphgrad.fx.graph_module import GraphModule
 from graphgrad.graph import Graph, Interpreter, Spec, Symbol, symbol, to_dot
 from graphgrad.graph.interpreter import as_tensor
+from graphgrad.nn import Module
 from graphgrad.tensor import Value
 
 from .script_compiler import Compiler
@@ -63,13 +68,19 @@ class _Compiled:
     rank_bound: str | None  # why the generic graph is not run (None: it is)
 
 
-class ScriptFunction:
-    """The compiled form of a function (or an ``nn.Module``'s ``forward``): callable,
-    with ``.graph``, ``.code`` and the table of ``.print_tabular()``."""
+class ScriptFunction(GraphModule):
+    """The compiled form of a function (or an ``nn.Module``'s ``forward``): a
+    ``fx.GraphModule`` (``.graph`` the torch.fx-style view of ``.ir``, ``.code``,
+    ``print_readable()``, ``recompile()``; a scripted module's parameters and submodules
+    are its attributes) that runs its graph on the IR's interpreter."""
 
     def __init__(self, fn, self_obj=None):
+        Module.__init__(self)
+        self._init_face(type(self_obj).__name__ if is_module(self_obj) else fn.__name__)
+        if is_module(self_obj):
+            self._share_state(self_obj)
         self._fn = fn
-        self._self = self_obj
+        self.__dict__["_self"] = self_obj   # no submodule of its own: it shares its state
         self._src: Source = source_of(fn)
         sig = inspect.signature(fn)
         params = list(sig.parameters.values())[1 if self_obj is not None else 0:]
@@ -78,8 +89,8 @@ class ScriptFunction:
         self.__name__ = self._src.name if self_obj is None else type(self_obj).__name__
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
         self.__doc__ = fn.__doc__
-        self.__wrapped__ = fn
-        self.__wrapped_script__ = (fn, self_obj)  # what a scripted caller inlines
+        self.__dict__["__wrapped__"] = fn
+        self.__dict__["__wrapped_script__"] = (fn, self_obj)  # what a scripted caller inlines
         self._generic = self._compile(None)
         self._modes_now = self._modes()
         self._generics = {self._modes_now: self._generic}
@@ -230,6 +241,8 @@ class ScriptFunction:
         outs = Interpreter(compiled.graph, self.submodules()).run(*values, *lifted)
         return tree_unflatten(list(outs), compiled.out)
 
+    forward = __call__
+
     def submodules(self) -> dict:
         """What the graph's call_module nodes call: the scripted module's submodules by
         qualified name (read at each call, so replaced submodules are seen)."""
@@ -244,17 +257,24 @@ class ScriptFunction:
     # ---- views -------------------------------------------------------------------------
 
     @property
-    def graph(self) -> Graph:
-        """The graph compiled from the source without inputs (input ranks unknown); when
-        it cannot be run (see its header), the graph of the latest call."""
+    def ir(self) -> Graph:
+        """The IR graph compiled from the source without inputs (input ranks unknown);
+        when it cannot be run (see its header), the graph of the latest call. ``graph``
+        is its torch.fx-style view, ``code`` its Python (branches and loop bodies as
+        functions)."""
+        return self._current().graph
+
+    def _current(self) -> _Compiled:
         if self._generic.rank_bound is not None and self._last is not None:
-            return self._last.graph
-        return self._generic.graph
+            return self._last
+        return self._generic
+
+    def _set_ir(self, g: Graph) -> None:
+        self._current().graph = g
 
     @property
-    def code(self) -> str:
-        """The graph as Python (branches and loop bodies as functions)."""
-        return readable_code(self.graph, self_param=is_module(self._self)).src
+    def _self_param(self) -> bool:
+        return is_module(self._self)
 
     @property
     def schema(self) -> str:
@@ -265,7 +285,7 @@ class ScriptFunction:
     def tabular(self) -> str:
         """The graph as a table, then each sub-graph (both branches of every cond, the
         condition and body of every loop) as its own table."""
-        parts, todo = [], [("", self.graph)]
+        parts, todo = [], [("", self.ir)]
         while todo:
             title, g = todo.pop(0)
             text = g.tabular()
@@ -279,7 +299,7 @@ class ScriptFunction:
         print(self.tabular())
 
     def to_dot(self) -> str:
-        return to_dot(self.graph)
+        return to_dot(self.ir)
 
     def __repr__(self) -> str:
         return f"<graphgrad.jit.ScriptFunction {self.schema}>"
@@ -336,5 +356,9 @@ def script(obj, optimize=None, _frames_up: int = 0, _rcb=None, example_inputs=No
     else:
         raise RuntimeError(f"graphgrad.jit.script: expected a function or an nn.Module, got "
                            f"{type(obj).__name__}")
-    functools.update_wrapper(sf, obj, assigned=("__module__",), updated=())
+    # as functools.update_wrapper(assigned=("__module__",)) would, but into __dict__: a
+    # scripted module's state is the module's own (``_share_state``), so a Module set as
+    # an attribute (update_wrapper's ``__wrapped__``) would become its submodule
+    sf.__dict__["__module__"] = getattr(obj, "__module__", None)
+    sf.__dict__["__wrapped__"] = obj
     return sf

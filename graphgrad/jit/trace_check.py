@@ -140,7 +140,7 @@ def check_trace(traced, fn: Callable, retrace: Callable, check_inputs: list[tupl
                 tolerance: float, hint: str | None) -> None:
     """Raise TracingCheckError or warn as described in the module docstring.
     ``retrace(inputs)`` records the function again and returns its Graph."""
-    _nondeterministic(traced.graph)
+    _nondeterministic(traced.ir)
     draws = _SameDraws()
     try:
         _check_each(traced, fn, retrace, check_inputs, tolerance, hint, draws)
@@ -155,13 +155,13 @@ def _check_each(traced, fn: Callable, retrace: Callable, check_inputs: list[tupl
         with warnings.catch_warnings():  # the first trace has said all there is to say
             warnings.simplefilter("ignore")
             graph = _run("repeated trace", retrace, (clone_inputs(inputs),))
-        mine, theirs = _signature(traced.graph), _signature(graph)
+        mine, theirs = _signature(traced.ir), _signature(graph)
         if mine != theirs:
             diff = "\n".join(difflib.unified_diff(
-                tabular(traced.graph).splitlines(), tabular(graph).splitlines(),
+                tabular(traced.ir).splitlines(), tabular(graph).splitlines(),
                 "first trace", "repeated trace", lineterm=""))
             raise TracingCheckError(f"Graph diff:\n{_indent(diff)}", None, hint)
-        const = _constants_differ(traced.graph, graph)
+        const = _constants_differ(traced.ir, graph)
         if const is not None:
             raise TracingCheckError(None, const, hint)
         draws.restore()

@@ -150,6 +150,8 @@ class Tracer(Mode):
         if path is not None or v._requires_grad:
             node = self.graph.placeholder(Spec(v._array.shape, v._array.dtype),
                                           path or "captured")
+            if path is not None:   # the module's attribute: a get_attr of the GraphModule
+                node.params = {"target": path}
             self.captures.append(Capture(node, v, path))
             return node
         return self.graph.constant(xp.array(v._array, copy=True))

@@ -2,9 +2,10 @@
 
 ``trace(fn, example_inputs)`` runs ``fn`` once on the examples with real values while
 recording every op into a ``graphgrad.graph.Graph`` (``trace_recorder.py``) and returns a
-``TracedFunction``: callable, differentiable (it runs the graph op by op through the
-dispatch point, so ``backward()`` works as in eager mode), printable as a table and as
-Python (``.code``), drawable (``graphgrad.graph.to_dot(traced.graph)``).
+``TracedFunction``, an ``fx.GraphModule``: callable, differentiable (it runs the graph op
+by op through the dispatch point, so ``backward()`` works as in eager mode), ``.graph``
+with torch.fx's nodes over the IR ``.ir``, printable as a table and as Python
+(``.code``), drawable (``graphgrad.graph.to_dot(traced.ir)``).
 
 What a trace can and cannot keep, as the lecture shows:
 
@@ -44,7 +45,7 @@ from collections.abc import Callable
 
 from graphgrad.autograd import no_grad
 from graphgrad.func.pytree import TreeSpec, tree_unflatten
-from graphgrad.graph.readable_code import readable_code
+from graphgrad.fx.graph_module import GraphModule
 from graphgrad.graph import Graph, Interpreter, short, to_dot
 from graphgrad.nn import Module
 from graphgrad.tensor import Value
@@ -59,39 +60,44 @@ __all__ = ["trace", "TracedFunction", "TracerWarning", "TracingCheckError",
            "ExternalCallError"]
 
 
-class TracedFunction:
-    """The result of ``trace``: the recorded ``graph`` and a callable that runs it."""
+class TracedFunction(GraphModule):
+    """The result of ``trace``: a ``fx.GraphModule`` (``.graph`` the torch.fx-style view,
+    ``.ir`` the recorded IR, ``.code``, ``print_readable()``, ``recompile()``) that runs
+    its graph on the IR's interpreter, binding the extra placeholders to the traced
+    module's parameters and buffers (its own attributes, as it shares the module's: the
+    view shows them as ``get_attr`` nodes, the code reads ``self.fc.weight``) and writing
+    back the buffers the graph updates. A tensor the function reads that is no state of
+    a module (a closure's tensor that requires grad) stays an argument of the code."""
 
     def __init__(self, graph: Graph, captures: list[Capture], tree: TreeSpec,
                  fn: Callable, module: Module | None, n_inputs: int,
                  writes: list[Capture] = ()):
+        Module.__init__(self)
+        self._init_face(graph.name)
+        if module is not None:
+            self._share_state(module)
+        d = self.__dict__   # plain attributes: ``fn``/``module`` are no submodules of it
+        d["_captures"] = captures
+        d["_writes"] = list(writes)  # state updates: the graph's last outputs
+        d["_tree"] = tree
+        d["fn"] = fn
+        d["module"] = module
+        d["_n"] = n_inputs
+        d["__name__"] = graph.name
         self.graph = graph
-        self._captures = captures
-        self._writes = list(writes)  # state updates: the graph's last outputs
-        self._tree = tree
-        self.fn = fn
-        self.module = module
-        self._n = n_inputs
-        self.__name__ = graph.name
-
-    @property
-    def code(self) -> str:
-        """The graph as a runnable Python ``forward`` (user inputs, then the parameters
-        and other live tensors it reads)."""
-        return readable_code(self.graph, self_param=False).src
 
     def tabular(self) -> str:
-        return self.graph.tabular()
+        return self.ir.tabular()
 
     def print_tabular(self) -> None:
-        print(self.graph.tabular())
+        print(self.ir.tabular())
 
     def to_dot(self) -> str:
-        return to_dot(self.graph)
+        return to_dot(self.ir)
 
-    def parameters(self):
+    def parameters(self, recurse: bool = True):
         """The traced module's parameters (they stay live: the graph reads them)."""
-        return self.module.parameters() if self.module is not None else iter(
+        return self.module.parameters(recurse) if self.module is not None else iter(
             c.tensor for c in self._captures if c.tensor._requires_grad)
 
     def captured(self) -> list[Value]:
@@ -99,14 +105,15 @@ class TracedFunction:
         return [c.value(self.module) for c in self._captures]
 
     def __call__(self, *args):
+        graph = self.ir
         if len(args) != self._n:
-            raise TypeError(f"{self.graph.name}() traced with {self._n} input(s), got "
+            raise TypeError(f"{graph.name}() traced with {self._n} input(s), got "
                             f"{len(args)}")
         for k, a in enumerate(args):
             if not isinstance(a, Value):
-                raise TypeError(f"{self.graph.name}(): input {k} must be a Tensor, got "
+                raise TypeError(f"{graph.name}(): input {k} must be a Tensor, got "
                                 f"{type(a).__name__}")
-        outs = list(Interpreter(self.graph).run(*args, *self.captured()))
+        outs = list(Interpreter(graph).run(*args, *self.captured()))
         if self._writes:
             n = len(outs) - len(self._writes)
             with no_grad():  # a buffer update, as eager's: not part of the autograd graph
@@ -118,8 +125,8 @@ class TracedFunction:
     forward = __call__
 
     def __repr__(self) -> str:
-        ins = ", ".join(f"{p.name}: {short(p.spec)}" for p in self.graph.inputs)
-        return f"<TracedFunction {self.graph.name}({ins}): {len(self.graph)} nodes>"
+        ins = ", ".join(f"{p.name}: {short(p.spec)}" for p in self.ir.inputs)
+        return f"<TracedFunction {self.ir.name}({ins}): {len(self.ir)} nodes>"
 
 
 def _names(fn: Callable, n: int) -> list[str]:

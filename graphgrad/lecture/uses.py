@@ -1,7 +1,8 @@
 """Layer ``lecture``: the topics whose demonstrations are the project's examples (Newton,
 MAML and the PINN for higher-order derivatives; AutoInt): each runs the example's own
-``main`` (examples/, next to the package in a clone of the project), in a smaller
-configuration with ``quick``, and passes on the numbers it returns."""
+``main`` in a smaller configuration with ``quick``, and passes on the numbers it returns.
+The examples are examples/ next to the package in a clone of the project; an installed
+wheel carries the same scripts as ``graphgrad.examples`` (setup.py maps the folder)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,28 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["higher_order", "autoint", "example", "EXAMPLES"]
+__all__ = ["higher_order", "autoint", "example", "example_path", "EXAMPLES"]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
+def example_path(name: str) -> Path:
+    """Where examples/<name>.py is: the clone's folder, else the installed package's."""
+    path = EXAMPLES / f"{name}.py"
+    if path.is_file():
+        return path
+    spec = importlib.util.find_spec("graphgrad.examples")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(folder) / f"{name}.py").is_file():
+            return Path(folder) / f"{name}.py"
+    raise FileNotFoundError(f"this topic runs examples/{name}.py, which comes with a clone "
+                            f"of the graphgrad repository and with its wheel (graphgrad."
+                            f"examples); found in neither ({path})")
+
+
 def example(name: str) -> ModuleType:
     """examples/<name>.py as a module (examples/ is a folder of scripts, not a package)."""
-    path = EXAMPLES / f"{name}.py"
-    if not path.is_file():
-        raise FileNotFoundError(f"this topic runs examples/{name}.py, which comes with a "
-                                f"clone of the graphgrad repository (not found at {path})")
+    path = example_path(name)
     key = f"graphgrad_example_{name}"
     if key not in sys.modules:
         spec = importlib.util.spec_from_file_location(key, path)

@@ -51,6 +51,7 @@ class Emitter:
         self.initializers: dict[str, Any] = {}  # name -> array (written once, when used)
         self.pending: dict[str, Any] = {}       # known arrays not yet written
         self.used: set[str] = set()
+        self.memo: dict[str, Any] = {}          # what one mapping leaves for a later one
         self._count = 0
 
     def fresh(self, base: str) -> str:
@@ -70,9 +71,30 @@ class Emitter:
         An input named "" is an omitted optional input."""
         names = [self.fresh(op_type.lower()) for _ in range(outputs)]
         ins = [self.use(i) if i else "" for i in inputs]
+        while ins and not ins[-1]:  # omitted trailing inputs are left out (onnxruntime
+            ins.pop()               # crashed on LayerNormalization's bias given as "")
         self.nodes.append(self.onnx.helper.make_node(op_type, ins, names,
                                                      name=self.fresh(op_type), **attrs))
         return names[0] if outputs == 1 else names
+
+    def prune(self, outputs: Sequence[str]) -> None:
+        """Drop the nodes no output depends on (a mapping may emit more than its users
+        read: MaxPool's indices beside its values) and the initializers only they read;
+        unread optional outputs of the kept nodes become "" (ONNX: not computed)."""
+        needed = set(outputs)
+        kept = []
+        for n in reversed(self.nodes):
+            if not any(o in needed for o in n.output):
+                continue
+            for k, o in enumerate(n.output):
+                if o not in needed:
+                    n.output[k] = ""
+            while n.output and not n.output[-1]:
+                del n.output[-1]
+            needed.update(i for i in n.input if i)
+            kept.append(n)
+        self.nodes = kept[::-1]
+        self.initializers = {k: v for k, v in self.initializers.items() if k in needed}
 
     def const(self, array: Any, base: str = "const") -> str:
         """A constant initializer holding ``array`` (written only if an op uses it)."""

@@ -24,7 +24,7 @@ from graphgrad.nn import Module
 from graphgrad.passes import optimize
 from graphgrad.tensor import Tensor, Value
 
-from . import map_elementwise, map_reduce, map_shape  # noqa: F401 - they fill MAPPINGS
+from . import map_elementwise, map_layers, map_norm, map_reduce, map_shape  # noqa: F401
 from .emitter import Emitter, Val, onnx_package
 from .errors import OnnxExporterError, UnsupportedOperatorError
 from .mapping import MAPPINGS
@@ -77,6 +77,7 @@ class _Builder:
         self.em = em
         self.fold = do_constant_folding
         self.values: dict[Node, Val] = {}
+        em.memo["values"] = self.values  # for mappings that match a pattern of nodes
 
     def arg(self, x: Any) -> Any:
         return self.values[x] if isinstance(x, Node) else x
@@ -158,11 +159,11 @@ def export(model: Module | Callable, args: Any, f: str | os.PathLike | IO[bytes]
     with _export_mode(model):
         traced = trace(model, inputs, check_trace=False)
     try:
-        graph, _ = optimize(traced.graph)
+        graph, _ = optimize(traced.ir)
     except NotImplementedError as e:
         # the passes re-run every shape rule, and a few ops have none for unknown dims
         # (Pad after a Reshape by the batch size): then the traced graph is exported as is
-        graph = traced.graph
+        graph = traced.ir
         if verbose:
             print(f"graphgrad.onnx.export: graph passes skipped ({e})")
     n_user = len(inputs)
@@ -217,9 +218,10 @@ def export(model: Module | Callable, args: Any, f: str | os.PathLike | IO[bytes]
         graph_outputs.append(helper.make_tensor_value_info(
             name, helper.np_dtype_to_tensor_dtype(spec.dtype), dims))
 
+    em.prune(out_names)
     numpy_helper = onnx.numpy_helper
     initializers = [numpy_helper.from_array(a, name) for name, a in em.initializers.items()]
-    onnx_graph = helper.make_graph(em.nodes, traced.graph.name, graph_inputs, graph_outputs,
+    onnx_graph = helper.make_graph(em.nodes, traced.ir.name, graph_inputs, graph_outputs,
                                    initializer=initializers)
     proto = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="graphgrad")

@@ -4,7 +4,7 @@ ops, shape/dtype rule), and the functions and Tensor methods that call them."""
 from . import arithmetic, bce, compare, index, join, linalg, nll, reduce, shape, unary  # noqa: F401
 from . import compound, contractions, cumulative, diagonals, einsum_notation, refusals  # noqa: F401
 from . import grids, logarithmic, random, shifts, sorting, sparse_coo, triangular  # noqa: F401
-from . import moments, repeats, scattering, signs  # noqa: F401
+from . import moments, norms, repeats, scattering, signs  # noqa: F401
 from . import attention, pooling, recurrent  # noqa: F401
 from .signs import *  # noqa: F401,F403
 from .arithmetic import *  # noqa: F401,F403
@@ -24,6 +24,7 @@ from .linalg import *  # noqa: F401,F403
 from .logarithmic import *  # noqa: F401,F403
 from .methods import install as _install
 from .moments import *  # noqa: F401,F403
+from .norms import *  # noqa: F401,F403
 from .random import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .repeats import *  # noqa: F401,F403
@@ -36,8 +37,8 @@ from .triangular import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 
 __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join.__all__,
-                  *linalg.__all__, *reduce.__all__, *moments.__all__, *shape.__all__, "gelu",
-                  *unary.__all__,
+                  *linalg.__all__, *reduce.__all__, *moments.__all__, *norms.__all__,
+                  *shape.__all__, "gelu", *unary.__all__,
                   *compound.__all__, *contractions.__all__, "convolution", *cumulative.__all__,
                   *diagonals.__all__, *einsum_notation.__all__, *grids.__all__,
                   *logarithmic.__all__, *random.__all__,

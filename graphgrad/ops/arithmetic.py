@@ -264,11 +264,17 @@ class Pow(Elementwise):
                     y0 = a * y0
                 return y
             return ts.pow_series(ts.full(a, sa, k), out, b, k)
-        # a ** b = exp(b log a)
-        log_a = a.log() if isinstance(a, Value) else math.log(a)
+        # a ** b = exp(b log a), log a masked as the gradient's (0 at a zero base with
+        # b >= 0, nan for a negative number as base)
+        log_a = _log_base(a, b)
         logs = ts.log_series(ts.full(a, sa, k), log_a, k) if sa is not None else [None] * k
         z = ts.mul_series(ts.full(b, sb, k), ts.full(log_a, logs, k), k)
-        return ts.exp_series(ts.full(b * log_a, z, k), out, k)
+        y = ts.exp_series(ts.full(b * log_a, z, k), out, k)
+        if sa is not None:
+            # log_series divides by a_0: at a zero base y_1 is the jvp's (masked as the
+            # gradient); higher terms are nan there, where t^b(t) has log t terms
+            y[0] = Pow.jvp((sa[0], sb[0]), out, a, b)
+        return y
 
 
 def _t(d):
@@ -371,6 +377,28 @@ class Atan2(Elementwise):
         denom = a * a + b * b
         return _plus(da * b / denom if da is not None else None,
                      -db * a / denom if db is not None else None)
+
+    @staticmethod
+    def taylor(series, out, a, b):
+        # z' = (b a' - a b') / (a^2 + b^2): the numerator's and the denominator's series
+        # by Leibniz, their quotient by the division rule, then z_k = q_{k-1} / k. It
+        # divides by a_0^2 + b_0^2 only (JAX's rule divides by b_0, through atan(a / b))
+        order = ts.order_of(series)
+        fa, fb = (ts.full(x, s, order) for x, s in zip((a, b), series, strict=True))
+
+        def rate(f):  # the series of dx/dt: (j + 1) x_{j+1} at t^j
+            return [None if f[j + 1] is None else f[j + 1] * float(j + 1)
+                    for j in range(order)]
+        da, db = rate(fa), rate(fb)
+        num = [ts.plus(ts.cauchy(fb, da, m), None if (c := ts.cauchy(fa, db, m)) is None
+                       else -c) for m in range(order)]
+        den = [a * a + b * b] + ts.mul_series(fa, fa, order - 1)
+        den = [den[0]] + [ts.plus(t, u) for t, u in zip(
+            den[1:], ts.mul_series(fb, fb, order - 1), strict=True)]
+        q0 = None if num[0] is None else num[0] / den[0]
+        q = [q0] + (ts.div_series(num, den, q0, order - 1) if q0 is not None or any(
+            t is not None for t in num) else [None] * (order - 1))
+        return [None if t is None else t / float(k) for k, t in enumerate(q, start=1)]
 
 
 def add(input, other, *, alpha=1):

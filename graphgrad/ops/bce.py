@@ -11,13 +11,16 @@ from __future__ import annotations
 from graphgrad.backend import xp
 
 from .arithmetic import needs_grad
+from .compare import where
 from .elementwise import Elementwise
+from . import taylor as ts
 
 __all__: list[str] = []
 
 # PyTorch's floor under p (1 - p) in the gradient: 1e-12 rounded to float32, whatever
 # the dtype (as its kernel's constant)
 _EPS = float(xp.float32(1e-12))
+_LOG_FLOOR = float(xp.exp(-100.0))  # where log is clamped to -100
 
 
 def _input_grad_factor(p, t):
@@ -52,3 +55,25 @@ class BinaryCrossEntropy(Elementwise):
             term = dt * _target_grad_factor(p)
             total = term if total is None else total + term
         return total
+
+    @staticmethod
+    def taylor(series, out, p, t):
+        # -(t log p + (1 - t) log q), q = 1 - p, by the log and product rules. Where a log
+        # is clamped at -100 (p or q below e^-100, saturated) its series is that of the
+        # flat clamp, 0; PyTorch's first derivative there is (p - t) / 1e-12 instead
+        order = ts.order_of(series)
+        sp, st = series
+        fp = ts.full(p, sp, order)
+        fq = ts.full(1 - p, None if sp is None else ts.scale_series(sp, -1.0), order)
+
+        def log_terms(f):
+            floor = f[0] < _LOG_FLOOR
+            safe = [where(floor, 1.0, f[0])] + f[1:]
+            terms = ts.log_series(safe, 0.0, order)
+            return [where(floor, -100.0, safe[0].log())] + [
+                None if c is None else where(floor, 0.0, c) for c in terms]
+        lp, lq = log_terms(fp), log_terms(fq)
+        ft = ts.full(t, st, order)
+        fu = ts.full(1 - t, None if st is None else ts.scale_series(st, -1.0), order)
+        return [None if (c := ts.plus(x, y)) is None else -c for x, y in zip(
+            ts.mul_series(ft, lp, order), ts.mul_series(fu, lq, order), strict=True)]

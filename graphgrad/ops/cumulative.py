@@ -27,6 +27,8 @@ from .batching import all_to_front
 from .compare import where
 from .reduce import along_dim_batched
 from .triangular import Triu
+from .taylor_products import product_scan
+from . import taylor as ts
 
 __all__ = ["cumprod", "cummax", "cummin", "logcumsumexp"]
 
@@ -87,6 +89,15 @@ class Cumprod(Op):
         products = _omitted_products(a.movedim(dim, -1))
         tangent = (products * dots[0].movedim(dim, -1).unsqueeze(-1)).sum(dim=-2)
         return tangent.movedim(-1, dim)
+
+    @staticmethod
+    def taylor(series, out, a, *, dim):
+        if a.ndim == 0:
+            return series[0]
+        order = ts.order_of(series)
+        moved = [None if t is None else t.movedim(dim, -1) for t in series[0]]
+        y = product_scan(ts.full(a.movedim(dim, -1), moved, order), order)
+        return [None if t is None else t.movedim(-1, dim) for t in y[1:]]
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):
@@ -149,6 +160,30 @@ class CumprodBackward(Op):
             term = (d_products * g.movedim(dim, -1).unsqueeze(-2)).sum(dim=-1).movedim(-1, dim)
             tangent = term if tangent is None else tangent + term
         return tangent
+
+    @staticmethod
+    def taylor(series, out, g, a, *, dim):
+        # out[k] = sum_i g[i] C[k, i] with C the cumprods of the left-out copies (the
+        # module docstring): cumprod's rule on the copies, then Leibniz with g
+        order = ts.order_of(series)
+        am = a.movedim(dim, -1)
+        n = am.shape[-1]
+        eye = _eye(n)
+
+        def copies(t):  # the series of _left_out: a constant 1 in place of x[k]
+            return None if t is None else where(eye, 0.0, t.movedim(dim, -1).unsqueeze(-2)
+                                                .expand(*am.shape[:-1], n, n))
+        ga, gs = series
+        c = product_scan(ts.full(_left_out(am), [copies(t) for t in (
+            gs if gs is not None else [None] * order)], order), order)
+        c = [None if t is None else Triu.apply(t, diagonal=0) for t in c]
+
+        def rows(t):  # g[i] against column i of C
+            return None if t is None else t.movedim(dim, -1).unsqueeze(-2)
+        gm = ts.full(rows(g), [rows(t) for t in (ga if ga is not None else [None] * order)],
+                     order)
+        return [None if t is None else t.sum(dim=-1).movedim(-1, dim)
+                for t in ts.mul_series(gm, c, order)]
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):
@@ -267,6 +302,19 @@ class Logcumsumexp(Op):
             return dots[0]
         w = cls._weights(out, a, dim)
         return (w * dots[0].movedim(dim, -1).unsqueeze(-1)).sum(dim=-2).movedim(-1, dim)
+
+    @classmethod
+    def taylor(cls, series, out, a, *, dim):
+        # out[i] + log S_i(t), S_i(t) = sum_{j <= i} W[j, i] E_j(t) with E_j the series of
+        # exp(x_j(t) - x_j0) (E_j0 = 1): S_i(0) = 1, and W <= 1 cannot overflow
+        if a.ndim == 0:
+            return series[0]
+        order = ts.order_of(series)
+        w = cls._weights(out, a, dim)
+        e = ts.exp_series(ts.full(None, series[0], order), 1.0, order)
+        s = [None if t is None else (w * t.movedim(dim, -1).unsqueeze(-1)).sum(dim=-2)
+             .movedim(-1, dim) for t in e]
+        return ts.log_series([1.0, *s], 0.0, order)
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):

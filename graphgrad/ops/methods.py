@@ -20,6 +20,7 @@ from . import index_order as O
 from . import join as J
 from . import linalg as L
 from . import moments as MO
+from . import norms as NO
 from . import reduce as R
 from . import shape as S
 from . import unary as U
@@ -293,14 +294,15 @@ _METHODS = {
     "where": _tensor_where,
     # reductions
     **{n: getattr(R, n) for n in (
-        "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "norm",
+        "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin",
         "logsumexp", "softmax", "log_softmax", "all", "any", "cumsum", "nansum",
         "count_nonzero")},
+    "norm": NO.norm,
     # shape
     **{n: getattr(S, n) for n in (
         "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "swapaxes",
         "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to", "repeat", "tile",
-        "movedim", "ravel")},
+        "movedim", "ravel", "sum_to_size")},
     "flip": _flip_method,
     **SHAPE_INPLACE_METHODS,
     "view": S.view, "view_as": lambda self, other: S.view(self, *other.shape),

@@ -22,6 +22,7 @@ from .batching import batch_size, materialize
 from .base import scalar_name
 from .elementwise import Elementwise
 from .inplace import fill_inplace
+from . import taylor as ts
 
 __all__ = ["normal", "bernoulli", "multinomial", "normal_", "bernoulli_"]
 
@@ -59,6 +60,14 @@ def _zero_tangent(dots, out, *inputs, **params):
     return zeros_like(out)
 
 
+# Taylor mode: a sample's series is zero, as its tangent (PyTorch's derivative of normal
+# and bernoulli w.r.t. their parameters is zero: a draw is not reparameterized). JAX's
+# jet agrees for bernoulli (uniform < p is a comparison, whose series is zero); there a
+# normal sample is a constant z drawn from the key, so mean + std * z gets the series of
+# mean and std through mul/add: write that form (randn_like) to get those.
+_ZERO_SERIES = classmethod(ts.zero_taylor)
+
+
 class _InvalidDistributionError(RuntimeError):
     """A check on the values of a distribution's parameters, which PyTorch's kernels make
     with their own words: raised as is, not explained as a shape or dtype failure."""
@@ -78,6 +87,7 @@ class Normal(_ChecksValues, Elementwise):
     promotes = False
     saves_inputs = ()
     jvp = staticmethod(_zero_tangent)
+    taylor = _ZERO_SERIES
 
     @staticmethod
     def forward(mean, std, noise):
@@ -140,6 +150,7 @@ class Bernoulli(_ChecksValues, Elementwise):
     promotes = False
     saves_inputs = ()
     jvp = staticmethod(_zero_tangent)
+    taylor = _ZERO_SERIES
 
     @staticmethod
     def forward(input, u, *, p=None):

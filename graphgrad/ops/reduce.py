@@ -8,10 +8,10 @@ prod, amax/amin, argmax/argmin, norm, logsumexp; and softmax/log_softmax.
 from __future__ import annotations
 
 import builtins
-import math
 from typing import NamedTuple
 
 from graphgrad.backend import result_float_dtype, xp
+from graphgrad.tensor import Value
 from graphgrad.tensor.creation import invalid_arguments
 
 from .arithmetic import Mul, Sub
@@ -21,9 +21,10 @@ from .compare import where
 from .refusals import NOT_GIVEN, empty_check, no_bool, no_kernel
 from .unary import Exp
 from . import taylor as ts
+from .taylor_products import product_tree
 
-__all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "norm",
-           "vector_norm", "logsumexp", "softmax", "log_softmax", "all", "any", "count_nonzero",
+__all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin",
+           "logsumexp", "softmax", "log_softmax", "all", "any", "count_nonzero",
            "cumsum", "nansum"]
 
 
@@ -108,8 +109,10 @@ class Mean(_Reduce):
     def vjp(g, out, a, *, dim, keepdim, dtype=None):
         n = 1
         for d in dim:
-            n *= a.shape[d]
-        return (expand_back(g, a.shape, dim, keepdim) / builtins.max(n, 1),)
+            n = n * a.shape[d]   # not *=: a size may be a Symbol, and *= would write into it
+        # n is a 0-d Symbol where a dim is known only at run time (graph differentiation)
+        n = n.clamp(min=1) if isinstance(n, Value) else builtins.max(n, 1)
+        return (expand_back(g, a.shape, dim, keepdim) / n,)
 
     @classmethod
     def jvp(cls, dots, out, a, **params):  # linear
@@ -146,6 +149,21 @@ class Prod(_Reduce):
         others = where(is_zero, at_zero, out_e / where(is_zero, 1.0, a))
         return (expand_back(g, shape, dim, keepdim) * others,)
 
+    @staticmethod
+    def taylor(series, out, a, *, dim, keepdim, dtype=None):
+        order = ts.order_of(series)
+        if a.ndim == 0:
+            return series[0]
+        # the reduced dims moved last and flattened, then a product tree along them
+        kept = [d for d in range(a.ndim) if d not in dim]
+        perm = kept + list(dim)
+        lead = tuple(a.shape[d] for d in kept)
+
+        def flat(t):
+            return None if t is None else t.permute(*perm).reshape(*lead, -1)
+        y = product_tree(ts.full(flat(a), [flat(t) for t in series[0]], order), order)
+        return [None if t is None else t.reshape(tuple(out.shape)) for t in y[1:]]
+
 
 class _Extremum(_Reduce):
     """amax/amin: the gradient is shared evenly among the elements that attain it."""
@@ -158,6 +176,10 @@ class _Extremum(_Reduce):
         mask = (a == expand_back(out, a.shape, dim, keepdim)).to(g.dtype)
         share = mask / mask.sum(dim=dim, keepdim=True)
         return (expand_back(g, a.shape, dim, keepdim) * share,)
+
+    # the series of the extreme element, averaged over ties as the vjp shares the
+    # gradient: a convention (no two-sided jet exists at a tie), JAX's for reduce_max
+    taylor = classmethod(ts.linear_taylor)
 
 
 class Amax(_Extremum):
@@ -204,48 +226,6 @@ class Argmax(_ArgExtremum):
 
 class Argmin(_ArgExtremum):
     _find = staticmethod(xp.argmin)
-
-
-class Norm(_Reduce):
-    """Vector p-norm over ``dim``: ``(sum |x|^p)^(1/p)``, p in (0, inf]."""
-
-    saves_output = True
-    promotes = False
-
-    @staticmethod
-    def forward(a, *, p, dim, keepdim):
-        x = xp.abs(a)
-        if p == math.inf:
-            r = xp.amax(x, axis=dim, keepdims=keepdim)
-        elif p == -math.inf:
-            r = xp.amin(x, axis=dim, keepdims=keepdim)
-        elif p == 0:
-            r = xp.sum(x != 0, axis=dim, keepdims=keepdim).astype(x.dtype)
-        elif p == 2:
-            r = xp.sqrt(xp.sum(x * x, axis=dim, keepdims=keepdim))
-        elif p == 1:
-            r = xp.sum(x, axis=dim, keepdims=keepdim)
-        else:
-            r = xp.sum(x ** p, axis=dim, keepdims=keepdim) ** (1.0 / p)
-        return xp.asarray(r, dtype=x.dtype)
-
-    @staticmethod
-    def vjp(g, out, a, *, p, dim, keepdim):
-        shape = a.shape
-        ge = expand_back(g, shape, dim, keepdim)
-        oe = expand_back(out, shape, dim, keepdim)
-        if p == 0:
-            return (ge * 0,)
-        if p == 1:
-            return (ge * a.sign(),)
-        if p in (math.inf, -math.inf):
-            mask = (a.abs() == oe).to(g.dtype)
-            return (ge * a.sign() * mask / mask.sum(dim=dim, keepdim=True),)
-        safe = where(oe == 0, 1.0, oe)
-        if p == 2:
-            return (where(oe == 0, 0.0, ge * a / safe),)
-        grad = ge * a * a.abs() ** (p - 2) / safe ** (p - 1)
-        return (where(oe == 0, 0.0, grad),)
 
 
 class Logsumexp(_Reduce):
@@ -548,25 +528,6 @@ def _argmin(input, dim=None, keepdim: bool = False):
 def argmin(input, dim=None, keepdim: bool = False):
     no_bool(input, "argmin")
     return _argmin(input, dim, keepdim)
-
-
-def vector_norm(input, ord=2, dim=None, keepdim: bool = False, *, dtype=None):
-    if input._array.dtype.kind not in "fc":
-        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as "
-                           f"input. Got {scalar_name(input._array.dtype)}")
-    if dtype is not None:  # computed in that dtype, as PyTorch
-        input = input.to(dtype)
-    return Norm.apply(input, p=float(ord), dim=_dims(input, dim, "norm"), keepdim=keepdim)
-
-
-def norm(input, p="fro", dim=None, keepdim: bool = False, dtype=None):
-    """``torch.norm``: the vector p-norm of the flattened input or over ``dim``
-    (``"fro"`` is p=2)."""
-    if p == "fro" or p is None:
-        p = 2
-    if isinstance(p, str):
-        raise NotImplementedError(f"norm: p={p!r} (matrix norms) is not supported")
-    return vector_norm(input, p, dim, keepdim, dtype=dtype)
 
 
 def logsumexp(input, dim, keepdim: bool = False):

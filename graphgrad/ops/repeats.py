@@ -16,6 +16,7 @@ from graphgrad.tensor import Tensor, Value, active_modes
 from .base import Op, normalize_dim, scalar_name
 from .batching import to_front
 from .index import index_put
+from . import taylor as ts
 
 __all__ = ["repeat_interleave", "unfold"]
 
@@ -119,6 +120,8 @@ class Unfold(Op):
     @staticmethod
     def jvp(dots, out, a, *, dim, size, step):
         return Unfold.apply(dots[0], dim=dim, size=size, step=step)
+
+    taylor = classmethod(ts.linear_taylor)
 
     @staticmethod
     def write_back(base, values, *, dim, size, step):

@@ -24,7 +24,10 @@ from .arithmetic import needs_grad
 from .base import Op, normalize_dim, scalar_name
 from .batching import all_to_front
 from .compare import where
-from .index import Gather, ScatterAdd, along_axis_index, check_index_range
+from .index import Gather, OneHot, ScatterAdd, along_axis_index, check_index_range
+from .join import Pad
+from .taylor_products import product_tree
+from . import taylor as ts
 
 __all__ = ["scatter", "scatter_reduce", "index_add", "index_copy", "index_fill"]
 
@@ -97,6 +100,9 @@ class Scatter(Op):
         if ds is None:
             ds = 0.0
         return Scatter.apply(da, index, ds, dim=dim)
+
+    # linear in (input, src); the legacy reduce= forms raise as their jvp does
+    taylor = classmethod(ts.linear_taylor)
 
     @classmethod
     def batch(cls, vals, bdims, *, dim, reduce=None):
@@ -190,9 +196,55 @@ class ScatterReduce(Op):
         return ScatterAdd.apply(tangent, index, ds * s_part, dim=params["dim"])
 
     @classmethod
+    def taylor(cls, series, out, a, index, src, *, dim, reduce, include_self=True):
+        # sum and mean are linear; amax/amin select the extreme element's series (ties
+        # averaged, as the vjp shares the gradient)
+        if reduce != "prod":
+            return ts.linear_taylor(cls, series, out, a, index, src, dim=dim, reduce=reduce,
+                                    include_self=include_self)
+        return _prod_series(series, a, index, src, dim, include_self)
+
+    @classmethod
     def batch(cls, vals, bdims, *, dim, **params):
         a, index, src = all_to_front(vals, bdims)
         return cls.apply(a, index, src, dim=dim + 1, **params), 0
+
+
+def _prod_series(series, a, index, src, dim: int, include_self: bool) -> list:
+    """scatter_reduce's 'prod' series: each source spread over a one-hot axis of the
+    n positions along ``dim`` (the constant 1 elsewhere), a product tree over the
+    sources (Leibniz's rule, exact at zeros), then the product with the input's series
+    (or 1 where a source arrives, without ``include_self``). Costs index.numel() * n."""
+    order = ts.order_of(series)
+    shape = tuple(a.shape)
+    if a.ndim == 0:  # one position: every source goes to it
+        a, index, src, dim = a.reshape(1), index.reshape(-1), src.reshape(-1), 0
+        series = [None if s is None else [None if t is None else t.reshape(-1) for t in s]
+                  for s in series]
+    sa, _, ss = series
+    hit = OneHot.apply(index, num_classes=a.shape[dim]) == 1  # index's shape + (n,)
+
+    def spread(t, k):  # the sources on the one-hot axis, moved next to the source axis
+        if t is None:
+            return None
+        return where(hit, t.unsqueeze(-1), 1.0 if k == 0 else 0.0).movedim(dim, -1)
+    spread_full = [spread(src, 0)] + [spread(t, k) for k, t in enumerate(
+        ss if ss is not None else [None] * order, start=1)]
+    widths = []  # to the input's shape (sources cover a leading block of it)
+    for d in reversed(range(a.ndim)):
+        widths += [0, a.shape[d] - index.shape[d] if d != dim else 0]
+    products = [None if t is None else Pad.apply(t.squeeze(-1).movedim(-1, dim),
+                                                 pad=tuple(widths), value=1.0 if k == 0
+                                                 else 0.0)
+                for k, t in enumerate(product_tree(spread_full, order))]
+    base = ts.full(a, sa, order)
+    if not include_self:  # the input's value does not count where a source arrives
+        arrived = Pad.apply(hit.to(a.dtype).sum(dim=dim).movedim(-1, dim),
+                            pad=tuple(widths), value=0.0) > 0
+        base = [where(arrived, 1.0, base[0])] + [
+            None if t is None else where(arrived, 0.0, t) for t in base[1:]]
+    return [None if t is None else t.reshape(shape) for t in ts.mul_series(
+        base, products, order)]
 
 
 def _leading_block(input, dim: int, index, src):

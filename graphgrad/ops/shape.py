@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from graphgrad.backend import xp
+from graphgrad.tensor import Value
 
 from graphgrad.tensor.creation import invalid_arguments
 
@@ -16,7 +17,8 @@ from . import taylor as ts
 
 __all__ = ["reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose",
            "swapaxes", "swapdims", "permute", "t", "expand", "expand_as", "broadcast_to",
-           "repeat", "tile", "flip", "movedim", "ravel", "atleast_1d", "broadcast_tensors"]
+           "repeat", "tile", "flip", "movedim", "ravel", "atleast_1d", "broadcast_tensors",
+           "sum_to_size"]
 
 
 class _Linear(Op):
@@ -158,6 +160,43 @@ class Expand(_Movement):
         return Spec(tuple(shape), a.dtype)
 
 
+class SumToSize(_Linear):
+    """``tensor.sum_to_size(*size)``: the sum over the dims that expanding to the input's
+    shape would have broadcast (the leading ones, and those of size 1 in ``shape``), i.e.
+    Expand's transpose. Graph differentiation un-broadcasts a cotangent with it where a
+    dim is known only at run time (TF's BroadcastGradientArgs and Sum in one op)."""
+
+    holomorphic = True
+
+    @staticmethod
+    def forward(a, *, shape):
+        lead = a.ndim - len(shape)
+        dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                          if s == 1 and a.shape[lead + i] != 1)
+        return xp.reshape(xp.sum(a, axis=dims, keepdims=True) if dims else a, shape)
+
+    @staticmethod
+    def vjp(g, out, a, *, shape):
+        return (g.expand(a.shape),)
+
+    @classmethod
+    def batch(cls, vals, bdims, *, shape):
+        a = to_front(vals[0], bdims[0])
+        extra = a.ndim - 1 - len(shape)
+        if extra:   # the example's leading dims: summed here, after the batch dim
+            a = a.sum(dim=tuple(range(1, 1 + extra)))
+        return cls.apply(a, shape=(a.shape[0], *shape)), 0
+
+    @classmethod
+    def infer(cls, a, *, shape) -> Spec:
+        lead = len(a.shape) - len(shape)
+        if lead < 0 or any(s is not None and d is not None and s != 1 and s != d
+                           for s, d in zip(shape, a.shape[lead:], strict=True)):
+            raise RuntimeError(f"size {{{list(shape)}}} is not expandable to size "
+                               f"{{{list(a.shape)}}}.")
+        return Spec(tuple(shape), a.dtype)
+
+
 class Repeat(_Linear):
     """``tensor.repeat(*repeats)``: tile the tensor (a copy, unlike expand)."""
 
@@ -253,8 +292,15 @@ class ViewDtype(Op):
 def _shape_arg(shape) -> tuple:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    # ints pass as they are: a JIT trace's sizes are int subclasses that must stay traced
-    return tuple(s if isinstance(s, int) and type(s) is not bool else int(s) for s in shape)
+    # ints pass as they are: a JIT trace's sizes are int subclasses that must stay traced;
+    # so do sizes known only at run time (a graph's 0-d Symbols, in graph differentiation)
+    return tuple(s if isinstance(s, int) and type(s) is not bool or run_time_size(s)
+                 else int(s) for s in shape)
+
+
+def run_time_size(s) -> bool:
+    """Whether the size ``s`` is a graph's 0-d int tensor, valued only at run time."""
+    return isinstance(s, Value) and getattr(type(s), "symbolic", False)
 
 
 def _distinct_dims(dims, ndim: int, op: str) -> tuple:
@@ -269,7 +315,7 @@ def _distinct_dims(dims, ndim: int, op: str) -> tuple:
 def _check_sizes(shape: tuple) -> None:
     """-1 is the one size to infer; NumPy would take any negative size for it."""
     for i, s in enumerate(shape):
-        if s is not None and s < -1:
+        if s is not None and not run_time_size(s) and s < -1:
             raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape {list(shape)}")
 
 
@@ -416,11 +462,17 @@ def expand(input, *sizes):
     sizes = _shape_arg(sizes)
     lead = len(sizes) - input.ndim
     shape = tuple(input.shape)
-    resolved = tuple(shape[i - lead] if s == -1 and i >= lead else s
+    resolved = tuple(shape[i - lead] if isinstance(s, int) and s == -1 and i >= lead else s
                      for i, s in enumerate(sizes))
-    if resolved == shape:
+    if len(resolved) == len(shape) and all(
+            r is d or not run_time_size(r) and not run_time_size(d) and r == d
+            for r, d in zip(resolved, shape, strict=True)):
         return input
     return Expand.apply(input, shape=resolved)
+
+
+def sum_to_size(input, *size):
+    return SumToSize.apply(input, shape=_shape_arg(size))
 
 
 def broadcast_to(input, shape):

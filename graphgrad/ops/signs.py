@@ -8,6 +8,7 @@ from graphgrad.backend import xp
 from .arithmetic import needs_grad
 from .compare import where
 from .elementwise import Elementwise
+from . import taylor as ts
 
 __all__ = ["copysign"]
 
@@ -35,6 +36,9 @@ class Copysign(Elementwise):
     @classmethod
     def jvp(cls, dots, out, a, b):
         return None if dots[0] is None else dots[0] * cls._ratio(out, a)
+
+    # +-a_k by the signs of a_0 and b_0; 0 where a_0 = 0, as the vjp (abs's convention)
+    taylor = classmethod(ts.linear_taylor)
 
 
 def copysign(input, other):

@@ -568,7 +568,7 @@ class Clamp(_Unary):
             mask = upper if mask is None else mask & upper
         return (g * mask,)
 
-    taylor = classmethod(ts.linear_taylor)  # x_k strictly inside, 0 where clamped
+    taylor = classmethod(ts.linear_taylor)  # x_k inside and on a bound (the vjp), else 0
 
 
 class Cast(Elementwise):

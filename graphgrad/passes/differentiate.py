@@ -13,8 +13,13 @@ TF's while-loop gradient keeps stacks), then runs the body's vjp graph - itself
 built by graph extension - from the last iteration back to the first. The walk is
 iterative over nodes; it recurses only into nested control flow, once per level.
 
-Run-time derivatives (``graphgrad/graph/vjp_node.py``): a rule that needs dims or
-params known only at run time becomes a ``vjp`` node. Differentiating a ``vjp`` or
+Unknown dims (placeholders of shape ``(None, 3)``): the rule still runs on Symbols, and
+a size it reads is a Symbol too (a ``shape`` node and ``Getitem``, read at run time), so
+mean's division by the batch size is ordinary ops; where only the run can tell which
+dims were broadcast, the cotangent is un-broadcast by a ``SumToSize`` op.
+
+Run-time derivatives (``graphgrad/graph/vjp_node.py``): a rule that needs a size as a
+Python number (cat's split sizes) becomes a ``vjp`` node. Differentiating a ``vjp`` or
 ``while_grad`` node again gives another ``vjp`` node, which reruns the node's function
 under eager autograd, so ``grad`` of a ``grad`` works to any order through every node
 kind. Those node kinds and their run-time functions stay in ``graph``: the IR's
@@ -32,7 +37,10 @@ from collections.abc import Sequence
 from graphgrad.backend import xp
 from graphgrad.graph import Graph, GraphBuilder, Interpreter, Node, Spec, Symbol, building, symbol
 from graphgrad.graph.interpreter import as_tensor
+from graphgrad.graph.node import Dyn
 from graphgrad.graph.vjp_node import VjpFn, WhileGradFn, function_of
+from graphgrad.ops.elementwise import Elementwise
+from graphgrad.ops.shape import SumToSize
 from graphgrad.ops.unbroadcast import unbroadcast
 from graphgrad.tensor import Value
 
@@ -116,7 +124,10 @@ def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs,
             if not op.differentiable:
                 continue
             if node.nargs != len(node.inputs) or _unknown_dims(node):
-                _accumulate(cts, node.inputs, _vjp_node(b, node, g, reach), reach)
+                ins = _rule_with_run_time_sizes(b, node, g, reach)
+                if ins is None:   # the rule needs a size as a Python int: run it at run time
+                    ins = _vjp_node(b, node, g, reach)
+                _accumulate(cts, node.inputs, ins, reach)
                 continue
             syms = [_marked(i, i in reach) if isinstance(i, Node) else i for i in node.inputs]
             try:
@@ -143,6 +154,96 @@ def _unknown_dims(node: Node) -> bool:
     for s in (node.spec, *[i.spec for i in node.input_nodes()]):
         if isinstance(s, Spec) and (s.shape is None or None in s.shape):
             return True
+    return False
+
+
+# what a rule raises when it asks a size known only at run time for a Python value (a
+# Symbol's bool, int or numel) or hands one to code that needs ints
+_NEEDS_CONCRETE = (TypeError, ValueError, RuntimeError, NotImplementedError, IndexError)
+
+
+def _rule_with_run_time_sizes(b: GraphBuilder, node: Node, g, reach) -> list | None:
+    """The vjp rule of a node with dims (or params) known only at run time, run on Symbols
+    whose unknown sizes are Symbols too (read from the values by a ``shape`` node): the
+    gradient as ordinary ops, its shapes as unknown as the forward's. The cotangents are
+    un-broadcast with ``SumToSize`` where only the run can tell which dims to sum. None,
+    and no node added, where the rule needs a size as a Python number."""
+    graph = b.graph
+    if graph is not node.graph:
+        return None
+    start = len(graph.nodes) - (graph.output_node is not None)   # new nodes go before it
+    params = {k: tuple(symbol(node.inputs[e.index]) if isinstance(e, Dyn) else e for e in v)
+              if isinstance(v, tuple) else v for k, v in node.params.items()}
+    syms = [_marked(i, i in reach) if isinstance(i, Node) else i
+            for i in node.inputs[:node.nargs]]
+    try:
+        with b.sizes_at_run_time():
+            ins = list(node.op.vjp(g, symbol(node), *syms, **params))
+            for k, (i, ct) in enumerate(zip(node.inputs, ins, strict=False)):
+                if ct is not None and isinstance(i, Node) and i in reach and \
+                        _differentiable(i.spec):
+                    ins[k] = _unbroadcast_at_run_time(b, node, k, ct)
+        return ins
+    except _NEEDS_CONCRETE:
+        # drop the nodes the attempt added (and what the builder cached on them)
+        end = len(graph.nodes) - (graph.output_node is not None)
+        added = set(graph.nodes[start:end])
+        del graph.nodes[start:end]
+        b.sizes = {n: sz for n, sz in b.sizes.items()
+                   if not any(isinstance(d, Symbol) and d._node in added for d in sz)}
+        b.consts = {k: n for k, n in b.consts.items() if n not in added}
+        return None
+
+
+def _unbroadcast_at_run_time(b: GraphBuilder, node: Node, k: int, ct):
+    """``ct`` reduced to input ``k``'s shape: the dims known statically as ``unbroadcast``
+    does, then the dims only the run can tell (the input's dim unknown, the cotangent's
+    not 1) with a ``SumToSize`` to the input's run-time sizes, unless broadcasting cannot
+    have widened them (an elementwise op whose other inputs are 1 or absent there)."""
+    i = node.inputs[k]
+    if not isinstance(ct, Symbol):
+        ct = symbol(b.node_of(ct if isinstance(ct, Value) else _const(xp.asarray(ct)),
+                              literal_ok=False))
+    with b.sizes_at_run_time(False):   # unbroadcast compares static dims (None)
+        ct = unbroadcast(ct, i.spec.shape, i.spec.dtype, node.op.__name__)
+    shape, cs = i.spec.shape, ct._node.spec.shape
+    if cs is None:
+        raise NotImplementedError("a cotangent of unknown rank")
+    if _has_sizes(ct._node, b.sizes.get(i)):
+        return ct
+    lead = len(cs) - len(shape)
+    out_rank = len(node.spec.shape)
+    others = [o.spec.shape for o in node.input_nodes() if o is not i]
+    for d, sd in enumerate(shape):
+        if sd is not None or cs[lead + d] == 1:
+            continue
+        pos = out_rank - len(shape) + d   # the dim's place in the output
+        if issubclass(node.op, Elementwise) and all(
+                pos - (out_rank - len(o)) < 0 or o[pos - (out_rank - len(o))] == 1
+                for o in others):
+            continue
+        return SumToSize.apply(ct, shape=b.sizes_of(i))
+    return ct
+
+
+_SHAPED = frozenset({"Reshape", "Expand", "SumToSize"})   # ops whose output has shape=
+
+
+def _has_sizes(node: Node, sizes, depth: int = 4) -> bool:
+    """Whether ``node``'s value has exactly the run-time ``sizes`` (a rule reshaped or
+    expanded to them, then maybe scaled elementwise by 0-d values): then un-broadcasting
+    it has nothing to sum. A few levels deep; False when it cannot tell."""
+    if sizes is None or node.kind != "call" or depth == 0:
+        return False
+    if node.op.__name__ in _SHAPED:
+        want = node.params["shape"]
+        return len(want) == len(sizes) and all(
+            (node.inputs[w.index] is d._node) if isinstance(w, Dyn) else
+            (not isinstance(d, Symbol) and w == d) for w, d in zip(want, sizes, strict=True))
+    if issubclass(node.op, Elementwise):
+        tensors = node.input_nodes()
+        return any(_has_sizes(t, sizes, depth - 1) for t in tensors) and all(
+            t.spec.shape == () or _has_sizes(t, sizes, depth - 1) for t in tensors)
     return False
 
 

@@ -162,6 +162,17 @@ else:
     dist.barrier()
 ok("Work.is_completed before and after wait")
 
+# Work.get_future: a Future of the tensors written; then() chains on it, callbacks run once
+t = gg.full((2,), float(R + 1))
+fut = dist.all_reduce(t, async_op=True).get_future()
+seen = []
+fut.add_done_callback(lambda f: seen.append(f.value()[0].tolist()))
+doubled = fut.then(lambda f: f.value()[0] * 2)
+total = float(sum(range(1, W + 1)))
+assert doubled.wait().tolist() == [2 * total] * 2
+assert fut.done() and fut.value()[0] is t and seen == [[total] * 2]
+ok("Work.get_future: value, then, add_done_callback")
+
 # tensors that require grad: written in place, no autograd through the collective
 leaf = gg.ones(3, requires_grad=True)
 dist.all_reduce(leaf)

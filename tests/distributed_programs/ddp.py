@@ -20,6 +20,7 @@ import graphgrad as gg
 import graphgrad.distributed as dist
 from graphgrad import nn
 from graphgrad.nn.parallel import DistributedDataParallel as DDP  # noqa: N817 - the usual name
+from graphgrad.nn.parallel import distributed as ddp_module
 
 dist.init_process_group("mpi", timeout=timedelta(seconds=120))
 R, W = dist.get_rank(), dist.get_world_size()
@@ -260,6 +261,30 @@ loss_fn(ddp(half(x)), half(y)).backward()
 close(ddp.module.extra.weight.grad.numpy(), expected.numpy() / W, "grad used on rank 1 only")
 assert ddp.module.unused.weight.grad is None
 ok("find_unused_parameters: equal to 1 process; unused .grad stays None; used on one rank")
+
+# ---- static_graph: unused parameters found once, buckets rebuilt after iteration 0 -------
+walks = []
+_toposort = ddp_module.toposort
+ddp_module.toposort = lambda outputs: walks.append(1) or _toposort(outputs)
+gg.manual_seed(0)
+ref = Branchy()
+gg.manual_seed(0)
+sddp = DDP(Branchy(), static_graph=True, bucket_cap_mb=0.0001)
+opt_ref = gg.optim.SGD(ref.parameters(), lr=0.1)
+opt = gg.optim.SGD(sddp.parameters(), lr=0.1)
+bucket_counts = []
+for i, (x, y) in enumerate(batches((8, 5), 5, seed=7)):
+    step(opt_ref, loss_fn(ref(x), y))
+    opt.zero_grad()
+    loss_fn(sddp(half(x)), half(y)).backward()
+    bucket_counts.append(len(sddp._buckets))
+    assert sddp.module.unused.weight.grad is None and sddp.module.extra.bias.grad is None
+    opt.step()
+    same_params(sddp, ref, f"static_graph step {i}")
+ddp_module.toposort = _toposort
+assert walks == [1], walks
+assert bucket_counts[0] == 1 and min(bucket_counts[1:]) > 1, bucket_counts
+ok("static_graph: unused parameters found in the first iteration only; buckets rebuilt")
 
 # ---- state_dict keys and checkpointing ----------------------------------------------------
 assert list(ddp.state_dict())[0] == "module.a.weight"

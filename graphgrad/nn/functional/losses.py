@@ -131,8 +131,9 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
                            f"{getattr(target, 'dtype', type(target).__name__)}")
     _check_batch_size(1 if input.ndim == 1 else input.shape[0],
                       1 if target.ndim == 0 else target.shape[0])
-    if _plain_classification(input, target, weight, ignore_index, reduction, 0.0):
-        return NllLoss.apply(input, target)  # the training case: one op, as in PyTorch
+    if _plain_classification(input, target, weight, reduction, 0.0):
+        # the training case: one op, as in PyTorch
+        return NllLoss.apply(input, target, ignore_index=ignore_index)
     logp = _class_dim_last(input)
     tgt = target.reshape(-1)
     c = logp.shape[1]
@@ -169,8 +170,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     reduction = legacy_reduction(size_average, reduce, reduction)
     _check_cross_entropy_target(input, target)
     class_dim = 0 if input.ndim == 1 else 1
-    if _plain_classification(input, target, weight, ignore_index, reduction, label_smoothing):
-        return NllLoss.apply(ops.log_softmax(input, dim=1), target)
+    if _plain_classification(input, target, weight, reduction, label_smoothing):
+        return NllLoss.apply(ops.log_softmax(input, dim=1), target, ignore_index=ignore_index)
     logp = ops.log_softmax(input, dim=class_dim)
     c = input.shape[class_dim]
     if isinstance(target, Value) and target._array.dtype.kind == "f":  # probabilities
@@ -222,20 +223,13 @@ def _check_cross_entropy_target(input, target) -> None:
         raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
 
 
-def _plain_classification(input, target, weight, ignore_index, reduction, smoothing) -> bool:
-    """The training-loop case: (N, C) logits, N class indices, all in range and none
-    ignored, mean, no weights or smoothing. (Out-of-range targets take the general
-    path, which raises nll_loss's error.)"""
-    if (input.ndim != 2 or weight is not None or smoothing or reduction != "mean"
-            or not isinstance(target, Value) or target.ndim != 1
-            or target._array.dtype.kind not in "iu" or target.shape[0] != input.shape[0]
-            or target.shape[0] == 0):
-        return False
-    t = target._array
-    lo, hi = int(xp.minimum.reduce(t)), int(xp.maximum.reduce(t))  # (no np.min wrapper)
-    if lo < 0 or hi >= input.shape[1]:
-        return False
-    return not (lo <= ignore_index <= hi and bool((t == ignore_index).any()))
+def _plain_classification(input, target, weight, reduction, smoothing) -> bool:
+    """The training-loop case: (N, C) logits, N class indices, mean, no weights or
+    smoothing: one ``NllLoss`` op. It reads no target value (the op checks them and
+    leaves out the ignored ones), so the decision holds for a graph's symbolic targets."""
+    return not (input.ndim != 2 or weight is not None or smoothing or reduction != "mean"
+                or not isinstance(target, Value) or target.ndim != 1
+                or target._array.dtype.kind not in "iu" or target.shape[0] != input.shape[0])
 
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,

@@ -58,6 +58,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,
     variance; otherwise the running statistics are used. Composed of graphgrad ops, so it
     differentiates to any order."""
     c = input.shape[1] if input.ndim > 1 else None
+    _check_known_dims(input, training and (running_mean is not None or running_var is not None))
     if training:
         _verify_batch_size(tuple(input.shape))
     elif running_mean is None:
@@ -83,6 +84,30 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,
     if bias is not None:
         out = out + _per_channel(bias, input.ndim)
     return out
+
+
+def _check_known_dims(input, updates: bool) -> None:
+    """A symbolic input (a static-graph placeholder) may have dims known only at run time
+    (None). batch_norm reads two of them while the graph is built: the channels (dim 1),
+    to match weight, bias and the running statistics, and - when the running statistics
+    move - the values per channel, for the unbiased variance. Say which, instead of
+    failing later on a None (or on the placeholder's stand-in size)."""
+    shape = tuple(input.shape) if input.shape is not None else None
+    if shape is None or (shape[1:2] != (None,) and not (updates and None in shape)):
+        return
+    shown = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+    if shape[1] is None:
+        need = ("the number of channels (dim 1), to check it against weight, bias and the "
+                "running statistics")
+        fix = "give dim 1 a size, e.g. placeholder(float32, shape=(None, C))"
+    else:
+        need = ("the number of values per channel (every dim but 1), for the unbiased batch "
+                "variance that updates running_var in training")
+        fix = ("give those dims sizes, or call the module in eval mode (module.eval()) or "
+               "with track_running_stats=False so that no running statistics are updated")
+    raise RuntimeError(f"batch_norm: the input of shape {shown} has dims known only at run "
+                       f"time ('?'), and batch_norm needs {need} when the graph is built; "
+                       f"{fix}")
 
 
 def _update_running_stats(running_mean, running_var, mean, var, n: int, momentum: float):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from graphgrad import ops
+from graphgrad.backend import bool_
 from graphgrad.tensor import Tensor, empty
 
 from .. import functional as F
@@ -92,13 +93,13 @@ class MultiheadAttention(Module):
             if key_padding_mask is not None:
                 key_padding_mask = key_padding_mask.unsqueeze(0)
         elif self.batch_first:  # (N, L, E) -> (L, N, E)
-            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+            query, key, value = [t.transpose(0, 1) for t in (query, key, value)]
         n_q, batch, e = query.shape
         n_k = key.shape[0]
         h, hd = self.num_heads, self.head_dim
         q, k, v = self._project(query, key, value)
         # (L, N, E) -> (N * H, L, hd), as PyTorch's layout (its 3-d attn_mask matches it)
-        q, k, v = (t.reshape(t.shape[0], batch * h, hd).transpose(0, 1) for t in (q, k, v))
+        q, k, v = [t.reshape(t.shape[0], batch * h, hd).transpose(0, 1) for t in (q, k, v)]
         mask = _additive(attn_mask, q.dtype)
         if mask is not None and mask.ndim == 2:
             mask = mask.unsqueeze(0)
@@ -147,6 +148,6 @@ def _additive(mask, dtype):
     """A boolean mask (True: blocked) as 0/-inf to add to scores; a float mask as it is."""
     if mask is None:
         return None
-    if mask._array.dtype.kind == "b":
+    if mask.dtype == bool_:   # (the dtype, not the array: a graph value has no values)
         return ops.where(mask, float("-inf"), 0.0).to(dtype)
     return mask.to(dtype)

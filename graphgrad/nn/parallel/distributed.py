@@ -8,16 +8,27 @@ buckets are rebuilt in the order the gradients became ready, the first holding u
 1 MiB and the others ``bucket_cap_mb`` (with ``find_unused_parameters=True``: sized
 buckets in reverse registration order from the start, never rebuilt).
 
+Unused parameters: with ``find_unused_parameters=True`` every forward walks the graph
+from the outputs, marks the parameters it does not reach ready (their ``.grad`` stays
+None) and allreduces the per-parameter use counts, so a parameter used on another rank
+still gets the average. ``static_graph=True`` promises the same parameters are used in
+every iteration, as PyTorch's does: the walk and the count allreduce happen in the first
+iteration only and their result serves every later one (no ``find_unused_parameters``
+needed), and the buckets are rebuilt after the first iteration as without unused
+parameters. A graph that does change under ``static_graph`` is not detected.
+
 A hook on every parameter fires during backward as soon as that parameter's gradient is
 complete; it copies the gradient, divided by the world size (as PyTorch's
 DDP divides before the allreduce), into its bucket, and when a bucket is full its
 non-blocking allreduce (``Iallreduce`` via ``graphgrad.distributed.all_reduce``) starts at
 once, in bucket order, while backward goes on with the earlier layers: the sum that comes
 back is the average. The hook that completes the last bucket waits for all of them. Each
-hook returns a view of its bucket slot, which the engine copies into ``.grad`` when the
-pass ends (with ``gradient_as_bucket_view`` the hook makes ``.grad`` that view itself and
-returns zeros for the engine to add). So ``.grad`` is the average over ranks of each
-rank's accumulated gradient, as in PyTorch.
+hook returns the gradient it was given, which the engine makes ``.grad`` (taking its
+array uncopied when nothing else holds it); a post-accumulate-grad hook then writes the
+averaged slot into that array, so no gradient-sized buffer is allocated (with
+``gradient_as_bucket_view`` it makes ``.grad`` a view of the slot instead: no copy at
+all). So ``.grad`` is the average over ranks of each rank's accumulated gradient, as in
+PyTorch.
 
 BatchNorm without SyncBatchNorm, as in PyTorch: each rank normalizes with its own batch's
 statistics; with ``broadcast_buffers=True`` every forward starts from rank 0's buffers, so
@@ -98,7 +109,8 @@ def _tensors_in(value: Any) -> Iterator[Tensor]:
 class DistributedDataParallel(Module):
     """Data parallelism: wrap the model on every rank; gradients are averaged across ranks
     during backward. With ``gradient_as_bucket_view`` each ``.grad`` is a view of its
-    bucket slot (no copy); ``static_graph`` is accepted and changes nothing."""
+    bucket slot (no copy); with ``static_graph`` the unused parameters are found once, in
+    the first iteration."""
 
     def __init__(self, module: Module, device_ids: list | None = None,
                  output_device: Any = None, dim: int = 0, broadcast_buffers: bool = True,
@@ -141,11 +153,17 @@ class DistributedDataParallel(Module):
             self._broadcast([*params, *module.buffers()])
         # PyTorch 2.13: without unused-parameter detection the first iteration has one
         # bucket (per dtype), rebuilt by size in the order gradients became ready
-        first = self._caps if find_unused_parameters else [sys.maxsize, sys.maxsize]
+        sized = find_unused_parameters and not static_graph
+        first = self._caps if sized else [sys.maxsize, sys.maxsize]
         self._buckets = _assign_buckets(list(range(len(params)))[::-1], params, first)
-        self._rebuilt = find_unused_parameters
+        self._rebuilt = sized
+        self._detects_unused = find_unused_parameters or static_graph
+        self._static_used: tuple[np.ndarray, np.ndarray] | None = None  # (mine, counts)
         self._where = self._locate()
         self._handles = [p.register_hook(self._make_hook(i)) for i, p in enumerate(params)]
+        self._handles += [p.register_post_accumulate_grad_hook(self._make_post_hook(i))
+                          for i, p in enumerate(params)]
+        self._averaged: list[np.ndarray | None] = [None] * len(params)  # slots to deliver
         self.comm_log: deque[tuple] = deque(maxlen=4096)  # the recent events only
         self._syncing = False       # this iteration's backward averages gradients
         self._finished = True       # the last synchronized backward reduced every bucket
@@ -238,17 +256,21 @@ class DistributedDataParallel(Module):
             self._rebuild_order = None
         self._started = self._finished = False
         self._ready = [False] * len(self._params)
+        self._averaged = [None] * len(self._params)
         self._ready_order = []
         self._next = 0
         for b in self._buckets:
             b.pending = len(b.indices)
             b.work = None
-        if self.find_unused_parameters:
-            reached = {id(v) for v in toposort(list(_tensors_in(output)))}
-            self._local_used = np.array([id(p) in reached for p in self._params])
-            self._used = self._local_used.astype(np.int32)
-            self._used_work = dist.all_reduce(Tensor._make(self._used),
-                                              group=self.process_group, async_op=True)
+        if self._detects_unused:
+            if self._static_used is not None:  # static graph: found in the first iteration
+                self._local_used, self._used = self._static_used
+            else:
+                reached = {id(v) for v in toposort(list(_tensors_in(output)))}
+                self._local_used = np.array([id(p) in reached for p in self._params])
+                self._used = self._local_used.astype(np.int32)
+                self._used_work = dist.all_reduce(Tensor._make(self._used),
+                                                  group=self.process_group, async_op=True)
             for i in np.flatnonzero(~self._local_used):
                 self._mark_ready(int(i), None)
 
@@ -295,12 +317,27 @@ class DistributedDataParallel(Module):
                 b.work.is_completed()
         if grad is None:
             return slot
-        if self.gradient_as_bucket_view:
-            # .grad is the slot itself; the engine adds the returned zeros to it in place
-            p._grad = Tensor._make(slot)
-            return Tensor._make(np.broadcast_to(np.zeros((), slot.dtype), slot.shape))
-        p._grad = None  # the engine makes .grad a copy of the returned (averaged) slot
-        return Tensor._make(slot)
+        # The engine makes the incoming gradient .grad (taking its array, uncopied, when
+        # nothing else holds it); the post-accumulate hook then puts the average there.
+        p._grad = None
+        self._averaged[i] = slot
+        return grad
+
+    def _make_post_hook(self, index: int) -> Callable[[Tensor], None]:
+        def post_hook(param: Tensor) -> None:
+            slot = self._averaged[index]
+            # an unfinished reduction leaves the local gradient, as PyTorch's Reducer does
+            if slot is None or not self._finished:
+                return
+            self._averaged[index] = None
+            grad = param._grad
+            if self.gradient_as_bucket_view:
+                param._grad = Tensor._make(slot)
+            elif grad._requires_grad or not grad._array.flags.writeable:
+                param._grad = leaf_of(slot.copy())  # create_graph: .grad may be shared
+            else:  # .grad's array is the engine's own (taken or copied): no new allocation
+                np.copyto(grad._array, slot)
+        return post_hook
 
     def _launch_ready(self) -> None:
         n_ready = len(self._ready_order)
@@ -323,6 +360,9 @@ class DistributedDataParallel(Module):
         if self._used_work is not None:
             self._used_work.wait()  # self._used now counts the ranks using each parameter
             self._used_work = None
+            if self.static_graph:
+                self._static_used = (self._local_used, self._used)
+        if self._detects_unused:
             for i in np.flatnonzero(~self._local_used & (self._used > 0)):
                 p = self._params[i]
                 k, offset = self._where[i]

@@ -2,11 +2,10 @@
 index assignment: the same sizes, padding (indices repeated from the front so every rank
 gets ``ceil(N / R)``), truncation with ``drop_last`` and strided split ``[rank::R]``.
 
-With ``shuffle=True`` the base order is ``randperm(N)`` from a generator seeded with
-``seed + epoch``: the same on every rank and new each epoch once ``set_epoch`` is called.
-It is graphgrad's permutation (NumPy's PCG64), not torch's Mersenne-Twister one, so the
-shards equal PyTorch's only where the base order does (``shuffle=False``); given the same
-permutation, the assignment is PyTorch's exactly.
+With ``shuffle=True`` the base order is the permutation ``torch.randperm(N)`` gives from a
+CPU generator seeded with ``seed + epoch`` (reproduced bit for bit by ``torch_randperm``):
+the same on every rank, new each epoch once ``set_epoch`` is called, and the same shards as
+PyTorch's sampler for the same seed. graphgrad's global random stream is not touched.
 """
 
 from __future__ import annotations
@@ -15,9 +14,9 @@ import math
 from collections.abc import Iterator, Sized
 
 from graphgrad.distributed.process_group import get_rank, get_world_size, is_available
-from graphgrad.tensor import Generator, randperm
 
 from .sampler import Sampler
+from .torch_randperm import torch_randperm
 
 __all__ = ["DistributedSampler"]
 
@@ -58,12 +57,11 @@ class DistributedSampler(Sampler):
         self.seed = seed
 
     def base_order(self) -> list[int]:
-        """All indices before padding and splitting: a permutation seeded with
+        """All indices before padding and splitting: torch's permutation seeded with
         ``seed + epoch`` when shuffling, else ``0 .. N-1``."""
         n = len(self.dataset)
         if self.shuffle:
-            g = Generator().manual_seed(self.seed + self.epoch)
-            return randperm(n, generator=g).tolist()
+            return torch_randperm(n, self.seed + self.epoch)
         return list(range(n))
 
     def __iter__(self) -> Iterator[int]:
