@@ -128,12 +128,14 @@ _BATCH = {"x0": {0: "batch"}, "output_0": {0: "batch"}, "output_1": {1: "batch"}
 
 
 @pytest.mark.parametrize("bidirectional", [False, True], ids=["forward", "bidirectional"])
-@pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU], ids=["LSTM", "GRU"])
-def test_recurrent_layers_as_onnx_ops_with_a_dynamic_batch(tmp_path, cls, bidirectional):
+@pytest.mark.parametrize("cls,kw", [(nn.LSTM, {}), (nn.GRU, {}), (nn.RNN, {}),
+                                    (nn.RNN, {"nonlinearity": "relu"})],
+                         ids=["LSTM", "GRU", "RNN_tanh", "RNN_relu"])
+def test_recurrent_layers_as_onnx_ops_with_a_dynamic_batch(tmp_path, cls, kw, bidirectional):
     # the zero initial state is traced as a constant at batch 3; the export leaves it
     # out (ONNX's default is zeros), so other batch sizes run through the same file
     gg.manual_seed(0)
-    model = _Recurrent(cls, bidirectional=bidirectional).eval()
+    model = _Recurrent(cls, bidirectional=bidirectional, **kw).eval()
     path = _check(model, [_rand(3, 5, 4)], tmp_path, batches=[1, 7], dynamic_axes=_BATCH)
     ops = [n.op_type for n in onnx.load(str(path)).graph.node]
     assert ops.count(cls.__name__) == 2 * (1 + bidirectional)

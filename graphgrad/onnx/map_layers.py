@@ -1,6 +1,6 @@
 """Layer ``onnx``: mappings of the layer ops to ONNX's own operators: ``Convolution`` to
 Conv or ConvTranspose, max pooling (``MaxPoolIndices`` then ``TakePlanes``) to MaxPool,
-``AvgPool`` to AveragePool, ``LstmLayer``/``GruLayer`` to LSTM/GRU and
+``AvgPool`` to AveragePool, ``LstmLayer``/``GruLayer``/``RnnLayer`` to LSTM/GRU/RNN and
 ``ScaledDotProductAttention`` to MatMul, Softmax and the mask.
 
 The recurrent ops take the input projections ``xg`` (L, N, G*H) that the layer computed
@@ -239,6 +239,20 @@ def _gru_layer(em: Emitter, node: Node, args: list) -> str:
     y = em.op("GRU", [x, w, _reordered(em, w_hh, order, hidden, dtype), bias, "",
                       _initial_state(em, h0, dtype)], hidden_size=hidden,
               linear_before_reset=1)
+    return em.op("Squeeze", [y, em.ints([1])])
+
+
+@onnx_mapping("RnnLayer")
+def _rnn_layer(em: Emitter, node: Node, args: list) -> str:
+    xg, h0, w_hh = args[:3]
+    dtype = out_dtype(node)
+    hidden = int(node.inputs[2].spec.shape[-1])
+    x, w, wb = _projection(em, node, xg, [0], hidden, dtype)
+    # xg carries both biases (outside the activation): B = [Wb, 0]
+    bias = em.const(xp.concatenate([wb, xp.zeros_like(wb)])[None], "rnn_bias")
+    act = {"tanh": "Tanh", "relu": "Relu"}[node.params["nonlinearity"]]
+    y = em.op("RNN", [x, w, _reordered(em, w_hh, [0], hidden, dtype), bias, "",
+                      _initial_state(em, h0, dtype)], hidden_size=hidden, activations=[act])
     return em.op("Squeeze", [y, em.ints([1])])
 
 
