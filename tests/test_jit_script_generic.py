@@ -40,3 +40,27 @@ def test_one_graph_from_source_serves_every_size(case):
             np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10,
                                        atol=1e-12)
     assert scripted.ir is graph
+
+
+def test_graphgrads_own_module_is_scripted_from_its_source_where_it_can_be():
+    # a leaf module of graphgrad's own compiles from its forward like a user's: its call
+    # shows in the one generic graph (as torch.fx's call_function would)
+    for m, fn in ((gg.nn.Linear(3, 2), "graphgrad.nn.functional.linear("),
+                  (gg.nn.LayerNorm(3), "graphgrad.nn.functional.layer_norm(")):
+        s = script(m)
+        assert fn in s.code and "self(input)" not in s.code
+        assert s._generic.rank_bound is None
+        for shape in ((5, 3), (2, 4, 3)):
+            x = gg.randn(*shape)
+            np.testing.assert_allclose(s(x).detach().numpy(), m(x).detach().numpy(),
+                                       rtol=1e-6)
+    # BatchNorm's buffer counter is beyond the compiler: it is called whole, like an op,
+    # so its running statistics still move as eager's
+    bn, ref = gg.nn.BatchNorm1d(3), gg.nn.BatchNorm1d(3)
+    sb = script(bn)
+    assert "self(input)" in sb.code
+    for _ in range(2):
+        x = gg.randn(4, 3)
+        np.testing.assert_allclose(sb(x).detach().numpy(), ref(x).detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(bn.running_mean.numpy(), ref.running_mean.numpy(), rtol=1e-6)
+    assert int(bn.num_batches_tracked) == 2

@@ -118,7 +118,19 @@ class ScriptFunction(GraphModule):
                               f"(use Tensor, int, float or bool)")
 
     def _compile(self, specs: list | None) -> _Compiled:
-        """Compile the source; ``specs``: the input Specs of a call (None: generic)."""
+        """Compile the source; ``specs``: the input Specs of a call (None: generic).
+        graphgrad's own module is compiled from its forward's source like a user's (its
+        ops then show in the graph); where that source is beyond the script compiler
+        (a container's ``_modules``, BatchNorm's buffer counter), it is called whole,
+        like an op, as when a user module calls it."""
+        if self._self is None or not is_library_module(self._self):
+            return self._compile_once(specs, whole=False)
+        try:
+            return self._compile_once(specs, whole=False)
+        except ScriptError:
+            return self._compile_once(specs, whole=True)
+
+    def _compile_once(self, specs: list | None, whole: bool) -> _Compiled:
         g = Graph(self.__name__)
         g.header.append(f"graphgrad.jit.script of {self.__qualname__} "
                         f"({self._src.filename}:{self._src.file_line(self._src.tree)})")
@@ -147,7 +159,7 @@ class ScriptFunction(GraphModule):
         frame = comp.frame(self._fn, self._src, env)
         comp.active.append((self._fn, id(self._self)))
         with b.active():
-            if self._self is not None and is_library_module(self._self):
+            if whole:
                 # graphgrad's own module: called like an op, as when a user module calls it
                 args = [env[n] for n, kind, _ in self._params if kind != "constant"]
                 call = ast.copy_location(ast.Call(ast.Name(type(self._self).__name__),
