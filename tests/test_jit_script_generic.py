@@ -64,3 +64,18 @@ def test_graphgrads_own_module_is_scripted_from_its_source_where_it_can_be():
         np.testing.assert_allclose(sb(x).detach().numpy(), ref(x).detach().numpy(), rtol=1e-6)
     np.testing.assert_allclose(bn.running_mean.numpy(), ref.running_mean.numpy(), rtol=1e-6)
     assert int(bn.num_batches_tracked) == 2
+
+
+def test_a_sequential_is_scripted_into_its_layers():
+    # as torch.fx's graph of a Sequential: a call_module per layer (BatchNorm's buffers
+    # update in its own call), graphgrad's functions inline
+    m = gg.nn.Sequential(gg.nn.Linear(3, 4), gg.nn.BatchNorm1d(4), gg.nn.ReLU())
+    s = script(m)
+    assert "getattr(self, '0')(input)" in s.code and "graphgrad.relu(" in s.code
+    ref = gg.nn.Sequential(gg.nn.Linear(3, 4), gg.nn.BatchNorm1d(4), gg.nn.ReLU())
+    ref.load_state_dict(m.state_dict())
+    for _ in range(2):
+        x = gg.randn(5, 3)
+        np.testing.assert_allclose(s(x).detach().numpy(), ref(x).detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(m[1].running_mean.numpy(), ref[1].running_mean.numpy(),
+                               rtol=1e-6)

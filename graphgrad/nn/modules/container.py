@@ -121,7 +121,7 @@ class Sequential(Module):
         return self.extend(list(self) * (other - 1))
 
     def forward(self, input):
-        for m in self._modules.values():
+        for m in self:   # (not self._modules: jit.script reads the loop as written)
             input = m(input)
         return input
 
