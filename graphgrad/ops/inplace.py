@@ -42,9 +42,24 @@ def _through(modes: tuple, i: int, t: Tensor, fn: Callable, args: tuple, kw: dic
              name: str) -> Tensor:
     """The write as mode ``i`` sees it; ``below`` hands it to the modes under it."""
     if i < 0:
+        if not getattr(t, "symbolic", False) and any(getattr(a, "symbolic", False)
+                                                     for a in args):
+            _refuse_graph_value(t, name)
         return _eager_inplace(t, fn, args, kw, name)
     return modes[i].process_inplace(
         t, fn, args, kw, name, lambda f: _through(modes, i - 1, t, f, args, kw, name))
+
+
+def _refuse_graph_value(t: Tensor, name: str) -> None:
+    """A graph value (a Symbol: it exists only when its graph runs) written into an eager
+    tensor that no mode captured: the write would store the Symbol's stand-in, silently."""
+    raise RuntimeError(
+        f"{name}: the value written into this eager tensor (shape {list(t._array.shape)}, "
+        f"{t._array.dtype}) is a graph node, which has a value only when its graph runs; "
+        f"an in-place write into a tensor outside the graph cannot take it. In a static "
+        f"graph, hold the state in a static.Variable and write it with assign(), run by the "
+        f"Session (as TF1's UPDATE_OPS); for a module, call it in eval mode (module.eval()) "
+        f"or with track_running_stats=False so that no buffer is written")
 
 
 def check_allowed(t: Tensor) -> None:

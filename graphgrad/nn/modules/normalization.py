@@ -151,16 +151,19 @@ class _BatchNorm(_NormBase):
     def forward(self, input: Tensor) -> Tensor:
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.add_(1)
-            if self.momentum is None:  # the cumulative moving average
-                factor = 1.0 / float(self.num_batches_tracked)
+        counts = self.training and self.track_running_stats and \
+            self.num_batches_tracked is not None
+        if counts and self.momentum is None:  # the cumulative moving average
+            factor = 1.0 / (float(self.num_batches_tracked) + 1.0)
         # batch statistics in training, and in eval when there are no running ones
         use_batch = self.training or (self.running_mean is None and self.running_var is None)
         keep = not self.training or self.track_running_stats
-        return F.batch_norm(input, self.running_mean if keep else None,
-                            self.running_var if keep else None, self.weight, self.bias,
-                            use_batch, factor, self.eps)
+        out = F.batch_norm(input, self.running_mean if keep else None,
+                           self.running_var if keep else None, self.weight, self.bias,
+                           use_batch, factor, self.eps)
+        if counts:  # after the statistics: a batch_norm that raises leaves no count behind
+            self.num_batches_tracked.add_(1)
+        return out
 
 
 class BatchNorm1d(_BatchNorm):
