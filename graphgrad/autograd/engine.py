@@ -218,8 +218,10 @@ def _add_into_window(node: Value, g: Tensor, grads: dict, owned: dict, sv) -> bo
     would build a zero array and the pieces would be summed. False: not a window."""
     p = node.inputs[0]
     window = node.op.cotangent_window(*node.inputs, **node.params)
-    if window is None or not (isinstance(p, Value) and p._requires_grad):
-        return window is not None  # (no gradient wanted: nothing to do)
+    if window is None:
+        return False
+    if not (isinstance(p, Value) and p._requires_grad):
+        return True  # a slice of something that wants no gradient: nothing to add
     if g._array.dtype != p._array.dtype:
         return False
     if p._extras is not None:

@@ -19,18 +19,15 @@ __all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "outer", "inner", "check_
 _SMALL = xp.ones(4)
 
 
-def blas_matmul(a, b):
-    """``xp.matmul``, then, after a complex product, one tiny real ufunc call. OpenBLAS's
-    complex gemm kernels can return with the upper AVX register state dirty; the SSE code
-    of glibc's complex functions (ctanh, csin, clog...) that NumPy calls next then pays
-    the AVX-SSE transition penalty on every instruction: measured here, complex tanh of a
-    (100, 100) array went from 0.25 ms to 16 ms after a zgemm, which made complex-step
-    Hessians 2.6x slower. NumPy's AVX loops end with vzeroupper, which resets the state
-    for about a microsecond."""
-    out = xp.matmul(a, b)
-    if out.dtype.kind == "c":
-        xp.tanh(_SMALL)
-    return out
+def reset_avx_state() -> None:
+    """Called after a complex matmul: OpenBLAS's complex gemm kernels can return with the
+    upper AVX register state dirty; the SSE code of glibc's complex functions (ctanh,
+    csin, clog...) that NumPy calls next then pays the AVX-SSE transition penalty on every
+    instruction: measured here, complex tanh of a (100, 100) array went from 0.25 ms to
+    16 ms after a zgemm, which made complex-step Hessians 2.6x slower. NumPy's AVX loops
+    end with vzeroupper, which resets the state for about a microsecond. (The caller checks
+    the dtype inline: a function call on every real matmul cost ~100 ns of ~600.)"""
+    xp.tanh(_SMALL)
 
 
 class Matmul(Op):
@@ -52,7 +49,10 @@ class Matmul(Op):
                                f"{a.ndim}D and {b.ndim}D")
         if a.dtype is not b.dtype:  # (equal dtypes are nearly always the same object)
             Matmul.infer(a, b)  # PyTorch refuses mixed dtypes (after the shapes)
-        return blas_matmul(a, b)
+        out = xp.matmul(a, b)
+        if out.dtype.kind == "c":
+            reset_avx_state()
+        return out
 
     @staticmethod
     def vjp(g, out, a, b):
@@ -271,7 +271,9 @@ class Linear(Op):
         if x.dtype is not w.dtype or b is not None and b.dtype is not w.dtype:
             Linear.infer(x, w, b)  # PyTorch refuses mixed dtypes (after the shapes)
         # other mistakes make NumPy raise; dispatch then asks ``infer`` for the message
-        out = blas_matmul(x, w.T)  # BLAS reads the transposed weight in place
+        out = xp.matmul(x, w.T)  # BLAS reads the transposed weight in place
+        if out.dtype.kind == "c":
+            reset_avx_state()
         if b is not None:
             if b.dtype == out.dtype:
                 out += b  # out is fresh: no second output array

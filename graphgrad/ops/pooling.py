@@ -25,6 +25,7 @@ from graphgrad.backend import xp
 from . import taylor as ts
 from .base import Op, Spec
 from .batching import all_to_front
+from .shape import _Linear as LinearInFirst
 
 __all__ = ["pool_out_size", "windows_overlap"]
 
@@ -80,19 +81,13 @@ def _fold_batch(cls, vals, bdims, **params):
     return y.reshape(b, n, *y.shape[1:]), 0
 
 
-class _Linear(Op):
-    """A pooling op linear in its first input (the others are indices): its tangent is
-    the op on the first input's tangent, and vmap folds the batch into the examples."""
+class _Linear(LinearInFirst):
+    """A pooling op linear in its first input (the others are indices): its tangent and
+    Taylor series are the op's on the first input's (shape's linear ops), and vmap folds
+    the batch into the examples."""
 
     holomorphic = True  # analytic: the complex step goes through it
-
-    saves_inputs = ()
-
-    @classmethod
-    def jvp(cls, dots, out, x, *rest, **params):
-        return cls.apply(dots[0], *rest, **params)
-
-    taylor = classmethod(ts.linear_taylor)  # y_k = op(x_k): the indices carry no series
+    promotes = True     # (as before: Op's default, where shape's linear ops opt out)
 
     @classmethod
     def batch(cls, vals, bdims, **params):

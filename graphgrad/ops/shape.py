@@ -22,14 +22,15 @@ __all__ = ["reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze", "t
 
 
 class _Linear(Op):
-    """Ops linear in their one input: J v is the op applied to v."""
+    """Ops linear in their first input (any others are indices, which carry no tangent):
+    J v is the op applied to v."""
 
     saves_inputs = ()
     promotes = False
 
     @classmethod
-    def jvp(cls, dots, out, a, **params):
-        return cls.apply(dots[0], **params)
+    def jvp(cls, dots, out, a, *rest, **params):
+        return cls.apply(dots[0], *rest, **params)
 
     taylor = classmethod(ts.linear_taylor)
 
