@@ -109,7 +109,7 @@ class Mean(_Reduce):
     def vjp(g, out, a, *, dim, keepdim, dtype=None):
         n = 1
         for d in dim:
-            n = n * a.shape[d]   # not *=: a size may be a Symbol, and *= would write into it
+            n *= a.shape[d]
         # n is a 0-d Symbol where a dim is known only at run time (graph differentiation)
         n = n.clamp(min=1) if isinstance(n, Value) else builtins.max(n, 1)
         return (expand_back(g, a.shape, dim, keepdim) / n,)
