@@ -20,7 +20,7 @@ This is the eager implementation ("written directly"); for the weighted Laplacia
 
 from __future__ import annotations
 
-from graphgrad.tensor import Value
+from graphgrad.tensor import Value, ones_like
 
 from graphgrad.ops.elementwise import Elementwise
 from graphgrad.ops.linalg import Linear, Matmul
@@ -49,6 +49,9 @@ class CollapsedLevel(SeriesLevel):
         self.store(t, (first, None))
 
     def propagate(self, op, rule, terms, out, args, params):
+        carried = [i for i, t in enumerate(terms) if t is not None]
+        if len(carried) == 1 and issubclass(op, Elementwise) and terms[carried[0]][0] is not None:
+            return self._elementwise(rule, carried[0], terms[carried[0]], out, args, params)
         first, second = _per_direction(op, rule, terms, out, args, params)
         top = None
         if any(t is not None and t[1] is not None for t in terms):
@@ -59,6 +62,41 @@ class CollapsedLevel(SeriesLevel):
                 second = second * self.weights.reshape(-1, *([1] * out.ndim))
             second = second.sum(dim=0)
             top = second if top is None else top + second
+        if top is not None and top.shape != out.shape:
+            top = top.expand(*out.shape)
+        return None if first is None and top is None else (first, top)
+
+    def _elementwise(self, rule, i, term, out, args, params) -> tuple:
+        """An elementwise op with one input carrying coefficients (tanh(h), h * 2, h + b).
+        Its 2-jet rule is y_1 = J x_1, y_2 = J x_2 + c x_1^2 with J = f'(x_0) and
+        c = f''(x_0) / 2 elementwise (Faa di Bruno; a piecewise-linear op has c = 0).
+        The rule itself, run once on the primal's shape with x_1 = 1 and x_2 = 0, gives
+        (J, c). Then
+            Y_1 = J X_1 (one pass over the R directions),
+            Y_2 = J X_2 + c sum_r w_r x_{1,r}^2,
+        which is what the per-direction rule summed over r computes, without its
+        (R, ...) temporaries: J, c and the square sum are computed once."""
+        x1, x2 = term
+        unit = [None] * len(args)
+        unit[i] = [ones_like(args[i]), None]
+        jac, curv = rule(tuple(unit), out, *args, **params)
+        missing = out.ndim - (x1.ndim - 1)  # directions first, ranks lined up
+        if missing > 0:
+            x1 = x1.reshape(x1.shape[0], *([1] * missing), *x1.shape[1:])
+        first = None if jac is None else jac * x1
+        shape = (x1.shape[0], *out.shape)
+        if first is not None and first.shape != shape:
+            first = first.expand(*shape)
+        top = None if jac is None or x2 is None else jac * x2
+        if curv is not None:
+            square = x1 * x1
+            if self.unit:
+                total = square.sum(dim=0)
+            else:  # sum_r w_r x_{1,r}^2 as one vector-matrix product
+                total = (self.weights @ square.reshape(square.shape[0], -1)).reshape(
+                    *square.shape[1:])
+            bent = curv * total
+            top = bent if top is None else top + bent
         if top is not None and top.shape != out.shape:
             top = top.expand(*out.shape)
         return None if first is None and top is None else (first, top)
@@ -101,10 +139,20 @@ def _per_direction(op, rule, terms, out, args, params) -> tuple:
             series[i] = [x1, None]
         y = rule(tuple(series), out, *args, **params)
         pattern[:] = [c is not None for c in y]
-        return tuple(c if c.shape == out.shape else c.expand(*out.shape)
-                     for c in y if c is not None)
+        return tuple(c if c.shape == out.shape or _rows_broadcast(c, out)
+                     else c.expand(*out.shape) for c in y if c is not None)
 
     got = list(vmap(one_direction)(*[terms[i][0] for i in positions]))
     y1 = got.pop(0) if pattern[0] else None
     y2 = got.pop(0) if pattern[1] else None
     return y1, y2
+
+
+def _rows_broadcast(c, out) -> bool:
+    """``c`` is one row (or one row per matrix) that broadcasts over ``out``'s rows: a
+    row-wise op's result for a seed that is the same for every point. It is kept that
+    way so the next elementwise op's square sum costs R rows, not R times the batch;
+    every consumer broadcasts it (elementwise ops) or treats its rows independently
+    (``_ROW_WISE``), and anything else expands it first."""
+    return (c.ndim == out.ndim and c.ndim >= 2 and c.shape[-1] == out.shape[-1]
+            and all(a in (1, b) for a, b in zip(c.shape, out.shape, strict=True)))
