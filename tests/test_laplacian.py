@@ -114,3 +114,42 @@ def test_laplacian_under_vmap_of_a_single_point_function(method):
     hess = func.vmap(func.hessian(f))(xs).numpy()
     np.testing.assert_allclose(batched, each, rtol=1e-13)
     np.testing.assert_allclose(batched, np.trace(hess, axis1=-2, axis2=-1), rtol=1e-11)
+
+
+def test_gradient_agrees_when_a_first_order_term_is_first_needed_under_no_grad():
+    """Collapsed mode computes an op's first-order coefficients only when a later op
+    needs them. Here a no_grad block needs them first; the later use under grad mode
+    must still differentiate them w.r.t. the parameters (they record as when made)."""
+    gg.manual_seed(3)
+    lin1, lin2 = nn.Linear(3, 6).to(DT), nn.Linear(6, 1).to(DT)
+    x = gg.randn(4, 3, dtype=DT)
+
+    def f(p):
+        h = lin1(p).tanh()
+        with gg.no_grad():
+            (h * h).sum()  # a two-input op: reads h's first-order terms
+        return lin2(h).tanh()
+    grads = []
+    for method in ("collapsed", "reverse"):
+        loss = (func.laplacian(f, method=method)(x) ** 2).sum()
+        grads.append([g.numpy() for g in gg.autograd.grad(loss, list(lin1.parameters()))])
+    for a, b in zip(*grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+
+
+def test_collapsed_first_order_terms_are_the_directional_derivatives():
+    """The level's first-order coefficients of the output (computed on request) are
+    J v_r, by func.jacrev."""
+    from graphgrad.func.taylor_collapsed import CollapsedLevel
+    net = _mlp(3, nn.Tanh, out=2)
+    x = gg.randn(5, 3, dtype=DT)
+    dirs = gg.randn(4, 1, 3, dtype=DT)
+    level = CollapsedLevel(gg.ones(4, dtype=DT))
+    x0 = x.view_as(x)
+    level.seed(x0, dirs)
+    with level:
+        out = net(x0)
+        first = level.terms(out)[0]
+    jac = func.vmap(func.jacrev(lambda p: net(p.unsqueeze(0))[0]))(x).detach().numpy()
+    want = np.einsum("bod,rd->rbo", jac, dirs.numpy()[:, 0])
+    np.testing.assert_allclose(first.detach().numpy(), want, rtol=1e-12, atol=1e-14)

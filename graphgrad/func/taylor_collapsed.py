@@ -20,7 +20,9 @@ This is the eager implementation ("written directly"); for the weighted Laplacia
 
 from __future__ import annotations
 
-from graphgrad.tensor import Value, ones_like
+from graphgrad.tensor import Value, is_grad_enabled, ones_like
+
+from graphgrad.autograd import set_grad_enabled
 
 from graphgrad.ops.elementwise import Elementwise
 from graphgrad.ops.linalg import Linear, Matmul
@@ -42,7 +44,11 @@ class CollapsedLevel(SeriesLevel):
         self.unit = bool((weights._array == 1).all())  # the Laplacian: no weighting pass
 
     def terms(self, t) -> tuple | None:
-        return self.lookup(t)
+        got = self.lookup(t)
+        if got is None or not isinstance(got[0], _Later):
+            return got
+        with self.lowered():
+            return got[0].get(), got[1]
 
     def seed(self, t: Value, first: Value) -> None:
         """``t``'s R first-order coefficients ``first`` (shape (R, *t.shape))."""
@@ -52,7 +58,18 @@ class CollapsedLevel(SeriesLevel):
         carried = [i for i, t in enumerate(terms) if t is not None]
         if len(carried) == 1 and issubclass(op, Elementwise) and terms[carried[0]][0] is not None:
             return self._elementwise(rule, carried[0], terms[carried[0]], out, args, params)
-        first, second = _per_direction(op, rule, terms, out, args, params)
+        if carried == [0] and op in _ROW_WISE:
+            # linear in its one carried operand (the weight, the other matrix are
+            # constants): no P term, so Y_1 is wanted only by later ops, if at all (the
+            # output layer's is not: the Laplacian reads Y_2 alone)
+            first = _Later(lambda: _per_direction(op, rule, _resolved(terms), out, args,
+                                                  params)[0])
+            x2 = terms[0][1]
+            top = None if x2 is None else rule(([x2], *terms[1:]), out, *args, **params)[0]
+            if top is not None and top.shape != out.shape:
+                top = top.expand(*out.shape)
+            return first, top
+        first, second = _per_direction(op, rule, _resolved(terms), out, args, params)
         top = None
         if any(t is not None and t[1] is not None for t in terms):
             top = rule(tuple(None if t is None or t[1] is None else [t[1]] for t in terms),
@@ -80,15 +97,9 @@ class CollapsedLevel(SeriesLevel):
         unit = [None] * len(args)
         unit[i] = [ones_like(args[i]), None]
         jac, curv = rule(tuple(unit), out, *args, **params)
-        missing = out.ndim - (x1.ndim - 1)  # directions first, ranks lined up
-        if missing > 0:
-            x1 = x1.reshape(x1.shape[0], *([1] * missing), *x1.shape[1:])
-        first = None if jac is None else jac * x1
-        shape = (x1.shape[0], *out.shape)
-        if first is not None and first.shape != shape:
-            first = first.expand(*shape)
         top = None if jac is None or x2 is None else jac * x2
         if curv is not None:
+            x1 = _lined_up(x1.get() if isinstance(x1, _Later) else x1, out)
             square = x1 * x1
             if self.unit:
                 total = square.sum(dim=0)
@@ -99,6 +110,8 @@ class CollapsedLevel(SeriesLevel):
             top = bent if top is None else top + bent
         if top is not None and top.shape != out.shape:
             top = top.expand(*out.shape)
+        # Y_1 only if a later op asks (the output layer's activation: none does)
+        first = None if jac is None else _Later(lambda: _scaled(jac, x1, out))
         return None if first is None and top is None else (first, top)
 
 
@@ -139,7 +152,7 @@ def _per_direction(op, rule, terms, out, args, params) -> tuple:
             series[i] = [x1, None]
         y = rule(tuple(series), out, *args, **params)
         pattern[:] = [c is not None for c in y]
-        return tuple(c if c.shape == out.shape or _rows_broadcast(c, out)
+        return tuple(c if c.shape == out.shape or _rows_broadcast(c.shape, out.shape)
                      else c.expand(*out.shape) for c in y if c is not None)
 
     got = list(vmap(one_direction)(*[terms[i][0] for i in positions]))
@@ -148,11 +161,51 @@ def _per_direction(op, rule, terms, out, args, params) -> tuple:
     return y1, y2
 
 
-def _rows_broadcast(c, out) -> bool:
+def _rows_broadcast(shape: tuple, full: tuple) -> bool:
     """``c`` is one row (or one row per matrix) that broadcasts over ``out``'s rows: a
     row-wise op's result for a seed that is the same for every point. It is kept that
     way so the next elementwise op's square sum costs R rows, not R times the batch;
     every consumer broadcasts it (elementwise ops) or treats its rows independently
     (``_ROW_WISE``), and anything else expands it first."""
-    return (c.ndim == out.ndim and c.ndim >= 2 and c.shape[-1] == out.shape[-1]
-            and all(a in (1, b) for a, b in zip(c.shape, out.shape, strict=True)))
+    return (len(shape) == len(full) >= 2 and shape[-1] == full[-1]
+            and all(a in (1, b) for a, b in zip(shape, full, strict=True)))
+
+
+class _Later:
+    """A first-order coefficient computed when an op first needs it. The output layer's
+    Y_1 (and the activation's before it) are never needed by an operator that reads
+    Y_2 alone: deferring them skips an (R, batch, width) product and GEMM. Made inside
+    ``propagate`` (the level lowered) and run there too, under the grad mode of its
+    making, so it records exactly what computing it at once would have."""
+
+    __slots__ = ("make", "grad", "value")
+
+    def __init__(self, make):
+        self.make, self.grad, self.value = make, is_grad_enabled(), None
+
+    def get(self):
+        if self.make is not None:
+            with set_grad_enabled(self.grad):
+                self.value = self.make()
+            self.make = None
+        return self.value
+
+
+def _resolved(terms) -> tuple:
+    return tuple(t if t is None or not isinstance(t[0], _Later) else (t[0].get(), t[1])
+                 for t in terms)
+
+
+def _lined_up(x1, out):
+    """(R, ...) with its rank lined up with ``out`` (ones inserted after R)."""
+    missing = out.ndim - (x1.ndim - 1)
+    return x1 if missing <= 0 else x1.reshape(x1.shape[0], *([1] * missing), *x1.shape[1:])
+
+
+def _scaled(jac, x1, out):
+    """J X_1 over the directions, shaped (R, *out.shape) unless it is one row."""
+    x1 = _lined_up(x1.get() if isinstance(x1, _Later) else x1, out)
+    first = jac * x1
+    shape = (x1.shape[0], *out.shape)
+    return first if first.shape == shape or _rows_broadcast(first.shape[1:], out.shape) \
+        else first.expand(*shape)
