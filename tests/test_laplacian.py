@@ -153,3 +153,24 @@ def test_collapsed_first_order_terms_are_the_directional_derivatives():
     jac = func.vmap(func.jacrev(lambda p: net(p.unsqueeze(0))[0]))(x).detach().numpy()
     want = np.einsum("bod,rd->rbo", jac, dirs.numpy()[:, 0])
     np.testing.assert_allclose(first.detach().numpy(), want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["laplacian", "diagonal", "full"])
+def test_collapsed_without_gradients_equals_with(kind):
+    """Under no_grad collapsed mode sums the squared first-order terms in NumPy, not
+    through graphgrad ops: the same values as the recorded path and func.hessian."""
+    d = 6
+    net = _mlp(d, nn.Tanh, out=2)
+    x = gg.randn(4, d, dtype=DT)
+    rng = np.random.default_rng(2)
+    c = {"laplacian": np.eye(d), "diagonal": rng.standard_normal(d),
+         "full": rng.standard_normal((d, d))}[kind]
+    op = (func.laplacian(net) if kind == "laplacian" else func.linear_operator(net, c))
+    with gg.no_grad():
+        fast = op(x)
+    recorded = op(x)
+    assert recorded.requires_grad and not fast.requires_grad
+    cm = np.diag(c) if c.ndim == 1 else c
+    want = np.einsum("ij,bkij->bk", cm, _hessians(net, x))
+    np.testing.assert_allclose(fast.numpy(), recorded.detach().numpy(), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(fast.numpy(), want, rtol=1e-10, atol=1e-12)

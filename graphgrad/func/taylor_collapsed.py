@@ -20,7 +20,9 @@ This is the eager implementation ("written directly"); for the weighted Laplacia
 
 from __future__ import annotations
 
-from graphgrad.tensor import Value, is_grad_enabled, ones_like
+import numpy as np
+
+from graphgrad.tensor import Tensor, Value, current_mode, is_grad_enabled, ones_like
 
 from graphgrad.autograd import set_grad_enabled
 
@@ -100,19 +102,30 @@ class CollapsedLevel(SeriesLevel):
         top = None if jac is None or x2 is None else jac * x2
         if curv is not None:
             x1 = _lined_up(x1.get() if isinstance(x1, _Later) else x1, out)
-            square = x1 * x1
-            if self.unit:
-                total = square.sum(dim=0)
-            else:  # sum_r w_r x_{1,r}^2 as one vector-matrix product
-                total = (self.weights @ square.reshape(square.shape[0], -1)).reshape(
-                    *square.shape[1:])
-            bent = curv * total
+            bent = curv * self._square_sum(x1)
             top = bent if top is None else top + bent
         if top is not None and top.shape != out.shape:
             top = top.expand(*out.shape)
         # Y_1 only if a later op asks (the output layer's activation: none does)
         first = None if jac is None else _Later(lambda: _scaled(jac, x1, out))
         return None if first is None and top is None else (first, top)
+
+
+    def _square_sum(self, x1):
+        """sum_r w_r x_{1,r}^2. Where nothing will differentiate it (no gradient wanted,
+        plain eager below this level) it is one NumPy pass over x_1 (``einsum``);
+        otherwise graphgrad ops compute it (a square, then a sum or a vector-matrix
+        product for the weights), so reverse mode records it, vmap batches it."""
+        if current_mode() is None and not (is_grad_enabled() and x1.requires_grad):
+            a = x1._array
+            if self.unit:
+                return Tensor._make(np.asarray(np.einsum("r...,r...->...", a, a)))
+            return Tensor._make(np.asarray(np.einsum("r,r...,r...->...", self.weights._array,
+                                                     a, a)))
+        square = x1 * x1
+        if self.unit:
+            return square.sum(dim=0)
+        return (self.weights @ square.reshape(square.shape[0], -1)).reshape(*square.shape[1:])
 
 
 # ops whose first operand's rows are independent: a first-order term that is the same
