@@ -45,7 +45,8 @@ def test_non_holomorphic_op_still_refused():
 
 @pytest.mark.parametrize("real_side", ["left", "right", "neither"])
 @pytest.mark.parametrize("shapes", [((40, 50), (50, 30)), ((3, 40, 50), (50, 30)),
-                                    ((40, 50), (2, 50, 30))])
+                                    ((40, 50), (2, 50, 30)), ((1, 300), (300, 200)),
+                                    ((200, 300), (300, 1))])
 def test_complex_matmul_routes_equal_zgemm(real_side, shapes):
     """A complex product with one factor whose imaginary part is zero runs as real
     GEMMs on the other's real view; the values are zgemm's to rounding, for matmul and

@@ -33,6 +33,7 @@ def reset_avx_state() -> None:
 # below this many multiply-adds (m k n) zgemm is fast enough that checking a factor
 # for a zero imaginary part does not pay
 _SPLIT_MIN = 1 << 15
+_WIDE = 16
 
 
 def complex_matmul(a, b):
@@ -43,12 +44,16 @@ def complex_matmul(a, b):
     less its terms of exact zeros (0 * imaginary part), so the values are equal up to
     the order of summation. It is taken for a factor whose imaginary part is zero
     everywhere (the check is O(size), a few % of the product)."""
-    if a.ndim >= 2 and b.ndim >= 2 and a.shape[-2] * a.shape[-1] * b.shape[-1] >= _SPLIT_MIN:
-        if not a.imag.any():
-            return _real_times_complex(a.real, b)
-        if not b.imag.any():  # (a @ b)^T = b^T @ a^T
-            return _real_times_complex(b.real.swapaxes(-1, -2),
-                                       a.swapaxes(-1, -2)).swapaxes(-1, -2)
+    if a.ndim >= 2 and b.ndim >= 2:
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        # the check and the real factor's copy cost O(its size): worth it only when the
+        # other factor is wide (a matrix-vector product would pay more than it saves)
+        if m * k * n >= _SPLIT_MIN:
+            if n >= _WIDE and not a.imag.any():
+                return _real_times_complex(a.real, b)
+            if m >= _WIDE and not b.imag.any():  # (a @ b)^T = b^T @ a^T
+                return _real_times_complex(b.real.swapaxes(-1, -2),
+                                           a.swapaxes(-1, -2)).swapaxes(-1, -2)
     out = xp.matmul(a, b)
     reset_avx_state()
     return out
