@@ -75,8 +75,7 @@ class CollapsedLevel(SeriesLevel):
             # linear in its one carried operand (the weight, the other matrix are
             # constants): no P term, so Y_1 is wanted only by later ops, if at all (the
             # output layer's is not: the Laplacian reads Y_2 alone)
-            first = _Later(lambda: _per_direction(op, rule, _resolved(terms), out, args,
-                                                  params)[0])
+            first = _Later(lambda: _row_wise_first(op, rule, terms, out, args, params))
             x2 = terms[0][1]
             top = None if x2 is None else rule(([x2], *terms[1:]), out, *args, **params)[0]
             if top is not None and top.shape != out.shape:
@@ -118,7 +117,8 @@ class CollapsedLevel(SeriesLevel):
         if top is not None and top.shape != out.shape:
             top = top.expand(*out.shape)
         # Y_1 only if a later op asks (the output layer's activation: none does)
-        first = None if jac is None else _Later(lambda: _scaled(jac, x1, out))
+        first = None if jac is None else _Later(lambda: _scaled(jac, x1, out),
+                                                (jac, x1, out))
         return None if first is None and top is None else (first, top)
 
 
@@ -202,17 +202,60 @@ class _Later:
     ``propagate`` (the level lowered) and run there too, under the grad mode of its
     making, so it records exactly what computing it at once would have."""
 
-    __slots__ = ("make", "grad", "value")
+    __slots__ = ("make", "grad", "value", "scaled")
 
-    def __init__(self, make):
+    def __init__(self, make, scaled: tuple | None = None):
         self.make, self.grad, self.value = make, is_grad_enabled(), None
+        self.scaled = scaled  # (J, X_1, out) where the value is J X_1 (an elementwise op)
 
     def get(self):
         if self.make is not None:
             with set_grad_enabled(self.grad):
                 self.value = self.make()
-            self.make = None
+            self.make = self.scaled = None
         return self.value
+
+
+# the rows of J X_1 multiplied per block in _fused_linear: a block stays in cache
+_BLOCK_BYTES = 1 << 20
+
+
+def _row_wise_first(op, rule, terms, out, args, params):
+    """Y_1 of a row-wise op linear in its first operand (see ``propagate``)."""
+    src = terms[0][0]
+    if op is Linear and isinstance(src, _Later) and src.make is not None and \
+            src.scaled is not None and current_mode() is None:
+        fused = _fused_linear(*src.scaled, args[1])
+        if fused is not None:
+            return fused
+    return _per_direction(op, rule, _resolved(terms), out, args, params)[0]
+
+
+def _fused_linear(jac, x1, h, w):
+    """Linear's first-order terms (J X_1) @ w^T for X_1 fed through an elementwise op
+    with Jacobian J, without materializing J X_1: a block of directions at a time is
+    multiplied in a cache-sized buffer and goes straight into the GEMM (Linear's own
+    forward; the bias does not enter first-order terms). The same products and sums as
+    the two ops apart: only where nothing will differentiate the result (eager, no
+    gradient wanted) and the shapes are plain; otherwise None (the op path runs)."""
+    if is_grad_enabled() and (jac.requires_grad or w.requires_grad or
+                              getattr(x1, "requires_grad", False)):
+        return None
+    x1 = _lined_up(x1.get() if isinstance(x1, _Later) else x1, h)
+    a, j, wa = x1._array, jac._array, w._array
+    if h.ndim != 2 or a.ndim != 3 or not (a.dtype == j.dtype == wa.dtype) or \
+            np.broadcast_shapes(j.shape, a.shape[1:]) != tuple(h.shape):
+        return None
+    r, (n, width) = a.shape[0], h.shape
+    block = max(1, _BLOCK_BYTES // max(1, n * width * a.itemsize))
+    res = np.empty((r, n, wa.shape[0]), a.dtype)
+    buf = np.empty((min(block, r), n, width), a.dtype)
+    for start in range(0, r, block):
+        stop = min(r, start + block)
+        part = buf[:stop - start]
+        np.multiply(j, a[start:stop], out=part)
+        res[start:stop] = Linear.forward(part.reshape(-1, width), wa).reshape(stop - start, n, -1)
+    return Tensor._make(res)
 
 
 def _resolved(terms) -> tuple:
