@@ -245,13 +245,18 @@ def _fused_linear(jac, x1, h, w):
     the bias does not enter first-order terms). The same products and sums as
     the two ops apart: only where nothing will differentiate the result (eager, no
     gradient wanted) and the shapes are plain; otherwise None (the op path runs)."""
-    if is_grad_enabled() and (jac.requires_grad or w.requires_grad or
-                              getattr(x1, "requires_grad", False)):
+    if h.ndim != 2:
         return None
     x1 = _lined_up(x1.get() if isinstance(x1, _Later) else x1, h)
+    if is_grad_enabled() and (jac.requires_grad or w.requires_grad or x1.requires_grad):
+        return None
     a, j, wa = x1._array, jac._array, w._array
-    if h.ndim != 2 or a.ndim != 3 or not (a.dtype == j.dtype == wa.dtype) or \
-            np.broadcast_shapes(j.shape, a.shape[1:]) != tuple(h.shape):
+    if a.ndim != 3 or not (a.dtype == j.dtype == wa.dtype):
+        return None
+    try:
+        if np.broadcast_shapes(j.shape, a.shape[1:]) != tuple(h.shape):
+            return None
+    except ValueError:
         return None
     r, (n, width) = a.shape[0], h.shape
     block = max(1, _BLOCK_BYTES // max(1, n * width * a.itemsize))
