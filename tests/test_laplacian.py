@@ -200,3 +200,19 @@ def test_fused_activation_and_linear_blocks(monkeypatch, block):
     np.testing.assert_allclose(fast, recorded, rtol=1e-13, atol=1e-14)
     want = np.trace(_hessians(net, x), axis1=-2, axis2=-1)
     np.testing.assert_allclose(fast, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_collapsed_through_a_cast(grad):
+    """x is float64, the network float32: the cast's coefficients take its new dtype
+    (the next Linear refuses mixed dtypes), and the value is the float64 one to float32
+    accuracy."""
+    gg.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))
+    x = gg.randn(4, 3, dtype=DT)
+    with gg.set_grad_enabled(grad):
+        got = func.laplacian(lambda p: net(p.float()))(x)
+    assert got.dtype == gg.float32
+    want = func.laplacian(lambda p: net.to(DT)(p), method="reverse")(x)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-4,
+                               atol=1e-6)

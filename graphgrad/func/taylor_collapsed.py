@@ -120,6 +120,8 @@ class CollapsedLevel(SeriesLevel):
             x1 = _lined_up(x1.get() if isinstance(x1, _Later) else x1, out)
             bent = curv * self._square_sum(x1)
             top = bent if top is None else top + bent
+        if top is not None and top.dtype != out.dtype:  # a cast: J is in the new dtype
+            top = top.to(out.dtype)
         if top is not None and top.shape != out.shape:
             top = top.expand(*out.shape)
         # Y_1 only if a later op asks (the output layer's activation: none does)
@@ -287,6 +289,8 @@ def _scaled(jac, x1, out):
     """J X_1 over the directions, shaped (R, *out.shape) unless it is one row."""
     x1 = _lined_up(x1.get() if isinstance(x1, _Later) else x1, out)
     first = jac * x1
+    if first.dtype != out.dtype:  # a cast: J is in the new dtype, X_1 in the old
+        first = first.to(out.dtype)
     shape = (x1.shape[0], *out.shape)
     return first if first.shape == shape or _rows_broadcast(first.shape[1:], out.shape) \
         else first.expand(*shape)
