@@ -104,10 +104,8 @@ def _weighted_second(f, x, directions: np.ndarray, weights: np.ndarray, method: 
     level.seed(x0, seeds)
     with level:
         out = f(x0)
-        terms = level.terms(out)
-    if terms is None or terms[1] is None:
-        return zeros_like(out)
-    return 2 * terms[1]
+        top = level.second(out)
+    return zeros_like(out) if top is None else 2 * top
 
 
 def _reverse(f, x, seeds, w):
