@@ -184,6 +184,9 @@ class OperatorV:
         x = cap.realize(args[0])
         if not isinstance(x, Symbol):
             return brk(f"{self.make.__name__} of a value outside the graph")
+        if x.shape is None or not isinstance(x.shape[-1], int):
+            return brk(f"{self.make.__name__} needs the number of coordinates of x (its "
+                       f"last dim) when it is traced")
         if self.make is laplacian:
             d = x.shape[-1]
             directions, weights = np.eye(d), np.ones(d)
