@@ -117,9 +117,9 @@ def test_laplacian_of_an_mlp_is_one_collapsed_graph(d):
     # unrolled, per direction 6 Linear applications (primal 2, first order 2, second
     # order 2: the last layer's primal is dead); collapsed: the primal once, the first
     # orders per direction (the first layer's too: its weight is a graph input, not a
-    # constant), the hidden layer's second order per direction, the last layer's once
+    # constant), the second orders once per layer that has one
     assert _linear_nodes(plain_graph) == 6 * d
-    assert _linear_nodes(graph) == 3 * d + 3
+    assert _linear_nodes(graph) == 2 * d + 4
     assert graph.count() < plain_graph.count()
 
 

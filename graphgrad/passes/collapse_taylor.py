@@ -107,7 +107,7 @@ def _factor(rb: Rebuild, terms: list, name: str) -> list:
         if best is None or len(best[1]) < 2:
             break
         (_, pos, *_), members = best
-        inner = _factor(rb, [m.inputs[pos] for m in members], name)
+        inner = _factor(rb, _opened([m.inputs[pos] for m in members]), name)
         operand = _sum_of(rb, inner, name)
         first = members[0]
         inputs = list(first.inputs)
@@ -118,6 +118,22 @@ def _factor(rb: Rebuild, terms: list, name: str) -> list:
         terms = [t for t in terms if id(t) not in chosen] + [merged]
         rb.changed = changed = True
     return terms
+
+
+def _opened(terms: list) -> list:
+    """The addends of the sums among ``terms`` (an order's coefficient is often a sum,
+    x_2 f'(x_0) + P(x_1): its linear part can climb further only as a term of its own).
+    Only sums whose operands have the sum's spec: nothing broadcasts inside."""
+    out, todo = [], list(reversed(terms))
+    while todo:
+        t = todo.pop()
+        if isinstance(t, Node) and t.kind == "call" and t.op is _ADD and not t.deps \
+                and not t.params and not has_side_effects(t) and all(
+                    isinstance(i, Node) and i.spec == t.spec for i in t.inputs):
+            todo.extend(reversed(t.inputs))
+        else:
+            out.append(t)
+    return out
 
 
 def _rewrite(graph: Graph, subs: dict) -> Rebuild:
