@@ -219,3 +219,16 @@ def test_fullgraph_names_why_the_transform_runs_eagerly():
         return func.laplacian(net, method="reverse")(x)
     with pytest.raises(Unsupported, match="method=.reverse."):
         gg.compile(f, fullgraph=True)(gg.randn(3, 2, dtype=DT))
+
+
+def test_graph_trace_of_the_operators_right_or_refused():
+    """graph.trace of a function calling func.laplacian: the collapsed level (a Taylor
+    level) is traced through; method='taylor' runs jets under vmap, which a Symbol's
+    method would bypass: refused, naming vmap's level, instead of a wrong graph."""
+    net = _net(3, seed=6)
+    x = gg.randn(4, 3, dtype=DT)
+    graph = trace(lambda p: func.laplacian(net)(p), x)
+    (got,) = Interpreter(graph).run(x)
+    np.testing.assert_allclose(got.numpy(), func.laplacian(net)(x).numpy(), rtol=1e-12)
+    with pytest.raises(NotImplementedError, match="VmapLevel"):
+        trace(lambda p: func.laplacian(net, method="taylor")(p), x)

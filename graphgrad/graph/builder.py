@@ -249,6 +249,22 @@ def _under_transparent(accept) -> GraphBuilder | None:
     return None
 
 
+def _refuse_hiding(graph: Graph) -> None:
+    """A Symbol's method under a transform (vmap...) that sits over its graph's builder:
+    pushing a builder on top would hide the op from the transform, a wrong graph without
+    a word. Refused instead."""
+    stack = active_modes()
+    for i, mode in enumerate(stack):
+        if isinstance(mode, GraphBuilder) and mode.owns_graph(graph):
+            over = [m for m in stack[i + 1:] if not isinstance(m, GraphBuilder)]
+            if over:
+                raise NotImplementedError(
+                    f"a method of a graph value called under {type(over[-1]).__name__}, "
+                    f"which is not traced into the graph {graph.name!r}: the op would "
+                    f"bypass it")
+            return
+
+
 def builder_of(graph: Graph) -> GraphBuilder:
     """The top-level builder of ``graph`` (made on first use)."""
     # kept on the graph itself (not in a module-level table, which would keep every graph
@@ -270,6 +286,7 @@ def building(graph: Graph) -> Iterator[GraphBuilder]:
     if under is not None:  # reached through the Taylor level above it
         yield under
         return
+    _refuse_hiding(graph)
     b = builder_of(graph)
     with b.active():
         yield b
