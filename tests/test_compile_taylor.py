@@ -12,6 +12,8 @@ import pytest
 import graphgrad as gg
 from graphgrad import compiler, func, nn
 from graphgrad.dynamo import Unsupported
+from graphgrad.func.jet import jet_coefficients
+from graphgrad.func.pytree import tree_flatten
 from graphgrad.graph import trace
 from graphgrad.graph.interpreter import Interpreter
 from graphgrad.passes.collapse_taylor import capture_taylor_operator
@@ -232,3 +234,44 @@ def test_graph_trace_of_the_operators_right_or_refused():
     np.testing.assert_allclose(got.numpy(), func.laplacian(net)(x).numpy(), rtol=1e-12)
     with pytest.raises(NotImplementedError, match="VmapLevel"):
         trace(lambda p: func.laplacian(net, method="taylor")(p), x)
+
+
+class _TwoInTwoOut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(2, 3), nn.Linear(3, 2)
+
+    def forward(self, x, y):
+        h = self.a(x).tanh()
+        if h.shape[-1] == 3:  # a branch on a shape: decided at capture, guarded
+            h = h * y.sum()
+        return self.b(h).sin(), (h ** 2).sum(-1)
+
+
+gg.manual_seed(1)
+_NET2 = _TwoInTwoOut().to(DT)
+_VX = [gg.randn(4, 2, dtype=DT) for _ in range(3)]   # read from outside: guarded lists
+_VY = [gg.randn(5, dtype=DT) for _ in range(3)]
+
+
+def _jet_scaled(x, y):
+    return func.jet(_NET2, (x, y), (_VX, _VY), factorial_scaled=False)
+
+
+def _jet_bound_method(x, y):
+    return func.jet(_NET2.forward, (x, y), (_VX, [None, None, None]))
+
+
+def _jet_coefficients(x, y):
+    return jet_coefficients(lambda a: _NET2(a, y)[0], (x,), ([_VX[0], None, _VX[2]],), 3)
+
+
+@pytest.mark.parametrize("fn", [_jet_scaled, _jet_bound_method, _jet_coefficients])
+def test_jet_of_a_module_with_two_inputs_and_outputs(fn):
+    x, y = gg.randn(4, 2, dtype=DT), gg.randn(5, dtype=DT)
+    got, _ = tree_flatten(gg.compile(fn)(x, y))
+    want, _ = tree_flatten(fn(x, y))
+    got, want = [g for g in got if g is not None], [w for w in want if w is not None]
+    assert len(got) == len(want) >= 4
+    _close(got, want)
+    _one_graph(fn, x, y)

@@ -107,6 +107,15 @@ def _depends(node, sources: set) -> bool:
     return False
 
 
+def _realized(cap, v: Any) -> Any:
+    """``v`` with the lists and tuples read from outside (``Extras``) made real, at any
+    depth (the series of a jet: a tuple of lists)."""
+    v = cap.realize(v)
+    if type(v) in (tuple, list):
+        return type(v)(_realized(cap, i) for i in v)
+    return v
+
+
 def _bound(fn, args: list, kwargs: dict) -> inspect.BoundArguments:
     b = inspect.signature(fn).bind(*args, **kwargs)
     b.apply_defaults()
@@ -142,7 +151,7 @@ def taylor_call(interp, fn, args: list, kwargs: dict) -> Any:
     except TypeError as e:
         return interp.eager_call(fn, args, kwargs, f"bad arguments for {fn.__name__}: {e}")
     names = list(bound.arguments)
-    real = {k: cap.realize(v) for k, v in bound.arguments.items() if k != names[0]}
+    real = {k: _realized(cap, v) for k, v in bound.arguments.items() if k != names[0]}
 
     def run():
         return fn(Interpreted(interp, bound.arguments[names[0]]), **real)
