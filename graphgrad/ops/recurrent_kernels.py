@@ -1,0 +1,371 @@
+"""Layer ``ops``: the array kernels of the recurrent layer ops (``ops/recurrent.py``): the
+forward of ``LstmLayer``, ``GruLayer`` and ``RnnLayer`` and the backward through time of
+their ``...Backward`` ops, on NumPy arrays.
+
+They are written for the eager hot path: every buffer of the sequence is allocated once
+and each step writes into it (``out=``), so a step is one small GEMM and a handful of
+in-place ufuncs. The factors of the backward that do not depend on the incoming
+gradient are computed for all steps at once, before the loop; the weight gradients are
+one GEMM over the whole sequence after it. The cotangents are written straight into the
+packed 1-D buffer the backward op returns.
+
+The LSTM and GRU forwards keep what their backward reads (the activated gates; the
+GRU's ``W_hn h + b_hn``) next to the states, in one buffer whose first columns are the
+op's output, as PyTorch keeps its gates for backward: the backward then runs no gate
+GEMM. The buffer is found again from the output array through ``_SAVED``, which holds
+only buffers made here; an output that is not such a view (a copy, a batched reshape)
+has its gates recomputed, by one GEMM over the sequence.
+
+A sigmoid is computed as ``0.5 tanh(0.5 x) + 0.5``: one transcendental ufunc per step for
+all gates; the halving is folded into copies of the weights and inputs (exact: a power
+of two).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+from graphgrad.backend import xp
+
+__all__ = ["lstm_forward", "lstm_backward", "gru_forward", "gru_backward", "rnn_forward",
+           "rnn_backward"]
+
+# buffers made by a forward here, by id: a backward trusts the gates next to an output
+# only when the output's base is one of them
+_SAVED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _keep(buf):
+    _SAVED[id(buf)] = buf
+    return buf
+
+
+def _saved(out, width: int):
+    """The forward's buffer behind ``out`` (its first columns), or None."""
+    base = out.base
+    if base is None or _SAVED.get(id(base)) is not base or base.shape[-1] != width or \
+            base.shape[:-1] != out.shape[:-1] or base.strides != out.strides or \
+            base.__array_interface__["data"][0] != out.__array_interface__["data"][0]:
+        return None
+    return base
+
+
+def _flat(steps: int, rows: int, hidden: int, arrays, dtype, gates: int):
+    """The packed cotangent buffer of (xg, *arrays): its views, xg's as (L, N, gates*H)."""
+    sizes = [steps * rows * gates * hidden] + [math.prod(a.shape) for a in arrays]
+    flat = xp.empty(sum(sizes), dtype=dtype)
+    views, at = [], 0
+    for size in sizes:
+        views.append(flat[at:at + size])
+        at += size
+    views[0] = views[0].reshape(steps, rows, gates * hidden)
+    return flat, views
+
+
+def _sigmoid_scale(hidden: int, gates: int, sigmoid_gates, dtype):
+    """(G*H,) of 0.5 where a gate is a sigmoid, 1 elsewhere."""
+    s = xp.ones(gates * hidden, dtype=dtype)
+    for k in sigmoid_gates:
+        s[k * hidden:(k + 1) * hidden] = 0.5
+    return s
+
+
+def _weight_grad(dw, dpre, seq, first):
+    """dw (G*H, H) = sum_t dpre_t^T h_{t-1}: one GEMM over steps 1.. (the states are a
+    strided view of the forward's buffer) plus step 0's product with the initial state."""
+    steps, rows, width = dpre.shape
+    if steps > 1:
+        xp.matmul(dpre[1:].reshape(-1, width).T, seq[:-1].reshape(-1, seq.shape[-1]), out=dw)
+        dw += dpre[0].T @ first
+    else:
+        xp.matmul(dpre[0].T, first, out=dw)
+
+
+# ---- LSTM ------------------------------------------------------------------------------
+
+def _lstm_activate(s, scale, add):
+    """Gates (i, f, g, o) from halved-where-sigmoid pre-activations, in place."""
+    xp.tanh(s, out=s)
+    s *= scale
+    s += add
+
+
+def lstm_forward(xg, h0, c0, w_hh):
+    """(L, N, 2H) of [h_t | c_t], a view of an (L, N, 6H) buffer whose last 4H columns
+    hold each step's activated gates (i, f, g, o)."""
+    steps, hidden = xg.shape[0], h0.shape[-1]
+    dtype = xp.result_type(xg, h0, c0, w_hh)
+    lead = h0.shape[:-1]
+    h, c = h0.reshape(-1, hidden), c0.reshape(-1, hidden)
+    rows = h.shape[0]
+    buf = _keep(xp.empty((steps, rows, 6 * hidden), dtype=dtype))
+    hs, cs, gates = buf[..., :hidden], buf[..., hidden:2 * hidden], buf[..., 2 * hidden:]
+    scale = _sigmoid_scale(hidden, 4, (0, 1, 3), dtype)
+    add = 1 - scale  # 0.5 where a sigmoid, 0 for g
+    xp.multiply(xg.reshape(steps, rows, 4 * hidden), scale, out=gates)
+    w = xp.ascontiguousarray((w_hh * scale[:, None]).T, dtype=dtype)
+    mm, mul, tanh = xp.matmul, xp.multiply, xp.tanh
+    tmp = xp.empty((rows, 4 * hidden), dtype=dtype)
+    tc = xp.empty((rows, hidden), dtype=dtype)
+    for t in range(steps):  # (the recurrence: nothing here can be batched over t)
+        s = gates[t]
+        mm(h, w, out=tmp)
+        s += tmp
+        _lstm_activate(s, scale, add)
+        ct = cs[t]
+        mul(s[:, hidden:2 * hidden], c, out=ct)
+        mul(s[:, :hidden], s[:, 2 * hidden:3 * hidden], out=tc)
+        ct += tc
+        tanh(ct, out=tc)
+        mul(s[:, 3 * hidden:], tc, out=hs[t])
+        h, c = hs[t], ct
+    return buf[..., :2 * hidden].reshape(steps, *lead, 2 * hidden)
+
+
+def _lstm_gates_of(out, xg, h0, w_hh, hidden: int):
+    """(L, N, 4H) activated gates: the forward's, or recomputed by one GEMM."""
+    steps = out.shape[0]
+    buf = _saved(out, 6 * hidden)
+    if buf is not None:
+        return buf[..., 2 * hidden:]
+    dtype = out.dtype
+    scale = _sigmoid_scale(hidden, 4, (0, 1, 3), dtype)
+    h_prev = xp.concatenate([h0.reshape(1, -1, hidden), out[:-1, :, :hidden]])
+    s = xp.matmul(h_prev, (w_hh * scale[:, None]).T.astype(dtype))
+    s += xg.reshape(steps, -1, 4 * hidden) * scale
+    _lstm_activate(s, scale, 1 - scale)
+    return s
+
+
+def lstm_backward(g, out, xg, h0, c0, w_hh):
+    """The cotangents of (xg, h0, c0, w_hh), packed in one 1-D buffer. Each step's
+    factors are computed in the loop, on that step's rows: over the whole sequence they
+    would be strided passes (a gate is H of every 4H columns), slower than the steps'
+    small ones."""
+    steps, hidden = xg.shape[0], h0.shape[-1]
+    dtype = out.dtype
+    h0, c0 = h0.reshape(-1, hidden), c0.reshape(-1, hidden)
+    rows = h0.shape[0]
+    out = out.reshape(steps, rows, 2 * hidden)
+    g = g.reshape(steps, rows, 2 * hidden)
+    gates = _lstm_gates_of(out, xg, h0, w_hh, hidden)
+    hs, cs = out[..., :hidden], out[..., hidden:]
+    flat, (dpre, dh0, dc0, dw) = _flat(steps, rows, hidden, (h0, c0, w_hh), dtype, 4)
+    gh, gc = g[..., :hidden], g[..., hidden:]
+    w = xp.ascontiguousarray(w_hh, dtype=dtype)
+    dh = xp.zeros((rows, hidden), dtype=dtype)
+    dc = xp.zeros((rows, hidden), dtype=dtype)
+    dct, ght, tc, via_h = (xp.empty((rows, hidden), dtype=dtype) for _ in range(4))
+    mm, mul, sub, add, tanh = xp.matmul, xp.multiply, xp.subtract, xp.add, xp.tanh
+    h1, h2, h3 = hidden, 2 * hidden, 3 * hidden
+    for t in range(steps - 1, -1, -1):
+        s, d = gates[t], dpre[t]
+        i, f, gt, o = s[:, :h1], s[:, h1:h2], s[:, h2:h3], s[:, h3:]
+        di, df, dg, do = d[:, :h1], d[:, h1:h2], d[:, h2:h3], d[:, h3:]
+        sub(1, s, out=d)  # s (1 - s): each sigmoid's slope (g's replaced below)
+        d *= s
+        mul(gt, gt, out=dg)
+        sub(1, dg, out=dg)
+        di *= gt  # per unit of dc: i, f, g's pre-activation derivatives
+        df *= c0 if t == 0 else cs[t - 1]
+        dg *= i
+        tanh(cs[t], out=tc)
+        do *= tc  # per unit of dh
+        mul(tc, tc, out=via_h)  # dc/dh = o (1 - tanh(c)^2)
+        sub(1, via_h, out=via_h)
+        via_h *= o
+        add(gh[t], dh, out=ght)
+        mul(ght, via_h, out=dct)
+        dct += gc[t]
+        dct += dc
+        d3 = d[:, :h3].reshape(rows, 3, hidden)  # (a view: i, f, g side by side)
+        d3 *= dct[:, None, :]
+        do *= ght
+        mul(dct, f, out=dc)
+        mm(d, w, out=dh)
+    dh0[...] = dh.reshape(-1)
+    dc0[...] = dc.reshape(-1)
+    _weight_grad(dw.reshape(4 * hidden, hidden), dpre, hs, h0)
+    return flat
+
+
+# ---- GRU -------------------------------------------------------------------------------
+
+def gru_forward(xg, h0, w_hh, b_hh=None):
+    """(L, N, H) outputs, a view of an (L, N, 5H) buffer holding [h | r | z | n | hn]
+    per step (hn = W_hn h + b_hn, which the reset gate multiplies)."""
+    steps, hidden = xg.shape[0], h0.shape[-1]
+    dtype = xp.result_type(xg, h0, w_hh) if b_hh is None else \
+        xp.result_type(xg, h0, w_hh, b_hh)
+    lead = h0.shape[:-1]
+    h = h0.reshape(-1, hidden)
+    rows = h.shape[0]
+    xg = xg.reshape(steps, rows, 3 * hidden)
+    buf = _keep(xp.empty((steps, rows, 5 * hidden), dtype=dtype))
+    hs, rz, ns, hns = (buf[..., :hidden], buf[..., hidden:3 * hidden],
+                       buf[..., 3 * hidden:4 * hidden], buf[..., 4 * hidden:])
+    scale = _sigmoid_scale(hidden, 3, (0, 1), dtype)
+    # r and z: 0.5 (xg + b_hh) for the whole sequence; the recurrent half added per step
+    if b_hh is None:
+        xp.multiply(xg[..., :2 * hidden], 0.5, out=rz)
+    else:
+        xp.add(xg[..., :2 * hidden], b_hh[:2 * hidden], out=rz)
+        rz *= 0.5
+    b_n = None if b_hh is None else b_hh[2 * hidden:]
+    xn = xg[..., 2 * hidden:]
+    w = xp.ascontiguousarray((w_hh * scale[:, None]).T, dtype=dtype)
+    mm, mul, add, sub, tanh = xp.matmul, xp.multiply, xp.add, xp.subtract, xp.tanh
+    tmp = xp.empty((rows, 3 * hidden), dtype=dtype)
+    for t in range(steps):
+        mm(h, w, out=tmp)
+        a = rz[t]
+        a += tmp[:, :2 * hidden]
+        tanh(a, out=a)
+        a *= 0.5
+        a += 0.5
+        hn = hns[t]
+        if b_n is None:
+            hn[...] = tmp[:, 2 * hidden:]
+        else:
+            add(tmp[:, 2 * hidden:], b_n, out=hn)
+        n = ns[t]
+        mul(a[:, :hidden], hn, out=n)
+        n += xn[t]
+        tanh(n, out=n)
+        ht = hs[t]
+        sub(h, n, out=ht)  # h' = n + z (h - n)
+        ht *= a[:, hidden:]
+        ht += n
+        h = ht
+    return hs.reshape(steps, *lead, hidden)
+
+
+def _gru_parts_of(out, xg, h0, w_hh, b_hh, hidden: int):
+    """(L, N, 4H) of [r | z | n | hn]: the forward's, or recomputed by one GEMM."""
+    buf = _saved(out, 5 * hidden)
+    if buf is not None:
+        return buf[..., hidden:]
+    steps, rows = out.shape[:2]
+    h_prev = xp.concatenate([h0.reshape(1, rows, hidden), out[:-1]])
+    hg = xp.matmul(h_prev, w_hh.T.astype(out.dtype))
+    if b_hh is not None:
+        hg += b_hh
+    xg = xg.reshape(steps, rows, 3 * hidden)
+    parts = xp.empty((steps, rows, 4 * hidden), dtype=out.dtype)
+    rz = parts[..., :2 * hidden]
+    xp.add(xg[..., :2 * hidden], hg[..., :2 * hidden], out=rz)
+    rz *= 0.5
+    xp.tanh(rz, out=rz)
+    rz *= 0.5
+    rz += 0.5
+    parts[..., 3 * hidden:] = hg[..., 2 * hidden:]
+    n = parts[..., 2 * hidden:3 * hidden]
+    xp.multiply(rz[..., :hidden], hg[..., 2 * hidden:], out=n)
+    n += xg[..., 2 * hidden:]
+    xp.tanh(n, out=n)
+    return parts
+
+
+def gru_backward(g, out, xg, h0, w_hh, b_hh=None):
+    """The cotangents of (xg, h0, w_hh[, b_hh]), packed in one 1-D buffer."""
+    steps, hidden = xg.shape[0], h0.shape[-1]
+    dtype = out.dtype
+    h0 = h0.reshape(-1, hidden)
+    rows = h0.shape[0]
+    out = out.reshape(steps, rows, hidden)
+    g = g.reshape(steps, rows, hidden)
+    parts = _gru_parts_of(out, xg, h0, w_hh, b_hh, hidden)
+    r, z, n, hn = (parts[..., k * hidden:(k + 1) * hidden] for k in range(4))
+    rest = (h0, w_hh) if b_hh is None else (h0, w_hh, b_hh)
+    flat, (dxg, dh0, dw, *db) = _flat(steps, rows, hidden, rest, dtype, 3)
+    mul, sub, add, mm = xp.multiply, xp.subtract, xp.add, xp.matmul
+    dr, dz, dn = dxg[..., :hidden], dxg[..., hidden:2 * hidden], dxg[..., 2 * hidden:]
+    # per unit of dh: dn = (1 - z)(1 - n^2), dz = (h_prev - n) z (1 - z); dr = dn hn r (1 - r)
+    tmp = sub(1, z)
+    mul(n, n, out=dn)
+    sub(1, dn, out=dn)
+    dn *= tmp
+    mul(tmp, z, out=dz)
+    sub(out[:-1], n[1:], out=tmp[1:])
+    sub(h0, n[0], out=tmp[0])
+    dz *= tmp
+    sub(1, r, out=dr)
+    dr *= r
+    dr *= hn
+    dhn = tmp  # each step's cotangent of hn: dn r
+    w = xp.ascontiguousarray(w_hh, dtype=dtype)
+    w_rz, w_n = w[:2 * hidden], w[2 * hidden:]
+    dh = xp.zeros((rows, hidden), dtype=dtype)
+    ght = xp.empty((rows, hidden), dtype=dtype)
+    part = xp.empty((rows, hidden), dtype=dtype)
+    for t in range(steps - 1, -1, -1):
+        add(g[t], dh, out=ght)
+        d = dxg[t]
+        dnt = d[:, 2 * hidden:]
+        dnt *= ght
+        d[:, hidden:2 * hidden] *= ght
+        d[:, :hidden] *= dnt
+        mul(dnt, r[t], out=dhn[t])
+        mul(ght, z[t], out=dh)
+        mm(d[:, :2 * hidden], w_rz, out=part)
+        dh += part
+        mm(dhn[t], w_n, out=part)
+        dh += part
+    dh0[...] = dh.reshape(-1)
+    dw = dw.reshape(3 * hidden, hidden)
+    _weight_grad(dw[:2 * hidden], dxg[..., :2 * hidden], out, h0)
+    _weight_grad(dw[2 * hidden:], dhn, out, h0)
+    if db:
+        db[0][:2 * hidden] = dxg[..., :2 * hidden].sum((0, 1))
+        db[0][2 * hidden:] = dhn.sum((0, 1))
+    return flat
+
+
+# ---- Elman RNN ---------------------------------------------------------------------------
+
+def rnn_forward(xg, h0, w_hh, *, nonlinearity: str):
+    """(L, N, H) outputs of act(xg_t + h_{t-1} W^T), each step written in place."""
+    steps = xg.shape[0]
+    dtype = xp.result_type(xg, h0, w_hh)
+    out = xp.empty((steps, *h0.shape), dtype=dtype)
+    h = h0
+    w = xp.ascontiguousarray(w_hh.T, dtype=dtype)
+    mm, tanh = xp.matmul, nonlinearity == "tanh"
+    for t in range(steps):
+        ht = out[t]
+        mm(h, w, out=ht)
+        ht += xg[t]
+        if tanh:
+            xp.tanh(ht, out=ht)
+        else:
+            xp.maximum(ht, 0, out=ht)
+        h = ht
+    return out
+
+
+def rnn_backward(g, out, xg, h0, w_hh, *, nonlinearity: str):
+    """The cotangents of (xg, h0, w_hh), packed in one 1-D buffer."""
+    steps, hidden = xg.shape[0], h0.shape[-1]
+    dtype = out.dtype
+    h0 = h0.reshape(-1, hidden)
+    rows = h0.shape[0]
+    out = out.reshape(steps, rows, hidden)
+    g = g.reshape(steps, rows, hidden)
+    flat, (dpre, dh0, dw) = _flat(steps, rows, hidden, (h0, w_hh), dtype, 1)
+    if nonlinearity == "tanh":  # the activation's slope, read from its output
+        xp.multiply(out, out, out=dpre)
+        xp.subtract(1, dpre, out=dpre)
+    else:
+        xp.greater(out, 0, out=dpre)
+    w = xp.ascontiguousarray(w_hh, dtype=dtype)
+    dh = xp.zeros((rows, hidden), dtype=dtype)
+    mm, add = xp.matmul, xp.add
+    for t in range(steps - 1, -1, -1):
+        d = dpre[t]
+        add(g[t], dh, out=dh)
+        d *= dh
+        mm(d, w, out=dh)
+    dh0[...] = dh.reshape(-1)
+    _weight_grad(dw.reshape(hidden, hidden), dpre, out, h0)
+    return flat
