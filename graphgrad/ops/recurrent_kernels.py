@@ -10,11 +10,11 @@ one GEMM over the whole sequence after it. The cotangents are written straight i
 packed 1-D buffer the backward op returns.
 
 The LSTM and GRU forwards keep what their backward reads (the activated gates; the
-GRU's ``W_hn h + b_hn``) next to the states, in one buffer whose first columns are the
-op's output, as PyTorch keeps its gates for backward: the backward then runs no gate
-GEMM. The buffer is found again from the output array through ``_SAVED``, which holds
-only buffers made here; an output that is not such a view (a copy, a batched reshape)
-has its gates recomputed, by one GEMM over the sequence.
+GRU's ``W_hn h + b_hn``) right after their output, in the same allocation, as PyTorch
+keeps its gates for backward: the backward then runs no gate GEMM. It is found again
+from the output array through ``_SAVED``, which holds only allocations made here; an
+output that is not the start of one (a copy, a batched reshape) has its gates
+recomputed, by one GEMM over the sequence.
 
 A sigmoid is computed as ``0.5 tanh(0.5 x) + 0.5``: one transcendental ufunc per step for
 all gates; the halving is folded into copies of the weights and inputs (exact: a power
@@ -36,19 +36,24 @@ __all__ = ["lstm_forward", "lstm_backward", "gru_forward", "gru_backward", "rnn_
 _SAVED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
-def _keep(buf):
+def _with_kept(out_shape: tuple, kept_shape: tuple, dtype) -> tuple:
+    """(the output, what the backward reads): two C-contiguous arrays in one allocation,
+    the output first (a step's rows are then contiguous for the ufuncs)."""
+    size = math.prod(out_shape)
+    buf = xp.empty(size + math.prod(kept_shape), dtype=dtype)
     _SAVED[id(buf)] = buf
-    return buf
+    return buf[:size].reshape(out_shape), buf[size:].reshape(kept_shape)
 
 
-def _saved(out, width: int):
-    """The forward's buffer behind ``out`` (its first columns), or None."""
+def _kept(out, kept_shape: tuple):
+    """What the forward kept behind its output ``out``, or None: ``out`` is not the
+    start of one of its buffers (a copy, a batched reshape)."""
     base = out.base
-    if base is None or _SAVED.get(id(base)) is not base or base.shape[-1] != width or \
-            base.shape[:-1] != out.shape[:-1] or base.strides != out.strides or \
+    if base is None or _SAVED.get(id(base)) is not base or not out.flags.c_contiguous or \
+            base.size != out.size + math.prod(kept_shape) or \
             base.__array_interface__["data"][0] != out.__array_interface__["data"][0]:
         return None
-    return base
+    return base[out.size:].reshape(kept_shape)
 
 
 def _flat(steps: int, rows: int, hidden: int, arrays, dtype, gates: int):
@@ -73,7 +78,7 @@ def _sigmoid_scale(hidden: int, gates: int, sigmoid_gates, dtype):
 
 def _weight_grad(dw, dpre, seq, first):
     """dw (G*H, H) = sum_t dpre_t^T h_{t-1}: one GEMM over steps 1.. (the states are a
-    strided view of the forward's buffer) plus step 0's product with the initial state."""
+    strided view of the output) plus step 0's product with the initial state."""
     steps, rows, width = dpre.shape
     if steps > 1:
         xp.matmul(dpre[1:].reshape(-1, width).T, seq[:-1].reshape(-1, seq.shape[-1]), out=dw)
@@ -92,15 +97,15 @@ def _lstm_activate(s, scale, add):
 
 
 def lstm_forward(xg, h0, c0, w_hh):
-    """(L, N, 2H) of [h_t | c_t], a view of an (L, N, 6H) buffer whose last 4H columns
-    hold each step's activated gates (i, f, g, o)."""
+    """(L, N, 2H) of [h_t | c_t]; each step's activated gates (i, f, g, o) are kept
+    after it (``_with_kept``)."""
     steps, hidden = xg.shape[0], h0.shape[-1]
     dtype = xp.result_type(xg, h0, c0, w_hh)
     lead = h0.shape[:-1]
     h, c = h0.reshape(-1, hidden), c0.reshape(-1, hidden)
     rows = h.shape[0]
-    buf = _keep(xp.empty((steps, rows, 6 * hidden), dtype=dtype))
-    hs, cs, gates = buf[..., :hidden], buf[..., hidden:2 * hidden], buf[..., 2 * hidden:]
+    out, gates = _with_kept((steps, rows, 2 * hidden), (steps, rows, 4 * hidden), dtype)
+    hs, cs = out[..., :hidden], out[..., hidden:]
     scale = _sigmoid_scale(hidden, 4, (0, 1, 3), dtype)
     add = 1 - scale  # 0.5 where a sigmoid, 0 for g
     xp.multiply(xg.reshape(steps, rows, 4 * hidden), scale, out=gates)
@@ -120,15 +125,15 @@ def lstm_forward(xg, h0, c0, w_hh):
         tanh(ct, out=tc)
         mul(s[:, 3 * hidden:], tc, out=hs[t])
         h, c = hs[t], ct
-    return buf[..., :2 * hidden].reshape(steps, *lead, 2 * hidden)
+    return out.reshape(steps, *lead, 2 * hidden)
 
 
 def _lstm_gates_of(out, xg, h0, w_hh, hidden: int):
     """(L, N, 4H) activated gates: the forward's, or recomputed by one GEMM."""
     steps = out.shape[0]
-    buf = _saved(out, 6 * hidden)
-    if buf is not None:
-        return buf[..., 2 * hidden:]
+    gates = _kept(out, (steps, out.shape[1], 4 * hidden))
+    if gates is not None:
+        return gates
     dtype = out.dtype
     scale = _sigmoid_scale(hidden, 4, (0, 1, 3), dtype)
     h_prev = xp.concatenate([h0.reshape(1, -1, hidden), out[:-1, :, :hidden]])
@@ -193,8 +198,8 @@ def lstm_backward(g, out, xg, h0, c0, w_hh):
 # ---- GRU -------------------------------------------------------------------------------
 
 def gru_forward(xg, h0, w_hh, b_hh=None):
-    """(L, N, H) outputs, a view of an (L, N, 5H) buffer holding [h | r | z | n | hn]
-    per step (hn = W_hn h + b_hn, which the reset gate multiplies)."""
+    """(L, N, H) outputs; [r | z | n | hn] of each step is kept after them (hn = W_hn h +
+    b_hn, which the reset gate multiplies)."""
     steps, hidden = xg.shape[0], h0.shape[-1]
     dtype = xp.result_type(xg, h0, w_hh) if b_hh is None else \
         xp.result_type(xg, h0, w_hh, b_hh)
@@ -202,9 +207,9 @@ def gru_forward(xg, h0, w_hh, b_hh=None):
     h = h0.reshape(-1, hidden)
     rows = h.shape[0]
     xg = xg.reshape(steps, rows, 3 * hidden)
-    buf = _keep(xp.empty((steps, rows, 5 * hidden), dtype=dtype))
-    hs, rz, ns, hns = (buf[..., :hidden], buf[..., hidden:3 * hidden],
-                       buf[..., 3 * hidden:4 * hidden], buf[..., 4 * hidden:])
+    hs, parts = _with_kept((steps, rows, hidden), (steps, rows, 4 * hidden), dtype)
+    rz, ns, hns = parts[..., :2 * hidden], parts[..., 2 * hidden:3 * hidden], \
+        parts[..., 3 * hidden:]
     scale = _sigmoid_scale(hidden, 3, (0, 1), dtype)
     # r and z: 0.5 (xg + b_hh) for the whole sequence; the recurrent half added per step
     if b_hh is None:
@@ -243,10 +248,10 @@ def gru_forward(xg, h0, w_hh, b_hh=None):
 
 def _gru_parts_of(out, xg, h0, w_hh, b_hh, hidden: int):
     """(L, N, 4H) of [r | z | n | hn]: the forward's, or recomputed by one GEMM."""
-    buf = _saved(out, 5 * hidden)
-    if buf is not None:
-        return buf[..., hidden:]
     steps, rows = out.shape[:2]
+    parts = _kept(out, (steps, rows, 4 * hidden))
+    if parts is not None:
+        return parts
     h_prev = xp.concatenate([h0.reshape(1, rows, hidden), out[:-1]])
     hg = xp.matmul(h_prev, w_hh.T.astype(out.dtype))
     if b_hh is not None:
