@@ -123,7 +123,7 @@ def test_the_forwards_keep_their_buffers_for_the_backward():
     lstm = _inputs(LAYERS["lstm"][3], np.float32)
     gru = _inputs(LAYERS["gru"][3], np.float32)
     out = LstmLayer.apply(*(gg.tensor(a) for a in lstm))._array
-    assert K._kept(out, (STEPS, ROWS, 4 * H)) is not None
-    assert K._kept(out.copy(), (STEPS, ROWS, 4 * H)) is None
+    assert K._kept(out, (STEPS, 5, ROWS, H)) is not None
+    assert K._kept(out.copy(), (STEPS, 5, ROWS, H)) is None
     assert K._kept(GruLayer.apply(*(gg.tensor(a) for a in gru))._array,
                    (STEPS, ROWS, 4 * H)) is not None
