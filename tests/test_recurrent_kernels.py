@@ -126,4 +126,4 @@ def test_the_forwards_keep_their_buffers_for_the_backward():
     assert K._kept(out, (STEPS, 5, ROWS, H)) is not None
     assert K._kept(out.copy(), (STEPS, 5, ROWS, H)) is None
     assert K._kept(GruLayer.apply(*(gg.tensor(a) for a in gru))._array,
-                   (STEPS, ROWS, 4 * H)) is not None
+                   (STEPS, 4, ROWS, H)) is not None

@@ -213,60 +213,61 @@ def lstm_backward(g, out, xg, h0, c0, w_hh):
 
 
 # ---- GRU -------------------------------------------------------------------------------
+# Gate-major as the LSTM: a step's (r, z, n, hn) are (4, N, H), kept as (L, 4, N, H).
 
 def gru_forward(xg, h0, w_hh, b_hh=None):
-    """(L, N, H) outputs; [r | z | n | hn] of each step is kept after them (hn = W_hn h +
-    b_hn, which the reset gate multiplies)."""
+    """(L, N, H) outputs; each step's r, z, n and hn = W_hn h + b_hn (which the reset
+    gate multiplies) are kept after them, gate-major: (L, 4, N, H)."""
     steps, hidden = xg.shape[0], h0.shape[-1]
     dtype = xp.result_type(xg, h0, w_hh) if b_hh is None else \
         xp.result_type(xg, h0, w_hh, b_hh)
     lead = h0.shape[:-1]
     h = h0.reshape(-1, hidden)
     rows = h.shape[0]
-    xg = xg.reshape(steps, rows, 3 * hidden)
-    hs, parts = _with_kept((steps, rows, hidden), (steps, rows, 4 * hidden), dtype)
-    rz, ns, hns = parts[..., :2 * hidden], parts[..., 2 * hidden:3 * hidden], \
-        parts[..., 3 * hidden:]
-    scale = _sigmoid_scale(hidden, 3, (0, 1), dtype)
+    xg = _gate_major(xg.reshape(steps, rows, 3 * hidden), 3, hidden)  # (L, 3, N, H) view
+    hs, parts = _with_kept((steps, rows, hidden), (steps, 4, rows, hidden), dtype)
+    rz, ns, hns = parts[:, :2], parts[:, 2], parts[:, 3]
     # r and z: 0.5 (xg + b_hh) for the whole sequence; the recurrent half added per step
     if b_hh is None:
-        xp.multiply(xg[..., :2 * hidden], 0.5, out=rz)
+        xp.multiply(xg[:, :2], 0.5, out=rz)
     else:
-        xp.add(xg[..., :2 * hidden], b_hh[:2 * hidden], out=rz)
+        xp.add(xg[:, :2], b_hh[:2 * hidden].reshape(2, 1, hidden), out=rz)
         rz *= 0.5
     b_n = None if b_hh is None else b_hh[2 * hidden:]
-    xn = xg[..., 2 * hidden:]
-    w = xp.ascontiguousarray((w_hh * scale[:, None]).T, dtype=dtype)
+    xn = xg[:, 2]
+    scale = _sigmoid_scale(1, 3, (0, 1), dtype)[:, None, None]
+    w = xp.ascontiguousarray((w_hh.reshape(3, hidden, hidden) * scale).transpose(0, 2, 1),
+                             dtype=dtype)
     mm, mul, add, sub, tanh = xp.matmul, xp.multiply, xp.add, xp.subtract, xp.tanh
-    tmp = xp.empty((rows, 3 * hidden), dtype=dtype)
+    tmp = xp.empty((3, rows, hidden), dtype=dtype)
     for t in range(steps):
         mm(h, w, out=tmp)
         a = rz[t]
-        a += tmp[:, :2 * hidden]
+        a += tmp[:2]
         tanh(a, out=a)
         a *= 0.5
         a += 0.5
         hn = hns[t]
         if b_n is None:
-            hn[...] = tmp[:, 2 * hidden:]
+            hn[...] = tmp[2]
         else:
-            add(tmp[:, 2 * hidden:], b_n, out=hn)
+            add(tmp[2], b_n, out=hn)
         n = ns[t]
-        mul(a[:, :hidden], hn, out=n)
+        mul(a[0], hn, out=n)
         n += xn[t]
         tanh(n, out=n)
         ht = hs[t]
         sub(h, n, out=ht)  # h' = n + z (h - n)
-        ht *= a[:, hidden:]
+        ht *= a[1]
         ht += n
         h = ht
     return hs.reshape(steps, *lead, hidden)
 
 
 def _gru_parts_of(out, xg, h0, w_hh, b_hh, hidden: int):
-    """(L, N, 4H) of [r | z | n | hn]: the forward's, or recomputed by one GEMM."""
+    """(L, 4, N, H) of r, z, n, hn: the forward's, or recomputed by one GEMM."""
     steps, rows = out.shape[:2]
-    parts = _kept(out, (steps, rows, 4 * hidden))
+    parts = _kept(out, (steps, 4, rows, hidden))
     if parts is not None:
         return parts
     h_prev = xp.concatenate([h0.reshape(1, rows, hidden), out[:-1]])
@@ -274,16 +275,17 @@ def _gru_parts_of(out, xg, h0, w_hh, b_hh, hidden: int):
     if b_hh is not None:
         hg += b_hh
     xg = xg.reshape(steps, rows, 3 * hidden)
-    parts = xp.empty((steps, rows, 4 * hidden), dtype=out.dtype)
-    rz = parts[..., :2 * hidden]
-    xp.add(xg[..., :2 * hidden], hg[..., :2 * hidden], out=rz)
+    parts = xp.empty((steps, 4, rows, hidden), dtype=out.dtype)
+    rz = parts[:, :2]
+    xp.add(_gate_major(xg[..., :2 * hidden], 2, hidden),
+           _gate_major(hg[..., :2 * hidden], 2, hidden), out=rz)
     rz *= 0.5
     xp.tanh(rz, out=rz)
     rz *= 0.5
     rz += 0.5
-    parts[..., 3 * hidden:] = hg[..., 2 * hidden:]
-    n = parts[..., 2 * hidden:3 * hidden]
-    xp.multiply(rz[..., :hidden], hg[..., 2 * hidden:], out=n)
+    parts[:, 3] = hg[..., 2 * hidden:]
+    n = parts[:, 2]
+    xp.multiply(rz[:, 0], parts[:, 3], out=n)
     n += xg[..., 2 * hidden:]
     xp.tanh(n, out=n)
     return parts
@@ -298,39 +300,37 @@ def gru_backward(g, out, xg, h0, w_hh, b_hh=None):
     out = out.reshape(steps, rows, hidden)
     g = g.reshape(steps, rows, hidden)
     parts = _gru_parts_of(out, xg, h0, w_hh, b_hh, hidden)
-    r, z, n, hn = (parts[..., k * hidden:(k + 1) * hidden] for k in range(4))
     rest = (h0, w_hh) if b_hh is None else (h0, w_hh, b_hh)
     flat, (dxg, dh0, dw, *db) = _flat(steps, rows, hidden, rest, dtype, 3)
+    dxg_major = _gate_major(dxg, 3, hidden)
     mul, sub, add, mm = xp.multiply, xp.subtract, xp.add, xp.matmul
-    dr, dz, dn = dxg[..., :hidden], dxg[..., hidden:2 * hidden], dxg[..., 2 * hidden:]
-    # per unit of dh: dn = (1 - z)(1 - n^2), dz = (h_prev - n) z (1 - z); dr = dn hn r (1 - r)
-    tmp = sub(1, z)
-    mul(n, n, out=dn)
-    sub(1, dn, out=dn)
-    dn *= tmp
-    mul(tmp, z, out=dz)
-    sub(out[:-1], n[1:], out=tmp[1:])
-    sub(h0, n[0], out=tmp[0])
-    dz *= tmp
-    sub(1, r, out=dr)
-    dr *= r
-    dr *= hn
-    dhn = tmp  # each step's cotangent of hn: dn r
+    dhn = xp.empty((steps, rows, hidden), dtype=dtype)  # each step's dn r: hn's cotangent
     w = xp.ascontiguousarray(w_hh, dtype=dtype)
     w_rz, w_n = w[:2 * hidden], w[2 * hidden:]
     dh = xp.zeros((rows, hidden), dtype=dtype)
-    ght = xp.empty((rows, hidden), dtype=dtype)
-    part = xp.empty((rows, hidden), dtype=dtype)
+    ght, tmp, part = (xp.empty((rows, hidden), dtype=dtype) for _ in range(3))
+    d = xp.empty((3, rows, hidden), dtype=dtype)
+    dr, dz, dn = d
     for t in range(steps - 1, -1, -1):
+        r, z, n, hn = parts[t]
         add(g[t], dh, out=ght)
-        d = dxg[t]
-        dnt = d[:, 2 * hidden:]
-        dnt *= ght
-        d[:, hidden:2 * hidden] *= ght
-        d[:, :hidden] *= dnt
-        mul(dnt, r[t], out=dhn[t])
-        mul(ght, z[t], out=dh)
-        mm(d[:, :2 * hidden], w_rz, out=part)
+        mul(n, n, out=dn)  # dn = (1 - n^2)(1 - z) gh
+        sub(1, dn, out=dn)
+        sub(1, z, out=tmp)
+        dn *= tmp
+        dn *= ght
+        mul(tmp, z, out=dz)  # dz = z (1 - z)(h_prev - n) gh
+        sub(h0 if t == 0 else out[t - 1], n, out=tmp)
+        dz *= tmp
+        dz *= ght
+        sub(1, r, out=dr)  # dr = r (1 - r) hn dn
+        dr *= r
+        dr *= hn
+        dr *= dn
+        mul(dn, r, out=dhn[t])
+        dxg_major[t] = d
+        mul(ght, z, out=dh)  # dh = gh z + [dr dz] W_rz + dhn W_n
+        mm(dxg[t, :, :2 * hidden], w_rz, out=part)
         dh += part
         mm(dhn[t], w_n, out=part)
         dh += part
