@@ -8,12 +8,13 @@ The input projection of every step (``x_t W_ih^T + b``) is not part of the op: t
 computes it for the whole sequence as one GEMM and hands it in as ``xg`` (L, N, G*H).
 Only the recurrence is here: per step one (N, H) x (H, G*H) product and the gates.
 
-The backward through time is written once, in ``_lstm_bptt`` / ``_gru_bptt``, over a
-small namespace of array functions, and runs two ways: on NumPy arrays as the forward of
-the ``...Backward`` op (plain eager backward: no graph is recorded), or on graphgrad
-tensors as ops (under ``create_graph`` or a function transform), so that gradients of
-gradients differentiate the same program. Forward-mode is the tangent recurrence, also
-in graphgrad ops.
+The forwards and the plain eager backward through time (the forward of the
+``...Backward`` op: nothing recorded) are array kernels, in ``recurrent_kernels.py``:
+preallocated buffers, in-place steps, the gates kept by the forward for the backward.
+Under ``create_graph`` or a function transform the vjp is the same BPTT written in
+graphgrad ops (``_lstm_bptt`` / ``_gru_bptt`` / ``_rnn_bptt``, over the ``_TENSORS``
+namespace), so gradients of gradients differentiate it; the tests hold both against
+torch. Forward-mode is the tangent recurrence, also in graphgrad ops.
 """
 
 from __future__ import annotations
