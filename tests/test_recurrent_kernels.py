@@ -127,3 +127,17 @@ def test_the_forwards_keep_their_buffers_for_the_backward():
     assert K._kept(out.copy(), (STEPS, 5, ROWS, H)) is None
     assert K._kept(GruLayer.apply(*(gg.tensor(a) for a in gru))._array,
                    (STEPS, 4, ROWS, H)) is not None
+
+
+def test_with_gradients_off_the_output_holds_no_gates():
+    """Under no_grad no backward can read the gates: the output is not the start of a
+    larger allocation (it would keep them alive as long as it lives)."""
+    import graphgrad as gg
+    from graphgrad.ops.recurrent import GruLayer, LstmLayer
+    with gg.no_grad():
+        out = LstmLayer.apply(*(gg.tensor(a) for a in _inputs(LAYERS["lstm"][3],
+                                                                np.float32)))._array
+        hs = GruLayer.apply(*(gg.tensor(a) for a in _inputs(LAYERS["gru"][3],
+                                                             np.float32)))._array
+    for a in (out, hs):
+        assert (a if a.base is None else a.base).size == a.size

@@ -27,6 +27,7 @@ import math
 import weakref
 
 from graphgrad.backend import xp
+from graphgrad.tensor import is_grad_enabled
 
 __all__ = ["lstm_forward", "lstm_backward", "gru_forward", "gru_backward", "rnn_forward",
            "rnn_backward"]
@@ -38,7 +39,10 @@ _SAVED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 def _with_kept(out_shape: tuple, kept_shape: tuple, dtype) -> tuple:
     """(the output, what the backward reads): two C-contiguous arrays in one allocation,
-    the output first (a step's rows are then contiguous for the ufuncs)."""
+    the output first. With gradients off no backward can read them: two allocations,
+    the second freed with the forward's locals (not held as long as the output)."""
+    if not is_grad_enabled():
+        return xp.empty(out_shape, dtype=dtype), xp.empty(kept_shape, dtype=dtype)
     size = math.prod(out_shape)
     buf = xp.empty(size + math.prod(kept_shape), dtype=dtype)
     _SAVED[id(buf)] = buf
