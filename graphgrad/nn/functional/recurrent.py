@@ -167,7 +167,7 @@ def _output(out: Tensor, unbatched: bool, batch_first: bool, input):
 
 def rnn(mode: str, input, hx, weights: list, *, input_size: int, hidden_size: int,
         num_layers: int, dropout: float, training: bool, bidirectional: bool,
-        batch_first: bool, name: str):
+        batch_first: bool, name: str) -> tuple:
     """An RNN/LSTM/GRU network on ``input`` ((L, N, H_in), batch first, unbatched or a
     ``PackedSequence``) from ``hx`` (None: zeros; for ``mode`` "LSTM" a pair (h_0, c_0)),
     with ``weights`` PyTorch's flat list (per layer and direction w_ih, w_hh[, b_ih,
