@@ -4,8 +4,8 @@ data (the first losses are compared): a CNN on 28x28 (two Conv2d+ReLU+MaxPool, L
 batch 64), an LSTM (hidden 128, seq 50, batch 32), a GRU language model, a Transformer
 encoder (2 layers, d_model 64, 4 heads, seq 32, batch 16) and ``conv_transpose2d``
 forward+backward (4,16,56,56) -> (4,64,115,115). Prints one JSON object: per-step
-times, the ratio of the fastest samples (graphgrad / torch) and the peak memory of one
-step.
+times, the ratio of the fastest samples (graphgrad / torch), the ratio of the median CPU
+times (steadier on a shared machine) and the peak memory of one step.
 
 Peak memory is measured the same way for both frameworks, in a fresh child process per
 model and framework: after one warm-up step the kernel's peak-RSS counter is reset
