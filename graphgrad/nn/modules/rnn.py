@@ -86,7 +86,7 @@ class _RNNBase(Module):
         parameter is seen at once)."""
         return [getattr(self, n) for n in self._flat_weights_names]
 
-    def forward(self, input, hx=None):
+    def forward(self, input, hx: Tensor | tuple | None = None):
         """(output, h_n), or for the LSTM (output, (h_n, c_n)): the network in one call
         of ``nn.functional.recurrent.rnn`` (graph capture records it as ops)."""
         return R.rnn(self.mode, input, hx, self._flat_weights, input_size=self.input_size,
