@@ -121,8 +121,12 @@ def lstm_forward(xg, h0, c0, w_hh):
     out, kept = _with_kept((steps, rows, 2 * hidden), (steps, 5, rows, hidden), dtype)
     gates, cs, hs = kept[:, :4], kept[:, 4], out[..., :hidden]
     scale = _sigmoid_scale(1, 4, (0, 1, 3), dtype)[:, None, None]  # (4, 1, 1)
-    xp.multiply(_gate_major(xg.reshape(steps, rows, 4 * hidden), 4, hidden), scale,
-                out=gates)
+    xgm = _gate_major(xg.reshape(steps, rows, 4 * hidden), 4, hidden)
+    for k in range(4):  # (by gate with a scalar: ~10% less than one broadcast)
+        if k == 2:
+            gates[:, k] = xgm[:, k]
+        else:
+            xp.multiply(xgm[:, k], 0.5, out=gates[:, k])
     # each gate's (H, H) block of W^T, halved where a sigmoid: h @ w is (4, N, H)
     w = xp.ascontiguousarray((w_hh.reshape(4, hidden, hidden) * scale).transpose(0, 2, 1),
                              dtype=dtype)
