@@ -2,9 +2,9 @@
 graph's inputs require grad, its joint forward+backward graph is built by graph-level
 differentiation (``graphgrad.passes.grad``), partitioned into a forward graph, which
 also returns what the backward reads (the *saved* values, nothing else), and a backward
-graph from those saved values and the output cotangents to the input gradients.
-Elementwise values are not saved: the backward recomputes them from the nearest saved
-library-call result or input (``_recomputed``). Both
+graph from those saved values and the output cotangents to the input gradients. Which
+values are saved and which cheap elementwise ones the backward recomputes is a minimum
+cut of the forward (min_cut.py: the fewest bytes saved). Both
 halves are optimized, fused and run as array programs. The outputs' ``grad_fn`` is a
 ``CompiledFunctionBackward`` that runs the compiled backward.
 
@@ -21,13 +21,13 @@ from graphgrad.autograd import Function, enable_grad
 from graphgrad.autograd import grad as autograd_grad
 from graphgrad.backend import xp
 from graphgrad.graph import Graph, Node, Spec, symbol
-from graphgrad.ops.elementwise import Elementwise
-from graphgrad.passes import fuse_elementwise, has_side_effects, optimize
+from graphgrad.passes import fuse_elementwise, optimize
 from graphgrad.passes import grad as graph_grad
 from graphgrad.tensor import Tensor, Value, is_grad_enabled
 
 from .array_program import array_function
 from .fused import dump_graphs
+from .min_cut import min_cut, recomputable
 
 __all__ = ["AotProgram", "Partition", "partition", "specialize"]
 
@@ -87,17 +87,20 @@ def partition(graph: Graph, grad_inputs: list[int]) -> Partition | None:
     bwd_nodes = [n for n in joint.nodes if n not in before and n.kind not in
                  ("placeholder", "output")]
     needed: list[Node] = []
+    materialized: set[Node] = set()   # read by a backward op that is not elementwise
     for n in bwd_nodes:
         for i in (*n.input_nodes(), *n.deps):
-            if i in before and i not in needed:
-                needed.append(i)
-    recompute = _recomputed(needed)
-    saved = [n for n in fwd_nodes + joint.inputs if n not in recompute and (
-        n in needed or any(i is n for r in recompute for i in (*r.input_nodes(), *r.deps)))]
+            if i in before:
+                if i not in needed:
+                    needed.append(i)
+                if not recomputable(n):
+                    materialized.add(i)
+    saved, recompute = min_cut(joint.inputs[:len(graph.inputs)], fwd_nodes, needed,
+                               materialized)
     forward = _extract(f"{graph.name}_forward", joint.inputs[:len(graph.inputs)], fwd_nodes,
                        [*joint.outputs, *saved])
     backward = _extract(f"{graph.name}_backward", [*saved, *seeds],
-                        [n for n in fwd_nodes if n in recompute] + bwd_nodes,
+                        recompute + bwd_nodes,
                         [g if g is not None else 0.0 for g in grads])
     return Partition(forward, backward, [s.name for s in saved], list(grad_inputs), len(outs))
 
@@ -122,27 +125,6 @@ def specialize(graph: Graph, args: tuple) -> Graph | None:
                      value=n.value, deps=tuple(m[d] for d in n.deps))
     g.set_outputs([m[o] if isinstance(o, Node) else o for o in graph.outputs])
     return g
-
-
-def _recomputed(needed: list[Node]) -> set[Node]:
-    """The forward values the backward recomputes instead of reading them saved: the
-    elementwise ones and the elementwise values they are made of, back to the nearest
-    library call, reduction, random draw or input (a minimal form of Inductor's min-cut
-    partition: on memory-bound work, recomputing an elementwise chain inside the
-    backward's fused kernels costs less than writing and reading its values)."""
-    out: set[Node] = set()
-    todo = [n for n in needed if _elementwise(n)]
-    while todo:
-        n = todo.pop()
-        if n not in out:
-            out.add(n)
-            todo.extend(i for i in n.input_nodes() if _elementwise(i))
-    return out
-
-
-def _elementwise(n: Node) -> bool:
-    return n.kind == "call" and issubclass(n.op, Elementwise) and not n.deps \
-        and not has_side_effects(n)
 
 
 class AotProgram:
