@@ -165,3 +165,26 @@ def test_elementwise_values_are_recomputed_in_the_backward_not_saved():
     want = gg.autograd.grad(f(x, w), [x, w])
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_saved_input_changed_in_place_before_backward_raises_pytorchs_error():
+    """The compiled backward reads w saved (x's gradient): a write into w between the
+    forward and the backward is refused with PyTorch's message, as in eager mode."""
+    def f(x, w):
+        return (x @ w).tanh().sum()
+
+    cf = CompiledFunction(f, backend="default", share=False)
+    x = gg.randn(3, 4, requires_grad=True)
+    w = gg.randn(4, 2, requires_grad=True)
+    out = cf(x, w)
+    assert out.grad_fn.name() == "CompiledFunctionBackward"
+    with gg.no_grad():
+        w.mul_(2)
+    with pytest.raises(RuntimeError, match="one of the variables needed for gradient "
+                       "computation has been modified by an inplace operation: "
+                       r"\[graphgrad.FloatTensor \[4, 2\]\] is at version 1; expected version 0"):
+        out.backward()
+    out = cf(x, w)   # a fresh forward reads the new w: its backward runs
+    out.backward()
+    np.testing.assert_allclose(x.grad.numpy(), gg.autograd.grad(f(x, w), [x])[0].numpy(),
+                               rtol=1e-5, atol=1e-6)

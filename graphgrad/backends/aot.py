@@ -23,7 +23,8 @@ from graphgrad.backend import xp
 from graphgrad.graph import Graph, Node, Spec, symbol
 from graphgrad.passes import fuse_elementwise, optimize
 from graphgrad.passes import grad as graph_grad
-from graphgrad.tensor import Tensor, Value, is_grad_enabled
+from graphgrad.ops.base import Op
+from graphgrad.tensor import Tensor, Value, dispatch, is_grad_enabled
 
 from .array_program import array_function
 from .fused import dump_graphs
@@ -38,12 +39,15 @@ class Partition:
     ``grad_inputs``), and the names of the saved values."""
 
     def __init__(self, forward: Graph, backward: Graph, saved: list[str],
-                 grad_inputs: list[int], n_outputs: int):
+                 grad_inputs: list[int], n_outputs: int, saved_inputs: tuple = (),
+                 saves_output: bool = False):
         self.forward = forward
         self.backward = backward
         self.saved = saved
         self.grad_inputs = grad_inputs
         self.n_outputs = n_outputs
+        self.saved_inputs = saved_inputs   # positions of the inputs among the saved values
+        self.saves_output = saves_output   # an output is among them
 
 
 def _extract(name: str, inputs: list[Node], nodes: list[Node], outputs: list) -> Graph:
@@ -102,7 +106,10 @@ def partition(graph: Graph, grad_inputs: list[int]) -> Partition | None:
     backward = _extract(f"{graph.name}_backward", [*saved, *seeds],
                         recompute + bwd_nodes,
                         [g if g is not None else 0.0 for g in grads])
-    return Partition(forward, backward, [s.name for s in saved], list(grad_inputs), len(outs))
+    primals = joint.inputs[:len(graph.inputs)]
+    return Partition(forward, backward, [s.name for s in saved], list(grad_inputs), len(outs),
+                     tuple(i for i, p in enumerate(primals) if p in saved),
+                     any(o in saved for o in joint.outputs))
 
 
 def specialize(graph: Graph, args: tuple) -> Graph | None:
@@ -149,6 +156,8 @@ class AotProgram:
             fn = self.built[key] = self._build(mask, args)
         if fn is None:
             return self.slow(*args)
+        if fn.single:   # an op of its own: one dispatch, the residuals in its one parameter
+            return (dispatch(fn, args, {"run": _Residuals()}),)
         out = fn.apply(*args)
         return out if isinstance(out, tuple) else (out,)
 
@@ -169,13 +178,74 @@ class AotProgram:
         fwd, bwd = array_function(fwd_graph), array_function(bwd_graph)
         if fwd is None or bwd is None:
             return None
+        if part.n_outputs == 1:
+            return _single_output_op(self, part, fwd, bwd, fwd_graph, bwd_graph)
         return _function(self, part, fwd, bwd, fwd_graph, bwd_graph)
+
+
+class _Residuals:
+    """One call's saved values (the compiled op's parameter: they live with its node)."""
+
+    __slots__ = ("values",)
+
+    def __eq__(self, other) -> bool:   # (identity: params must compare and hash)
+        return self is other
+
+    __hash__ = object.__hash__
+
+
+class _CompiledOp(Op):
+    """A compiled graph with one output as an op of its own: ``forward`` runs the
+    compiled forward on arrays, ``vjp`` the compiled backward on the saved arrays (a
+    plain ``autograd.Function`` costs a context, fresh leaves for the inputs and checks
+    of each gradient's shape: a third of a small MLP's compiled step). The engine checks
+    the saved inputs' and output's versions (``saves_inputs``/``saves_output``): an
+    in-place change between forward and backward raises PyTorch's error.
+    ``create_graph=True`` runs the op-by-op graph again, recorded."""
+
+    single = True
+    promotes = False
+    backward_name = "CompiledFunctionBackward"
+
+    @classmethod
+    def explain_failure(cls, err: Exception, args: tuple, params: dict) -> Exception:
+        return err   # the op-by-op program's own error ran first (array_program's fallback)
+
+
+def _single_output_op(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph,
+                      bwd_graph) -> type:
+    positions, slow = part.grad_inputs, aot.slow
+
+    def forward(*arrays, run: _Residuals):
+        res = fwd(*arrays)
+        run.values = res[1:]
+        return res[0]
+
+    def vjp(g, out, *inputs, run: _Residuals):
+        grads: list = [None] * len(inputs)
+        if is_grad_enabled():   # create_graph=True: the op-by-op graph, recorded
+            with enable_grad():
+                outs = slow(*inputs)
+            got = autograd_grad([outs[0]], [inputs[i] for i in positions], [g],
+                                create_graph=True, allow_unused=True)
+        else:
+            got = [None if isinstance(r, float) else Tensor._make(r)
+                   for r in bwd(*run.values, g._array)]
+        for i, gi in zip(positions, got, strict=True):
+            grads[i] = gi
+        return grads
+
+    return type("_CompiledFunction", (_CompiledOp,), {
+        "__module__": __name__, "forward": staticmethod(forward), "vjp": staticmethod(vjp),
+        "saves_inputs": part.saved_inputs, "saves_output": part.saves_output,
+        "partition": part, "forward_graph": fwd_graph, "backward_graph": bwd_graph})
 
 
 def _function(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph, bwd_graph) -> type:
     n_out, positions, slow = part.n_outputs, part.grad_inputs, aot.slow
 
     class CompiledFunction(Function):
+        single = False
         partition = part
         forward_graph = fwd_graph
         backward_graph = bwd_graph
