@@ -85,7 +85,9 @@ def _tensor_code(e: str, x: tuple, p: Pool) -> str:
     else:   # dynamic dims: the rank and the static dims only
         parts.append(f"len({e}._array.shape) == {len(shape)}")
         parts += [f"{e}._array.shape[{i}] == {d}" for i, d in enumerate(shape) if d is not None]
-    parts += [f"{e}._array.dtype == {p(dtype)}", f"{e}.requires_grad == {rg!r}"]
+    # (the flag itself: the ``requires_grad`` property first refreshes a stale view's
+    # history, which never changes the flag, at the cost of a Python call per tensor)
+    parts += [f"{e}._array.dtype == {p(dtype)}", f"{e}._requires_grad == {rg!r}"]
     return " and ".join(parts)
 
 
