@@ -26,7 +26,7 @@ from graphgrad.passes import grad as graph_grad
 from graphgrad.ops.base import Op
 from graphgrad.tensor import Tensor, Value, dispatch, is_grad_enabled
 
-from .array_program import array_function
+from .array_program import INTERPRETED, array_function
 from .fused import dump_graphs
 from .min_cut import min_cut, recomputable
 
@@ -77,8 +77,7 @@ def partition(graph: Graph, grad_inputs: list[int]) -> Partition | None:
                        for o in outs):
         return None
     if any(n.kind not in ("placeholder", "constant", "call", "item", "shape", "output",
-                          "random")
-           for n in graph.nodes):
+                          "random") and n.kind not in INTERPRETED for n in graph.nodes):
         return None
     joint = _extract(graph.name, graph.inputs, [n for n in graph.nodes
                                                 if n.kind not in ("placeholder", "output")],
