@@ -235,3 +235,51 @@ def test_control_flow_graph_gets_a_compiled_backward():
     (compiled,) = [c for c in fn.__globals__["_train"].built.values()]
     kinds = {n.kind for n in compiled.backward_graph.nodes}
     assert "while_grad" in kinds and "cond" in kinds
+
+
+def test_saved_values_go_at_the_first_backward_and_come_back_for_a_retained_graph():
+    """The compiled op releases its saved values at its backward (a loop's previous loss
+    holds no activations); a second backward of a retained graph runs the forward again
+    for them, one of a freed graph raises PyTorch's error."""
+    def f(x, w):
+        return (x @ w).sin().exp().sum()
+
+    cf = CompiledFunction(f, backend="default", share=False)
+    x = gg.randn(3, 4, requires_grad=True)
+    w = gg.randn(4, 2, requires_grad=True)
+    out = cf(x, w)
+    out.backward(retain_graph=True)
+    (params,) = [n for n in [out] if n.params]
+    assert params.params["run"].values is None
+    first = x.grad.numpy().copy()
+    out.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * first, rtol=1e-6)
+    want = gg.autograd.grad(f(x, w), [x])[0].numpy()
+    np.testing.assert_allclose(first, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+        out.backward()
+
+
+def test_training_loop_keeping_the_last_loss_peaks_no_higher_than_eager():
+    """A loop that keeps the previous step's loss while the next forward runs (the usual
+    ``loss = ...`` rebinding): the compiled step's saved values went at its backward, so
+    its peak stays at most eager's."""
+    gg.manual_seed(1)
+    x, y = gg.randn(256, 20), gg.randint(0, 5, (256,))
+    peaks = {}
+    for name in ("eager", "compiled"):
+        model = nn.Sequential(nn.Linear(20, 128), nn.ReLU(), nn.Linear(128, 128), nn.Tanh(),
+                              nn.Linear(128, 5))
+        run = gg.compile(model) if name == "compiled" else model
+        opt = gg.optim.SGD(model.parameters(), lr=0.05)
+        for i in range(4):
+            if i == 2:
+                tracemalloc.start()
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(run(x), y)
+            loss.backward()
+            opt.step()
+        peaks[name] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        del loss
+    assert peaks["compiled"] <= peaks["eager"], peaks

@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 from graphgrad.autograd import Function, enable_grad
 from graphgrad.autograd import grad as autograd_grad
+from graphgrad.autograd.engine import _TWICE as TWICE_MESSAGE
+from graphgrad.autograd.engine import Freed
 from graphgrad.backend import xp
 from graphgrad.graph import Graph, Node, Spec, symbol
 from graphgrad.passes import fuse_elementwise, optimize
@@ -183,7 +185,8 @@ class AotProgram:
 
 
 class _Residuals:
-    """One call's saved values (the compiled op's parameter: they live with its node)."""
+    """One call's saved values (the compiled op's parameter: they live with its node
+    until its first backward)."""
 
     __slots__ = ("values",)
 
@@ -214,6 +217,9 @@ class _CompiledOp(Op):
 def _single_output_op(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph,
                       bwd_graph) -> type:
     positions, slow = part.grad_inputs, aot.slow
+    # without random draws the forward gives the saved values again, so they can go at
+    # the first backward (a loop's previous loss no longer holds a step's activations)
+    replayable = not any(n.kind == "random" for n in part.forward.nodes)
 
     def forward(*arrays, run: _Residuals):
         res = fwd(*arrays)
@@ -228,8 +234,15 @@ def _single_output_op(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph,
             got = autograd_grad([outs[0]], [inputs[i] for i in positions], [g],
                                 create_graph=True, allow_unused=True)
         else:
+            values = run.values
+            if values is None:   # a second backward (retain_graph=True): forward again
+                if type(out._saved_versions) is Freed:   # (the first one freed the graph)
+                    raise RuntimeError(TWICE_MESSAGE)
+                values = fwd(*[a._array if isinstance(a, Value) else a for a in inputs])[1:]
+            elif replayable:   # released now, as eager backward frees what nodes saved
+                run.values = None
             got = [None if isinstance(r, float) else Tensor._make(r)
-                   for r in bwd(*run.values, g._array)]
+                   for r in bwd(*values, g._array)]
         for i, gi in zip(positions, got, strict=True):
             grads[i] = gi
         return grads
