@@ -120,3 +120,20 @@ def test_min_cut_on_a_hand_built_graph_saves_the_fewest_bytes():
     assert recomputed[-2:] == [b1, b2]
     saved, recomputed = min_cut([x], [s, e, b1, b2], [b1, b2], {b1, b2})
     assert saved == [b1, b2] and recomputed == []
+
+
+def test_without_the_materialized_ban_the_cut_saves_fewest_bytes():
+    """``ban_recompute_materialized_backward = False`` (PyTorch's switch): the GELU MLP's
+    cut saves GELU's input alone (512 B fewer than with the ban) and the backward
+    recomputes GELU; the gradients stay PyTorch's."""
+    from graphgrad.backends.min_cut import config
+    banned, banned_bytes = _partition(gelu_mlp, (8, 16), (16, 16), (16, 16))
+    config.ban_recompute_materialized_backward = False
+    try:
+        part, nbytes = _partition(gelu_mlp, (8, 16), (16, 16), (16, 16))
+        assert sorted(part.saved) == ["matmul", "w1", "w2", "x"]
+        assert nbytes == banned_bytes - 8 * 16 * 4
+        assert any(n.kind == "call" and n.op.__name__ == "Tanh" for n in part.backward.nodes)
+        _grads_match(gelu_mlp, torch_gelu_mlp, (8, 16), (16, 16), (16, 16))
+    finally:
+        config.ban_recompute_materialized_backward = True

@@ -24,9 +24,23 @@ from graphgrad.graph import Node
 from graphgrad.ops.elementwise import Elementwise
 from graphgrad.passes import has_side_effects
 
-__all__ = ["recomputable", "min_cut", "size_of"]
+__all__ = ["recomputable", "min_cut", "size_of", "config"]
 
 _INF = float("inf")
+
+
+class PartitionConfig:
+    """Switches of the partition, read when a compiled backward is built (PyTorch's
+    ``torch._functorch.config`` names). ``ban_recompute_materialized_backward`` (True):
+    a value a backward matmul reads is saved, not recomputed, for speed; False: the cut
+    minimizes saved bytes alone (a GELU MLP then saves GELU's input only and recomputes
+    GELU in the backward: less memory, a slower step)."""
+
+    def __init__(self):
+        self.ban_recompute_materialized_backward = True
+
+
+config = PartitionConfig()
 
 
 def size_of(n: Node) -> int:
@@ -83,7 +97,7 @@ def min_cut(inputs: list[Node], fwd_nodes: list[Node], needed: list[Node],
 
 def _banned(n: Node, materialized: set[Node]) -> bool:
     """Whether ``n`` must run in the forward (then it is saved if the backward reads it)."""
-    if not recomputable(n) or n in materialized:
+    if not recomputable(n) or (n in materialized and config.ban_recompute_materialized_backward):
         return True
     return size_of(n) * 4 < sum(size_of(i) for i in n.input_nodes())
 
