@@ -215,7 +215,8 @@ def _shared_reads(guards: list[Guard], pool: Pool) -> list[str]:
             for sub in _chain(src):
                 exprs.setdefault(sub.expr(pool))
     codes = [g.code for g in guards]
-    pattern = {e: re.compile(r"(?<![\w.])" + re.escape(e) + r"(?!\w)") for e in exprs}
+    # (not inside a name, an attribute chain or a string literal such as a dict key)
+    pattern = {e: re.compile(r"(?<![\w.'\"])" + re.escape(e) + r"(?![\w'\"])") for e in exprs}
     shared = [e for e in exprs if sum(len(pattern[e].findall(c)) for c in codes) > 1]
     # longest first, so a read's local is substituted before the reads it is made of
     shared.sort(key=len, reverse=True)
