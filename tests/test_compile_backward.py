@@ -283,3 +283,25 @@ def test_training_loop_keeping_the_last_loss_peaks_no_higher_than_eager():
         tracemalloc.stop()
         del loss
     assert peaks["compiled"] <= peaks["eager"], peaks
+
+
+def test_two_output_graph_refuses_a_saved_input_changed_in_place():
+    """With two outputs the compiled backward is an autograd.Function: its saved inputs
+    go through ctx.save_for_backward, whose check raises PyTorch's error too."""
+    def f(x, w):
+        h = x @ w
+        return h.tanh(), h.sum()
+
+    cf = CompiledFunction(f, backend="default", share=False)
+    x = gg.randn(3, 4, requires_grad=True)
+    w = gg.randn(4, 2, requires_grad=True)
+    a, b = cf(x, w)
+    with gg.no_grad():
+        w.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        (a.sum() + b).backward()
+    a, b = cf(x, w)
+    (a.sum() + b).backward()
+    a2, b2 = f(x, w)
+    np.testing.assert_allclose(x.grad.numpy(), gg.autograd.grad(a2.sum() + b2, [x])[0].numpy(),
+                               rtol=1e-5, atol=1e-6)

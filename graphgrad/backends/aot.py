@@ -267,6 +267,9 @@ def _function(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph, bwd_graph) 
             res = fwd(*[a._array if isinstance(a, Value) else a for a in args])
             ctx.residuals = res[n_out:]
             ctx.args = args
+            # the saved inputs, for ctx.saved_tensors' check of in-place changes
+            ctx.save_for_backward(*[args[i] for i in part.saved_inputs
+                                    if isinstance(args[i], Value)])
             outs = tuple(Tensor._make(xp.asarray(r)) for r in res[:n_out])
             return outs if n_out > 1 else outs[0]
 
@@ -280,6 +283,7 @@ def _function(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph, bwd_graph) 
                 got = autograd_grad(list(outs), [args[i] for i in positions], list(gs),
                                     create_graph=True, allow_unused=True)
             else:
+                ctx.saved_tensors   # noqa: B018 - raises PyTorch's error on a changed input
                 res = bwd(*ctx.residuals, *[g._array for g in gs])
                 got = [None if isinstance(r, float) else Tensor._make(xp.asarray(r))
                        for r in res]
