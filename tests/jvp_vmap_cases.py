@@ -681,3 +681,22 @@ CASES += [
           inputs(normal(3, 2), normal(3, 4), normal(5, 4), normal(5, 2), normal(3, 5)),
           jvp=False),
 ]
+
+# fused layer norm: x, weight and bias batched or not
+def _layer_norm(m, x, *affine):
+    return (torch if m is TORCH else m).nn.functional.layer_norm(x, (4,), *affine)
+
+
+def _layer_norm_backward(m, g, x, w, b):
+    from op_cases import _layer_norm_backward as backward
+    return backward(torch if m is TORCH else m, g, x, w, b)
+
+
+CASES += [
+    _case("layer_norm", "NativeLayerNorm", _layer_norm,
+          inputs(normal(3, 4), normal(4), normal(4)),
+          in_dims=((0, None, None), (None, 0, 0), (0, 0, None), (1, None, 0))),
+    _case("layer_norm_plain", "NativeLayerNorm", _layer_norm, inputs(normal(2, 3, 4))),
+    _case("layer_norm_backward", "NativeLayerNormBackward", _layer_norm_backward,
+          inputs(normal(3, 4), normal(3, 4), normal(4), normal(4)), jvp=False),
+]
