@@ -700,3 +700,25 @@ CASES += [
     _case("layer_norm_backward", "NativeLayerNormBackward", _layer_norm_backward,
           inputs(normal(3, 4), normal(3, 4), normal(4), normal(4)), jvp=False),
 ]
+
+
+# fused attention with dropout (the keep-mask an input) and with its weights as an output
+def _attention_full(m, q, k, v, *masks):
+    from op_cases import _sdpa_full
+    return _sdpa_full(torch if m is TORCH else m, q, k, v, *masks, need_weights=len(masks) > 1)
+
+
+def _keep(*shape):
+    return lambda rng: rng.random(shape) >= 0.25
+
+
+CASES += [
+    _case("scaled_dot_product_attention_dropout", "ScaledDotProductAttention", _attention_full,
+          inputs(normal(2, 3, 4), normal(2, 5, 4), normal(2, 5, 3), _keep(2, 3, 5)),
+          in_dims=((0, 0, 0, 0), (0, None, None, None), (None, 0, 0, 0), (0, 0, 0, None))),
+    _case("scaled_dot_product_attention_weights", "ScaledDotProductAttention", _attention_full,
+          inputs(normal(2, 3, 4), normal(2, 5, 4), normal(2, 5, 3), normal(3, 5),
+                 _keep(2, 3, 5)),
+          in_dims=((0, 0, 0, 0, 0), (0, None, None, None, None), (None, 0, 0, None, 0),
+                   (0, 0, 0, 0, None))),
+]

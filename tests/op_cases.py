@@ -2219,3 +2219,65 @@ add(case("layer_norm", "NativeLayerNorm", _layer_norm,
     case("layer_norm_backward", "NativeLayerNormBackward", _layer_norm_backward,
          fixed((normal, (3, 4, 5)), (normal, (3, 4, 5)), (normal, (4, 5)), (normal, (4, 5))),
          grad=False))
+
+
+# attention with dropout (its keep-mask an input) and with its weights as a second output
+
+
+def _sdpa_full(m, q, k, v, *masks, need_weights=False, p=0.25):
+    """The fused op with a keep-mask (the last input; a float mask may come first),
+    against the composite in torch with that mask."""
+    if m is gg:
+        from graphgrad.nn.functional.attention import _shapes, _split
+        from graphgrad.ops.attention import ScaledDotProductAttention
+        out = ScaledDotProductAttention.apply(q, k, v, *masks, scale=0.5, is_causal=False,
+                                              dropout_p=p, need_weights=need_weights)
+        if not need_weights:
+            return out
+        mask = masks[0] if len(masks) > 1 else None
+        return _split(out, *_shapes(q, k, v, mask, masks[-1]))
+    s = (q @ k.transpose(-2, -1)) * 0.5
+    if len(masks) > 1:
+        s = s + masks[0]
+    w = m.softmax(s, -1) * masks[-1] / (1 - p)
+    return (w @ v, w) if need_weights else w @ v
+
+
+def _sdpa_full_backward(m, g, q, k, v, mask, keep):
+    """The fused backward with packed cotangents of the output and the weights."""
+    if m is gg:
+        from graphgrad.ops.attention import ScaledDotProductAttentionBackward
+        return ScaledDotProductAttentionBackward.apply(
+            g, q, k, v, mask, keep, scale=0.5, is_causal=False, float_mask_grad=True,
+            dropout_p=0.25, need_weights=True)
+    _, pull = m.func.vjp(lambda *a: _sdpa_full(m, *a, keep, need_weights=True), q, k, v, mask)
+    n = 2 * 3 * 2
+    cts = (g[:n].reshape(2, 3, 2), g[n:].reshape(2, 3, 5))
+    return m.cat([d.reshape(-1) for d in pull(cts)])
+
+
+def _sdpa_weights(m, q, k, v):
+    """(output, weights) without dropout: MultiheadAttention's need_weights call."""
+    if m is gg:
+        from graphgrad.nn.functional.attention import attention_with_weights
+        return attention_with_weights(q, k, v, None, 0.0, 0.5)
+    w = m.softmax((q @ k.transpose(-2, -1)) * 0.5, -1)
+    return w @ v, w
+
+
+def _keep(rng, shape):
+    return rng.random(shape) >= 0.25
+
+
+add(case("scaled_dot_product_attention_dropout", "ScaledDotProductAttention", _sdpa_full,
+         fixed((normal, (2, 3, 4)), (normal, (2, 5, 4)), (normal, (2, 5, 2)),
+               (_keep, (2, 3, 5)))),
+    case("scaled_dot_product_attention_weights", "ScaledDotProductAttention", _sdpa_full,
+         fixed((normal, (2, 3, 4)), (normal, (5, 4)), (normal, (2, 5, 2)), (normal, (3, 5)),
+               (_keep, (2, 3, 5)), static={"need_weights": True})),
+    case("scaled_dot_product_attention_weights_no_dropout", "ScaledDotProductAttention",
+         _sdpa_weights, fixed((normal, (2, 3, 4)), (normal, (2, 5, 4)), (normal, (2, 5, 2)))),
+    case("scaled_dot_product_attention_weights_backward", "ScaledDotProductAttentionBackward",
+         _sdpa_full_backward,
+         fixed((normal, (2 * 3 * 2 + 2 * 3 * 5,)), (normal, (2, 3, 4)), (normal, (2, 5, 4)),
+               (normal, (2, 5, 2)), (normal, (2, 3, 5)), (_keep, (2, 3, 5))), grad=False))
