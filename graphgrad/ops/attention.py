@@ -201,7 +201,15 @@ class ScaledDotProductAttention(Op):
             else:
                 p = _drop_array(p, keep, dropout_p)
         if not need_weights:
-            return xp.matmul(p, v)
+            if p.ndim < 4:
+                return xp.matmul(p, v)
+            # (B, H, L, Ev) laid out as (B, L, H, Ev), as PyTorch's CPU kernels do: merging
+            # the heads back into (B, L, H * Ev) rows is then a view, not a copy
+            shape = xp.broadcast_shapes(p.shape[:-2], v.shape[:-2]) + (q.shape[-2],
+                                                                       v.shape[-1])
+            order = (*range(len(shape) - 3), len(shape) - 2, len(shape) - 3, len(shape) - 1)
+            buf = xp.empty(tuple(shape[i] for i in order), xp.result_type(p, v))
+            return xp.matmul(p, v, out=buf.transpose(order))
         out_shape = xp.broadcast_shapes(p.shape[:-2], v.shape[:-2]) + (q.shape[-2],
                                                                         v.shape[-1])
         flat = xp.empty(math.prod(out_shape) + p.size, xp.result_type(p, v))
