@@ -722,3 +722,15 @@ CASES += [
           in_dims=((0, 0, 0, 0, 0), (0, None, None, None, None), (None, 0, 0, None, 0),
                    (0, 0, 0, 0, None))),
 ]
+
+
+def _linear_relu(m, x, w, b):
+    from op_cases import _linear_relu as f
+    return f(torch if m is TORCH else m, x, w, b)
+
+
+CASES += [
+    _case("addmm_activation", "AddmmActivation", _linear_relu,
+          inputs(normal(4, 3), normal(5, 3), normal(5)),
+          in_dims=((0, None, None), (None, 0, 0), (1, 0, None))),
+]

@@ -2281,3 +2281,18 @@ add(case("scaled_dot_product_attention_dropout", "ScaledDotProductAttention", _s
          _sdpa_full_backward,
          fixed((normal, (2 * 3 * 2 + 2 * 3 * 5,)), (normal, (2, 3, 4)), (normal, (2, 5, 4)),
                (normal, (2, 5, 2)), (normal, (2, 3, 5)), (_keep, (2, 3, 5))), grad=False))
+
+# a linear layer and its relu as one op (ops/addmm_activation.py) ------------------------
+
+
+def _linear_relu(m, x, w, *b):
+    if m is gg:
+        from graphgrad.ops.addmm_activation import linear_relu
+        return linear_relu(x, w, *b)
+    return m.relu(m.nn.functional.linear(x, w, *b))
+
+
+add(case("addmm_activation", "AddmmActivation", _linear_relu,
+         fixed((away(), (4, 3)), (normal, (5, 3)), (normal, (5,)))),
+    case("addmm_activation_batched_rows", "AddmmActivation", _linear_relu,
+         fixed((away(), (2, 4, 3)), (normal, (5, 3)))))

@@ -295,3 +295,12 @@ def _attention(em: Emitter, node: Node, args: list) -> str:
     # the op's one buffer: the output, then the weights, flattened
     flat = [em.op("Reshape", [t, em.ints([-1])]) for t in (out, weights)]
     return em.op("Concat", flat, axis=0)
+
+
+# ---- a linear layer and its relu as one op -------------------------------------------
+
+@onnx_mapping("AddmmActivation")
+def _addmm_activation(em: Emitter, node: Node, args: list) -> str:
+    """``relu(x @ w.T + b)`` (``ops.addmm_activation``): Gemm, then Relu."""
+    from .map_reduce import _linear
+    return em.op("Relu", [_linear(em, node, args)])
