@@ -161,3 +161,29 @@ def test_multihead_attention_with_weights_exports_to_onnx(tmp_path):
 
     gg.manual_seed(0)
     _check(Weights().eval(), [rand(2, 5, 8).astype(np.float32)], tmp_path)
+
+
+def _ops_in_graph(out) -> dict:
+    """How many nodes of each op the graph behind ``out`` holds."""
+    counts, seen, stack = {}, set(), [out]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or node.op is None:
+            continue
+        seen.add(id(node))
+        counts[node.op.__name__] = counts.get(node.op.__name__, 0) + 1
+        stack.extend(p for p in node.inputs if isinstance(p, gg.Tensor))
+    return counts
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_encoder_layer_records_the_fused_ops(batch_first):
+    """A training-mode encoder layer (relu, no dropout) records one op per block: one
+    in-projection GEMM, the attention op, one op per layer norm, the feed-forward's
+    linear+relu; none of the composites' elementwise steps."""
+    layer = gg.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=batch_first)
+    x = gg.randn(3, 5, 8, requires_grad=True)
+    counts = _ops_in_graph(layer(x))
+    assert counts["Linear"] == 3 and counts["AddmmActivation"] == 1
+    assert counts["ScaledDotProductAttention"] == 1 and counts["NativeLayerNorm"] == 2
+    assert not {"Softmax", "Mean", "Rsqrt", "Relu", "Mul", "Where"} & set(counts)
