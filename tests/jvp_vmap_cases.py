@@ -734,3 +734,14 @@ CASES += [
           inputs(normal(4, 3), normal(5, 3), normal(5)),
           in_dims=((0, None, None), (None, 0, 0), (1, 0, None))),
 ]
+
+
+def _native_dropout(m, x, keep):
+    from op_cases import _native_dropout as f
+    return f(torch if m is TORCH else m, x, keep)
+
+
+CASES += [
+    _case("native_dropout", "NativeDropout", _native_dropout,
+          inputs(normal(3, 4), _keep(3, 4)), in_dims=((0, None), (None, 0), (0, 0), (1, 0))),
+]

@@ -2296,3 +2296,18 @@ add(case("addmm_activation", "AddmmActivation", _linear_relu,
          fixed((away(), (4, 3)), (normal, (5, 3)), (normal, (5,)))),
     case("addmm_activation_batched_rows", "AddmmActivation", _linear_relu,
          fixed((away(), (2, 4, 3)), (normal, (5, 3)))))
+
+# dropout's product with its boolean mask (ops/dropout.py) -------------------------------
+
+
+def _native_dropout(m, x, keep, p=0.3):
+    if m is gg:
+        from graphgrad.ops.dropout import NativeDropout
+        return NativeDropout.apply(x, keep, p=p)
+    return x * keep / (1 - p)
+
+
+add(case("native_dropout", "NativeDropout", _native_dropout,
+         fixed((normal, (3, 4)), (_keep, (3, 4)))),
+    case("native_dropout_channels", "NativeDropout", _native_dropout,
+         fixed((normal, (2, 3, 4)), (_keep, (2, 3, 1)))))

@@ -19,14 +19,12 @@ from graphgrad.nn import functional as F
 
 
 def _composite(q, k, v, p, scale):
-    """attention as a composite: softmax, then dropout of the weights with F.dropout's
-    mask (graphgrad's stream: one draw per weight), then the product. (The mask is
-    taken from F.dropout rather than its result: F.dropout scales by 1/(1-p) rounded
-    to float32 even in float64, where PyTorch and the fused op do not round.)"""
+    """attention as the composite the module used before the fused op: softmax, then
+    F.dropout of the weights (graphgrad's stream: one draw per weight), then the
+    product."""
     w = gg.softmax((q @ k.transpose(-2, -1)) * scale, -1)
     if p:
-        keep = F.dropout(gg.ones(tuple(w.shape), dtype=w.dtype), p) != 0
-        w = gg.where(keep, w / (1 - p), 0.0)
+        w = F.dropout(w, p)
     return w @ v, w
 
 
@@ -187,3 +185,20 @@ def test_encoder_layer_records_the_fused_ops(batch_first):
     assert counts["Linear"] == 3 and counts["AddmmActivation"] == 1
     assert counts["ScaledDotProductAttention"] == 1 and counts["NativeLayerNorm"] == 2
     assert not {"Softmax", "Mean", "Rsqrt", "Relu", "Mul", "Where"} & set(counts)
+
+
+@pytest.mark.parametrize("dtype", [gg.float64, gg.float32, gg.float16])
+def test_dropout_is_one_op_keeping_a_bool_mask_with_the_exact_scale(dtype):
+    x = gg.tensor(rand(4, 6, seed=2), dtype=dtype, requires_grad=True)
+    gg.manual_seed(5)
+    out = F.dropout(x, 0.3)
+    keep = [a for a in out.inputs if a.dtype == gg.bool]
+    assert out.op.__name__ == "NativeDropout" and len(keep) == 1
+    scale = np.asarray(1 / 0.7, dtype=x.detach().numpy().dtype)  # 1/(1-p) in x's dtype
+    want = x.detach().numpy() * keep[0].numpy() * scale
+    np.testing.assert_array_equal(out.detach().numpy(), want)
+    gg.manual_seed(5)  # the stream: one uniform draw per element, kept where >= p
+    drawn = gg.rand(4, 6, dtype=dtype).numpy() >= 0.3
+    np.testing.assert_array_equal(keep[0].numpy(), drawn)
+    (gx,) = gg.autograd.grad(out.sum(), x)
+    np.testing.assert_array_equal(gx.numpy(), keep[0].numpy() * scale)
