@@ -202,3 +202,15 @@ def test_dropout_is_one_op_keeping_a_bool_mask_with_the_exact_scale(dtype):
     np.testing.assert_array_equal(keep[0].numpy(), drawn)
     (gx,) = gg.autograd.grad(out.sum(), x)
     np.testing.assert_array_equal(gx.numpy(), keep[0].numpy() * scale)
+
+
+def test_layer_norm_in_float16_computes_in_float32_as_torch():
+    x = (rand(8, 300, seed=1) * 3 + 5).astype(np.float16)
+    w = rand(300, seed=2).astype(np.float16)
+    got = F.layer_norm(gg.tensor(x), (300,), gg.tensor(w)).numpy()
+    want = torch.nn.functional.layer_norm(torch.tensor(x), (300,), torch.tensor(w)).numpy()
+    exact = torch.nn.functional.layer_norm(torch.tensor(x).float(), (300,),
+                                           torch.tensor(w).float()).numpy()
+    assert got.dtype == np.float16
+    # as close to the float32 result as PyTorch's float16 kernel (one rounding)
+    assert np.abs(got - exact).max() <= np.abs(want - exact).max()

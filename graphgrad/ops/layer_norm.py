@@ -56,10 +56,13 @@ def _normalized(x, n: int, eps: float):
 
 
 def _common(x, *affine):
-    """The inputs in their common dtype (PyTorch refuses mixed ones; NumPy would
-    promote in pieces)."""
+    """The inputs in the dtype the kernel computes in, and the result's dtype: their
+    common dtype (PyTorch refuses mixed ones; NumPy would promote in pieces), float16
+    computed in float32 as PyTorch's kernels accumulate (NumPy's float16 products and
+    sums round every step)."""
     dt = xp.result_type(x, *affine)
-    return [a if a.dtype == dt else a.astype(dt) for a in (x, *affine)]
+    ct = xp.dtype(xp.float32) if dt == xp.float16 else dt
+    return [a if a.dtype == ct else a.astype(ct) for a in (x, *affine)], dt
 
 
 class NativeLayerNorm(Op):
@@ -72,13 +75,13 @@ class NativeLayerNorm(Op):
     @staticmethod
     def forward(x, *affine, normalized_shape, eps):
         _check_float(x)
-        x, *affine = _common(x, *affine)
+        (x, *affine), dt = _common(x, *affine)
         xhat, _, _ = _normalized(x, math.prod(normalized_shape), eps)
         if affine:
             xhat *= affine[0].reshape(-1)
         if len(affine) > 1:
             xhat += affine[1].reshape(-1)
-        return xhat.reshape(x.shape)
+        return xhat.reshape(x.shape).astype(dt, copy=False)
 
     @staticmethod
     def vjp(g, out, x, *affine, normalized_shape, eps):
@@ -174,7 +177,7 @@ class NativeLayerNormBackward(Op):
 
     @staticmethod
     def forward(g, x, *affine, normalized_shape, eps):
-        x, *affine = _common(x, *affine)
+        (x, *affine), dt = _common(x, *affine)
         n = math.prod(normalized_shape)
         xhat, rstd, ones = _normalized(x, n, eps)
         g2 = xp.broadcast_to(g, x.shape).reshape(-1, n).astype(x.dtype, copy=False)
@@ -197,7 +200,7 @@ class NativeLayerNormBackward(Op):
         xp.subtract(gw, dx, out=dx)
         dx -= c1[:, None]
         dx *= rstd[:, None]
-        return flat
+        return flat.astype(dt, copy=False)
 
     @classmethod
     def batch(cls, vals, bdims, **params):
