@@ -214,3 +214,13 @@ def test_layer_norm_in_float16_computes_in_float32_as_torch():
     assert got.dtype == np.float16
     # as close to the float32 result as PyTorch's float16 kernel (one rounding)
     assert np.abs(got - exact).max() <= np.abs(want - exact).max()
+
+
+def test_attention_in_float16_computes_in_float32_as_torch():
+    arrays = [rand(2, 3, 40, 8, seed=s).astype(np.float16) for s in (1, 2, 3)]
+    got = F.scaled_dot_product_attention(*map(gg.tensor, arrays)).numpy()
+    want = torch.nn.functional.scaled_dot_product_attention(*map(torch.tensor, arrays)).numpy()
+    exact = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.tensor(a).float() for a in arrays)).numpy()
+    assert got.dtype == np.float16
+    assert np.abs(got - exact).max() <= np.abs(want - exact).max()

@@ -43,8 +43,8 @@ __all__: list[str] = []
 
 def _col_sums(a):
     """The sums over dim -2 (kept), as a product with a vector of ones (BLAS)."""
-    if a.shape[-2] == 0 or a.dtype.kind not in "fc":
-        return a.sum(axis=-2, keepdims=True)
+    if a.shape[-2] == 0 or a.dtype.kind not in "fc" or a.dtype.itemsize < 4:
+        return a.sum(axis=-2, keepdims=True)  # (float16: no BLAS; its reduction is wider)
     return (xp.ones(a.shape[-2], a.dtype) @ a)[..., None, :]
 
 
@@ -124,6 +124,16 @@ _TENSORS = SimpleNamespace(mask=_mask_tensor, softmax=lambda s: Softmax.apply(s,
                            col_total=lambda a: a.sum(dim=-2, keepdim=True))
 
 
+def _half(*arrays) -> bool:
+    """float16 operands: the kernels compute in float32, as PyTorch's accumulate (NumPy's
+    float16 products round every step and have no BLAS)."""
+    return xp.result_type(*arrays) == xp.float16
+
+
+def _widened(arrays) -> list:
+    return [a.astype(xp.float32) if a.dtype == xp.float16 else a for a in arrays]
+
+
 def _parts(rest: tuple, dropout_p: float) -> tuple:
     """(mask, keep) from the inputs after q, k, v (either may be None)."""
     keep = rest[-1] if dropout_p > 0.0 else None
@@ -191,6 +201,11 @@ class ScaledDotProductAttention(Op):
 
     @staticmethod
     def forward(q, k, v, *rest, scale, is_causal, dropout_p=0.0, need_weights=False):
+        if _half(q, k, v):
+            out = ScaledDotProductAttention.forward(
+                *_widened((q, k, v, *rest)), scale=scale, is_causal=is_causal,
+                dropout_p=dropout_p, need_weights=need_weights)
+            return out.astype(xp.float16)
         mask, keep = _parts(rest, dropout_p)
         p_t = _weights_t_array(q, k, mask, scale, is_causal)
         if keep is not None:
@@ -322,6 +337,11 @@ class ScaledDotProductAttentionBackward(Op):
     @staticmethod
     def forward(g, q, k, v, *rest, scale, is_causal, float_mask_grad, dropout_p=0.0,
                 need_weights=False):
+        if _half(q, k, v):
+            return ScaledDotProductAttentionBackward.forward(
+                *_widened((g, q, k, v, *rest)), scale=scale, is_causal=is_causal,
+                float_mask_grad=float_mask_grad, dropout_p=dropout_p,
+                need_weights=need_weights).astype(xp.float16)
         mask, keep = _parts(rest, dropout_p)
         g_w = None
         if need_weights:
