@@ -118,10 +118,23 @@ def _drop_tensor(a, keep, dropout_p):
     return Where.apply(keep, a * _keep_scale(dropout_p), 0.0)
 
 
-_ARRAYS = SimpleNamespace(weights_t=_weights_t_array, drop=_drop_array, col_total=_col_sums)
+def _softmax_vjp_t_array(p_t, dp_t):
+    """``p (dp - sum_keys(dp p))`` on the transposed weights, in dp's buffer (the
+    backward's own product)."""
+    dp_t -= _col_sums(dp_t * p_t)
+    dp_t *= p_t
+    return dp_t
+
+
+def _softmax_vjp_t_tensor(p_t, dp_t):
+    return p_t * (dp_t - (dp_t * p_t).sum(dim=-2, keepdim=True))
+
+
+_ARRAYS = SimpleNamespace(weights_t=_weights_t_array, drop=_drop_array,
+                          softmax_vjp_t=_softmax_vjp_t_array)
 _TENSORS = SimpleNamespace(mask=_mask_tensor, softmax=lambda s: Softmax.apply(s, dim=-1),
                            weights_t=lambda *a: _t(_weights(_TENSORS, *a)), drop=_drop_tensor,
-                           col_total=lambda a: a.sum(dim=-2, keepdim=True))
+                           softmax_vjp_t=_softmax_vjp_t_tensor)
 
 
 def _half(*arrays) -> bool:
@@ -174,7 +187,7 @@ def _attention_vjp(k, g, g_weights, q, key, v, mask, keep, scale, is_causal, dro
     if g_weights is not None:
         dw_t = dw_t + _t(g_weights)
     dp_t = dw_t if keep is None else k.drop(dw_t, keep_t, dropout_p)
-    ds_t = p_t * (dp_t - k.col_total(dp_t * p_t))  # the softmax's vjp (sums over keys)
+    ds_t = k.softmax_vjp_t(p_t, dp_t)
     grads = [(_t(ds_t) @ key) * scale, (ds_t @ q) * scale, dv]
     if float_mask_grad:
         grads.append(_t(ds_t))
