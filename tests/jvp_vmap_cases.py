@@ -681,3 +681,67 @@ CASES += [
           inputs(normal(3, 2), normal(3, 4), normal(5, 4), normal(5, 2), normal(3, 5)),
           jvp=False),
 ]
+
+# fused layer norm: x, weight and bias batched or not
+def _layer_norm(m, x, *affine):
+    return (torch if m is TORCH else m).nn.functional.layer_norm(x, (4,), *affine)
+
+
+def _layer_norm_backward(m, g, x, w, b):
+    from op_cases import _layer_norm_backward as backward
+    return backward(torch if m is TORCH else m, g, x, w, b)
+
+
+CASES += [
+    _case("layer_norm", "NativeLayerNorm", _layer_norm,
+          inputs(normal(3, 4), normal(4), normal(4)),
+          in_dims=((0, None, None), (None, 0, 0), (0, 0, None), (1, None, 0))),
+    _case("layer_norm_plain", "NativeLayerNorm", _layer_norm, inputs(normal(2, 3, 4))),
+    _case("layer_norm_backward", "NativeLayerNormBackward", _layer_norm_backward,
+          inputs(normal(3, 4), normal(3, 4), normal(4), normal(4)), jvp=False),
+]
+
+
+# fused attention with dropout (the keep-mask an input) and with its weights as an output
+def _attention_full(m, q, k, v, *masks):
+    from op_cases import _sdpa_full
+    return _sdpa_full(torch if m is TORCH else m, q, k, v, *masks, need_weights=len(masks) > 1)
+
+
+def _keep(*shape):
+    return lambda rng: rng.random(shape) >= 0.25
+
+
+CASES += [
+    _case("scaled_dot_product_attention_dropout", "ScaledDotProductAttention", _attention_full,
+          inputs(normal(2, 3, 4), normal(2, 5, 4), normal(2, 5, 3), _keep(2, 3, 5)),
+          in_dims=((0, 0, 0, 0), (0, None, None, None), (None, 0, 0, 0), (0, 0, 0, None))),
+    _case("scaled_dot_product_attention_weights", "ScaledDotProductAttention", _attention_full,
+          inputs(normal(2, 3, 4), normal(2, 5, 4), normal(2, 5, 3), normal(3, 5),
+                 _keep(2, 3, 5)),
+          in_dims=((0, 0, 0, 0, 0), (0, None, None, None, None), (None, 0, 0, None, 0),
+                   (0, 0, 0, 0, None))),
+]
+
+
+def _linear_relu(m, x, w, b):
+    from op_cases import _linear_relu as f
+    return f(torch if m is TORCH else m, x, w, b)
+
+
+CASES += [
+    _case("addmm_activation", "AddmmActivation", _linear_relu,
+          inputs(normal(4, 3), normal(5, 3), normal(5)),
+          in_dims=((0, None, None), (None, 0, 0), (1, 0, None))),
+]
+
+
+def _native_dropout(m, x, keep):
+    from op_cases import _native_dropout as f
+    return f(torch if m is TORCH else m, x, keep)
+
+
+CASES += [
+    _case("native_dropout", "NativeDropout", _native_dropout,
+          inputs(normal(3, 4), _keep(3, 4)), in_dims=((0, None), (None, 0), (0, 0), (1, 0))),
+]

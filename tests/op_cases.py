@@ -2172,3 +2172,142 @@ add(case("scaled_dot_product_attention", "ScaledDotProductAttention", _sdpa, _sd
     case("scaled_dot_product_attention_backward", "ScaledDotProductAttentionBackward",
          _sdpa_backward, fixed((normal, (2, 3, 2)), (normal, (2, 3, 4)), (normal, (2, 5, 4)),
                                (normal, (2, 5, 2)), (normal, (2, 3, 5))), grad=False))
+
+# layer norm (ops/layer_norm.py): the fused op with or without weight and bias, and its
+# fused backward against torch's vjp ---------------------------------------------------
+
+
+def _layer_norm(m, x, *affine, normalized_shape):
+    return m.nn.functional.layer_norm(x, normalized_shape, *affine)
+
+
+def layer_norm_reference(m, x, *affine, normalized_shape):
+    """PyTorch's layer norm composed of its primitives: its native kernel's derivatives
+    are wrong from the third order on (its double backward is not differentiated
+    exactly: on a (3, 4, 5) example the third directional derivative is -580.4 where
+    the composite, graphgrad's jet and graphgrad's nested reverse mode give -437.6)."""
+    dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    xc = x - x.mean(dims, keepdim=True)
+    out = xc * m.rsqrt((xc * xc).mean(dims, keepdim=True) + 1e-5)
+    if affine:
+        out = out * affine[0]
+    return out + affine[1] if len(affine) > 1 else out
+
+
+def _layer_norm_backward(m, g, x, w, b):
+    if m is gg:
+        from graphgrad.ops.layer_norm import NativeLayerNormBackward
+        return NativeLayerNormBackward.apply(g, x, w, b, normalized_shape=tuple(w.shape),
+                                             eps=1e-5)
+    _, pull = m.func.vjp(lambda *a: m.nn.functional.layer_norm(a[0], tuple(w.shape), *a[1:]),
+                         x, w, b)
+    return m.cat([d.reshape(-1) for d in pull(g)])
+
+
+add(case("layer_norm", "NativeLayerNorm", _layer_norm,
+         fixed((normal, (3, 4, 5)), (normal, (4, 5)), (normal, (4, 5)),
+               static={"normalized_shape": (4, 5)}), torch_fn=layer_norm_reference),
+    case("layer_norm_native", "NativeLayerNorm", _layer_norm,  # to second order
+         fixed((normal, (3, 4, 5)), (normal, (4, 5)), (normal, (4, 5)),
+               static={"normalized_shape": (4, 5)})),
+    case("layer_norm_weight", "NativeLayerNorm", _layer_norm,
+         fixed((normal, (2, 3, 4)), (normal, (4,)), static={"normalized_shape": (4,)}),
+         torch_fn=layer_norm_reference),
+    case("layer_norm_plain", "NativeLayerNorm", _layer_norm,
+         fixed((normal, (5, 3)), static={"normalized_shape": (3,)}),
+         torch_fn=layer_norm_reference),
+    case("layer_norm_backward", "NativeLayerNormBackward", _layer_norm_backward,
+         fixed((normal, (3, 4, 5)), (normal, (3, 4, 5)), (normal, (4, 5)), (normal, (4, 5))),
+         grad=False))
+
+
+# attention with dropout (its keep-mask an input) and with its weights as a second output
+
+
+def _sdpa_full(m, q, k, v, *masks, need_weights=False, p=0.25):
+    """The fused op with a keep-mask (the last input; a float mask may come first),
+    against the composite in torch with that mask."""
+    if m is gg:
+        from graphgrad.nn.functional.attention import _shapes, _split
+        from graphgrad.ops.attention import ScaledDotProductAttention
+        out = ScaledDotProductAttention.apply(q, k, v, *masks, scale=0.5, is_causal=False,
+                                              dropout_p=p, need_weights=need_weights)
+        if not need_weights:
+            return out
+        mask = masks[0] if len(masks) > 1 else None
+        return _split(out, *_shapes(q, k, v, mask, masks[-1]))
+    s = (q @ k.transpose(-2, -1)) * 0.5
+    if len(masks) > 1:
+        s = s + masks[0]
+    w = m.softmax(s, -1) * masks[-1] / (1 - p)
+    return (w @ v, w) if need_weights else w @ v
+
+
+def _sdpa_full_backward(m, g, q, k, v, mask, keep):
+    """The fused backward with packed cotangents of the output and the weights."""
+    if m is gg:
+        from graphgrad.ops.attention import ScaledDotProductAttentionBackward
+        return ScaledDotProductAttentionBackward.apply(
+            g, q, k, v, mask, keep, scale=0.5, is_causal=False, float_mask_grad=True,
+            dropout_p=0.25, need_weights=True)
+    _, pull = m.func.vjp(lambda *a: _sdpa_full(m, *a, keep, need_weights=True), q, k, v, mask)
+    n = 2 * 3 * 2
+    cts = (g[:n].reshape(2, 3, 2), g[n:].reshape(2, 3, 5))
+    return m.cat([d.reshape(-1) for d in pull(cts)])
+
+
+def _sdpa_weights(m, q, k, v):
+    """(output, weights) without dropout: MultiheadAttention's need_weights call."""
+    if m is gg:
+        from graphgrad.nn.functional.attention import attention_with_weights
+        return attention_with_weights(q, k, v, None, 0.0, 0.5)
+    w = m.softmax((q @ k.transpose(-2, -1)) * 0.5, -1)
+    return w @ v, w
+
+
+def _keep(rng, shape):
+    return rng.random(shape) >= 0.25
+
+
+add(case("scaled_dot_product_attention_dropout", "ScaledDotProductAttention", _sdpa_full,
+         fixed((normal, (2, 3, 4)), (normal, (2, 5, 4)), (normal, (2, 5, 2)),
+               (_keep, (2, 3, 5)))),
+    case("scaled_dot_product_attention_weights", "ScaledDotProductAttention", _sdpa_full,
+         fixed((normal, (2, 3, 4)), (normal, (5, 4)), (normal, (2, 5, 2)), (normal, (3, 5)),
+               (_keep, (2, 3, 5)), static={"need_weights": True})),
+    case("scaled_dot_product_attention_weights_no_dropout", "ScaledDotProductAttention",
+         _sdpa_weights, fixed((normal, (2, 3, 4)), (normal, (2, 5, 4)), (normal, (2, 5, 2)))),
+    case("scaled_dot_product_attention_weights_backward", "ScaledDotProductAttentionBackward",
+         _sdpa_full_backward,
+         fixed((normal, (2 * 3 * 2 + 2 * 3 * 5,)), (normal, (2, 3, 4)), (normal, (2, 5, 4)),
+               (normal, (2, 5, 2)), (normal, (2, 3, 5)), (_keep, (2, 3, 5))), grad=False))
+
+# a linear layer and its relu as one op (ops/addmm_activation.py) ------------------------
+
+
+def _linear_relu(m, x, w, *b):
+    if m is gg:
+        from graphgrad.ops.addmm_activation import linear_relu
+        return linear_relu(x, w, *b)
+    return m.relu(m.nn.functional.linear(x, w, *b))
+
+
+add(case("addmm_activation", "AddmmActivation", _linear_relu,
+         fixed((away(), (4, 3)), (normal, (5, 3)), (normal, (5,)))),
+    case("addmm_activation_batched_rows", "AddmmActivation", _linear_relu,
+         fixed((away(), (2, 4, 3)), (normal, (5, 3)))))
+
+# dropout's product with its boolean mask (ops/dropout.py) -------------------------------
+
+
+def _native_dropout(m, x, keep, p=0.3):
+    if m is gg:
+        from graphgrad.ops.dropout import NativeDropout
+        return NativeDropout.apply(x, keep, p=p)
+    return x * keep / (1 - p)
+
+
+add(case("native_dropout", "NativeDropout", _native_dropout,
+         fixed((normal, (3, 4)), (_keep, (3, 4)))),
+    case("native_dropout_channels", "NativeDropout", _native_dropout,
+         fixed((normal, (2, 3, 4)), (_keep, (2, 3, 1)))))

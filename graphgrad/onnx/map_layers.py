@@ -22,7 +22,7 @@ from graphgrad.graph import Node
 
 from .emitter import Emitter, Val
 from .errors import UnsupportedOperatorError
-from .mapping import onnx_mapping, out_dtype, rank_of
+from .mapping import onnx_mapping, out_dtype
 
 __all__: list[str] = []
 
@@ -261,8 +261,9 @@ def _rnn_layer(em: Emitter, node: Node, args: list) -> str:
 @onnx_mapping("ScaledDotProductAttention")
 def _attention(em: Emitter, node: Node, args: list) -> str:
     q, k, v = args[:3]
-    mask = args[3] if node.nargs > 3 else None
     p = node.params
+    dropout = p.get("dropout_p", 0.0) > 0.0
+    mask = args[3] if node.nargs > 3 + dropout else None
     dtype = out_dtype(node)
     perm = list(range(k.rank))
     perm[-2:] = perm[-1], perm[-2]
@@ -283,5 +284,23 @@ def _attention(em: Emitter, node: Node, args: list) -> str:
             scores = em.op("Where", [mask.name, scores, em.cast(float("-inf"), dtype)])
         else:
             scores = em.op("Add", [scores, em.cast(mask, dtype)])
-    weights = em.op("Softmax", [scores], axis=rank_of(node) - 1)
-    return em.op("MatMul", [weights, em.cast(v, dtype)])
+    weights = em.op("Softmax", [scores], axis=-1)
+    if dropout:  # the keep-mask drawn at export: kept weights scaled by 1/(1-p)
+        keep = em.cast(args[node.nargs - 1], dtype)
+        factor = 0.0 if p["dropout_p"] >= 1.0 else 1.0 / (1.0 - p["dropout_p"])
+        weights = em.op("Mul", [weights, em.op("Mul", [keep, em.cast(factor, dtype)])])
+    out = em.op("MatMul", [weights, em.cast(v, dtype)])
+    if not p.get("need_weights"):
+        return out
+    # the op's one buffer: the output, then the weights, flattened
+    flat = [em.op("Reshape", [t, em.ints([-1])]) for t in (out, weights)]
+    return em.op("Concat", flat, axis=0)
+
+
+# ---- a linear layer and its relu as one op -------------------------------------------
+
+@onnx_mapping("AddmmActivation")
+def _addmm_activation(em: Emitter, node: Node, args: list) -> str:
+    """``relu(x @ w.T + b)`` (``ops.addmm_activation``): Gemm, then Relu."""
+    from .map_reduce import _linear
+    return em.op("Relu", [_linear(em, node, args)])

@@ -1,5 +1,7 @@
 """Layer ``onnx``: batch norm in eval mode and layer norm exported as ONNX's
-BatchNormalization and LayerNormalization.
+BatchNormalization and LayerNormalization. ``F.layer_norm`` is one op
+(``NativeLayerNorm``) and maps directly; the patterns below find the norms written
+as arithmetic (eval batch norm, or a layer norm a user composed).
 
 graphgrad composes both norms of primitive ops (``nn.functional.normalization``):
 ``centered * rsqrt(var + eps)``, then ``* weight`` and ``+ bias``, where layer norm's
@@ -147,3 +149,16 @@ def _mul(em: Emitter, node: Node, args: list) -> str:
 def _add(em: Emitter, node: Node, args: list) -> str:
     norm = _affine(em, node, args, "bias")
     return _binary(em, node, args) if norm is None else _emit(em, norm, out_dtype(node))
+
+
+@onnx_mapping("NativeLayerNorm")
+def _native_layer_norm(em: Emitter, node: Node, args: list) -> str:
+    """The fused layer-norm op (``ops.layer_norm``): LayerNormalization over its
+    trailing ``normalized_shape`` dims (a missing weight is ones)."""
+    dtype = out_dtype(node)
+    shape = tuple(node.params["normalized_shape"])
+    x, *affine = args[:node.nargs]
+    scale = em.cast(affine[0], dtype) if affine else em.const(xp.ones(shape, dtype), "ln_scale")
+    bias = em.cast(affine[1], dtype) if len(affine) > 1 else ""
+    return em.op("LayerNormalization", [em.cast(x, dtype), scale, bias],
+                 axis=-len(shape) if shape else -1, epsilon=node.params["eps"])

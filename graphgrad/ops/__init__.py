@@ -5,7 +5,7 @@ from . import arithmetic, bce, compare, index, join, linalg, nll, reduce, shape,
 from . import compound, contractions, cumulative, diagonals, einsum_notation, refusals  # noqa: F401
 from . import grids, logarithmic, random, shifts, sorting, sparse_coo, triangular  # noqa: F401
 from . import moments, norms, repeats, scattering, signs  # noqa: F401
-from . import attention, pooling, recurrent  # noqa: F401
+from . import addmm_activation, attention, dropout, layer_norm, pooling, recurrent  # noqa: F401
 from .signs import *  # noqa: F401,F403
 from .arithmetic import *  # noqa: F401,F403
 from .base import REGISTRY, NO_PARAMS, Op, Spec, spec_of  # noqa: F401

@@ -1,16 +1,24 @@
 """Layer ``ops``: scaled dot-product attention as one op, ``softmax(q k^T scale + mask)
-v`` over the last two dims, with its analytic backward as one op.
+v`` over the last two dims, with dropout on the weights and the weights as a second
+output on request, and its analytic backward as one op.
 
 The attention weights are not saved: the backward recomputes them from q and k (one
 product and a softmax), which keeps a step's memory at the inputs' size rather than
-(L x S) per head, as fused kernels do. The backward is written once, ``_attention_vjp``,
-over a small namespace of array functions; plain eager backward runs it on arrays as
+(L x S) per head, as fused kernels do. Dropout (PyTorch's: ``w = dropout(softmax(...),
+p)``, kept weights scaled by 1/(1-p)) takes its keep-mask as a boolean input, drawn
+by the caller from graphgrad's generator (``nn.functional``), so the op stays a pure
+function: the backward and every transform see the same mask, one byte per weight.
+With ``need_weights`` the output is one 1-D buffer holding the output then the
+(dropped) weights, which the caller views as the two results; each gets its own
+gradient. The backward is written once, ``_attention_vjp``, over a small namespace of
+array functions; plain eager backward runs it on arrays as
 ``ScaledDotProductAttentionBackward`` (one op), ``create_graph`` and the function
 transforms run it as graphgrad ops, so derivatives of every order differentiate the
 same program.
 
 The mask is PyTorch's: a boolean mask keeps the positions where it is True, a float
-mask is added to the scores; ``is_causal`` keeps key j <= query i.
+mask is added to the scores; ``is_causal`` keeps key j <= query i. The inputs after q,
+k, v are the mask (if any), then the keep-mask (when ``dropout_p`` > 0).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from .base import Op, Spec, broadcast_shapes
 from .batching import align, logical_ndim, to_front
 from .compare import Where
 from .fused import array_backward, pack, unpack
+from .join import Cat
 from .reduce import Softmax
 from .shape import Permute
 from .taylor_composite import Jet, jets
@@ -32,22 +41,35 @@ from .taylor_composite import Jet, jets
 __all__: list[str] = []
 
 
-def _softmax_array(s):
-    s -= s.max(axis=-1, keepdims=True)
-    xp.exp(s, out=s)
-    s /= s.sum(axis=-1, keepdims=True)
-    return s
+def _col_sums(a):
+    """The sums over dim -2 (kept), as a product with a vector of ones (BLAS)."""
+    if a.shape[-2] == 0 or a.dtype.kind not in "fc" or a.dtype.itemsize < 4:
+        return a.sum(axis=-2, keepdims=True)  # (float16: no BLAS; its reduction is wider)
+    return (xp.ones(a.shape[-2], a.dtype) @ a)[..., None, :]
 
 
-def _mask_array(s, mask, is_causal):
-    if is_causal:
-        n_q, n_k = s.shape[-2:]
-        s[..., ~xp.tri(n_q, n_k, dtype=bool)] = -xp.inf
+def _weights_t_array(q, key, mask, scale, is_causal):
+    """The attention weights transposed, (..., S, L): the scores computed as k q^T and
+    the softmax taken over dim -2. NumPy reduces and broadcasts along a short last dim
+    row by row (attention's rows of S = 32: ~5 ns an element); along dim -2 it works on
+    whole rows of L at once, and the column sums are a vector-matrix product (BLAS):
+    ~1.7x faster at (16, 4, 32, 32). Products read the transposed views in place."""
+    s = xp.matmul(key, _t(q))
+    s *= s.dtype.type(scale)
+    if is_causal:  # keep key j <= query i: (j, i) of the lower triangle's transpose
+        n_q, n_k = q.shape[-2], key.shape[-2]
+        s[..., ~xp.tri(n_q, n_k, dtype=bool).T] = -xp.inf
     if mask is not None:
-        if mask.dtype == bool:
-            s = xp.where(mask, s, -xp.inf)
-        else:
-            s += mask
+        m = _t(mask if mask.ndim >= 2 else mask.reshape(1, -1))
+        if m.dtype == bool:
+            s = xp.where(m, s, -xp.inf)
+        elif s.shape == xp.broadcast_shapes(s.shape, m.shape):
+            s += m
+        else:  # a mask with more leading dims than the scores
+            s = s + m
+    s -= s.max(axis=-2, keepdims=True)
+    xp.exp(s, out=s)
+    s /= _col_sums(s)
     return s
 
 
@@ -81,32 +103,101 @@ def _t(a):
     return a.transpose(order) if isinstance(a, xp.ndarray) else Permute.apply(a, dims=order)
 
 
-_ARRAYS = SimpleNamespace(mask=_mask_array, softmax=_softmax_array,
-                          total=lambda a: a.sum(axis=-1, keepdims=True))
+def _keep_scale(dropout_p: float) -> float:
+    """What dropout multiplies a kept weight by (every weight is dropped at p = 1)."""
+    return 0.0 if dropout_p >= 1.0 else 1.0 / (1.0 - dropout_p)
+
+
+def _drop_array(a, keep, dropout_p):
+    r = a * keep
+    r *= r.dtype.type(_keep_scale(dropout_p))
+    return r
+
+
+def _drop_tensor(a, keep, dropout_p):
+    return Where.apply(keep, a * _keep_scale(dropout_p), 0.0)
+
+
+def _softmax_vjp_t_array(p_t, dp_t):
+    """``p (dp - sum_keys(dp p))`` on the transposed weights, in dp's buffer (the
+    backward's own product)."""
+    dp_t -= _col_sums(dp_t * p_t)
+    dp_t *= p_t
+    return dp_t
+
+
+def _softmax_vjp_t_tensor(p_t, dp_t):
+    return p_t * (dp_t - (dp_t * p_t).sum(dim=-2, keepdim=True))
+
+
+_ARRAYS = SimpleNamespace(weights_t=_weights_t_array, drop=_drop_array,
+                          softmax_vjp_t=_softmax_vjp_t_array)
 _TENSORS = SimpleNamespace(mask=_mask_tensor, softmax=lambda s: Softmax.apply(s, dim=-1),
-                           total=lambda a: a.sum(dim=-1, keepdim=True))
+                           weights_t=lambda *a: _t(_weights(_TENSORS, *a)), drop=_drop_tensor,
+                           softmax_vjp_t=_softmax_vjp_t_tensor)
+
+
+def _half(*arrays) -> bool:
+    """float16 operands: the kernels compute in float32, as PyTorch's accumulate (NumPy's
+    float16 products round every step and have no BLAS)."""
+    return xp.result_type(*arrays) == xp.float16
+
+
+def _widened(arrays) -> list:
+    return [a.astype(xp.float32) if a.dtype == xp.float16 else a for a in arrays]
+
+
+def _parts(rest: tuple, dropout_p: float) -> tuple:
+    """(mask, keep) from the inputs after q, k, v (either may be None)."""
+    keep = rest[-1] if dropout_p > 0.0 else None
+    mask = rest[0] if len(rest) > (keep is not None) else None
+    return mask, keep
+
+
+def _shapes(q, k, v, mask, keep) -> tuple:
+    """The shapes of the output and of the weights (values, tensors or specs)."""
+    lead = [q.shape[:-2], k.shape[:-2]]
+    lead += [m.shape[:-2] for m in (mask, keep) if m is not None]
+    w_shape = (*broadcast_shapes("scaled_dot_product_attention", *lead),
+               q.shape[-2], k.shape[-2])
+    out_lead = broadcast_shapes("scaled_dot_product_attention", w_shape[:-2], v.shape[:-2])
+    return (*out_lead, q.shape[-2], v.shape[-1]), w_shape
+
+
+def _split(flat, out_shape: tuple, w_shape: tuple) -> tuple:
+    """The output and the weights in a ``need_weights`` buffer (views of it)."""
+    n = math.prod(out_shape)
+    return flat[:n].reshape(out_shape), flat[n:].reshape(w_shape)
 
 
 def _weights(k, q, key, mask, scale, is_causal):
     return k.softmax(k.mask((q @ _t(key)) * scale, mask, is_causal))
 
 
-def _attention_vjp(k, g, q, key, v, mask, scale, is_causal, float_mask_grad: bool):
-    """(dq, dk, dv[, d mask]) of attention at a cotangent ``g`` of its output."""
-    p = _weights(k, q, key, mask, scale, is_causal)
-    dv = _t(p) @ g
-    dp = g @ _t(v)
-    ds = p * (dp - k.total(dp * p))  # the softmax's vjp, the row sums of dp p
-    grads = [(ds @ key) * scale, (_t(ds) @ q) * scale, dv]
+def _attention_vjp(k, g, g_weights, q, key, v, mask, keep, scale, is_causal, dropout_p,
+                   float_mask_grad: bool):
+    """(dq, dk, dv[, d mask]) of attention at cotangents ``g`` of its output and
+    ``g_weights`` (or None) of its dropped weights, with the weights transposed
+    (``_weights_t_array``): p^T, and the softmax's vjp ds^T."""
+    p_t = k.weights_t(q, key, mask, scale, is_causal)
+    keep_t = None if keep is None else _t(keep)
+    w_t = p_t if keep is None else k.drop(p_t, keep_t, dropout_p)
+    dv = w_t @ g
+    dw_t = v @ _t(g)
+    if g_weights is not None:
+        dw_t = dw_t + _t(g_weights)
+    dp_t = dw_t if keep is None else k.drop(dw_t, keep_t, dropout_p)
+    ds_t = k.softmax_vjp_t(p_t, dp_t)
+    grads = [(_t(ds_t) @ key) * scale, (ds_t @ q) * scale, dv]
     if float_mask_grad:
-        grads.append(ds)
+        grads.append(_t(ds_t))
     return grads
 
 
-def _grad_shapes(g, q, k, v, float_mask: bool) -> list:
+def _grad_shapes(out_shape, q, k, v, float_mask: bool) -> list:
     """The shapes of the cotangents as the backward computes them: every one has the
     output's leading dims (the engine then sums broadcast dims away)."""
-    lead = tuple(g.shape[:-2])
+    lead = tuple(out_shape[:-2])
     shapes = [(*lead, *q.shape[-2:]), (*lead, *k.shape[-2:]), (*lead, *v.shape[-2:])]
     if float_mask:
         shapes.append((*lead, q.shape[-2], k.shape[-2]))
@@ -114,91 +205,162 @@ def _grad_shapes(g, q, k, v, float_mask: bool) -> list:
 
 
 class ScaledDotProductAttention(Op):
-    """``softmax(q k^T scale + mask) v`` for q (..., L, E), k (..., S, E), v (..., S, Ev)
-    and an optional mask broadcastable to (..., L, S)."""
+    """``softmax(q k^T scale + mask) v`` for q (..., L, E), k (..., S, E), v (..., S, Ev),
+    an optional mask broadcastable to (..., L, S) and, with ``dropout_p`` > 0, the
+    boolean keep-mask of the weights; with ``need_weights`` the output and the weights
+    packed in one 1-D buffer."""
 
     holomorphic = True  # analytic: the complex step goes through it
 
     @staticmethod
-    def forward(q, k, v, mask=None, *, scale, is_causal):
-        s = xp.matmul(q, _t(k))
-        s *= s.dtype.type(scale)
-        return xp.matmul(_softmax_array(_mask_array(s, mask, is_causal)), v)
+    def forward(q, k, v, *rest, scale, is_causal, dropout_p=0.0, need_weights=False):
+        if _half(q, k, v):
+            out = ScaledDotProductAttention.forward(
+                *_widened((q, k, v, *rest)), scale=scale, is_causal=is_causal,
+                dropout_p=dropout_p, need_weights=need_weights)
+            return out.astype(xp.float16)
+        mask, keep = _parts(rest, dropout_p)
+        p_t = _weights_t_array(q, k, mask, scale, is_causal)
+        if keep is not None:
+            if p_t.shape == _t(keep).shape:  # (the weights are this call's own buffer)
+                p_t *= _t(keep)
+                p_t *= p_t.dtype.type(_keep_scale(dropout_p))
+            else:
+                p_t = _drop_array(p_t, _t(keep), dropout_p)
+        p = _t(p_t)
+        if not need_weights:
+            if p.ndim < 4:
+                return xp.matmul(p, v)
+            # (B, H, L, Ev) laid out as (B, L, H, Ev), as PyTorch's CPU kernels do: merging
+            # the heads back into (B, L, H * Ev) rows is then a view, not a copy
+            shape = xp.broadcast_shapes(p.shape[:-2], v.shape[:-2]) + (q.shape[-2],
+                                                                       v.shape[-1])
+            order = (*range(len(shape) - 3), len(shape) - 2, len(shape) - 3, len(shape) - 1)
+            buf = xp.empty(tuple(shape[i] for i in order), xp.result_type(p, v))
+            return xp.matmul(p, v, out=buf.transpose(order))
+        out_shape = xp.broadcast_shapes(p.shape[:-2], v.shape[:-2]) + (q.shape[-2],
+                                                                        v.shape[-1])
+        flat = xp.empty(math.prod(out_shape) + p.size, xp.result_type(p, v))
+        out, weights = _split(flat, out_shape, p.shape)
+        xp.matmul(p, v, out=out)
+        weights[...] = p
+        return flat
 
     @staticmethod
-    def vjp(g, out, q, k, v, mask=None, *, scale, is_causal):
+    def vjp(g, out, q, k, v, *rest, scale, is_causal, dropout_p=0.0, need_weights=False):
+        mask, keep = _parts(rest, dropout_p)
         float_mask = mask is not None and not _is_bool(mask) and mask._requires_grad
+        out_shape, w_shape = _shapes(q, k, v, mask, keep)
         if array_backward():
             flat = ScaledDotProductAttentionBackward.apply(
-                g, q, k, v, *(() if mask is None else (mask,)), scale=scale,
-                is_causal=is_causal, float_mask_grad=float_mask)
-            grads = unpack(flat, _grad_shapes(g, q, k, v, float_mask))
+                g, q, k, v, *rest, scale=scale, is_causal=is_causal,
+                float_mask_grad=float_mask, dropout_p=dropout_p, need_weights=need_weights)
+            grads = unpack(flat, _grad_shapes(out_shape, q, k, v, float_mask))
         else:
-            grads = _attention_vjp(_TENSORS, g, q, k, v, mask, scale, is_causal, float_mask)
+            g_out, g_w = _split(g, out_shape, w_shape) if need_weights else (g, None)
+            grads = _attention_vjp(_TENSORS, g_out, g_w, q, k, v, mask, keep, scale,
+                                   is_causal, dropout_p, float_mask)
         if mask is not None and len(grads) == 3:
             grads.append(None)
-        return tuple(grads)
+        return (*grads, *((None,) if keep is not None else ()))
 
     @staticmethod
-    def jvp(dots, out, q, k, v, mask=None, *, scale, is_causal):
+    def jvp(dots, out, q, k, v, *rest, scale, is_causal, dropout_p=0.0, need_weights=False):
+        mask, keep = _parts(rest, dropout_p)
         dq, dk, dv = dots[0], dots[1], dots[2]
         dmask = dots[3] if mask is not None and len(dots) > 3 else None
         p = _weights(_TENSORS, q, k, mask, scale, is_causal)
+        w = p if keep is None else _drop_tensor(p, keep, dropout_p)
         terms = [t for t in (None if dq is None else (dq @ _t(k)) * scale,
                              None if dk is None else (q @ _t(dk)) * scale, dmask)
                  if t is not None]
-        result = None if dv is None else p @ dv
+        result = None if dv is None else w @ dv
+        dw = None
         if terms:
             ds = terms[0]
             for t in terms[1:]:
                 ds = ds + t
-            dp = p * (ds - (ds * p).sum(dim=-1, keepdim=True))
-            result = dp @ v if result is None else result + dp @ v
-        return result
+            dw = p * (ds - (ds * p).sum(dim=-1, keepdim=True))
+            if keep is not None:
+                dw = _drop_tensor(dw, keep, dropout_p)
+            result = dw @ v if result is None else result + dw @ v
+        if not need_weights or result is None:
+            return result
+        out_shape, w_shape = _shapes(q, k, v, mask, keep)
+        dw = w.new_zeros(w_shape) if dw is None else dw.expand(*w_shape)
+        return Cat.apply(result.expand(*out_shape).reshape(-1), dw.reshape(-1), dim=0)
 
     @staticmethod
-    def taylor(series, out, q, k, v, mask=None, *, scale, is_causal):
+    def taylor(series, out, q, k, v, *rest, scale, is_causal, dropout_p=0.0,
+               need_weights=False):
         """The composite softmax(q k^T scale + mask) v on jets (Matmul's bilinear rule,
-        Softmax's rule)."""
-        q, k, v, *mask = jets(series, (q, k, v) if mask is None else (q, k, v, mask))
-        s = _mask_jet((q @ k.mT) * scale, mask[0] if mask else None, is_causal)
-        return (Jet.apply(Softmax, s, dim=-1) @ v).terms
+        Softmax's rule; dropout is linear with a constant mask)."""
+        mask, keep = _parts(rest, dropout_p)
+        values = (q, k, v) if mask is None else (q, k, v, mask)
+        q, k, v, *extra = jets(series[:len(values)], values)
+        s = _mask_jet((q @ k.mT) * scale, extra[0] if extra else None, is_causal)
+        w = Jet.apply(Softmax, s, dim=-1)
+        if keep is not None:
+            w = w.map(lambda t: _drop_tensor(t, keep, dropout_p))
+        result = w @ v
+        if not need_weights:
+            return result.terms
+        return Jet.join([result, w], lambda ts: Cat.apply(ts[0].reshape(-1),
+                                                          ts[1].reshape(-1), dim=0)).terms
 
     @classmethod
     def batch(cls, vals, bdims, **params):
         """Batch dims to the front of q, k, v (the products broadcast over leading dims);
-        the mask is lined up with them (unbatched, it right-aligns as it is)."""
+        the masks are lined up with them (unbatched, they right-align as they are). A
+        ``need_weights`` buffer is re-packed per example."""
         size = next(x.shape[d] for x, d in zip(vals, bdims, strict=True) if d is not None)
         rank = max(logical_ndim(x, d) for x, d in zip(vals[:3], bdims[:3], strict=True))
         args = [align(x, d, rank) if d is not None
                 else x.unsqueeze(0).expand(size, *x.shape)
                 for x, d in zip(vals[:3], bdims[:3], strict=True)]
-        if len(vals) > 3:
-            m, dm = vals[3], bdims[3]
+        for m, dm in zip(vals[3:], bdims[3:], strict=True):
             args.append(m if dm is None else align(to_front(m, dm), 0, rank))
-        return cls.apply(*args, **params), 0
+        out = cls.apply(*args, **params)
+        if not params.get("need_weights"):
+            return out, 0
+        mask, keep = _parts(tuple(args[3:]), params.get("dropout_p", 0.0))
+        result, weights = _split(out, *_shapes(*args[:3], mask, keep))
+        return Cat.apply(result.reshape(size, -1), weights.reshape(size, -1), dim=1), 0
 
     @classmethod
-    def infer(cls, q, k, v, mask=None, *, scale, is_causal) -> Spec:
-        lead = broadcast_shapes("scaled_dot_product_attention", q.shape[:-2], k.shape[:-2],
-                                v.shape[:-2])
-        return Spec((*lead, q.shape[-2], v.shape[-1]), q.dtype)
+    def infer(cls, q, k, v, *rest, scale, is_causal, dropout_p=0.0,
+              need_weights=False) -> Spec:
+        out_shape, w_shape = _shapes(q, k, v, *_parts(rest, dropout_p))
+        if need_weights:
+            return Spec((math.prod(out_shape) + math.prod(w_shape),), q.dtype)
+        return Spec(out_shape, q.dtype)
 
 
 class ScaledDotProductAttentionBackward(Op):
-    """Attention's backward on arrays: (g, q, k, v[, mask]) -> dq, dk, dv (and the float
-    mask's cotangent at the scores' shape) packed in one 1-D buffer. Plain eager
-    backward only (nothing recorded): under ``create_graph`` the same code runs as
-    graphgrad ops."""
+    """Attention's backward on arrays: (g, q, k, v[, mask][, keep]) -> dq, dk, dv (and
+    the float mask's cotangent at the scores' shape) packed in one 1-D buffer; with
+    ``need_weights`` g is the packed cotangent of the output and the weights. Plain
+    eager backward only (nothing recorded): under ``create_graph`` the same code runs
+    as graphgrad ops."""
 
     holomorphic = True  # analytic: the complex step goes through it
 
     differentiable = False
 
     @staticmethod
-    def forward(g, q, k, v, mask=None, *, scale, is_causal, float_mask_grad):
-        grads = _attention_vjp(_ARRAYS, g, q, k, v, mask, scale, is_causal, float_mask_grad)
-        return pack(grads)
+    def forward(g, q, k, v, *rest, scale, is_causal, float_mask_grad, dropout_p=0.0,
+                need_weights=False):
+        if _half(q, k, v):
+            return ScaledDotProductAttentionBackward.forward(
+                *_widened((g, q, k, v, *rest)), scale=scale, is_causal=is_causal,
+                float_mask_grad=float_mask_grad, dropout_p=dropout_p,
+                need_weights=need_weights).astype(xp.float16)
+        mask, keep = _parts(rest, dropout_p)
+        g_w = None
+        if need_weights:
+            g, g_w = _split(g, *_shapes(q, k, v, mask, keep))
+        return pack(_attention_vjp(_ARRAYS, g, g_w, q, k, v, mask, keep, scale, is_causal,
+                                   dropout_p, float_mask_grad))
 
     @classmethod
     def batch(cls, vals, bdims, **params):
@@ -210,6 +372,8 @@ class ScaledDotProductAttentionBackward(Op):
         return Stack.apply(*outs, dim=0), 0
 
     @classmethod
-    def infer(cls, g, q, k, v, mask=None, *, scale, is_causal, float_mask_grad) -> Spec:
-        return Spec((sum(math.prod(s) for s in _grad_shapes(g, q, k, v, float_mask_grad)),),
-                    q.dtype)
+    def infer(cls, g, q, k, v, *rest, scale, is_causal, float_mask_grad, dropout_p=0.0,
+              need_weights=False) -> Spec:
+        out_shape, _ = _shapes(q, k, v, *_parts(rest, dropout_p))
+        shapes = _grad_shapes(out_shape, q, k, v, float_mask_grad)
+        return Spec((sum(math.prod(s) for s in shapes),), q.dtype)

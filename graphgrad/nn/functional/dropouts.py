@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import warnings
 
-from graphgrad import ops
 from graphgrad.ops.base import scalar_name
+from graphgrad.ops.dropout import NativeDropout
 
 from .activations import _activation
 
@@ -38,8 +38,8 @@ def _drop(input, p: float, mask_shape: tuple, inplace: bool):
                            f"{scalar_name(input._array.dtype)}")
     from graphgrad.tensor.creation import random_tensor
     keep = random_tensor(lambda rng, s: rng.random(s), mask_shape, input._array.dtype) >= p
-    scale = ops.where(keep, 1.0 / (1.0 - p), 0.0).to(input.dtype)  # float16 stays float16
-    return _activation(input, lambda x: x * scale, inplace, "dropout_")
+    # one op keeping the boolean mask (the scale in input's dtype: float16 stays float16)
+    return _activation(input, lambda x: NativeDropout.apply(x, keep, p=p), inplace, "dropout_")
 
 
 def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False):

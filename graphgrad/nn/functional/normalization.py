@@ -6,22 +6,17 @@ from __future__ import annotations
 
 from graphgrad import ops
 from graphgrad.backend import xp
+from graphgrad.ops.layer_norm import layer_norm_op
 
 __all__ = ["layer_norm", "batch_norm", "group_norm", "rms_norm", "instance_norm"]
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """Normalise over the trailing ``normalized_shape`` dims (biased variance), then
-    scale and shift."""
-    dims = _normalized_dims(input, normalized_shape, "*, ")
-    centered = input - input.mean(dim=dims, keepdim=True)
-    var = (centered * centered).mean(dim=dims, keepdim=True)
-    out = centered * ops.rsqrt(var + eps)
-    if weight is not None:
-        out = out * weight
-    if bias is not None:
-        out = out + bias
-    return out
+    scale and shift: one op (``ops.layer_norm``)."""
+    _normalized_dims(input, normalized_shape, "*, ")
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+    return layer_norm_op(input, weight, bias, tuple(int(d) for d in shape), eps)
 
 
 def _normalized_dims(input, normalized_shape, star: str) -> tuple:

@@ -16,6 +16,7 @@ from graphgrad.backend import bool_
 from graphgrad.tensor import Tensor, empty
 
 from .. import functional as F
+from ..functional.attention import attention_with_weights
 from ..init import constant_, xavier_uniform_
 from ..parameter import Parameter
 from .linear import Linear
@@ -92,56 +93,79 @@ class MultiheadAttention(Module):
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
             if key_padding_mask is not None:
                 key_padding_mask = key_padding_mask.unsqueeze(0)
-        elif self.batch_first:  # (N, L, E) -> (L, N, E)
-            query, key, value = [t.transpose(0, 1) for t in (query, key, value)]
-        n_q, batch, e = query.shape
-        n_k = key.shape[0]
-        h, hd = self.num_heads, self.head_dim
-        q, k, v = self._project(query, key, value)
-        # (L, N, E) -> (N * H, L, hd), as PyTorch's layout (its 3-d attn_mask matches it)
-        q, k, v = [t.reshape(t.shape[0], batch * h, hd).transpose(0, 1) for t in (q, k, v)]
-        mask = _additive(attn_mask, q.dtype)
-        if mask is not None and mask.ndim == 2:
-            mask = mask.unsqueeze(0)
-        if key_padding_mask is not None:
-            pad = _additive(key_padding_mask, q.dtype).reshape(batch, 1, 1, n_k)
-            pad = pad.expand(batch, h, 1, n_k).reshape(batch * h, 1, n_k)
-            mask = pad if mask is None else mask + pad
-        if not need_weights and not (self.dropout > 0.0 and self.training):
-            # the fused attention op: its backward recomputes the weights
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                 scale=math.sqrt(1.0 / hd))
+        # the inputs stay in their layout, (L, N, E) or batch first (N, L, E): the
+        # projections read the rows as they are and the heads come out as views
+        seq = 1 if self.batch_first and not unbatched else 0
+        batch, n_q, n_k = query.shape[1 - seq], query.shape[seq], key.shape[seq]
+        hd = self.head_dim
+        q, k, v = self._project(query, key, value, seq)
+        mask = self._mask(attn_mask, key_padding_mask, batch, n_q, n_k, q.dtype)
+        dropout_p = self.dropout if self.training else 0.0
+        scale = math.sqrt(1.0 / hd)
+        if need_weights:
+            out, weights = attention_with_weights(q, k, v, mask, dropout_p, scale)
         else:
-            scores = (q * math.sqrt(1.0 / hd)) @ k.transpose(-2, -1)
-            if mask is not None:
-                scores = scores + mask
-            weights = ops.softmax(scores, -1)
-            if self.dropout > 0.0 and self.training:
-                weights = F.dropout(weights, self.dropout)
-            out = weights @ v
-        out = out.transpose(0, 1).reshape(n_q * batch, e)
-        out = self.out_proj(out).reshape(n_q, batch, e)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                                 scale=scale)
+        # (N, H, L, hd) -> the rows of the input's layout, (L*N, E) or (N*L, E)
+        out = out.permute(2, 0, 1, 3) if seq == 0 else out.permute(0, 2, 1, 3)
+        out = self.out_proj(out.reshape(-1, self.embed_dim))
+        out = out.reshape(*query.shape[:2], self.embed_dim)
         if unbatched:
             out = out.squeeze(1)
-        elif self.batch_first:
-            out = out.transpose(0, 1)
         if not need_weights:
             return out, None
-        weights = weights.reshape(batch, h, n_q, n_k)
         if average_attn_weights:
             weights = weights.mean(dim=1)
         return out, (weights.squeeze(0) if unbatched else weights)
 
-    def _project(self, query, key, value):
+    def _project(self, query, key, value, seq: int):
+        """q, k, v as (N, H, L, hd) views of the projections: one GEMM for
+        self-attention with the packed weight (PyTorch's in_proj_weight), one for key
+        and value when they are the same tensor, else one each."""
         e = self.embed_dim
-        b = self.in_proj_bias
+        w, b = self.in_proj_weight, self.in_proj_bias
+        if w is not None and query is key and key is value:
+            return self._heads(F.linear(query, w, b), seq, 3)
         bq, bk, bv = (None, None, None) if b is None else (b[:e], b[e:2 * e], b[2 * e:])
-        if self._qkv_same_embed_dim:
-            w = self.in_proj_weight
-            wq, wk, wv = w[:e], w[e:2 * e], w[2 * e:]
-        else:
+        if w is None:
             wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        return F.linear(query, wq, bq), F.linear(key, wk, bk), F.linear(value, wv, bv)
+        else:
+            wq = w[:e]
+            if key is value:
+                kv = self._heads(F.linear(key, w[e:], None if b is None else b[e:]), seq, 2)
+                return (self._heads(F.linear(query, wq, bq), seq, 1)[0], *kv)
+            wk, wv = w[e:2 * e], w[2 * e:]
+        # (no generator expressions here: graphgrad.compile interprets this method)
+        return (self._heads(F.linear(query, wq, bq), seq, 1)[0],
+                self._heads(F.linear(key, wk, bk), seq, 1)[0],
+                self._heads(F.linear(value, wv, bv), seq, 1)[0])
+
+    def _heads(self, proj, seq: int, parts: int):
+        """A projection (..., parts * E) in the input's layout as ``parts`` views
+        (N, H, L, hd): the split into parts and heads is a reshape and one permute."""
+        h, hd = self.num_heads, self.head_dim
+        split = proj.reshape(*proj.shape[:2], parts, h, hd)
+        split = split.permute(2, 1 - seq, 3, seq, 4)  # (parts, N, H, L, hd)
+        return split.unbind(0)
+
+    def _mask(self, attn_mask, key_padding_mask, batch: int, n_q: int, n_k: int, dtype):
+        """The attention mask in the fused op's convention, broadcasting over
+        (N, H, L, S): boolean masks (True: blocked here) as one keep-mask, else the
+        float masks (a boolean one as 0/-inf) added."""
+        h = self.num_heads
+        if attn_mask is not None and attn_mask.ndim == 3:  # PyTorch's (N*H, L, S)
+            attn_mask = attn_mask.reshape(batch, h, n_q, n_k)
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.reshape(batch, 1, 1, n_k)
+        if attn_mask is None or key_padding_mask is None:
+            one = key_padding_mask if attn_mask is None else attn_mask
+            if one is None:
+                return None
+            return one.logical_not() if one.dtype == bool_ else one.to(dtype)
+        if attn_mask.dtype == bool_ and key_padding_mask.dtype == bool_:
+            return attn_mask.logical_or(key_padding_mask).logical_not()
+        return _additive(attn_mask, dtype) + _additive(key_padding_mask, dtype)
 
 
 def _additive(mask, dtype):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
+from graphgrad.ops.addmm_activation import linear_relu
 from graphgrad.tensor import Tensor, full
 
 from .. import init
@@ -60,6 +61,16 @@ class _TransformerLayer(Module):
             setattr(self, f"dropout{i}", Dropout(dropout))
         self.activation = _activation(activation)
 
+    def _hidden(self, x) -> Tensor:
+        """The feed-forward block's ``activation(linear1(x))``; with relu, a plain
+        ``linear1`` (no hooks) and real floats as one op, PyTorch's ``_addmm_activation``
+        (its fast path): linear1's output is then not kept alive for backward."""
+        lin = self.linear1
+        if self.activation is F.relu and type(lin) is Linear and lin._hooks is None \
+                and x.dtype.is_floating_point and not x.dtype.is_complex and x.ndim >= 2:
+            return linear_relu(x, lin.weight, lin.bias)
+        return self.activation(lin(x))
+
 
 class TransformerEncoderLayer(_TransformerLayer):
     """Self-attention then a feed-forward block, each with dropout, a residual
@@ -80,7 +91,7 @@ class TransformerEncoderLayer(_TransformerLayer):
         return self.dropout1(x)
 
     def _ff_block(self, x) -> Tensor:
-        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        return self.dropout2(self.linear2(self.dropout(self._hidden(x))))
 
 
 class TransformerEncoder(Module):
@@ -135,7 +146,7 @@ class TransformerDecoderLayer(_TransformerLayer):
         return self.dropout2(x)
 
     def _ff_block(self, x) -> Tensor:
-        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        return self.dropout3(self.linear2(self.dropout(self._hidden(x))))
 
 
 class TransformerDecoder(Module):
