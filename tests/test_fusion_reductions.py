@@ -14,7 +14,7 @@ import graphgrad.nn.functional as F
 from graphgrad.backends import fused as fused_mod
 from graphgrad.backends.aot import partition
 from graphgrad.backends.fused import lower
-from graphgrad.backends.fused_numpy import BLOCK_ELEMENTS, _bounds
+from graphgrad.backends.fused_numpy import BLOCK_ELEMENTS, _bounds, _row_major
 from graphgrad.compiler import explain
 from graphgrad.dynamo import CompiledFunction
 from graphgrad.passes import Fused, fuse_elementwise, fusion_report, optimize
@@ -133,6 +133,14 @@ def test_block_bounds_never_leave_a_single_row_block():
     assert _bounds(10, 4) == ((0, 4), (4, 8), (8, 10))
     assert _bounds(9, 4) == ((0, 4), (4, 9))   # NumPy orders a 1-row strided sum apart
     assert _bounds(8, 4) == ((0, 4), (4, 8))
+
+
+def test_only_inputs_out_of_row_major_order_take_eagers_computation():
+    a = np.ones((6, 4), np.float32)
+    assert _row_major(a, a[:, ::2], a[1:], np.broadcast_to(a[:1], (6, 4)),
+                      np.broadcast_to(np.float32(1), (6, 4)), 2.0)
+    assert not _row_major(a, a.T)
+    assert not _row_major(a[::-1])
 
 
 _FNS = [layer_norm, layer_norm_by_hand, softmax_affine, log_softmax_scaled, softmax_by_hand]

@@ -117,8 +117,21 @@ def _bounds(n: int, rows: int) -> tuple:
     return tuple(zip(starts, [*starts[1:], n], strict=True))
 
 
-def _c_contiguous(*arrays) -> bool:
-    return all(type(a) is not xp.ndarray or a.flags.c_contiguous for a in arrays)
+def _row_major(*arrays) -> bool:
+    """Whether every array's elements lie in row-major order (C-contiguous, or strided,
+    sliced or broadcast with its strides decreasing): then eager's ufunc results are
+    C-ordered, as the block buffers are."""
+    for a in arrays:
+        if type(a) is not xp.ndarray or a.flags.c_contiguous:
+            continue
+        last = None
+        for n, s in zip(a.shape, a.strides, strict=True):
+            if n == 1 or s == 0:   # a size-1 or broadcast dim orders nothing
+                continue
+            if s < 0 or (last is not None and s >= last):
+                return False
+            last = s
+    return True
 
 
 def _spec(a: Ref, program: FusedProgram):
@@ -198,8 +211,9 @@ def numpy_source(program: FusedProgram) -> tuple[str, dict]:
     lines = [f"def kernel({params}):"]
     if any(st.op in REDUCTIONS for st in steps) and n_in:
         # eager's intermediates take a strided input's memory order, and a reduction's
-        # summation order follows that order: such inputs get eager's own computation
-        glb.update(_ref=program.run, _cc=_c_contiguous)
+        # summation order follows that order: inputs in another order (a transpose) get
+        # eager's own computation
+        glb.update(_ref=program.run, _cc=_row_major)
         lines.append(f"    if not _cc({params}{',' if n_in == 1 else ''}): "
                      f"return _ref(({params}{',' if n_in == 1 else ''}))")
     if rows:
