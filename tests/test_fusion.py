@@ -261,3 +261,70 @@ def test_libm_opt_in_puts_transcendentals_in_numba_kernels(monkeypatch, tmp_path
             np.testing.assert_allclose(cf(x).numpy(), fn(x).numpy(), rtol=1e-6, atol=1e-6)
         (k,) = _kernels(cf)
         assert k.lowering == expect, k.decision.reason
+
+
+class _FakeClock:
+    """Readings from a list (autotuning reads it before and after each timed run)."""
+
+    def __init__(self, readings):
+        self.readings = list(readings)
+        self.reads = 0
+
+    def __call__(self):
+        self.reads += 1
+        return self.readings.pop(0)
+
+
+def _interleaved(numba_s: float, numpy_s: float) -> list:
+    out, t = [], 0.0
+    for _ in range(fused_mod.AUTOTUNE_REPEATS):
+        for d in (numba_s, numpy_s):
+            out += [t, t + d]
+            t += d
+    return out
+
+
+@pytest.mark.parametrize("numba_s, numpy_s, expect", [(5e-6, 1e-6, "numpy"),
+                                                     (1e-6, 5e-6, "numba")])
+def test_autotune_follows_the_measurements_and_caches_them(monkeypatch, tmp_path, numba_s,
+                                                           numpy_s, expect):
+    if not HAS_NUMBA:
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(fused_mod.config, "numba", True)
+    monkeypatch.setattr(fused_mod.config, "autotune", True)
+    monkeypatch.setenv("GRAPHGRAD_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(fused_mod, "kernel_cache", {})
+    monkeypatch.setattr(fused_mod, "autotune_decisions", {})
+    clock = _FakeClock(_interleaved(numba_s, numpy_s))
+    monkeypatch.setattr(fused_mod.config, "clock", clock)
+    x, y = gg.randn(64, 32), gg.randn(32)
+    cf = CompiledFunction(arith, backend="default", share=False)
+    with gg.no_grad():
+        first, second = cf(x, y), cf(x, y)
+    np.testing.assert_array_equal(first.numpy(), arith(x, y).numpy())
+    np.testing.assert_array_equal(second.numpy(), first.numpy())
+    (k,) = _kernels(cf)
+    assert k.lowering == expect and "autotuned" in k.decision.reason
+    assert clock.reads == 4 * fused_mod.AUTOTUNE_REPEATS   # the second call timed nothing
+    # an equal group lowered again takes the cached decision without timing
+    fused_mod.kernel_cache.clear()
+    cf = CompiledFunction(arith, backend="default", share=False)
+    with gg.no_grad():
+        cf(x, y)
+    (k,) = _kernels(cf)
+    assert k.lowering == expect and clock.reads == 4 * fused_mod.AUTOTUNE_REPEATS
+
+
+def test_autotune_times_nothing_without_a_choice(monkeypatch, tmp_path):
+    monkeypatch.setattr(fused_mod.config, "autotune", True)
+    monkeypatch.setattr(fused_mod, "kernel_cache", {})
+    clock = _FakeClock([])
+    monkeypatch.setattr(fused_mod.config, "clock", clock)
+    for numba, fn in ((False, arith), (True, lambda x, y: (x * y).tanh() + 1)):  # no kernel
+        monkeypatch.setattr(fused_mod.config, "numba", numba and HAS_NUMBA)
+        cf = CompiledFunction(fn, backend="default", share=False)
+        with gg.no_grad():
+            cf(gg.randn(8, 4), gg.randn(4))
+        (k,) = _kernels(cf)
+        assert k.lowering == "numpy" and "autotuned" not in k.decision.reason
+    assert clock.reads == 0
