@@ -112,10 +112,11 @@ def test_reductions_that_are_not_row_local_still_end_groups():
         ["Mul", "Exp", "Add", "Sum"]]
 
 
-def test_explain_lists_the_group_with_its_reductions():
+def test_explain_lists_the_group_with_its_reductions(lowering):
     out = explain(layer_norm)(gg.randn(4, 8), gg.randn(8), gg.randn(8))
-    ((_, ops, lowering, _),) = out.fused_groups
-    assert ops.count("Mean") == 2 and lowering == "numpy"   # reductions: NumPy's sums
+    ((_, ops, chosen, _),) = out.fused_groups
+    # with Numba: a row kernel (fused_rows.py), its sums NumPy's pairwise order
+    assert ops.count("Mean") == 2 and chosen == lowering
 
 
 def test_layer_norm_kernel_runs_row_blocks():
@@ -210,3 +211,40 @@ def test_cross_entropy_equals_eager_and_torch(lowering, dtype):
     tl.backward()
     np.testing.assert_allclose(loss.item(), tl.item(), rtol=tol)
     np.testing.assert_allclose(gx.numpy(), tx.grad.numpy(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("d", [1, 7, 8, 9, 127, 128, 129, 136, 255, 257, 1000, 4097])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_kernel_sums_in_numpys_pairwise_order(lowering, d, dtype):
+    """Row lengths around NumPy's pairwise boundaries (8-wide blocks, 128-element
+    leaves, halves rounded to 8): the row kernel's sums and means are NumPy's, bit for
+    bit, on values spread over six decades (where the order shows)."""
+    rng = np.random.default_rng(d)
+    xa = (rng.standard_normal((37, d)) * 10.0 ** rng.uniform(-3, 3, (37, d))).astype(dtype)
+
+    def f(x, w):
+        s = (x * 2 - w).sum(-1, keepdim=True)
+        return (x - x.mean(-1, keepdim=True)) * s + w
+
+    x, w = gg.from_numpy(xa), gg.from_numpy(rng.standard_normal(d).astype(dtype))
+    cf = CompiledFunction(f, backend="default", share=False)
+    with gg.no_grad():
+        np.testing.assert_array_equal(cf(x, w).numpy(), f(x, w).numpy())
+    (k,) = [lower(n.params["kernel"]) for n in
+            fuse_elementwise(optimize(_captured(f, x, w))[0]).nodes
+            if n.kind == "call" and n.op is Fused]
+    if lowering == "numba":
+        assert k.lowering == "numba" and "block(" in k.numba_source, k.decision.reason
+
+
+def test_layer_norm_backward_runs_one_row_kernel(lowering, monkeypatch):
+    monkeypatch.setattr(fused_mod, "kernel_cache", {})
+    x = gg.randn(256, 96, requires_grad=True)
+    w, b = gg.randn(96, requires_grad=True), gg.randn(96)
+    cf = CompiledFunction(layer_norm, backend="default", share=False)
+    got = gg.autograd.grad(cf(x, w, b).sum(), [x, w])
+    want = gg.autograd.grad(layer_norm(x, w, b).sum(), [x, w])
+    for a, c in zip(got, want, strict=True):
+        np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-4, atol=1e-5)
+    (bwd,) = [k for k in fused_mod.kernel_cache.values() if k.program.op_names.count("Sum") == 2]
+    assert "Expand" in bwd.program.op_names and bwd.lowering == lowering, bwd.decision.reason

@@ -37,9 +37,9 @@ from graphgrad.backend import xp
 from graphgrad.graph import Graph
 from graphgrad.passes import FusedProgram
 
-from . import fused_numba
+from . import fused_numba, fused_rows
 from .cost_model import Estimate, choose
-from .fused_numpy import numpy_source
+from .fused_numpy import _row_major, numpy_source
 
 __all__ = ["FusedKernel", "lower", "config", "kernel_cache", "dump_graphs",
            "autotune_decisions", "AUTOTUNE_REPEATS"]
@@ -88,9 +88,12 @@ class FusedKernel:
         if config.numba and not fused_numba.numba_available():
             why = "Numba is not installed (pip install graphgrad[jit])"
         ok = not why and None not in shape
+        # a group with row sums gets a row kernel (fused_rows.py)
+        self.rows = any(s.op.__name__ in ("Sum", "Mean") for s in program.steps)
         if ok:
-            src, why = fused_numba.source(program, "f" * len(program.input_specs),
-                                          config.libm)
+            src, why = (fused_rows.row_source(program, config.libm) if self.rows else
+                        fused_numba.source(program, "f" * len(program.input_specs),
+                                           config.libm))
             ok = src is not None
         self.decision: Estimate = choose(program.op_names, numel, ok, why or
                                          "unknown dims: NumPy", config.parallel)
@@ -138,7 +141,24 @@ class FusedKernel:
             lowering=lowering, reason=f"{lowering}: autotuned, numba {numba_s * 1e6:.1f} us "
                                       f"vs NumPy {numpy_s * 1e6:.1f} us")
 
+    def _run_rows(self, arrays: tuple):
+        if not _row_major(*arrays):   # eager's order differs (fused_numpy.py): NumPy
+            return self._numpy(*arrays)
+        kernel = self._numba.get("rows")
+        if kernel is None:
+            src, _ = fused_rows.row_source(self.program, self.libm)
+            self.numba_source = src
+            kernel = self._numba["rows"] = fused_numba.load(src).serial
+        out = xp.empty(fused_rows.out_shape(self.program), self.program.spec.dtype)
+        kernel(out, *fused_rows.operands(self.program, arrays))
+        return out.reshape(self.program.spec.shape)
+
     def _run_numba(self, *arrays):
+        if self.rows:
+            try:
+                return self._run_rows(arrays)
+            except Exception as err:  # noqa: BLE001 - falls back once, as below
+                return self._fail(err, arrays)
         shape = tuple(self.program.spec.shape)
         layout = "".join(_code(a, shape) for a in arrays)
         kernel = self._numba.get(layout)
@@ -157,13 +177,16 @@ class FusedKernel:
                          for a, c in zip(arrays, layout, strict=True)))
             return out
         except Exception as err:  # noqa: BLE001 - a kernel that fails falls back, once
-            self.failed = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
-            warnings.warn(f"graphgrad: the Numba kernel for {self.program!r} failed to "
-                          f"compile ({self.failed}); NumPy runs this group from now on",
-                          RuntimeWarning, stacklevel=2)
-            self.decision = self.decision._replace(lowering="numpy",
-                                                   reason=f"numpy: Numba failed ({self.failed})")
-            return self._numpy(*arrays)
+            return self._fail(err, arrays)
+
+    def _fail(self, err: Exception, arrays: tuple):
+        self.failed = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+        warnings.warn(f"graphgrad: the Numba kernel for {self.program!r} failed to "
+                      f"compile ({self.failed}); NumPy runs this group from now on",
+                      RuntimeWarning, stacklevel=2)
+        self.decision = self.decision._replace(lowering="numpy",
+                                               reason=f"numpy: Numba failed ({self.failed})")
+        return self._numpy(*arrays)
 
 
 def _code(a, shape: tuple) -> str:
