@@ -328,3 +328,19 @@ def test_autotune_times_nothing_without_a_choice(monkeypatch, tmp_path):
         (k,) = _kernels(cf)
         assert k.lowering == "numpy" and "autotuned" not in k.decision.reason
     assert clock.reads == 0
+
+
+def test_a_broadcast_value_reaches_numba_as_a_scalar(lowering):
+    """A full-shape input whose strides are all 0 (a backward's ones) is passed as one
+    value, so the kernel keeps its flat loop; the result is the reference lowering's."""
+    x, y = gg.randn(64, 32), gg.randn(64, 32)
+    cf = CompiledFunction(arith, backend="default", share=False)
+    with gg.no_grad():
+        cf(x, y)
+    (k,) = _kernels(cf)
+    ones = np.broadcast_to(np.float32(1.5), (64, 32))
+    got = k(x.numpy(), ones)
+    np.testing.assert_array_equal(got, k.program.run((x.numpy(), ones)))
+    assert fused_mod._code(ones, (64, 32)) == "s"
+    if lowering == "numba":
+        assert k.lowering == "numba" and "sf" not in k._numba and "fs" in k._numba

@@ -191,8 +191,8 @@ class FusedKernel:
 
 def _code(a, shape: tuple) -> str:
     """How an input is passed to a Numba kernel (see ``fused_numba.source``)."""
-    if not isinstance(a, xp.ndarray) or a.size == 1:
-        return "s"
+    if not isinstance(a, xp.ndarray) or a.size == 1 or not any(a.strides):
+        return "s"   # (all strides 0: one value broadcast, as a backward's ones)
     if a.shape == shape and a.flags.c_contiguous:
         return "f"
     return "b"
