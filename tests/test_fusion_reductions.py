@@ -248,3 +248,19 @@ def test_layer_norm_backward_runs_one_row_kernel(lowering, monkeypatch):
         np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-4, atol=1e-5)
     (bwd,) = [k for k in fused_mod.kernel_cache.values() if k.program.op_names.count("Sum") == 2]
     assert "Expand" in bwd.program.op_names and bwd.lowering == lowering, bwd.decision.reason
+
+
+def test_row_kernel_types_literals_as_numpy_does(lowering):
+    """``x > 0.1`` on float32 compares with float32(0.1) (NumPy's weak scalar), not the
+    double: values between the two must land on the same side as in eager."""
+    xa = np.full((40, 64), np.float32(0.1), np.float32)
+    xa[:, ::2] = np.nextafter(np.float32(0.1), np.float32(1))
+
+    def f(x):
+        m = x.mean(-1, keepdim=True)
+        return gg.where(x > 0.1, x - m, x * 0.3) + (x <= 0.1)
+
+    x = gg.from_numpy(xa)
+    cf = CompiledFunction(f, backend="default", share=False)
+    with gg.no_grad():
+        np.testing.assert_array_equal(cf(x).numpy(), f(x).numpy())

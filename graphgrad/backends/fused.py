@@ -3,8 +3,9 @@
 (cost_model.py):
 
 * ``"numba"``: one loop kernel generated as source and compiled by Numba
-  (fused_numba.py), serial or parallel; compiled once per argument layout, cached in
-  memory and on disk;
+  (fused_numba.py), serial or parallel; a group with row sums (a layer norm) gets a
+  kernel that walks the rows (fused_rows.py); compiled once per argument layout,
+  cached in memory and on disk;
 * ``"numpy"``: the group's ufuncs writing into ``out=`` buffers, block by block for
   large arrays (fused_numpy.py).
 

@@ -169,8 +169,10 @@ def row_source(program: FusedProgram, libm: bool = False) -> tuple[str | None, s
     consts: list[str] = []
 
     def operand(a, j: int, in_loop: bool) -> str:
-        if not isinstance(a, Ref):
-            dt = str(steps[j].spec.dtype)
+        if not isinstance(a, Ref):   # typed as the array operand (NumPy's weak scalars)
+            dts = [str(_operand_spec(r, program).dtype) for r in steps[j].args
+                   if isinstance(r, Ref)]
+            dt = next((d for d in dts if d != "bool"), str(steps[j].spec.dtype))
             dt = "float64" if dt == "bool" else dt
             consts.append(f"_k{len(consts)} = np.{dt}(float({float(a)!r}))")
             return f"_k{len(consts) - 1}"
