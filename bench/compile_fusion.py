@@ -8,6 +8,8 @@ installed here, so there is no jax.jit column).
 * **memory-bound** on (4096, 1024) float32, forward and forward+backward: GELU (tanh
   form), LayerNorm, softmax + cross-entropy, a 10-op arithmetic chain. Targets:
   compiled >= 2x faster than graphgrad eager, within 1.3x of torch.compile.
+  numexpr (a peer, never a dependency of graphgrad; one thread, as the rest) evaluates
+  the GELU and 10-op chain forwards where installed: ``compiled_over_numexpr_fwd``.
 * **mlp_train**: bench/mlp_train.py's model and step, ``graphgrad.compile(model)``
   against the hand-written NumPy step. Target: <= 1.05x NumPy.
 * **latency**: a fresh process's first call of a compiled arithmetic chain (import,
@@ -66,6 +68,26 @@ def _workloads(fmod):
     }
 
 
+# the same forwards as numexpr expressions (``x`` the input; relu as ``where``). Its
+# constants are named float32 values: a literal is a double, which makes the whole
+# expression float64 (twice the memory traffic)
+_NUMEXPR = {
+    "gelu": "h * x * (o + tanh(k * (x + g * x * x * x)))",
+    "chain10": "abs((where(x * a + h > z, x * a + h, z) * x - q) / (x * x + o)) + x",
+}
+_NUMEXPR_CONSTANTS = {k: np.float32(v) for k, v in dict(
+    h=0.5, o=1.0, k=0.7978845608028654, g=0.044715, a=1.5, z=0.0, q=0.25).items()}
+
+
+def _numexpr():
+    try:
+        import numexpr
+    except ImportError:
+        return None
+    numexpr.set_num_threads(1)
+    return numexpr
+
+
 def _torch():
     try:
         import torch
@@ -118,11 +140,13 @@ def _inputs(rng):
 def bench_memory(torch, repeats: int) -> dict:
     arrays = _inputs(np.random.default_rng(0))
     twork = _workloads(torch.nn.functional) if torch else {}
-    return {name: _memory_case(fn, twork.get(name), arrays, torch, repeats)
+    ne = _numexpr()
+    return {name: _memory_case(fn, twork.get(name), arrays, torch, repeats,
+                               ne and _NUMEXPR.get(name) and (ne, _NUMEXPR[name]))
             for name, fn in _workloads(F).items()}
 
 
-def _memory_case(fn, tfn, arrays, torch, repeats: int) -> dict:
+def _memory_case(fn, tfn, arrays, torch, repeats: int, numexpr=None) -> dict:
     x, w, b, y = arrays
     gx, gw, gb, gy = (gg.tensor(a) for a in arrays)
     gxr = gg.tensor(x, requires_grad=True)
@@ -146,6 +170,14 @@ def _memory_case(fn, tfn, arrays, torch, repeats: int) -> dict:
                 return tc(tx, tw, tb, ty)
         fns.update(torch_compile_fwd=tfwd,
                    torch_compile_fwd_bwd=lambda: tc(txr, tw, tb, ty).sum().backward())
+    if numexpr:
+        ne, expr = numexpr
+        names = dict(_NUMEXPR_CONSTANTS, x=x)
+        fns["numexpr_fwd"] = lambda: ne.evaluate(expr, local_dict=names)
+        assert fns["numexpr_fwd"]().dtype == x.dtype
+        want = fwd(cfn).numpy()
+        # numexpr computes in its own order (tanh, constants): close, not bit-equal
+        assert np.allclose(fns["numexpr_fwd"](), want, rtol=1e-4, atol=1e-5)
     ms = _time(fns, repeats, 0.2)
     r = {"ms": ms,
          "eager_over_compiled_fwd": round(ms["eager_fwd"] / ms["compiled_fwd"], 3),
@@ -155,6 +187,8 @@ def _memory_case(fn, tfn, arrays, torch, repeats: int) -> dict:
                                                      / ms["torch_compile_fwd"], 3)
         r["compiled_over_torch_compile_fwd_bwd"] = round(ms["compiled_fwd_bwd"]
                                                          / ms["torch_compile_fwd_bwd"], 3)
+    if numexpr:
+        r["compiled_over_numexpr_fwd"] = round(ms["compiled_fwd"] / ms["numexpr_fwd"], 3)
     return r
 
 
@@ -203,7 +237,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     repeats = 3 if args.quick else 7
     torch = None if args.no_torch else _torch()
+    ne = _numexpr()
     result = {"bench": "compile_fusion", "jax": "not installed",
+              "numexpr": getattr(ne, "__version__", "not installed"),
               "torch": getattr(torch, "__version__", None),
               "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
               "chain200": bench_chain(torch, repeats),

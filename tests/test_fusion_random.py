@@ -94,3 +94,75 @@ def test_random_fused_chains_equal_eager(numba, prog, seed, monkeypatch, tmp_pat
             continue
         tol = 1e-4 if dtype == np.float32 else 1e-10
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=tol, atol=tol)
+
+
+# integer and bool chains: PyTorch's promotion (bool with int gives int, comparisons
+# give bool), wrapping on overflow, where, and bool logic
+_INT_BINARY = [lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, gg.maximum,
+               gg.minimum, lambda a, b: gg.where(a > b, a, b - 1),
+               lambda a, b: a * (a >= b),
+               lambda a, b: gg.where((a > 0) & (b < 2) | (a == b), a, b),
+               lambda a, b: a + ((a < b) ^ (b != 0))]
+_INT_UNARY = [lambda a: a * 3 + 1, lambda a: -a, lambda a: a.abs(), lambda a: a * a,
+              lambda a: a + 100, lambda a: gg.where(~(a > 1), a, 0), lambda a: (a <= 0) | (a > 7)]
+_INT_DTYPES = [np.int32, np.int64, np.int16, np.uint8]
+
+
+@st.composite
+def int_programs(draw):
+    ops = draw(st.lists(st.tuples(st.booleans(), st.integers(0, 8), st.integers(0, 9)),
+                        min_size=2, max_size=8))
+    shapes = draw(st.sampled_from(_SHAPES))
+    dtype = draw(st.sampled_from(_INT_DTYPES))
+    other = draw(st.sampled_from(["same", "bool"]))   # the second input's dtype
+    transpose = draw(st.booleans())
+    return ops, shapes, dtype, other, transpose
+
+
+def _build_int(ops):
+    def f(x, y):
+        a, vals = x, [x, y]
+        for binary, k, src in ops:
+            a = _INT_BINARY[k](a, vals[src % len(vals)]) if binary \
+                else _INT_UNARY[k % len(_INT_UNARY)](a)
+            vals.append(a)
+        return a
+    return f
+
+
+def _int_inputs(shapes, dtype, other, transpose, seed):
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    lo, hi = max(info.min, -(1 << 20)), min(info.max, 1 << 20)   # products overflow
+    xa = rng.integers(lo, hi, shapes[0], endpoint=True).astype(dtype)
+    ya = (rng.integers(0, 2, shapes[1]).astype(bool) if other == "bool"
+          else rng.integers(lo, hi, shapes[1], endpoint=True).astype(dtype))
+    if transpose and xa.ndim == 2:
+        xa = np.ascontiguousarray(xa.T).T
+    return xa, ya
+
+
+@pytest.mark.parametrize("numba", [True, False])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(prog=int_programs(), seed=st.integers(0, 10))
+def test_random_integer_and_bool_chains_equal_eager(numba, prog, seed, monkeypatch, tmp_path):
+    if numba and not fused_mod.fused_numba.numba_available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(fused_mod.config, "numba", numba)
+    monkeypatch.setenv("GRAPHGRAD_KERNEL_CACHE", str(tmp_path))
+    ops, shapes, dtype, other, transpose = prog
+    f = _build_int(ops)
+    xa, ya = _int_inputs(shapes, dtype, other, transpose, seed)
+    x, y = gg.from_numpy(xa), gg.from_numpy(ya)
+    cf = CompiledFunction(f, backend="default", share=False)
+    with np.errstate(all="ignore"), gg.no_grad():
+        try:
+            want = f(x, y)
+        except (RuntimeError, TypeError) as err:   # e.g. PyTorch refuses bool - bool
+            with pytest.raises(type(err)):
+                cf(x, y)
+            return
+        got = cf(x, y)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.numpy(), want.numpy())   # wrapped bit for bit

@@ -3,8 +3,9 @@
 (cost_model.py):
 
 * ``"numba"``: one loop kernel generated as source and compiled by Numba
-  (fused_numba.py), serial or parallel; compiled once per argument layout, cached in
-  memory and on disk;
+  (fused_numba.py), serial or parallel; a group with row sums (a layer norm) gets a
+  kernel that walks the rows (fused_rows.py); compiled once per argument layout,
+  cached in memory and on disk;
 * ``"numpy"``: the group's ufuncs writing into ``out=`` buffers, block by block for
   large arrays (fused_numpy.py).
 
@@ -17,11 +18,17 @@ tanh in Numba kernels too, whose results may then differ from NumPy's in the las
 (fused_numba.py). A Numba kernel that fails to compile warns once and its
 group falls back to NumPy. ``config.debug_dir`` (env
 ``GRAPHGRAD_DEBUG_DIR``): each kernel's generated source is written there too.
+``config.autotune`` (env ``GRAPHGRAD_FUSION_AUTOTUNE=1``, opt-in): a group that has
+both lowerings times them on its first call (``AUTOTUNE_REPEATS`` runs each, interleaved,
+the minimum of each by ``config.clock``) and keeps the faster; the decision is cached
+per kernel key in ``autotune_decisions``, so an equal group never times again. The
+default is the cost model: its decisions never depend on timing.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from dataclasses import dataclass, field
 from math import prod
@@ -31,11 +38,12 @@ from graphgrad.backend import xp
 from graphgrad.graph import Graph
 from graphgrad.passes import FusedProgram
 
-from . import fused_numba
+from . import fused_numba, fused_rows
 from .cost_model import Estimate, choose
-from .fused_numpy import numpy_source
+from .fused_numpy import _row_major, numpy_source
 
-__all__ = ["FusedKernel", "lower", "config", "kernel_cache", "dump_graphs"]
+__all__ = ["FusedKernel", "lower", "config", "kernel_cache", "dump_graphs",
+           "autotune_decisions", "AUTOTUNE_REPEATS"]
 
 
 @dataclass
@@ -47,11 +55,17 @@ class FusionConfig:
     parallel: bool = field(
         default_factory=lambda: os.environ.get("GRAPHGRAD_NUMBA_PARALLEL", "0") == "1")
     debug_dir: str | None = field(default_factory=lambda: os.environ.get("GRAPHGRAD_DEBUG_DIR"))
+    autotune: bool = field(
+        default_factory=lambda: os.environ.get("GRAPHGRAD_FUSION_AUTOTUNE", "0") == "1")
+    clock: object = time.perf_counter   # what autotuning reads (a test injects a fake)
 
 
 config = FusionConfig()
 # (program key, input dtypes and ranks, Numba on) -> kernel: equal programs share one
 kernel_cache: dict[tuple, FusedKernel] = {}
+# kernel key -> (lowering, numba seconds, numpy seconds) measured by autotuning
+autotune_decisions: dict[tuple, tuple] = {}
+AUTOTUNE_REPEATS = 3
 
 
 class FusedKernel:
@@ -59,8 +73,9 @@ class FusedKernel:
     cost model's ``Estimate``) says which lowering runs and why; ``numpy_source`` and
     ``numba_source`` are the generated programs."""
 
-    def __init__(self, program: FusedProgram):
+    def __init__(self, program: FusedProgram, key: tuple | None = None):
         self.program = program
+        self.key = key
         self.numpy_source, glb = numpy_source(program)
         exec(compile(self.numpy_source, f"<fused {program!r}>", "exec"), glb)  # noqa: S102
         self._numpy = glb["kernel"]
@@ -74,12 +89,19 @@ class FusedKernel:
         if config.numba and not fused_numba.numba_available():
             why = "Numba is not installed (pip install graphgrad[jit])"
         ok = not why and None not in shape
+        # a group with row sums gets a row kernel (fused_rows.py)
+        self.rows = any(s.op.__name__ in ("Sum", "Mean") for s in program.steps)
         if ok:
-            src, why = fused_numba.source(program, "f" * len(program.input_specs),
-                                          config.libm)
+            src, why = (fused_rows.row_source(program, config.libm) if self.rows else
+                        fused_numba.source(program, "f" * len(program.input_specs),
+                                           config.libm))
             ok = src is not None
         self.decision: Estimate = choose(program.op_names, numel, ok, why or
                                          "unknown dims: NumPy", config.parallel)
+        # timed on the first call when asked and there is a choice to make
+        self.tune = bool(ok and config.autotune)
+        if self.tune and key in autotune_decisions:
+            self._keep(*autotune_decisions[key])
         _debug_write(self)
 
     @property
@@ -87,11 +109,57 @@ class FusedKernel:
         return "numpy" if self.failed else self.decision.lowering
 
     def __call__(self, *arrays):
+        if self.tune:
+            return self._autotune(arrays)
         if self.decision.lowering == "numba" and self.failed is None:
             return self._run_numba(*arrays)
         return self._numpy(*arrays)
 
+    def _autotune(self, arrays: tuple):
+        """Both lowerings on these inputs (each run once first: Numba compiles then),
+        then ``AUTOTUNE_REPEATS`` timed runs of each, interleaved; the faster is kept."""
+        self.decision = self.decision._replace(lowering="numba")
+        self._run_numba(*arrays)
+        if self.failed is not None:   # no kernel after all: NumPy, without timing
+            self.tune = False
+            return self._numpy(*arrays)
+        self._numpy(*arrays)
+        clock = config.clock
+        best = [float("inf"), float("inf")]
+        for _ in range(AUTOTUNE_REPEATS):
+            for i, run in enumerate((self._run_numba, self._numpy)):
+                t0 = clock()
+                out = run(*arrays)
+                best[i] = min(best[i], clock() - t0)
+        lowering = "numba" if best[0] <= best[1] else "numpy"
+        autotune_decisions[self.key] = (lowering, *best)
+        self._keep(lowering, *best)
+        return out
+
+    def _keep(self, lowering: str, numba_s: float, numpy_s: float) -> None:
+        self.tune = False
+        self.decision = self.decision._replace(
+            lowering=lowering, reason=f"{lowering}: autotuned, numba {numba_s * 1e6:.1f} us "
+                                      f"vs NumPy {numpy_s * 1e6:.1f} us")
+
+    def _run_rows(self, arrays: tuple):
+        if not _row_major(*arrays):   # eager's order differs (fused_numpy.py): NumPy
+            return self._numpy(*arrays)
+        kernel = self._numba.get("rows")
+        if kernel is None:
+            src, _ = fused_rows.row_source(self.program, self.libm)
+            self.numba_source = src
+            kernel = self._numba["rows"] = fused_numba.load(src).serial
+        out = xp.empty(fused_rows.out_shape(self.program), self.program.spec.dtype)
+        kernel(out, *fused_rows.operands(self.program, arrays))
+        return out.reshape(self.program.spec.shape)
+
     def _run_numba(self, *arrays):
+        if self.rows:
+            try:
+                return self._run_rows(arrays)
+            except Exception as err:  # noqa: BLE001 - falls back once, as below
+                return self._fail(err, arrays)
         shape = tuple(self.program.spec.shape)
         layout = "".join(_code(a, shape) for a in arrays)
         kernel = self._numba.get(layout)
@@ -110,19 +178,22 @@ class FusedKernel:
                          for a, c in zip(arrays, layout, strict=True)))
             return out
         except Exception as err:  # noqa: BLE001 - a kernel that fails falls back, once
-            self.failed = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
-            warnings.warn(f"graphgrad: the Numba kernel for {self.program!r} failed to "
-                          f"compile ({self.failed}); NumPy runs this group from now on",
-                          RuntimeWarning, stacklevel=2)
-            self.decision = self.decision._replace(lowering="numpy",
-                                                   reason=f"numpy: Numba failed ({self.failed})")
-            return self._numpy(*arrays)
+            return self._fail(err, arrays)
+
+    def _fail(self, err: Exception, arrays: tuple):
+        self.failed = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+        warnings.warn(f"graphgrad: the Numba kernel for {self.program!r} failed to "
+                      f"compile ({self.failed}); NumPy runs this group from now on",
+                      RuntimeWarning, stacklevel=2)
+        self.decision = self.decision._replace(lowering="numpy",
+                                               reason=f"numpy: Numba failed ({self.failed})")
+        return self._numpy(*arrays)
 
 
 def _code(a, shape: tuple) -> str:
     """How an input is passed to a Numba kernel (see ``fused_numba.source``)."""
-    if not isinstance(a, xp.ndarray) or a.size == 1:
-        return "s"
+    if not isinstance(a, xp.ndarray) or a.size == 1 or not any(a.strides):
+        return "s"   # (all strides 0: one value broadcast, as a backward's ones)
     if a.shape == shape and a.flags.c_contiguous:
         return "f"
     return "b"
@@ -132,10 +203,10 @@ def lower(program: FusedProgram) -> FusedKernel:
     """The kernel of ``program``, from the in-memory cache when an equal program (same
     structure, dtypes, ranks) was lowered before."""
     key = (program.key, tuple((sp.dtype, sp.shape) for sp in program.input_specs),
-           program.spec.shape, config.numba, config.libm)
+           program.spec.shape, config.numba, config.libm, config.autotune)
     k = kernel_cache.get(key)
     if k is None:
-        k = kernel_cache[key] = FusedKernel(program)
+        k = kernel_cache[key] = FusedKernel(program, key)
     return k
 
 

@@ -159,8 +159,8 @@ def load(src: str) -> ModuleType:
 def as_operand(a, code: str, shape: tuple, flat: bool):
     """An input array in the form ``layout`` code ``code`` says (``flat``: the kernel
     loops over one flat index, all array inputs being contiguous and full-size)."""
-    if code == "s":
-        return a.reshape(-1)[0] if isinstance(a, xp.ndarray) else a
+    if code == "s":   # (indexed, not reshaped: a broadcast value would be copied)
+        return a[(0,) * a.ndim] if isinstance(a, xp.ndarray) else a
     if flat:
         return a.reshape(-1)
     return xp.broadcast_to(a, shape)

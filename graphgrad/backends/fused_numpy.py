@@ -18,6 +18,7 @@ from graphgrad.backend import xp
 from graphgrad.graph import literal_text
 from graphgrad.passes import FusedProgram
 from graphgrad.passes.fused_op import Ref
+from graphgrad.passes.fusion import EXPAND, REDUCTIONS, reduced_dims, row_local
 
 __all__ = ["numpy_source", "BLOCK_ELEMENTS", "BLOCK_MIN_ELEMENTS"]
 
@@ -70,20 +71,30 @@ def _rowwise(program: FusedProgram, n: int, rank: int) -> list[bool]:
     return [s.spec.ndim == rank and s.spec.shape[0] == n for s in program.steps[:-1]] + [True]
 
 
+def _full(program: FusedProgram):
+    """The spec of the program's largest value: the rows a block takes are its rows."""
+    return max((s.spec for s in program.steps), key=lambda sp: prod(sp.shape))
+
+
 def _blockable(program: FusedProgram) -> int:
-    """Rows per block when the program can run block by block, else 0."""
+    """Rows per block when the program can run block by block, else 0: every reduction
+    keeps the rows apart (never over dim 0; inside the group, of full rank), and no
+    small value is computed from a block's values."""
     out = program.spec
     if any(d is None for s in program.steps for d in s.spec.shape) or not out.ndim:
         return 0
     n = out.shape[0]
-    full = program.steps[-2].spec if len(program.steps) > 1 else out
-    last = program.steps[-1]
-    if "dim" in last.params:   # a trailing reduction: never over the rows
-        dims = last.params["dim"]
-        dims = dims if isinstance(dims, tuple) else (dims,)
-        if not dims or any(d % full.ndim == 0 for d in dims) or last.spec.shape[0] != n:
+    full = _full(program)
+    for j, s in enumerate(program.steps):
+        if s.op not in REDUCTIONS:
+            continue
+        rank = _spec(s.args[0], program).ndim
+        dims = reduced_dims(s.op, s.params, rank)
+        final = j == len(program.steps) - 1
+        if not dims or 0 in dims or rank != full.ndim or not (
+                final or row_local(s.op, s.params, rank)):
             return 0
-    elif last.spec.ndim != full.ndim:
+    if out.shape[0] != n or (out.ndim != full.ndim and program.steps[-1].op not in REDUCTIONS):
         return 0
     rows_of = _rowwise(program, n, full.ndim)
     for j, s in enumerate(program.steps):
@@ -92,8 +103,39 @@ def _blockable(program: FusedProgram) -> int:
             return 0
     if prod(full.shape) < BLOCK_MIN_ELEMENTS:
         return 0
-    rows = max(1, BLOCK_ELEMENTS // max(1, prod(full.shape[1:])))
+    rows = max(2, BLOCK_ELEMENTS // max(1, prod(full.shape[1:])))
     return rows if n >= 2 * rows else 0
+
+
+def _bounds(n: int, rows: int) -> tuple:
+    """The (start, end) of each block. A last block of one row joins the one before it:
+    NumPy may order a reduction over a strided row differently when the block has one
+    row (its iterator drops the size-1 axis), and results must be eager's bit for bit."""
+    starts = list(range(0, n, rows))
+    if n - starts[-1] == 1 and len(starts) > 1:
+        starts.pop()
+    return tuple(zip(starts, [*starts[1:], n], strict=True))
+
+
+def _row_major(*arrays) -> bool:
+    """Whether every array's elements lie in row-major order (C-contiguous, or strided,
+    sliced or broadcast with its strides decreasing): then eager's ufunc results are
+    C-ordered, as the block buffers are."""
+    for a in arrays:
+        if type(a) is not xp.ndarray or a.flags.c_contiguous:
+            continue
+        last = None
+        for n, s in zip(a.shape, a.strides, strict=True):
+            if n == 1 or s == 0:   # a size-1 or broadcast dim orders nothing
+                continue
+            if s < 0 or (last is not None and s >= last):
+                return False
+            last = s
+    return True
+
+
+def _spec(a: Ref, program: FusedProgram):
+    return program.input_specs[a.index] if a.kind == "in" else program.steps[a.index].spec
 
 
 def numpy_source(program: FusedProgram) -> tuple[str, dict]:
@@ -105,13 +147,16 @@ def numpy_source(program: FusedProgram) -> tuple[str, dict]:
             if isinstance(a, Ref) and a.kind == "t":
                 last_use[a.index] = j
     rows = _blockable(program)
-    glb: dict = {"_empty": xp.empty}
+    bounds = _bounds(program.spec.shape[0], rows) if rows else ()
+    if bounds:   # the buffers hold the longest block
+        rows = max(e - r for r, e in bounds)
+    glb: dict = {"_empty": xp.empty, "_bt": xp.broadcast_to, "_bounds": bounds}
     free: dict[tuple, list[str]] = {}   # (shape, dtype) -> dead buffers
     slot_of: dict[int, str] = {}        # step -> the buffer holding its value
     alloc: list[str] = []
     body: list[str] = []
     n_in = len(program.input_specs)
-    full_rank = steps[-2].spec.ndim if len(steps) > 1 else program.spec.ndim
+    full_rank = _full(program).ndim if rows else 0
     rows_of = _rowwise(program, program.spec.shape[0], full_rank) if rows else []
     ins = []
     for k, sp in enumerate(program.input_specs):
@@ -134,6 +179,8 @@ def numpy_source(program: FusedProgram) -> tuple[str, dict]:
             glb[f"_f{j}"] = uf if uf is not None else s.op.forward
             body.append(f"_f{j}({', '.join(args)}, out=out[r:e])" if uf is not None
                         else f"out[r:e] = _f{j}({', '.join(args)})")
+        elif s.op is EXPAND and rows and rows_of[j]:   # a view of the block's shape
+            body.append(f"t{j} = _bt({args[0]}, (e - r, *{tuple(s.spec.shape[1:])!r}))")
         elif uf is None or not s.spec.ndim or None in key[0] or (rows and not rows_of[j]):
             glb[f"_f{j}"] = s.op.forward
             body.append(f"t{j} = _f{j}({', '.join(args)})")
@@ -162,14 +209,20 @@ def numpy_source(program: FusedProgram) -> tuple[str, dict]:
                 free.setdefault(sk, []).append(slot_of.pop(a.index))
     params = ", ".join(f"x{k}" for k in range(n_in))
     lines = [f"def kernel({params}):"]
+    if any(st.op in REDUCTIONS for st in steps) and n_in:
+        # eager's intermediates take a strided input's memory order, and a reduction's
+        # summation order follows that order: inputs in another order (a transpose) get
+        # eager's own computation
+        glb.update(_ref=program.run, _cc=_row_major)
+        lines.append(f"    if not _cc({params}{',' if n_in == 1 else ''}): "
+                     f"return _ref(({params}{',' if n_in == 1 else ''}))")
     if rows:
         glb["_dt_out"] = program.spec.dtype
         lines.append(f"    out = _empty({tuple(program.spec.shape)!r}, _dt_out)")
         for buf, shape, dt in alloc:
             glb[f"_dt_{buf}"] = dt
             lines.append(f"    {buf} = _empty({shape!r}, _dt_{buf})")
-        lines.append(f"    for r in range(0, {program.spec.shape[0]}, {rows}):")
-        lines.append(f"        e = min(r + {rows}, {program.spec.shape[0]})")
+        lines.append("    for r, e in _bounds:")
         lines.extend(f"        {ln}" for ln in body)
         lines.append("    return out")
     else:

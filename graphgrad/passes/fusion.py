@@ -1,7 +1,14 @@
 """Layer ``passes``: ``fuse_elementwise``, the fusion pass: maximal groups of elementwise
-ops (broadcasting, Python scalars, casts, ``where``, comparisons) with at most one
-trailing reduction become one ``Fused`` node each (fused_op.py), so a backend can run a
-group as one kernel: one pass over memory instead of one per op.
+ops (broadcasting, Python scalars, casts, ``where``, comparisons, ``expand``) and
+reductions become one ``Fused`` node each (fused_op.py), so a backend can run a group
+as one kernel: one pass over memory instead of one per op.
+
+A reduction may sit inside a group when it is *row-local*: over dims other than the
+first, keeping its rank (``keepdim=True``; softmax and log_softmax keep the shape), so
+its result broadcasts back onto the rows it came from (a layer norm's mean and variance,
+a softmax's max and sum, a backward's ``sum(dy * xhat)``). Such a group runs row block
+by row block, every value of a block in cache (fused_numpy.py): one pass over memory
+where separate groups made one per reduction.
 
 A group has one result: every value inside it but the last is read only inside it.
 What never joins a group, and why (``fusion_report`` lists each such node):
@@ -12,8 +19,9 @@ What never joins a group, and why (``fusion_report`` lists each such node):
 * reads of a ``variable`` that an ``assign`` mutates (order matters there);
 * ops whose NumPy result dtype differs from PyTorch's promotion (dispatch decides
   those at run time), and params bound at run time (``Dyn``);
-* a reduction anywhere but at the end of a group (its result is smaller than the
-  elementwise work around it: the next group starts after it).
+* a reduction that is not row-local anywhere but at the end of a group (one over the
+  first dim, or dropping dims, needs every row before any op can read it);
+* ``expand`` at the end of a group (eager's result is a view, not a copy).
 """
 
 from __future__ import annotations
@@ -27,10 +35,12 @@ from graphgrad.ops import REGISTRY, Spec
 from graphgrad.ops.elementwise import Elementwise
 
 from .fused_op import Fused, FusedProgram, Ref, Step
+from .matmul_scaling import fold_matmul_scalars
 from .purity import has_side_effects
 from .rebuild import GraphPass, Rebuild
 
-__all__ = ["fuse_elementwise", "fusion_report", "FusionReport", "FUSION", "REDUCTIONS"]
+__all__ = ["fuse_elementwise", "fusion_report", "FusionReport", "FUSION", "REDUCTIONS",
+           "reduced_dims", "row_local"]
 
 # reductions a group may end with: sum/mean/amax/amin/logsumexp and row softmaxes
 REDUCTIONS = frozenset(REGISTRY[n] for n in ("Sum", "Mean", "Amax", "Amin", "Logsumexp",
@@ -43,6 +53,8 @@ SINGLE_MIN_ELEMENTS = 1 << 17
 # cheap elementwise ops that a group may recompute from their inputs rather than read
 # their full-size result (a value several groups read: x - mean in a layer norm)
 RECOMPUTED = frozenset(REGISTRY[n] for n in ("Add", "Sub", "Mul", "Div", "Neg", "Cast"))
+ROW_KEEPING = frozenset(REGISTRY[n] for n in ("Softmax", "LogSoftmax"))
+EXPAND = REGISTRY["Expand"]
 _LIBRARY = frozenset(n for n in ("Matmul", "Mm", "Bmm", "Linear", "Conv1d", "Conv2d",
                                  "Conv3d", "ConvNd", "Einsum", "Addmm") if n in REGISTRY)
 
@@ -76,6 +88,31 @@ def _numpy_dtype_agrees(n: Node) -> bool:
     return got == n.spec.dtype
 
 
+def reduced_dims(op: type, params: dict, rank: int) -> tuple | None:
+    """The dims a reduction step reduces, normalized (None: all of them)."""
+    dims = params.get("dim")
+    if dims is None:
+        return None
+    dims = dims if isinstance(dims, tuple) else (dims,)
+    return tuple(d % rank for d in dims) if rank else ()
+
+
+def row_local(op: type, params: dict, rank: int) -> bool:
+    """Whether a reduction (``op`` with ``params`` on a rank-``rank`` input) keeps the
+    rows apart: over dims other than the first, its result of the input's rank."""
+    dims = reduced_dims(op, params, rank)
+    if rank < 2 or not dims or 0 in dims:
+        return False
+    return op in ROW_KEEPING or params.get("keepdim") is True
+
+
+def _inner_ok(m: Node) -> bool:
+    """Whether ``m`` may be inside a group, not only its root."""
+    if m.op in REDUCTIONS:
+        return row_local(m.op, m.params, m.inputs[0].spec.ndim)
+    return True
+
+
 def _why_not(n: Node, users: dict, mutated: set) -> str | None:
     """Why ``n`` cannot be in any group (None: it can)."""
     if n.kind != "call":
@@ -83,7 +120,7 @@ def _why_not(n: Node, users: dict, mutated: set) -> str | None:
             else ""
     if has_side_effects(n):
         return "random or side-effecting op"
-    if n.op in REDUCTIONS or issubclass(n.op, Elementwise):
+    if n.op in REDUCTIONS or issubclass(n.op, Elementwise) or n.op is EXPAND:
         pass
     elif n.op.__name__ in _LIBRARY:
         return "a library call (BLAS/convolution): never fused"
@@ -127,7 +164,7 @@ def _groups(graph: Graph) -> tuple[list[list[Node]], dict[Node, str]]:
     copies: dict[Node, list[set]] = {}   # node -> the groups that recompute it
     member_of: dict[Node, list[set]] = {}
     for root in reversed(nodes):   # consumers first: each group grows from its result
-        if why[root] is not None or root in owner:
+        if why[root] is not None or root in owner or root.op is EXPAND:
             continue
         if root in copies and _recomputed_by_all(root, users, member_of):
             continue
@@ -141,7 +178,7 @@ def _groups(graph: Graph) -> tuple[list[list[Node]], dict[Node, str]]:
             if m in seen:
                 continue
             seen.add(m)
-            if why[m] is not None or m in owner or m in outputs or m.op in REDUCTIONS:
+            if why[m] is not None or m in owner or m in outputs or not _inner_ok(m):
                 continue
             if not all(u in members for u in users[m]):
                 # recomputed here (its inputs stay the group's inputs) when every reader
@@ -167,8 +204,9 @@ def _groups(graph: Graph) -> tuple[list[list[Node]], dict[Node, str]]:
     reasons = {}
     for n in nodes:
         if n.kind == "call" and n not in owner and n not in copies:
-            reasons[n] = why[n] or ("a reduction: it may only end a group"
-                                    if n.op in REDUCTIONS else "nothing to fuse it with")
+            reasons[n] = why[n] or (
+                "a reduction over the first dim or dropping dims: it may only end a group"
+                if n.op in REDUCTIONS and not _inner_ok(n) else "nothing to fuse it with")
     return groups, reasons
 
 
@@ -240,7 +278,7 @@ def _rewrite(graph: Graph, subs: dict) -> Rebuild:
 def fusion_report(graph: Graph) -> FusionReport:
     """What ``fuse_elementwise`` would do to ``graph`` (its top level): the groups and,
     for every other op node, why it was left alone."""
-    groups, reasons = _groups(graph)
+    groups, reasons = _groups(fold_matmul_scalars(graph))
     return FusionReport([([m.name for m in g], [m.op.__name__ for m in g]) for g in groups],
                         [(n.name, n.op.__name__, r) for n, r in reasons.items()])
 
@@ -250,5 +288,7 @@ FUSION = GraphPass("fuse_elementwise", _rewrite)
 
 def fuse_elementwise(graph: Graph) -> Graph:
     """``graph`` with each fusion group replaced by one ``Fused`` node (the argument
-    itself when nothing fuses). Sub-graphs are fused too."""
-    return FUSION(graph).graph
+    itself when nothing fuses). Sub-graphs are fused too. Scalings of matmuls move to
+    their smallest array first (``fold_matmul_scalars``): what remains of them fuses
+    with their neighbours."""
+    return FUSION(fold_matmul_scalars(graph)).graph
