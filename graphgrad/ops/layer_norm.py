@@ -39,11 +39,13 @@ def _check_float(a) -> None:
                            f"'{scalar_name(a.dtype)}'")
 
 
-def _normalized(x, n: int, eps: float):
+def _normalized(x, normalized_shape: tuple, eps: float):
     """x hat as (rows, n) (a new array: the centred rows, normalized in place), the
     reciprocal standard deviation per row, and the (n,) vector of 1/n whose products
     take the row means."""
-    x2 = x.reshape(-1, n)
+    n = math.prod(normalized_shape)
+    # (rows counted from the leading dims: -1 cannot stand for them when n is 0)
+    x2 = x.reshape(math.prod(x.shape[:x.ndim - len(normalized_shape)]), n)
     ones = xp.full(n, 1.0 / max(n, 1), x.dtype)
     xc = x2 - (x2 @ ones)[:, None]
     var = xp.einsum("ij,ij->i", xc, xc)
@@ -76,7 +78,7 @@ class NativeLayerNorm(Op):
     def forward(x, *affine, normalized_shape, eps):
         _check_float(x)
         (x, *affine), dt = _common(x, *affine)
-        xhat, _, _ = _normalized(x, math.prod(normalized_shape), eps)
+        xhat, _, _ = _normalized(x, normalized_shape, eps)
         if affine:
             xhat *= affine[0].reshape(-1)
         if len(affine) > 1:
@@ -98,6 +100,21 @@ class NativeLayerNorm(Op):
         # weight's and bias's cotangents at the output's shape: the engine sums the
         # leading dims away
         return (dx, *((g * xhat, g)[:len(affine)]))
+
+    @staticmethod
+    def decompose(x, *affine, normalized_shape, eps):
+        """The op as its parts (mean, centring, variance, rsqrt, affine) in graphgrad ops,
+        for a compiler that fuses them into one pass over the rows
+        (``passes.decompose``); None where the parts would round differently (float16 and
+        bfloat16 are computed in float32 by the op)."""
+        if x.dtype.itemsize < 4 or x.dtype.is_complex:
+            return None
+        xhat, _ = _stats_tensors(x, _dims(x, normalized_shape), eps)
+        if affine:
+            xhat = xhat * affine[0]
+        if len(affine) > 1:
+            xhat = xhat + affine[1]
+        return xhat
 
     @staticmethod
     def jvp(dots, out, x, *affine, normalized_shape, eps):
@@ -179,9 +196,9 @@ class NativeLayerNormBackward(Op):
     def forward(g, x, *affine, normalized_shape, eps):
         (x, *affine), dt = _common(x, *affine)
         n = math.prod(normalized_shape)
-        xhat, rstd, ones = _normalized(x, n, eps)
-        g2 = xp.broadcast_to(g, x.shape).reshape(-1, n).astype(x.dtype, copy=False)
+        xhat, rstd, ones = _normalized(x, normalized_shape, eps)
         rows = xhat.shape[0]
+        g2 = xp.broadcast_to(g, x.shape).reshape(rows, n).astype(x.dtype, copy=False)
         flat = xp.empty(x.size + n * len(affine), x.dtype)
         dx = flat[:x.size].reshape(rows, n)
         if len(affine) > 1:  # d bias: the column sums of g

@@ -29,6 +29,7 @@ from .constant_folding import FOLD_MAX_ELEMENTS, constant_folding
 from .dead_code import dead_code_elimination, live_nodes
 from .differentiate import grad
 from .fused_op import Fused, FusedProgram
+from .decompositions import decompose
 from .fusion import FUSION, FusionReport, fuse_elementwise, fusion_report
 from .optimize import DEFAULT_PASSES, OptimizeReport, PassRun, optimize
 from .purity import has_side_effects
@@ -39,4 +40,4 @@ __all__ = ["dead_code_elimination", "common_subexpression_elimination", "constan
            "simplify", "optimize", "OptimizeReport", "PassRun", "DEFAULT_PASSES",
            "FOLD_MAX_ELEMENTS", "carry_state", "has_side_effects", "live_nodes", "GraphPass",
            "PassResult", "Rebuild", "run_pass", "grad", "fuse_elementwise", "fusion_report",
-           "FusionReport", "Fused", "FusedProgram", "FUSION"]
+           "decompose", "FusionReport", "Fused", "FusedProgram", "FUSION"]

@@ -34,6 +34,7 @@ from graphgrad.graph import Graph, Node, is_dynamic
 from graphgrad.ops import REGISTRY, Spec
 from graphgrad.ops.elementwise import Elementwise
 
+from .decompositions import decompose
 from .fused_op import Fused, FusedProgram, Ref, Step
 from .matmul_scaling import fold_matmul_scalars
 from .purity import has_side_effects
@@ -278,7 +279,7 @@ def _rewrite(graph: Graph, subs: dict) -> Rebuild:
 def fusion_report(graph: Graph) -> FusionReport:
     """What ``fuse_elementwise`` would do to ``graph`` (its top level): the groups and,
     for every other op node, why it was left alone."""
-    groups, reasons = _groups(fold_matmul_scalars(graph))
+    groups, reasons = _groups(fold_matmul_scalars(decompose(graph)))
     return FusionReport([([m.name for m in g], [m.op.__name__ for m in g]) for g in groups],
                         [(n.name, n.op.__name__, r) for n, r in reasons.items()])
 
@@ -288,7 +289,8 @@ FUSION = GraphPass("fuse_elementwise", _rewrite)
 
 def fuse_elementwise(graph: Graph) -> Graph:
     """``graph`` with each fusion group replaced by one ``Fused`` node (the argument
-    itself when nothing fuses). Sub-graphs are fused too. Scalings of matmuls move to
-    their smallest array first (``fold_matmul_scalars``): what remains of them fuses
-    with their neighbours."""
-    return FUSION(fold_matmul_scalars(graph)).graph
+    itself when nothing fuses). Sub-graphs are fused too. First, library ops a fused
+    kernel runs better as their parts are decomposed (``decompose``: layer_norm), and
+    scalings of matmuls move to their smallest array (``fold_matmul_scalars``): what
+    remains of them fuses with their neighbours."""
+    return FUSION(fold_matmul_scalars(decompose(graph))).graph
