@@ -16,7 +16,8 @@ from . import taylor as ts
 from .base import Spec
 from .elementwise import Elementwise
 from .fused import array_backward
-from .unary import Erf, Tanh, _erf_array, _Unary
+from .special import Erf, _erf_array
+from .unary import Tanh, _Unary
 
 __all__ = ["gelu"]
 
