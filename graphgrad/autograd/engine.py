@@ -155,60 +155,92 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
     shared = sharing() if create_graph else None  # a recorded pass shares (sharing.py)
     if shared is not None:
         shared.__enter__()
+    # without retain_graph each node is released as the pass leaves it, as PyTorch frees
+    # a node's saved tensors once its backward has run: the forward's values go while
+    # the backward's gradients arrive, and the peak is not the sum of the two
+    stand_ins: dict[int, Tensor] | None = None if retain_graph else {}
     try:
-        for node in reversed(order):
-            g = grads.pop(id(node), None)
-            if g is None or (wanted is not None and id(node) not in wanted):
-                continue
-            ext = node._extras
-            if ext is not None and ext.hooks:
-                for hook in list(ext.hooks):
-                    replaced = hook(g)
-                    if replaced is not None:
-                        g = _checked_hook_result(hook, g, replaced)
-            if target_ids is not None:
-                if id(node) in target_ids:
-                    results[id(node)] = (node, g)
-            elif node.op is None or (ext is not None and ext.retains_grad):
-                results[id(node)] = (node, g)
-            if node.op is None:
-                continue
-            op = node.op
-            if op.saves_inputs or op.saves_output:  # an op that saves nothing frees nothing
-                _check_saved(node)
-            inputs = node.inputs
-            sv = node._saved_versions
-            if owned is not None and op.cotangent_window is not None and _add_into_window(
-                    node, g, grads, owned, sv):
-                continue
-            cts = op.vjp(g, node, *inputs, **node.params)
-            for i, ct in enumerate(cts):
-                if ct is None:
-                    continue
-                p = inputs[i]
-                if not (isinstance(p, Value) and p._requires_grad):
-                    continue
-                a, c = p._array, ct._array
-                if a.shape != c.shape or a.dtype != c.dtype:
-                    ct = unbroadcast(ct, a.shape, a.dtype, op.__name__)
-                if p._extras is not None:
-                    p = identity_at(p, sv[i] if sv is not None else 0)
-                pid = id(p)
-                if pid in grads:
-                    buf = owned.get(pid) if owned else None
-                    if buf is not None:
-                        buf += ct._array
-                    else:
-                        grads[pid] = grads[pid] + ct
-                else:
-                    grads[pid] = ct
+        while order:
+            node = order.pop()  # (the list no longer holds it: released, it can go)
+            _visit(node, grads, results, owned, wanted, target_ids)
+            if stand_ins is not None:
+                _release(node, stand_ins)
     finally:
         if shared is not None:
             shared.__exit__()
         set_grad_mode(prev_mode)
-    if not retain_graph:
-        free_graph(order)
     return results
+
+
+def _visit(node: Value, grads: dict, results: dict, owned: dict | None, wanted: set | None,
+           target_ids: set | None) -> None:
+    """One node of the pass: its cotangent through its hooks into the results, then its
+    rule, whose cotangents are added into ``grads``. A function of its own so that the
+    rule's cotangents are dropped before the next node's rule runs."""
+    g = grads.pop(id(node), None)
+    if g is None or (wanted is not None and id(node) not in wanted):
+        return
+    ext = node._extras
+    if ext is not None and ext.hooks:
+        for hook in list(ext.hooks):
+            replaced = hook(g)
+            if replaced is not None:
+                g = _checked_hook_result(hook, g, replaced)
+    if target_ids is not None:
+        if id(node) in target_ids:
+            results[id(node)] = (node, g)
+    elif node.op is None or (ext is not None and ext.retains_grad):
+        results[id(node)] = (node, g)
+    if node.op is None:
+        return
+    op = node.op
+    if op.saves_inputs or op.saves_output:  # an op that saves nothing frees nothing
+        _check_saved(node)
+    inputs = node.inputs
+    sv = node._saved_versions
+    if owned is not None and op.cotangent_window is not None and _add_into_window(
+            node, g, grads, owned, sv):
+        return
+    # a list, emptied as it goes: a cotangent held nowhere but in ``grads`` can take the
+    # next one in place (mul's two cotangents of x * x)
+    cts = list(op.vjp(g, node, *inputs, **node.params))
+    del g
+    for i in range(len(cts)):
+        ct, cts[i] = cts[i], None
+        if ct is None:
+            continue
+        p = inputs[i]
+        if not (isinstance(p, Value) and p._requires_grad):
+            continue
+        a, c = p._array, ct._array
+        if a.shape != c.shape or a.dtype != c.dtype:
+            ct = unbroadcast(ct, a.shape, a.dtype, op.__name__)
+        if p._extras is not None:
+            p = identity_at(p, sv[i] if sv is not None else 0)
+        pid = id(p)
+        if pid in grads:
+            buf = owned.get(pid) if owned is not None else None
+            if buf is None and owned is not None and _sole_in(grads, pid):
+                buf = owned[pid] = grads[pid]._array  # ours alone: add into it from now on
+            if buf is not None:
+                buf += ct._array
+            else:
+                grads[pid] = grads[pid] + ct
+        else:
+            grads[pid] = ct
+
+
+def _sole_in(grads: dict, pid: int) -> bool:
+    """Whether ``grads[pid]`` is the engine's alone, so that adding into it in place is
+    safe, as PyTorch's input buffers accumulate: the dict holds the only reference to the
+    tensor, the tensor the only one to its array, which owns writeable C-contiguous
+    memory (a rule's ``g`` passed through, the one cotangent ``a + b`` gives both
+    inputs, a user's seed are all held elsewhere)."""
+    if sys.getrefcount(grads[pid]) > _SOLE_IN_DICT[0] or \
+            sys.getrefcount(grads[pid]._array) > _SOLE_IN_DICT[1]:
+        return False
+    a = grads[pid]._array
+    return a.base is None and a.flags.c_contiguous and a.flags.writeable
 
 
 def _add_into_window(node: Value, g: Tensor, grads: dict, owned: dict, sv) -> bool:
@@ -268,21 +300,31 @@ def _freed_versions(node: Value) -> Freed:
 
 def free_graph(order: list[Value]) -> None:
     """Release what the nodes in ``order`` saved for backward (see module docstring)."""
-    stubs: dict[int, Tensor] = {}
-    for node in order:  # inputs first, so a stub's own inputs are already stand-ins
-        if node.op is None:
-            continue
-        new_inputs = []
-        for p in node.inputs:
-            # every input but a leaf that requires grad (a parameter) is released
-            if isinstance(p, Value) and (p.op is not None or not p._requires_grad):
-                s = stubs.get(id(p))
-                if s is None:
-                    s = stubs[id(p)] = _stub(p, p.inputs)
-                p = s
-            new_inputs.append(p)
-        node.inputs = tuple(new_inputs)
-        node._saved_versions = _freed_versions(node)
+    stand_ins: dict[int, Tensor] = {}
+    for node in order:
+        _release(node, stand_ins)
+
+
+def _release(node: Value, stand_ins: dict) -> None:
+    """Replace ``node``'s inputs by stand-ins holding no data (``_stub``; one per input,
+    shared through ``stand_ins``). Nodes may go in either order: a stand-in made while
+    its own node still held its inputs gets the released ones when that node goes."""
+    if node.op is None:
+        return
+    new_inputs = []
+    for p in node.inputs:
+        # every input but a leaf that requires grad (a parameter) is released
+        if isinstance(p, Value) and (p.op is not None or not p._requires_grad):
+            s = stand_ins.get(id(p))
+            if s is None:
+                s = stand_ins[id(p)] = _stub(p, p.inputs)
+            p = s
+        new_inputs.append(p)
+    node.inputs = tuple(new_inputs)
+    node._saved_versions = _freed_versions(node)
+    s = stand_ins.get(id(node))
+    if s is not None and s.op is not None:
+        s.inputs = node.inputs
 
 
 # ---- the public entry points ---------------------------------------------------------
@@ -394,6 +436,8 @@ def _holders(pair: tuple) -> tuple[int, int]:
 
 
 _SOLE = _holders((None, Tensor._make(xp.zeros(1))))  # a gradient that nothing else holds
+_SOLE_IN_DICT = (lambda d: (sys.getrefcount(d[0]), sys.getrefcount(d[0]._array)))(
+    {0: Tensor._make(xp.zeros(1))})  # the same, for a gradient in the engine's dict
 
 
 def _stealable(pair: tuple) -> bool:
