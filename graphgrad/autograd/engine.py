@@ -164,7 +164,7 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
             node = order.pop()  # (the list no longer holds it: released, it can go)
             _visit(node, grads, results, owned, wanted, target_ids)
             if stand_ins is not None:
-                _release(node, stand_ins)
+                _release(node, stand_ins, drop_outputs=owned is not None)
     finally:
         if shared is not None:
             shared.__exit__()
@@ -298,21 +298,18 @@ def _freed_versions(node: Value) -> Freed:
     return sv if type(sv) is Freed else Freed(sv)
 
 
-def free_graph(order: list[Value]) -> None:
-    """Release what the nodes in ``order`` saved for backward (see module docstring)."""
-    stand_ins: dict[int, Tensor] = {}
-    for node in order:
-        _release(node, stand_ins)
-
-
-def _release(node: Value, stand_ins: dict) -> None:
+def _release(node: Value, stand_ins: dict, drop_outputs: bool = False) -> None:
     """Replace ``node``'s inputs by stand-ins holding no data (``_stub``; one per input,
-    shared through ``stand_ins``). Nodes may go in either order: a stand-in made while
-    its own node still held its inputs gets the released ones when that node goes."""
+    shared through ``stand_ins``). The pass releases nodes consumers first, so a
+    stand-in made while its own node still held its inputs gets the released ones when
+    that node goes. With ``drop_outputs`` (a plain eager pass), an input now held only
+    by the pass's list of nodes still to visit, whose rule does not read its output,
+    lets its value go too: PyTorch never kept such a value (conv's output under a ReLU)."""
     if node.op is None:
         return
+    old = node.inputs
     new_inputs = []
-    for p in node.inputs:
+    for p in old:
         # every input but a leaf that requires grad (a parameter) is released
         if isinstance(p, Value) and (p.op is not None or not p._requires_grad):
             s = stand_ins.get(id(p))
@@ -325,6 +322,23 @@ def _release(node: Value, stand_ins: dict) -> None:
     s = stand_ins.get(id(node))
     if s is not None and s.op is not None:
         s.inputs = node.inputs
+    if drop_outputs:
+        for p in old:
+            if isinstance(p, Value) and p.op is not None and not p.op.saves_output and \
+                    p._extras is None and sys.getrefcount(p) <= _WAITING:
+                p._array = stand_in(p._array.shape, p._array.dtype)
+
+
+def _waiting_refs() -> int:
+    """References to a node that only the list of nodes to visit holds, counted as
+    ``_release`` counts them (the list, the old inputs tuple, the loop, the call)."""
+    order = [Tensor._make(xp.zeros(1))]
+    for p in (order[0],):
+        return sys.getrefcount(p)
+    raise AssertionError
+
+
+_WAITING = _waiting_refs()
 
 
 # ---- the public entry points ---------------------------------------------------------
