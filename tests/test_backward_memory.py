@@ -10,6 +10,7 @@ import sys
 import tracemalloc
 
 import numpy as np
+import pytest
 import torch
 
 import graphgrad as gg
@@ -107,3 +108,19 @@ def test_conv_transpose_step_holds_about_what_pytorch_does(monkeypatch):
         tracemalloc.stop()
     nbytes = out.detach().numpy().nbytes
     assert peak < 4.6 * nbytes, peak / nbytes
+
+
+def test_a_failed_pass_releases_what_it_visited_for_large_and_small_values():
+    """As PyTorch: the nodes visited before the failure are released, so a second try
+    meets them freed; the same whether the pass released as it went (large values) or
+    sweeps at the end (small ones)."""
+    for n in (2, N):
+        a = gg.tensor(np.arange(1.0, n + 1), requires_grad=True)
+        b = gg.tensor(np.arange(1.0, n + 1), requires_grad=True)
+        y = b.exp()
+        y.add_(1)
+        loss = y.sum() + (a * 3 * 2).sum() + (a * a).sum()
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward(inputs=[a, b])
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            gg.autograd.grad(loss, [a, b])

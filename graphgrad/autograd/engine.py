@@ -155,20 +155,37 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
     shared = sharing() if create_graph else None  # a recorded pass shares (sharing.py)
     if shared is not None:
         shared.__enter__()
-    # without retain_graph each node is released as the pass leaves it, as PyTorch frees
-    # a node's saved tensors once its backward has run: the forward's values go while
-    # the backward's gradients arrive, and the peak is not the sum of the two
-    stand_ins: dict[int, Tensor] | None = None if retain_graph else {}
+    # without retain_graph, in a graph of large values each node is released as the
+    # pass leaves it, as PyTorch frees a node's saved tensors once its backward has run:
+    # the forward's values go while the backward's gradients arrive, and the peak is not
+    # the sum of the two. A graph of small values (all overhead) is released in one
+    # sweep after the pass, which costs less per node.
+    incremental = not retain_graph and any(
+        n._array.nbytes >= _RELEASE_BYTES for n in order)
     try:
-        while order:
-            node = order.pop()  # (the list no longer holds it: released, it can go)
-            _visit(node, grads, results, owned, wanted, target_ids)
-            if stand_ins is not None:
+        if incremental:
+            stand_ins: dict[int, Tensor] = {}
+            while order:
+                node = order.pop()  # (the list no longer holds it: released, it can go)
+                _visit(node, grads, results, owned, wanted, target_ids)
                 _release(node, stand_ins, drop_outputs=owned is not None)
+        else:
+            try:
+                for node in reversed(order):
+                    _visit(node, grads, results, owned, wanted, target_ids)
+            except BaseException:
+                if not retain_graph:  # the nodes visited before the failure go, as above
+                    i = len(order) - 1
+                    while order[i] is not node:
+                        i -= 1
+                    free_graph(order[i + 1:])
+                raise
     finally:
         if shared is not None:
             shared.__exit__()
         set_grad_mode(prev_mode)
+    if not retain_graph and not incremental:
+        free_graph(order)
     return results
 
 
@@ -205,8 +222,8 @@ def _visit(node: Value, grads: dict, results: dict, owned: dict | None, wanted: 
     # next one in place (mul's two cotangents of x * x)
     cts = list(op.vjp(g, node, *inputs, **node.params))
     del g
-    for i in range(len(cts)):
-        ct, cts[i] = cts[i], None
+    for i, ct in enumerate(cts):
+        cts[i] = None
         if ct is None:
             continue
         p = inputs[i]
@@ -298,6 +315,13 @@ def _freed_versions(node: Value) -> Freed:
     return sv if type(sv) is Freed else Freed(sv)
 
 
+def free_graph(order: list[Value]) -> None:
+    """Release what the nodes in ``order`` (inputs first) saved for backward."""
+    stand_ins: dict[int, Tensor] = {}
+    for node in order:
+        _release(node, stand_ins)
+
+
 def _release(node: Value, stand_ins: dict, drop_outputs: bool = False) -> None:
     """Replace ``node``'s inputs by stand-ins holding no data (``_stub``; one per input,
     shared through ``stand_ins``). The pass releases nodes consumers first, so a
@@ -327,6 +351,9 @@ def _release(node: Value, stand_ins: dict, drop_outputs: bool = False) -> None:
             if isinstance(p, Value) and p.op is not None and not p.op.saves_output and \
                     p._extras is None and sys.getrefcount(p) <= _WAITING:
                 p._array = stand_in(p._array.shape, p._array.dtype)
+
+
+_RELEASE_BYTES = 1 << 16  # a value this large in the graph: release as the pass goes
 
 
 def _waiting_refs() -> int:
