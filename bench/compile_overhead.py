@@ -8,6 +8,8 @@
 * **chain**: 200 small-tensor ops (``x = (x * 1.0001).tanh()`` 100 times on (4, 4)
   float32): graphgrad eager vs compiled (the "default" backend), with PyTorch eager and
   ``torch.compile`` in the same run where they run. Target: compiled faster than eager.
+  ``graphgrad_kernel_only`` is the compiled call's one fused kernel called bare: the
+  call's floor, so ``call_overhead_us`` is what guards, unwrapping and wrapping add.
 
 Prints one JSON object. ``--quick`` gives a short, noisy run.
 """
@@ -20,12 +22,14 @@ from timing import time_interleaved
 import argparse  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 import graphgrad as gg  # noqa: E402
+from graphgrad.backends import fused  # noqa: E402
 from graphgrad.compiler import segments  # noqa: E402
 
 assert _THREAD_VARS
@@ -94,7 +98,11 @@ def bench_chain(repeats: int, min_s: float) -> dict:
     x = gg.tensor(a)
     cc = gg.compile(chain)
     np.testing.assert_allclose(cc(x).numpy(), chain(x).numpy(), rtol=1e-6)
+    (seg,) = segments(cc)
+    kernels = [v for v in seg.compiled.__globals__.values() if isinstance(v, fused.FusedKernel)]
     fns = {"graphgrad_eager": lambda: chain(x), "graphgrad_compiled": lambda: cc(x)}
+    if len(kernels) == 1:   # the compiled call's floor: its one fused kernel, called bare
+        fns["graphgrad_kernel_only"] = lambda: kernels[0](a)
     notes = {}
     try:
         import torch
@@ -114,6 +122,14 @@ def bench_chain(repeats: int, min_s: float) -> dict:
     out = {"us_per_call": us, "us_per_op": {k: v / 200 for k, v in us.items()},
            "compiled_speedup_vs_eager": us["graphgrad_eager"] / us["graphgrad_compiled"],
            "notes": notes}
+    if "graphgrad_kernel_only" in us:   # what the call adds: guards, unwrapping, wrapping
+        out["call_overhead_us"] = us["graphgrad_compiled"] - us["graphgrad_kernel_only"]
+        out["kernel_lowering"] = kernels[0].lowering
+    if "torch_compile" in us:
+        out["compiled_over_torch_compile"] = us["graphgrad_compiled"] / us["torch_compile"]
+        if "graphgrad_kernel_only" in us:
+            out["kernel_only_over_torch_compile"] = (us["graphgrad_kernel_only"]
+                                                     / us["torch_compile"])
     return out
 
 
@@ -126,6 +142,7 @@ def main() -> None:
     c = bench_chain(repeats, min_s)
     result = {
         "python": platform.python_version(), "numpy": np.__version__,
+        "uptime": os.popen("uptime").read().strip(),
         "dispatch": d, "chain200": c,
         "targets": {
             "cached_overhead_cpu_us<=5": d["cached_overhead_cpu_us"] <= 5.0,

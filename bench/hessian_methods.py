@@ -7,7 +7,8 @@
   (d) central differences of the AD gradient: (grad f(x + h e_j) - grad f(x - h e_j)) / 2h
   (e) torch.func.hessian (PyTorch, same inputs, float64)
 
-Prints one JSON object: seconds per Hessian (median of repeats) and max |H - H_b|.
+Prints one JSON object: seconds per Hessian (median wall-clock and fastest CPU time of
+repeats, the peers interleaved round by round), max |H - H_b|, the load average.
 
     python bench/hessian_methods.py [--quick]
 """
@@ -31,14 +32,21 @@ from graphgrad import numdiff  # noqa: E402
 from graphgrad.numdiff.complex_step import cs_hessian  # noqa: E402
 
 
-def timed(fn, repeats: int):
-    fn()  # warm-up
-    times = []
+def interleaved(peers: dict, repeats: int) -> tuple[dict, dict, dict]:
+    """Each peer once per round (after one warm-up round), the rounds repeated: the
+    median wall-clock time, the fastest CPU (process) time and the last result of each.
+    Every peer is single-threaded, so CPU time leaves out the time other processes take
+    on a shared machine; the ratios below use it."""
+    out = {name: fn() for name, fn in peers.items()}  # warm-up
+    wall = {name: [] for name in peers}
+    cpu = dict.fromkeys(peers, float("inf"))
     for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
+        for name, fn in peers.items():
+            w, c = time.perf_counter(), time.process_time()
+            out[name] = fn()
+            cpu[name] = min(cpu[name], time.process_time() - c)
+            wall[name].append(time.perf_counter() - w)
+    return {k: statistics.median(v) for k, v in wall.items()}, cpu, out
 
 
 def central_of_gradient(grad_f, x: np.ndarray, h: float = 1e-5) -> np.ndarray:
@@ -63,24 +71,14 @@ def run(n: int, repeats: int) -> dict:
         return ((At @ v).tanh() ** 2).sum() + 0.5 * (v @ v)
 
     xg = gg.tensor(x)
-    res = {"n": n}
-    t_b, H_b = timed(lambda: gg.func.hessian(f)(xg).numpy(), repeats)
-    t_a, H_a = timed(lambda: gg.func.jacrev(gg.func.jacrev(f))(xg).numpy(), repeats)
-    t_c, H_c = timed(lambda: numdiff.hessian(f, x, method="complex_step"), repeats)
-    t_cl, H_cl = timed(lambda: cs_hessian(f, x, batched=False), max(1, repeats // 2))
     grad_f = gg.func.grad(f)
-    t_d, H_d = timed(lambda: central_of_gradient(grad_f, x), max(1, repeats // 2))
-    t_g, _ = timed(lambda: grad_f(xg).numpy(), repeats)
-    res["seconds"] = {"reverse_over_reverse": t_a, "forward_over_reverse": t_b,
-                      "complex_step_of_ad_gradient": t_c,
-                      "complex_step_one_pass_per_direction": t_cl,
-                      "central_diff_of_ad_gradient": t_d,
-                      "gradient_alone": t_g}
-    res["max_abs_error_vs_forward_over_reverse"] = {
-        "reverse_over_reverse": float(np.abs(H_a - H_b).max()),
-        "complex_step_of_ad_gradient": float(np.abs(H_c - H_b).max()),
-        "complex_step_one_pass_per_direction": float(np.abs(H_cl - H_b).max()),
-        "central_diff_of_ad_gradient": float(np.abs(H_d - H_b).max())}
+    peers = {"forward_over_reverse": lambda: gg.func.hessian(f)(xg).numpy(),
+             "reverse_over_reverse": lambda: gg.func.jacrev(gg.func.jacrev(f))(xg).numpy(),
+             "complex_step_of_ad_gradient":
+                 lambda: numdiff.hessian(f, x, method="complex_step"),
+             "gradient_alone": lambda: grad_f(xg).numpy()}
+    slow = {"complex_step_one_pass_per_direction": lambda: cs_hessian(f, x, batched=False),
+            "central_diff_of_ad_gradient": lambda: central_of_gradient(grad_f, x)}
     try:
         import torch
         torch.set_num_threads(1)
@@ -89,19 +87,26 @@ def run(n: int, repeats: int) -> dict:
         def ft(v):
             return ((Att @ v).tanh() ** 2).sum() + 0.5 * (v @ v)
         xt = torch.tensor(x)
-        t_e, H_e = timed(lambda: torch.func.hessian(ft)(xt).numpy(), repeats)
-        res["seconds"]["torch_func_hessian"] = t_e
-        res["max_abs_error_vs_forward_over_reverse"]["torch_func_hessian"] = float(
-            np.abs(H_e - H_b).max())
+        peers["torch_func_hessian"] = lambda: torch.func.hessian(ft)(xt).numpy()
     except ImportError:
         pass
-    graphgrad_methods = {k: v for k, v in res["seconds"].items()
+    wall, cpu, got = interleaved(peers, repeats)
+    more = interleaved(slow, max(1, repeats // 2))
+    wall.update(more[0])
+    cpu.update(more[1])
+    got.update(more[2])
+    ref = got["forward_over_reverse"]
+    res = {"n": n, "seconds": wall, "cpu_seconds": cpu,
+           "max_abs_error_vs_forward_over_reverse": {
+               k: float(np.abs(v - ref).max()) for k, v in got.items()
+               if k not in ("forward_over_reverse", "gradient_alone")}}
+    graphgrad_methods = {k: v for k, v in cpu.items()
                          if k not in ("gradient_alone", "torch_func_hessian")}
     res["fastest_graphgrad_method"] = min(graphgrad_methods, key=graphgrad_methods.get)
-    fastest_ad = min(t_a, t_b)
-    res["complex_step_over_fastest_ad"] = t_c / fastest_ad
-    res["fastest_overall"] = min((k for k in res["seconds"] if k != "gradient_alone"),
-                                 key=res["seconds"].get)
+    for label, t in (("", wall), ("cpu_", cpu)):
+        fastest_ad = min(t["forward_over_reverse"], t["reverse_over_reverse"])
+        res[f"{label}complex_step_over_fastest_ad"] = t["complex_step_of_ad_gradient"] / fastest_ad
+    res["fastest_overall"] = min((k for k in cpu if k != "gradient_alone"), key=cpu.get)
     return res
 
 
@@ -111,10 +116,13 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="n = 10 and 100 only, fewer repeats")
     args = p.parse_args()
     sizes = (10, 100) if args.quick else (10, 100, 300)
-    repeats = 3 if args.quick else 5
+    repeats = 3 if args.quick else 9
+    load_before = os.getloadavg()
+    results = [run(n, repeats) for n in sizes]
     print(json.dumps({"benchmark": "hessian_methods", "float": "float64",
                       "threads": "1 (OMP/OpenBLAS/MKL, torch.set_num_threads)",
-                      "results": [run(n, repeats) for n in sizes]}, indent=2))
+                      "results": results,
+                      "load_average_before_after": [load_before, os.getloadavg()]}, indent=2))
 
 
 if __name__ == "__main__":

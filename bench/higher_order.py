@@ -10,7 +10,8 @@
    at a batch of 256 points, d = 2, 16, 64, 256 inputs: graphgrad's three methods
    (nested reverse, Taylor, collapsed Taylor) and torch (nested autograd, one backward
    pass per input dim; and the trace of torch.func.hessian, vmapped over the points).
-   Values only (the weights do not require grad), float64, all checked equal.
+   Values only (the weights do not require grad), float64, all checked equal; the
+   peers interleaved round by round, fastest wall-clock and CPU time of each.
 3. ``pinn``: examples/pinn_poisson.py's loss-and-gradient time and a short L-BFGS run
    with u'' by func.laplacian and by nested autograd.grad.
 
@@ -18,7 +19,7 @@ jax is not installed here: ``jax.experimental.jet`` and ``jax.jit(nested grad)``
 measured (the JSON says so). Ratios compare peers measured in the same run; the load
 (``os.getloadavg``) is printed with them.
 
-    python bench/higher_order.py [--quick]
+    python bench/higher_order.py [--quick] [--only laplacian]
 """
 
 from __future__ import annotations
@@ -155,36 +156,61 @@ def _torch_hessian_trace(tnet, x):
     return hess.diagonal(dim1=-2, dim2=-1).sum(-1)
 
 
-def laplacian(dims, batch: int, repeats: int) -> list:
-    rows = []
-    for d in dims:
-        net, tnet = _mlp(d)
-        x = gg.randn(batch, d, dtype=gg.float64)
-        xt = torch.tensor(x.numpy())
-        reps = repeats if d <= 16 else 1
-        row = {"d": d, "batch": batch, "seconds": {}}
-        values = {}
-        for method in ("reverse", "taylor", "collapsed"):
-            lap = func.laplacian(net, method=method)
-            with gg.no_grad():
-                t, v = best_of(reps, lap, x)
-            row["seconds"][f"graphgrad_{method}"] = t
-            values[method] = v.numpy().ravel()
-        t, v = best_of(reps, _torch_nested_laplacian, tnet, xt)
-        row["seconds"]["torch_nested"], values["torch_nested"] = t, v.numpy()
-        t, v = best_of(reps, _torch_hessian_trace, tnet, xt)
-        row["seconds"]["torch_func_hessian_trace"], values["torch_hessian"] = t, v.numpy()
-        ref = values["torch_hessian"]
-        row["max_abs_diff_vs_torch_hessian"] = {k: float(np.abs(v - ref).max())
-                                               for k, v in values.items()}
-        s = row["seconds"]
-        torch_best = min(s["torch_nested"], s["torch_func_hessian_trace"])
-        row["ratios"] = {
-            "torch_best_over_collapsed": torch_best / s["graphgrad_collapsed"],
+def _interleaved(repeats: int, peers: dict) -> tuple[dict, dict, dict]:
+    """Each peer called once per round, the rounds repeated: the fastest wall-clock and
+    CPU (process) time of each, and its last result. All peers are single-threaded, so
+    CPU time leaves out the time other processes on a shared machine take from the
+    run (wall-clock time does not); both are reported."""
+    wall = dict.fromkeys(peers, math.inf)
+    cpu = dict.fromkeys(peers, math.inf)
+    out = {}
+    for _ in range(repeats):
+        for name, fn in peers.items():
+            w, c = time.perf_counter(), time.process_time()
+            out[name] = fn()
+            cpu[name] = min(cpu[name], time.process_time() - c)
+            wall[name] = min(wall[name], time.perf_counter() - w)
+    return wall, cpu, out
+
+
+def _ratios(s: dict) -> dict:
+    torch_best = min(s["torch_nested"], s["torch_func_hessian_trace"])
+    return {"torch_best_over_collapsed": torch_best / s["graphgrad_collapsed"],
             "graphgrad_reverse_over_collapsed": s["graphgrad_reverse"]
             / s["graphgrad_collapsed"],
             "graphgrad_taylor_over_collapsed": s["graphgrad_taylor"] / s["graphgrad_collapsed"]}
-        rows.append(row)
+
+
+def _laplacian_peers(d: int, batch: int) -> dict:
+    """name -> a call giving the Laplacian at the same batch as a NumPy array."""
+    net, tnet = _mlp(d)
+    x = gg.randn(batch, d, dtype=gg.float64)
+    xt = torch.tensor(x.numpy())
+    peers = {}
+    for method in ("reverse", "taylor", "collapsed"):
+        def run(lap=func.laplacian(net, method=method)):
+            with gg.no_grad():
+                return lap(x).numpy().ravel()
+        peers[f"graphgrad_{method}"] = run
+    peers["torch_nested"] = lambda: _torch_nested_laplacian(tnet, xt).numpy()
+    peers["torch_func_hessian_trace"] = lambda: _torch_hessian_trace(tnet, xt).numpy()
+    return peers
+
+
+def laplacian(dims, batch: int, repeats: int) -> list:
+    """The five peers interleaved round by round (each under the same load), graphgrad's
+    under ``no_grad`` (values only; torch's nested passes need grad mode by design)."""
+    rows = []
+    for d in dims:
+        peers = _laplacian_peers(d, batch)
+        reps = repeats if d <= 64 else max(2, repeats // 2)
+        wall, cpu, values = _interleaved(reps, peers)
+        ref = values["torch_func_hessian_trace"]
+        rows.append({"d": d, "batch": batch, "repeats": reps, "seconds": wall,
+                     "cpu_seconds": cpu,
+                     "max_abs_diff_vs_torch_hessian": {k: float(np.abs(v - ref).max())
+                                                       for k, v in values.items()},
+                     "ratios": _ratios(wall), "cpu_ratios": _ratios(cpu)})
     return rows
 
 
@@ -208,16 +234,22 @@ def pinn(iters: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="k <= 6, d <= 16, fewer repeats")
-    quick = parser.parse_args().quick
+    parser.add_argument("--only", choices=("kth_derivative", "laplacian", "pinn"),
+                        help="run one section")
+    args = parser.parse_args()
+    quick = args.quick
     orders, dims = (range(1, 7), (2, 16)) if quick else (range(1, 11), (2, 16, 64, 256))
     repeats = 2 if quick else 5
     load_before = os.getloadavg()
+    sections = {"kth_derivative": lambda: kth_derivative(orders, repeats),
+                "laplacian": lambda: laplacian(dims, 256, 3 if quick else 7),
+                "pinn": lambda: pinn(100 if quick else 300)}
     result = {"benchmark": "higher_order", "float": "float64",
               "threads": "1 (OMP/OpenBLAS/MKL, torch.set_num_threads)",
-              "jax": "not installed: jax.experimental.jet and jax.jit(nested grad) not measured",
-              "kth_derivative": kth_derivative(orders, repeats),
-              "laplacian": laplacian(dims, 256, 2 if quick else 3),
-              "pinn": pinn(100 if quick else 300)}
+              "jax": "not installed: jax.experimental.jet and jax.jit(nested grad) not measured"}
+    for name, run in sections.items():
+        if args.only in (None, name):
+            result[name] = run()
     result["load_average_before_after"] = [load_before, os.getloadavg()]
     print(json.dumps(result, indent=2))
 

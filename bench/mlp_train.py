@@ -4,7 +4,10 @@ limit) and PyTorch eager, in one run, single-threaded, with the samples of the t
 interleaved (``timing.time_interleaved``). Prints one JSON object: per-step times and
 the ratios of the fastest samples (the headline), of the medians and of the CPU times.
 
-    python bench/mlp_train.py [--repeats 15] [--optimizer sgd|adam] [--overhead]
+    python bench/mlp_train.py [--repeats 15] [--optimizer sgd|adam] [--overhead] [--compiled]
+
+``--compiled`` adds ``graphgrad.compile(model)`` (forward and backward compiled) as a
+fourth contender, ``graphgrad_compiled``, with its ratios to NumPy and to graphgrad eager.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import timing  # noqa: F401 (first: one BLAS thread, set before NumPy loads BLAS
 import argparse  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import platform  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -178,12 +182,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--overhead", action="store_true",
                     help="a 4-8-8-3 MLP on 2 examples: what remains is per-step overhead")
+    ap.add_argument("--compiled", action="store_true",
+                    help="also the step with graphgrad.compile(model)")
     args = ap.parse_args(argv)
     global SIZES, BATCH, OPTIMIZER
     if args.overhead:
         SIZES, BATCH = (4, 8, 8, 3), 2
     OPTIMIZER = args.optimizer
     fns = {"numpy": numpy_step_fn, "graphgrad": graphgrad_step_fn}
+    if args.compiled:
+        fns["graphgrad_compiled"] = lambda: graphgrad_step_fn(compiled=True)
     if not args.no_torch:
         fns["torch"] = torch_step_fn
     times = timing.time_interleaved({name: fn() for name, fn in fns.items()},
@@ -196,8 +204,14 @@ def main(argv: list[str] | None = None) -> dict:
                               for k, v in times.items()},
               "graphgrad_over_numpy": _ratios(times["graphgrad"], times["numpy"]),
               "target_graphgrad_over_numpy": 1.5,
-              "python": platform.python_version(), "numpy": np.__version__}
+              "python": platform.python_version(), "numpy": np.__version__,
+              "uptime": os.popen("uptime").read().strip()}
     result["target_met"] = result["graphgrad_over_numpy"]["min"] <= 1.5
+    if "graphgrad_compiled" in times:
+        result["graphgrad_compiled_over_numpy"] = _ratios(times["graphgrad_compiled"],
+                                                          times["numpy"])
+        result["graphgrad_compiled_over_eager"] = _ratios(times["graphgrad_compiled"],
+                                                          times["graphgrad"])
     if "torch" in times:
         result["torch_over_numpy"] = _ratios(times["torch"], times["numpy"])
         result["graphgrad_over_torch"] = _ratios(times["graphgrad"], times["torch"])

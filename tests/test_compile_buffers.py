@@ -147,3 +147,29 @@ def test_cross_entropy_reads_no_target_value_and_compiles_to_one_graph(ignore_in
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5)
     with pytest.raises(IndexError, match="out of bounds"):
         gg.nn.functional.cross_entropy(gg.randn(2, 5), gg.tensor([0, 7]))
+
+
+@pytest.mark.parametrize("cls, tname, shape", [("BatchNorm1d", "BatchNorm1d", (8, 3)),
+                                               ("BatchNorm2d", "BatchNorm2d", (4, 3, 5, 5))])
+def test_batchnorm_cumulative_average_is_one_graph(cls, tname, shape):
+    """momentum=None (the cumulative moving average, factor 1 / (batches + 1)) captures in
+    one graph: the factor is computed in it from num_batches_tracked, no float() break.
+    Over several steps the compiled module equals eager bit for bit and PyTorch's
+    running statistics to float32 rounding."""
+    torch = pytest.importorskip("torch")
+    report = explain(getattr(nn, cls)(3, momentum=None), gg.randn(*shape))
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+    eager, compiled_mod = getattr(nn, cls)(3, momentum=None), getattr(nn, cls)(3, momentum=None)
+    ref = getattr(torch.nn, tname)(3, momentum=None)
+    run = gg.compile(compiled_mod)
+    rng = np.random.default_rng(0)
+    for step in range(5):
+        x = (rng.standard_normal(shape) * (step + 1) + step).astype(np.float32)
+        got, want = run(gg.tensor(x)), eager(gg.tensor(x))
+        np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+        ref(torch.tensor(x))
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        mine, theirs = getattr(compiled_mod, name).numpy(), getattr(eager, name).numpy()
+        np.testing.assert_array_equal(mine, theirs)
+        np.testing.assert_allclose(mine, getattr(ref, name).numpy(), rtol=1e-6, atol=1e-6)
+    assert int(compiled_mod.num_batches_tracked) == 5

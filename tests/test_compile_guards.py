@@ -378,3 +378,24 @@ def test_compile_counts_match_torch_dynamo():
         dynamo.config.recompile_limit = old
         dynamo.reset()
     assert ours == theirs == (3, 1, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+
+
+def test_guard_reads_each_shared_source_once():
+    """The guard function binds a submodule read by several guards to one local (one
+    ``Module.__getattr__`` per call, not one per guard), and still sees a change behind
+    that local: a replaced weight of another shape recompiles."""
+    backend = Counting()
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    cm = gg.compile(model, backend=backend)
+    x = gg.ones(2, 3)
+    _close(cm(x), model(x))
+    from graphgrad.dynamo.eval_frame import all_compiled
+    (entry,) = [f for f in all_compiled() if f.roots]
+    src = entry.roots[0].guard.source
+    assert src.count("['0']") == 1 and src.count("['2']") == 1, src
+    assert src.count(".weight") == 2, src
+    assert entry.roots[0].guard((model, x), {}, ()) and not entry.roots[0].guard((model,), {}, ())
+    model[2].weight = nn.Parameter(gg.ones(5, 4))
+    model[2].bias = nn.Parameter(gg.zeros(5))
+    _close(cm(x), model(x))
+    assert backend.n == 2

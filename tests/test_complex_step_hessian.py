@@ -41,3 +41,31 @@ def test_matrix_input_and_unused_input():
 def test_non_holomorphic_op_still_refused():
     with pytest.raises(ComplexStepError, match="Relu is not holomorphic"):
         cs_hessian(lambda v: v.relu().sum(), np.ones(3))
+
+
+@pytest.mark.parametrize("real_side", ["left", "right", "neither"])
+@pytest.mark.parametrize("shapes", [((40, 50), (50, 30)), ((3, 40, 50), (50, 30)),
+                                    ((40, 50), (2, 50, 30)), ((1, 300), (300, 200)),
+                                    ((200, 300), (300, 1))])
+def test_complex_matmul_routes_equal_zgemm(real_side, shapes):
+    """A complex product with one factor whose imaginary part is zero runs as real
+    GEMMs on the other's real view; the values are zgemm's to rounding, for matmul and
+    linear, batched or not."""
+    from graphgrad.ops.linalg import complex_matmul
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(shapes[0]) + 1j * rng.standard_normal(shapes[0])
+    b = rng.standard_normal(shapes[1]) + 1j * rng.standard_normal(shapes[1])
+    if real_side == "left":
+        a = a.real + 0j
+    elif real_side == "right":
+        b = b.real + 0j
+    want = np.matmul(a, b)
+    np.testing.assert_allclose(complex_matmul(a, b), want, rtol=1e-13, atol=1e-13)
+    got = (gg.tensor(a) @ gg.tensor(b)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+    if len(shapes[1]) == 2:
+        w = gg.tensor(np.ascontiguousarray(b.T))
+        x2 = gg.tensor(a.reshape(-1, a.shape[-1]))
+        got = gg.nn.functional.linear(x2, w).numpy()
+        np.testing.assert_allclose(got, want.reshape(-1, want.shape[-1]), rtol=1e-13,
+                                   atol=1e-13)

@@ -114,3 +114,105 @@ def test_laplacian_under_vmap_of_a_single_point_function(method):
     hess = func.vmap(func.hessian(f))(xs).numpy()
     np.testing.assert_allclose(batched, each, rtol=1e-13)
     np.testing.assert_allclose(batched, np.trace(hess, axis1=-2, axis2=-1), rtol=1e-11)
+
+
+def test_gradient_agrees_when_a_first_order_term_is_first_needed_under_no_grad():
+    """Collapsed mode computes an op's first-order coefficients only when a later op
+    needs them. Here a no_grad block needs them first; the later use under grad mode
+    must still differentiate them w.r.t. the parameters (they record as when made)."""
+    gg.manual_seed(3)
+    lin1, lin2 = nn.Linear(3, 6).to(DT), nn.Linear(6, 1).to(DT)
+    x = gg.randn(4, 3, dtype=DT)
+
+    def f(p):
+        h = lin1(p).tanh()
+        with gg.no_grad():
+            (h * h).sum()  # a two-input op: reads h's first-order terms
+        return lin2(h).tanh()
+    grads = []
+    for method in ("collapsed", "reverse"):
+        loss = (func.laplacian(f, method=method)(x) ** 2).sum()
+        grads.append([g.numpy() for g in gg.autograd.grad(loss, list(lin1.parameters()))])
+    for a, b in zip(*grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+
+
+def test_collapsed_first_order_terms_are_the_directional_derivatives():
+    """The level's first-order coefficients of the output (computed on request) are
+    J v_r, by func.jacrev."""
+    from graphgrad.func.taylor_collapsed import CollapsedLevel
+    net = _mlp(3, nn.Tanh, out=2)
+    x = gg.randn(5, 3, dtype=DT)
+    dirs = gg.randn(4, 1, 3, dtype=DT)
+    level = CollapsedLevel(gg.ones(4, dtype=DT))
+    x0 = x.view_as(x)
+    level.seed(x0, dirs)
+    with level:
+        out = net(x0)
+        first = level.terms(out)[0]
+    jac = func.vmap(func.jacrev(lambda p: net(p.unsqueeze(0))[0]))(x).detach().numpy()
+    want = np.einsum("bod,rd->rbo", jac, dirs.numpy()[:, 0])
+    np.testing.assert_allclose(first.detach().numpy(), want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["laplacian", "diagonal", "full"])
+def test_collapsed_without_gradients_equals_with(kind):
+    """Under no_grad collapsed mode sums the squared first-order terms in NumPy, not
+    through graphgrad ops: the same values as the recorded path and func.hessian."""
+    d = 6
+    net = _mlp(d, nn.Tanh, out=2)
+    x = gg.randn(4, d, dtype=DT)
+    rng = np.random.default_rng(2)
+    c = {"laplacian": np.eye(d), "diagonal": rng.standard_normal(d),
+         "full": rng.standard_normal((d, d))}[kind]
+    op = (func.laplacian(net) if kind == "laplacian" else func.linear_operator(net, c))
+    with gg.no_grad():
+        fast = op(x)
+    recorded = op(x)
+    assert recorded.requires_grad and not fast.requires_grad
+    cm = np.diag(c) if c.ndim == 1 else c
+    want = np.einsum("ij,bkij->bk", cm, _hessians(net, x))
+    np.testing.assert_allclose(fast.numpy(), recorded.detach().numpy(), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(fast.numpy(), want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("block", [1, 3, 1000])
+def test_fused_activation_and_linear_blocks(monkeypatch, block):
+    """Without gradients, a Linear after an activation multiplies J X_1 a block of
+    directions at a time straight into its GEMM: equal to the recorded path for any
+    block size (one direction, a ragged last block, all at once)."""
+    from graphgrad.func import taylor_collapsed
+    d, width, batch = 7, 5, 4
+    monkeypatch.setattr(taylor_collapsed, "_BLOCK_BYTES", block * batch * width * 8)
+    used = []
+    fused = taylor_collapsed._fused_linear
+    def counted(*args):
+        got = fused(*args)
+        used.append(got is not None)
+        return got
+    monkeypatch.setattr(taylor_collapsed, "_fused_linear", counted)
+    net = _mlp(d, nn.Tanh, out=3, width=width)
+    x = gg.randn(batch, d, dtype=DT)
+    with gg.no_grad():
+        fast = func.laplacian(net)(x).numpy()
+    assert any(used)  # the fused path ran (the Linear between two activations)
+    recorded = func.laplacian(net)(x).detach().numpy()
+    np.testing.assert_allclose(fast, recorded, rtol=1e-13, atol=1e-14)
+    want = np.trace(_hessians(net, x), axis1=-2, axis2=-1)
+    np.testing.assert_allclose(fast, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_collapsed_through_a_cast(grad):
+    """x is float64, the network float32: the cast's coefficients take its new dtype
+    (the next Linear refuses mixed dtypes), and the value is the float64 one to float32
+    accuracy."""
+    gg.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))
+    x = gg.randn(4, 3, dtype=DT)
+    with gg.set_grad_enabled(grad):
+        got = func.laplacian(lambda p: net(p.float()))(x)
+    assert got.dtype == gg.float32
+    want = func.laplacian(lambda p: net.to(DT)(p), method="reverse")(x)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-4,
+                               atol=1e-6)

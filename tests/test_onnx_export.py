@@ -183,9 +183,9 @@ def test_lstm_cell_states_of_earlier_steps_are_refused(tmp_path):
             self.rnn = nn.LSTM(4, 5)
 
         def forward(self, x):
-            from graphgrad.nn.modules.rnn import _lstm_layer
+            from graphgrad.nn.functional.recurrent import _lstm_layer
             h0 = gg.zeros(x.shape[1], 5)
-            return _lstm_layer(x, h0, h0, *self.rnn._weights_of("l0"))[1]
+            return _lstm_layer(x, h0, h0, *self.rnn._flat_weights)[1]
 
     with pytest.raises(UnsupportedOperatorError, match="'LstmLayer'.*cell state of the last"):
         export(Middle(), (gg.randn(3, 2, 4),), tmp_path / "m.onnx")

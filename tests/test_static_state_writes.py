@@ -45,3 +45,38 @@ def test_an_eager_tensor_cannot_take_a_graph_value_in_place():
             with pytest.raises(RuntimeError, match="graph node"):
                 write()
     assert np.array_equal(t.numpy(), np.zeros(3, np.float32))
+
+
+def test_compound_assignment_on_a_graph_value_rebinds_the_name_as_tf1():
+    """``y *= 3`` on a graph's tensor builds a new node and rebinds ``y`` (TF1: a graph's
+    tensors are immutable); the placeholder object fed by the session stays the same, and
+    a value read before the assignment keeps the old node."""
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.placeholder(gg.float32, shape=(None, 3))
+        feed = x
+        y = x * 2
+        before = y.sum()
+        y *= 3
+        y -= 1
+        x += 1
+        assert x is not feed and feed.op_name == "Placeholder"
+        with tf.Session() as sess:
+            got_y, got_before, got_x = sess.run([y, before, x], {feed: data})
+    np.testing.assert_array_equal(got_y, data * 6 - 1)
+    assert got_before == (data * 2).sum()
+    np.testing.assert_array_equal(got_x, data + 1)
+
+
+def test_static_gradient_of_a_mean_over_run_time_dims():
+    """Mean's vjp multiplies the reduced sizes, Symbols read at run time here (``n *= s``
+    on a graph value builds a node, rather than writing into its stand-in)."""
+    data = np.random.default_rng(1).standard_normal((3, 4, 2))
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.placeholder(gg.float64, shape=(None, None, None))
+        (dx,) = tf.gradients(x.mean(dim=(0, 1)).sum(), [x])
+        with tf.Session() as sess:
+            got = sess.run(dx, {x: data})
+    np.testing.assert_allclose(got, np.full(data.shape, 1 / 12))

@@ -48,13 +48,6 @@ TORCH_NESTED_WRONG = {
     "cumprod_gradient": "its double backward divides by the input: 1e-6 off near zeros",
     "cumprod_gradient_zeros": "its double backward divides by the input: 1e-6 off near zeros",
 }
-# Cases where graphgrad's nested reverse mode is wrong above some order (a vjp that is
-# exact only so far): case -> (highest order compared, why). Jet and PyTorch agree.
-_PROD_VJP = ("Prod's vjp at zeros is exact to second order: with three or more zeros in "
-             "a slice its third derivative is 0")
-NESTED_WRONG_ABOVE = {"prod_all_zeros": (2, _PROD_VJP), "prod_zeros": (2, _PROD_VJP)}
-
-
 def _rule_missing(op_name: str) -> bool:
     cls = REGISTRY.get(op_name)
     return cls is not None and cls.differentiable and getattr(cls, "taylor", None) is None
@@ -152,10 +145,9 @@ def test_taylor_rule_matches_nested_reverse_mode(case, data):
     want = _nested(fn, xs, moving, vs, ws)
     if not case.grad2:  # a kink or a masked singularity: only first order is defined
         got, want = got[:2], want[:2]
-    top = NESTED_WRONG_ABOVE.get(case.name, (ORDER, ""))[0]
     # the case's own tolerance where it is looser (float32 casts), times 10 for order 4
     rtol, atol = max(1e-7, 10 * case.rtol), max(1e-8, 10 * case.atol)
-    np.testing.assert_allclose(got[:top + 1], want[:top + 1], rtol=rtol, atol=atol,
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol,
                                err_msg=f"case {case.name}: jet vs nested reverse mode")
     if case.torch_grad and case.grad2 and not case.xfail and \
             case.name not in TORCH_NESTED_WRONG:

@@ -9,8 +9,19 @@ and does what XLA's CSE and algebraic simplifier do for jax.jit:
 * hash-consing: an op call with the same op, params and inputs (by identity; Python
   numbers by value) as one already recorded by a backward pass returns that node;
 * exact simplifications: x * 1 and x + 0 (a ones/zeros seed or a Python 1 or 0) are x,
-  -(-x) is x, and chains of scalar factors fold, (x * a) * b -> x * (a b),
-  -(x * a) -> x * (-a).
+  -(-x) is x;
+* one form for a scalar multiple, ``Mul(x, k)`` with k a Python float: chains of scalar
+  factors fold ((x * a) * b -> x * (a b), -(x * a) -> x * (-a), a 0-d constant of x's
+  dtype counts as a scalar), and a product of scaled factors has its scalars pulled
+  out, (a x)(b y) -> (a b)(x y), with x y in one order: the same product reached along
+  two paths is one node;
+* like terms collected: a x + b x -> (a + b) x (x + x is 2 x), the pairs the product
+  rule makes at every order.
+
+The last two reassociate floating-point products (x (a b) for (x a) b): equal up to
+rounding, which is what the tests check against plain graph extension and PyTorch. For
+tanh's k-th derivative they cut the nodes ~2.5x (675 at k = 10, 1,677 before) and the
+growth per order from ~2.0 to ~1.9.
 
 The table outlives one pass (weakly: an entry dies with its node), so the passes of a
 nested derivative share with each other too. A hit is checked against the node's own
@@ -51,10 +62,6 @@ def _is_constant(t, value: float) -> bool:
     return type(t) in _NUMBER and t == value
 
 
-def _scalar(t) -> bool:
-    return type(t) in _NUMBER
-
-
 def set_sharing(enabled: bool) -> bool:
     """Turn sharing in recorded backward passes on or off (on by default); returns the
     previous setting. Off reproduces plain graph extension (for comparisons)."""
@@ -79,15 +86,20 @@ class SharingMode(Mode):
                 return simple
             if op.__module__.endswith(".random"):
                 return dispatch(op, args, params)
-            key = _key(op, args, params)
-            if key is not None:
-                hit = _table.nodes.get(key)
-                if hit is not None and _same_inputs(hit, args):
-                    return hit
-            out = dispatch(op, args, params)
-            if key is not None and isinstance(out, Value) and out.op is op:
-                _table.nodes[key] = out
-            return out
+            return _consed(op, args, params)
+
+
+def _consed(op, args: tuple, params: dict):
+    """The recorded node of this call if there is one, else a new one, remembered."""
+    key = _key(op, args, params)
+    if key is not None:
+        hit = _table.nodes.get(key)
+        if hit is not None and _same_inputs(hit, args):
+            return hit
+    out = dispatch(op, args, params)
+    if key is not None and isinstance(out, Value) and out.op is op:
+        _table.nodes[key] = out
+    return out
 
 
 def _simplify(op, args: tuple, params: dict):
@@ -102,17 +114,84 @@ def _simplify(op, args: tuple, params: dict):
                 return keep
         if op is Mul:
             for t, c in ((a, b), (b, a)):
-                if _scalar(c) and isinstance(t, Value):
-                    folded = _fold(t, c)
-                    if folded is not None:
-                        return folded
-    elif op is Neg:
+                k = _factor(c, t)
+                if k is not None:
+                    x, k0 = _term(t)
+                    return _scaled(x, k0 * k)
+            return _product(a, b)
+        return _collect(a, b, 1.0 if op is Add else -1.0)
+    if op is Neg:
         (a,) = args
         if isinstance(a, Value) and a.op is Neg:
             return a.inputs[0]
-        if isinstance(a, Value):
-            return _fold(a, -1.0)
+        if isinstance(a, Value) and a._array.dtype.kind == "f":
+            x, k0 = _term(a)
+            return _scaled(x, -k0)
     return None
+
+
+def _factor(c, t) -> float | None:
+    """``c`` as a Python float where ``t * c`` is ``t`` scaled by it, dtype and shape
+    unchanged: a Python number, or a 0-d constant of ``t``'s float dtype (the -1 seeds
+    the rules make). None otherwise."""
+    if not isinstance(t, Value) or t._array.dtype.kind != "f":
+        return None
+    if type(c) in _NUMBER:
+        return float(c)
+    if isinstance(c, Value) and c.op is None and not c._requires_grad:
+        arr = c._array
+        if arr.ndim == 0 and arr.dtype == t._array.dtype:
+            return float(arr)
+    return None
+
+
+def _term(t: Value) -> tuple:
+    """``t`` as (x, k) with t = k x for a float k: ``x * k`` (either order) or t, 1."""
+    if t.op is Mul and not t.params:
+        a, b = t.inputs
+        for x, c in ((a, b), (b, a)):
+            k = _factor(c, x)
+            if k is not None:
+                return x, k
+    return t, 1.0
+
+
+def _scaled(x: Value, k: float):
+    """k x in one canonical form, ``Mul(x, k)``, so that the same product reached by two
+    paths ((x * -1) * 2, (x * 2) * -1, -(2 x)) is one node."""
+    return x if k == 1.0 else _consed(Mul, (x, k), {})
+
+
+def _product(a, b):
+    """(ka x)(kb y) -> (ka kb)(x y): the scalars out, so that x y is one node however it
+    was scaled (the product rule scales the same products by different constants); x y
+    with its factors in one order (by identity: exact, multiplication commutes)."""
+    if not (isinstance(a, Value) and isinstance(b, Value)) or a._array.dtype.kind != "f" \
+            or a._array.dtype != b._array.dtype:
+        return None
+    x, ka = _term(a)
+    y, kb = _term(b)
+    if ka == 1.0 and kb == 1.0 and id(a) < id(b):
+        return None  # already plain, and in order: recorded as it is
+    if id(x) > id(y):
+        x, y = y, x
+    return _scaled(_consed(Mul, (x, y), {}), ka * kb)
+
+
+def _collect(a, b, sign: float):
+    """Like terms: k1 x + k2 x -> (k1 + k2) x for scalar factors (x + x is 2 x; with
+    ``sign`` -1, a difference). The product rule makes such pairs at every order, and
+    each would be differentiated as two terms. Only where nothing broadcasts and the
+    dtypes agree. (Opening longer sums to find like terms deeper was measured: rebuilding
+    them made more nodes than it saved.)"""
+    if not (isinstance(a, Value) and isinstance(b, Value)) or a._array.dtype.kind != "f" \
+            or a._array.shape != b._array.shape or a._array.dtype != b._array.dtype:
+        return None
+    x, ka = _term(a)
+    y, kb = _term(b)
+    if x is not y:
+        return None
+    return _scaled(x, ka + sign * kb)
 
 
 def _fits(keep: Value, other) -> bool:
@@ -122,18 +201,6 @@ def _fits(keep: Value, other) -> bool:
     return other._array.ndim <= keep._array.ndim and other._array.dtype == keep._array.dtype \
         and all(o == 1 or o == s for o, s in zip(reversed(other._array.shape),
                                                   reversed(keep._array.shape)))
-
-
-def _fold(t: Value, c):
-    """(y * a) * c -> y * (a c) and (-y) * c -> y * (-c): one node instead of two."""
-    if t.op is Mul and not t.params:
-        a, b = t.inputs
-        for y, k in ((a, b), (b, a)):
-            if _scalar(k) and isinstance(y, Value):
-                return Mul.apply(y, k * c)
-    if t.op is Neg and isinstance(t.inputs[0], Value):
-        return Mul.apply(t.inputs[0], -c)
-    return None
 
 
 def _key(op, args: tuple, params: dict):

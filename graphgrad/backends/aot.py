@@ -2,9 +2,9 @@
 graph's inputs require grad, its joint forward+backward graph is built by graph-level
 differentiation (``graphgrad.passes.grad``), partitioned into a forward graph, which
 also returns what the backward reads (the *saved* values, nothing else), and a backward
-graph from those saved values and the output cotangents to the input gradients.
-Elementwise values are not saved: the backward recomputes them from the nearest saved
-library-call result or input (``_recomputed``). Both
+graph from those saved values and the output cotangents to the input gradients. Which
+values are saved and which cheap elementwise ones the backward recomputes is a minimum
+cut of the forward (min_cut.py: the fewest bytes saved). Both
 halves are optimized, fused and run as array programs. The outputs' ``grad_fn`` is a
 ``CompiledFunctionBackward`` that runs the compiled backward.
 
@@ -19,15 +19,18 @@ from collections.abc import Callable
 
 from graphgrad.autograd import Function, enable_grad
 from graphgrad.autograd import grad as autograd_grad
+from graphgrad.autograd.engine import _TWICE as TWICE_MESSAGE
+from graphgrad.autograd.engine import Freed
 from graphgrad.backend import xp
 from graphgrad.graph import Graph, Node, Spec, symbol
-from graphgrad.ops.elementwise import Elementwise
-from graphgrad.passes import fuse_elementwise, has_side_effects, optimize
+from graphgrad.passes import fuse_elementwise, optimize
 from graphgrad.passes import grad as graph_grad
-from graphgrad.tensor import Tensor, Value, is_grad_enabled
+from graphgrad.ops.base import Op
+from graphgrad.tensor import Tensor, Value, dispatch, is_grad_enabled
 
-from .array_program import array_function
+from .array_program import INTERPRETED, array_function
 from .fused import dump_graphs
+from .min_cut import min_cut, recomputable
 
 __all__ = ["AotProgram", "Partition", "partition", "specialize"]
 
@@ -38,12 +41,15 @@ class Partition:
     ``grad_inputs``), and the names of the saved values."""
 
     def __init__(self, forward: Graph, backward: Graph, saved: list[str],
-                 grad_inputs: list[int], n_outputs: int):
+                 grad_inputs: list[int], n_outputs: int, saved_inputs: tuple = (),
+                 saves_output: bool = False):
         self.forward = forward
         self.backward = backward
         self.saved = saved
         self.grad_inputs = grad_inputs
         self.n_outputs = n_outputs
+        self.saved_inputs = saved_inputs   # positions of the inputs among the saved values
+        self.saves_output = saves_output   # an output is among them
 
 
 def _extract(name: str, inputs: list[Node], nodes: list[Node], outputs: list) -> Graph:
@@ -73,8 +79,7 @@ def partition(graph: Graph, grad_inputs: list[int]) -> Partition | None:
                        for o in outs):
         return None
     if any(n.kind not in ("placeholder", "constant", "call", "item", "shape", "output",
-                          "random")
-           for n in graph.nodes):
+                          "random") and n.kind not in INTERPRETED for n in graph.nodes):
         return None
     joint = _extract(graph.name, graph.inputs, [n for n in graph.nodes
                                                 if n.kind not in ("placeholder", "output")],
@@ -87,19 +92,25 @@ def partition(graph: Graph, grad_inputs: list[int]) -> Partition | None:
     bwd_nodes = [n for n in joint.nodes if n not in before and n.kind not in
                  ("placeholder", "output")]
     needed: list[Node] = []
+    materialized: set[Node] = set()   # read by a backward op that is not elementwise
     for n in bwd_nodes:
         for i in (*n.input_nodes(), *n.deps):
-            if i in before and i not in needed:
-                needed.append(i)
-    recompute = _recomputed(needed)
-    saved = [n for n in fwd_nodes + joint.inputs if n not in recompute and (
-        n in needed or any(i is n for r in recompute for i in (*r.input_nodes(), *r.deps)))]
+            if i in before:
+                if i not in needed:
+                    needed.append(i)
+                if not recomputable(n):
+                    materialized.add(i)
+    saved, recompute = min_cut(joint.inputs[:len(graph.inputs)], fwd_nodes, needed,
+                               materialized)
     forward = _extract(f"{graph.name}_forward", joint.inputs[:len(graph.inputs)], fwd_nodes,
                        [*joint.outputs, *saved])
     backward = _extract(f"{graph.name}_backward", [*saved, *seeds],
-                        [n for n in fwd_nodes if n in recompute] + bwd_nodes,
+                        recompute + bwd_nodes,
                         [g if g is not None else 0.0 for g in grads])
-    return Partition(forward, backward, [s.name for s in saved], list(grad_inputs), len(outs))
+    primals = joint.inputs[:len(graph.inputs)]
+    return Partition(forward, backward, [s.name for s in saved], list(grad_inputs), len(outs),
+                     tuple(i for i, p in enumerate(primals) if p in saved),
+                     any(o in saved for o in joint.outputs))
 
 
 def specialize(graph: Graph, args: tuple) -> Graph | None:
@@ -124,27 +135,6 @@ def specialize(graph: Graph, args: tuple) -> Graph | None:
     return g
 
 
-def _recomputed(needed: list[Node]) -> set[Node]:
-    """The forward values the backward recomputes instead of reading them saved: the
-    elementwise ones and the elementwise values they are made of, back to the nearest
-    library call, reduction, random draw or input (a minimal form of Inductor's min-cut
-    partition: on memory-bound work, recomputing an elementwise chain inside the
-    backward's fused kernels costs less than writing and reading its values)."""
-    out: set[Node] = set()
-    todo = [n for n in needed if _elementwise(n)]
-    while todo:
-        n = todo.pop()
-        if n not in out:
-            out.add(n)
-            todo.extend(i for i in n.input_nodes() if _elementwise(i))
-    return out
-
-
-def _elementwise(n: Node) -> bool:
-    return n.kind == "call" and issubclass(n.op, Elementwise) and not n.deps \
-        and not has_side_effects(n)
-
-
 class AotProgram:
     """What a compiled graph runs when a gradient is needed: the compiled forward and
     backward, built per pattern of which inputs require grad; ``slow`` (the op-by-op
@@ -167,6 +157,8 @@ class AotProgram:
             fn = self.built[key] = self._build(mask, args)
         if fn is None:
             return self.slow(*args)
+        if fn.single:   # an op of its own: one dispatch, the residuals in its one parameter
+            return (dispatch(fn, args, {"run": _Residuals()}),)
         out = fn.apply(*args)
         return out if isinstance(out, tuple) else (out,)
 
@@ -187,13 +179,85 @@ class AotProgram:
         fwd, bwd = array_function(fwd_graph), array_function(bwd_graph)
         if fwd is None or bwd is None:
             return None
+        if part.n_outputs == 1:
+            return _single_output_op(self, part, fwd, bwd, fwd_graph, bwd_graph)
         return _function(self, part, fwd, bwd, fwd_graph, bwd_graph)
+
+
+class _Residuals:
+    """One call's saved values (the compiled op's parameter: they live with its node
+    until its first backward)."""
+
+    __slots__ = ("values",)
+
+    def __eq__(self, other) -> bool:   # (identity: params must compare and hash)
+        return self is other
+
+    __hash__ = object.__hash__
+
+
+class _CompiledOp(Op):
+    """A compiled graph with one output as an op of its own: ``forward`` runs the
+    compiled forward on arrays, ``vjp`` the compiled backward on the saved arrays (a
+    plain ``autograd.Function`` costs a context, fresh leaves for the inputs and checks
+    of each gradient's shape: a third of a small MLP's compiled step). The engine checks
+    the saved inputs' and output's versions (``saves_inputs``/``saves_output``): an
+    in-place change between forward and backward raises PyTorch's error.
+    ``create_graph=True`` runs the op-by-op graph again, recorded."""
+
+    single = True
+    promotes = False
+    backward_name = "CompiledFunctionBackward"
+
+    @classmethod
+    def explain_failure(cls, err: Exception, args: tuple, params: dict) -> Exception:
+        return err   # the op-by-op program's own error ran first (array_program's fallback)
+
+
+def _single_output_op(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph,
+                      bwd_graph) -> type:
+    positions, slow = part.grad_inputs, aot.slow
+    # without random draws the forward gives the saved values again, so they can go at
+    # the first backward (a loop's previous loss no longer holds a step's activations)
+    replayable = not any(n.kind == "random" for n in part.forward.nodes)
+
+    def forward(*arrays, run: _Residuals):
+        res = fwd(*arrays)
+        run.values = res[1:]
+        return res[0]
+
+    def vjp(g, out, *inputs, run: _Residuals):
+        grads: list = [None] * len(inputs)
+        if is_grad_enabled():   # create_graph=True: the op-by-op graph, recorded
+            with enable_grad():
+                outs = slow(*inputs)
+            got = autograd_grad([outs[0]], [inputs[i] for i in positions], [g],
+                                create_graph=True, allow_unused=True)
+        else:
+            values = run.values
+            if values is None:   # a second backward (retain_graph=True): forward again
+                if type(out._saved_versions) is Freed:   # (the first one freed the graph)
+                    raise RuntimeError(TWICE_MESSAGE)
+                values = fwd(*[a._array if isinstance(a, Value) else a for a in inputs])[1:]
+            elif replayable:   # released now, as eager backward frees what nodes saved
+                run.values = None
+            got = [None if isinstance(r, float) else Tensor._make(r)
+                   for r in bwd(*values, g._array)]
+        for i, gi in zip(positions, got, strict=True):
+            grads[i] = gi
+        return grads
+
+    return type("_CompiledFunction", (_CompiledOp,), {
+        "__module__": __name__, "forward": staticmethod(forward), "vjp": staticmethod(vjp),
+        "saves_inputs": part.saved_inputs, "saves_output": part.saves_output,
+        "partition": part, "forward_graph": fwd_graph, "backward_graph": bwd_graph})
 
 
 def _function(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph, bwd_graph) -> type:
     n_out, positions, slow = part.n_outputs, part.grad_inputs, aot.slow
 
     class CompiledFunction(Function):
+        single = False
         partition = part
         forward_graph = fwd_graph
         backward_graph = bwd_graph
@@ -203,6 +267,9 @@ def _function(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph, bwd_graph) 
             res = fwd(*[a._array if isinstance(a, Value) else a for a in args])
             ctx.residuals = res[n_out:]
             ctx.args = args
+            # the saved inputs, for ctx.saved_tensors' check of in-place changes
+            ctx.save_for_backward(*[args[i] for i in part.saved_inputs
+                                    if isinstance(args[i], Value)])
             outs = tuple(Tensor._make(xp.asarray(r)) for r in res[:n_out])
             return outs if n_out > 1 else outs[0]
 
@@ -216,6 +283,7 @@ def _function(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph, bwd_graph) 
                 got = autograd_grad(list(outs), [args[i] for i in positions], list(gs),
                                     create_graph=True, allow_unused=True)
             else:
+                ctx.saved_tensors   # noqa: B018 - raises PyTorch's error on a changed input
                 res = bwd(*ctx.residuals, *[g._array for g in gs])
                 got = [None if isinstance(r, float) else Tensor._make(xp.asarray(r))
                        for r in res]

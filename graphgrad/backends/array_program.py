@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from graphgrad.backend import xp
-from graphgrad.graph import (Graph, Node, dynamic_tuple_text, is_dynamic, literal_text,
-                             python_code)
+from graphgrad.graph import (Graph, Interpreter, Node, dynamic_tuple_text, is_dynamic,
+                             literal_text, python_code)
 from graphgrad.graph.random_node import draw
 from graphgrad.passes import Fused, fuse_elementwise, optimize
 from graphgrad.tensor import Value, dispatch, is_grad_enabled
@@ -135,6 +135,11 @@ def _emit(graph: Graph, tensors: list[bool], ns: dict) -> tuple | None:
             ns.setdefault("_draw", draw)
             ns.setdefault("_rs", {})
             body.append(f"{out} = _draw(_n{k}, _rs, [{', '.join(ins)}])._array")
+        elif n.kind in INTERPRETED:
+            ns[f"_n{k}"] = n
+            ns.setdefault("_by_interp", _interpreted)
+            ns.setdefault("_interp", Interpreter(graph))
+            body.append(f"{out} = _by_interp(_interp, _n{k}, ({''.join(a + ', ' for a in ins)}))")
         else:
             return None
         names[n] = out
@@ -167,6 +172,20 @@ def _call(n: Node, k: int, out: str, ins: list[str], ns: dict, body: list[str]) 
         body.append(f"{out} = _f{k}({', '.join(args)})")
     body.append(f"if type({out}) is not _nd: {out} = _asarray({out})")
     return True
+
+
+# node kinds the IR's interpreter runs inside an array program: control flow (its
+# branches and bodies are graphs of their own) and the run-time vjp nodes of passes.grad
+INTERPRETED = frozenset({"cond", "while_loop", "while_grad", "vjp"})
+
+
+def _interpreted(interp: Interpreter, node: Node, args: tuple):
+    """``node`` run by the IR's interpreter on tensors of ``args``: its results as arrays
+    (a tuple for a node of several results, which ``item`` nodes then pick)."""
+    out = getattr(interp, "run_" + node.kind)(node, [_tensor_of(a) for a in args])
+    if isinstance(out, tuple):
+        return tuple(o._array if isinstance(o, Value) else o for o in out)
+    return out._array if isinstance(out, Value) else out
 
 
 def _tensor_of(a):

@@ -24,6 +24,7 @@ from graphgrad.graph import needed_nodes
 
 from . import config
 from graphgrad.backends import lookup_backend
+from graphgrad.passes.collapse_taylor import collapse_taylor
 from graphgrad.fx.graph_module import captured_graph_module
 from .capture import Capture, Templatizer, Unsupported
 from .codegen import Codegen
@@ -490,6 +491,8 @@ class CompiledFunction:
         need = set(needed_nodes(graph, [graph.output_node]))
         graph.nodes = [n for n in graph.nodes if n in need]
         graph.inputs = [p for p in graph.inputs if p in need]
+        if getattr(cap, "collapse_taylor", False):   # a traced func.laplacian's jets
+            graph = collapse_taylor(graph)
         inputs = [(src, node) for src, node in cap.inputs if node in need]
         examples = [ex for (src, node), ex in zip(cap.inputs, cap.examples, strict=True)
                     if node in need]

@@ -1,9 +1,12 @@
 """Layer ``dynamo``: guards, the checks that say whether a cached segment still fits.
 
 A guard is one Python condition on a source (``type(a[0]) is Tensor and ...``). A
-segment's guards are joined with ``and`` into one lambda ``(a, k, s) -> bool``, made by
-``exec`` once (Dynamo's ``CheckFunctionManager`` scheme); the parts are kept so that a
-failing call can name the guard that changed (the recompile message, ``explain``).
+segment's guards become one function ``(a, k, s) -> bool``, made by ``exec`` once
+(Dynamo's ``CheckFunctionManager`` scheme), that reads each source read by more than one
+guard once into a local (a module's submodule or parameter is a ``Module.__getattr__``
+call each time: a 6-parameter MLP's guard took 37 us evaluating them again and again);
+the parts are kept so that a failing call can name the guard that changed (the
+recompile message, ``explain``).
 
 Identity guards hold their object through a weak reference (as Dynamo's do): a cached
 segment never keeps a model alive, and when the object dies the segment is dropped
@@ -12,10 +15,11 @@ from every list that holds it (``GuardSet.own``).
 
 from __future__ import annotations
 
+import re
 import weakref
 from typing import Any
 
-from .values import Source
+from .values import Attr, Item, Source
 
 __all__ = ["Pool", "GuardSet", "Guard"]
 
@@ -81,7 +85,9 @@ def _tensor_code(e: str, x: tuple, p: Pool) -> str:
     else:   # dynamic dims: the rank and the static dims only
         parts.append(f"len({e}._array.shape) == {len(shape)}")
         parts += [f"{e}._array.shape[{i}] == {d}" for i, d in enumerate(shape) if d is not None]
-    parts += [f"{e}._array.dtype == {p(dtype)}", f"{e}.requires_grad == {rg!r}"]
+    # (the flag itself: the ``requires_grad`` property first refreshes a stale view's
+    # history, which never changes the flag, at the cost of a Python call per tensor)
+    parts += [f"{e}._array.dtype == {p(dtype)}", f"{e}._requires_grad == {rg!r}"]
     return " and ".join(parts)
 
 
@@ -156,9 +162,12 @@ class GuardSet:
 
     def compile(self):
         """The guard function ``(a, k, s) -> bool`` (any error while checking: False)."""
-        parts = [f"({g.code})" for g in self.guards] or ["True"]
-        src = ("def _guard(a, k, s):\n    try:\n        return " + " and ".join(parts)
-               + "\n    except Exception:\n        return False\n")
+        lines = _shared_reads(self.guards, self.pool)
+        if not lines:
+            lines = ["return True"]
+        src = ("def _guard(a, k, s):\n    try:\n"
+               + "".join(f"        {ln}\n" for ln in lines)
+               + "    except Exception:\n        return False\n")
         ns = dict(self.pool.ns)
         exec(compile(src, "<dynamo guard>", "exec"), ns)  # noqa: S102 - our own code
         fn = ns["_guard"]
@@ -177,3 +186,55 @@ class GuardSet:
             if not ok:
                 return g
         return None
+
+
+def _chain(src: Source) -> list[Source]:
+    """``src`` and the attribute/item sources it is read through, innermost first."""
+    out = []
+    while isinstance(src, (Attr, Item)):
+        out.append(src)
+        src = src.base
+    return out[::-1]
+
+
+def _shared_reads(guards: list[Guard], pool: Pool) -> list[str]:
+    """The guard function's body: one ``if not (...): return False`` per guard, the last
+    one returned, with every attribute/item read that occurs more than once bound to a
+    local just before the first guard that reads it (a guard evaluates its source first
+    whatever it checks, so a read hoisted there raises, i.e. fails, exactly where the
+    guard would have)."""
+    exprs: dict[str, None] = {}
+    for g in guards:
+        srcs = [g.source]
+        x = g.expected
+        if g.kind == "absent":
+            srcs.append(x[0])
+        elif g.kind in ("alias", "distinct"):
+            srcs.append(x)
+        for src in srcs:
+            for sub in _chain(src):
+                exprs.setdefault(sub.expr(pool))
+    codes = [g.code for g in guards]
+    # (not inside a name, an attribute chain or a string literal such as a dict key)
+    pattern = {e: re.compile(r"(?<![\w.'\"])" + re.escape(e) + r"(?![\w'\"])") for e in exprs}
+    shared = [e for e in exprs if sum(len(pattern[e].findall(c)) for c in codes) > 1]
+    # longest first, so a read's local is substituted before the reads it is made of
+    shared.sort(key=len, reverse=True)
+    local = {e: f"v{i}" for i, e in enumerate(shared)}
+    bound: set[str] = set()
+    lines = []
+    for j, code in enumerate(codes):
+        for e in sorted((e for e in shared if e not in bound and pattern[e].search(code)),
+                        key=len):
+            rhs = e
+            for other in shared:   # (bound ones only: they are shorter, its bases)
+                if other in bound and other != e:
+                    rhs = pattern[other].sub(local[other], rhs)
+            lines.append(f"{local[e]} = {rhs}")
+            bound.add(e)
+        for e in shared:
+            if e in bound:
+                code = pattern[e].sub(local[e], code)
+        lines.append(f"return {code}" if j == len(codes) - 1 else
+                     f"if not ({code}):\n            return False")
+    return lines

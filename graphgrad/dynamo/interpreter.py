@@ -40,6 +40,7 @@ from .policy import TENSOR_EAGER_ATTRS, classify, is_graphgrad, is_inplace_name
 from .callables import (FUNCTIONAL, INPLACE_NAME, BoundExt, EagerMethod, InplaceMethod,
                         MethodCall, SizeMethod, SuperOf, has_real_tensor, has_symint,
                         leaks_stand_in, mutating)
+from .taylor_calls import OperatorV, is_taylor_transform, taylor_call
 from .values import INLINED, Attr, Extras, ExtCell, FuncV, ListIter
 
 __all__ = ["BytecodeInterpreter", "Return", "EagerStep"]
@@ -285,6 +286,8 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
         if isinstance(fn, FuncV):
             return self.inline(fn.code, fn.globals, fn.name, fn.defaults, fn.kwdefaults,
                                fn.closure, args, kwargs, None)
+        if isinstance(fn, OperatorV):   # func.laplacian(f) made in the traced code
+            return fn.call(self, args, kwargs)
         if fn is super and not args and not kwargs:
             return self.zero_arg_super()
         if isinstance(fn, BoundExt):   # the object is fetched at run time, from its source
@@ -348,6 +351,8 @@ class BytecodeInterpreter(StackOpcodes, ValueOpcodes, FlowOpcodes):
         return True
 
     def by_policy(self, fn: Any, args: list, kwargs: dict) -> Any:
+        if is_taylor_transform(fn):   # func.jet and friends: expanded into the graph
+            return taylor_call(self, fn, args, kwargs)
         kind = classify(fn)
         if kind == "fold":
             return self.fold(fn, args, kwargs)

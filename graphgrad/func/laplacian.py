@@ -14,12 +14,9 @@ of each output.
 ``graphgrad.passes.collapse_taylor`` on the captured ``method="taylor"`` computation
 (``capture_taylor_operator``); tests/test_collapse_taylor.py checks that they agree.
 
-Under ``graphgrad.compile`` a call of ``laplacian``/``jet`` is a graph break: dynamo's
-policy runs ``graphgrad.func`` eagerly, so the eager collapsed path runs, uncaptured.
-Running them "native" on graph values instead gives zeros, silently: a Symbol's methods
-put its graph's builder on top of the dispatch stack, above the Taylor level, which
-then sees no op. A function made by the traced code (the usual lambda) is refused by the
-native path anyway, and one from outside would run unguarded on graph values.
+Under ``graphgrad.compile`` a call of ``laplacian``/``linear_operator`` is traced into
+the graph as unrolled 2-jets (plain Taylor mode) and compile collapses them with that
+pass (``dynamo/taylor_calls.py``); ``method="reverse"`` stays a graph break.
 """
 
 from __future__ import annotations
@@ -58,17 +55,7 @@ def linear_operator(f: Callable, coefficients, *, method: str = "collapsed") -> 
     (a diagonal operator) or a (d, d) matrix (its symmetric part counts). The coefficients
     are constants: they are factored once, in NumPy, not differentiated."""
     _check_method(method)
-    c = np.asarray(coefficients.detach().numpy() if isinstance(coefficients, Value)
-                   else coefficients, dtype=np.float64)
-    if c.ndim == 1:
-        directions, weights = np.eye(c.shape[0]), c
-    elif c.ndim == 2 and c.shape[0] == c.shape[1]:
-        weights, vecs = np.linalg.eigh((c + c.T) / 2)
-        keep = np.abs(weights) > 1e-14 * max(np.abs(weights).max(), 1e-300)
-        directions, weights = vecs.T[keep], weights[keep]
-    else:
-        raise ValueError(f"linear_operator: coefficients must be a (d,) or (d, d) array, got "
-                         f"shape {c.shape}")
+    directions, weights = operator_directions(coefficients)
 
     def apply(x: Value) -> Value:
         if x.shape[-1] != directions.shape[1]:
@@ -76,6 +63,22 @@ def linear_operator(f: Callable, coefficients, *, method: str = "collapsed") -> 
                              f"coefficients are for {directions.shape[1]}")
         return _weighted_second(f, x, directions, weights, method)
     return apply
+
+
+def operator_directions(coefficients) -> tuple[np.ndarray, np.ndarray]:
+    """(directions v_r, weights w_r) with sum_ij c_ij d_ij f = sum_r w_r d^2/dt^2
+    f(x + t v_r), for ``linear_operator``'s coefficients (also read by graphgrad.compile,
+    which traces the operator as unrolled jets)."""
+    c = np.asarray(coefficients.detach().numpy() if isinstance(coefficients, Value)
+                   else coefficients, dtype=np.float64)
+    if c.ndim == 1:
+        return np.eye(c.shape[0]), c
+    if c.ndim == 2 and c.shape[0] == c.shape[1]:
+        weights, vecs = np.linalg.eigh((c + c.T) / 2)
+        keep = np.abs(weights) > 1e-14 * max(np.abs(weights).max(), 1e-300)
+        return vecs.T[keep], weights[keep]
+    raise ValueError(f"linear_operator: coefficients must be a (d,) or (d, d) array, got "
+                     f"shape {c.shape}")
 
 
 def _check_method(method: str) -> None:
@@ -104,10 +107,8 @@ def _weighted_second(f, x, directions: np.ndarray, weights: np.ndarray, method: 
     level.seed(x0, seeds)
     with level:
         out = f(x0)
-        terms = level.terms(out)
-    if terms is None or terms[1] is None:
-        return zeros_like(out)
-    return 2 * terms[1]
+        top = level.second(out)
+    return zeros_like(out) if top is None else 2 * top
 
 
 def _reverse(f, x, seeds, w):

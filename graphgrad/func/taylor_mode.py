@@ -33,6 +33,9 @@ class SeriesLevel(Mode):
     the level lowered, no in-place writes, and push/pop as a context manager."""
 
     name = "jet"
+    # each op call is run below (lowered) and then the rule: over a graph builder, the
+    # builder records both, so a Symbol's methods need not push the builder over it
+    over_graph_builder = True
 
     def __init__(self):
         self._store: dict[int, tuple[Value, object]] = {}

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from graphgrad.backend import xp
 from graphgrad.ops import Spec
 from graphgrad.tensor import Mode, Size, Value, dispatch, pop_mode, push_mode
-from graphgrad.tensor.modes import current_mode
+from graphgrad.tensor.modes import active_modes, current_mode
 
 from .graph import Graph
 from .node import Dyn, Node
@@ -48,6 +48,13 @@ class GraphBuilder(Mode):
 
     @contextlib.contextmanager
     def active(self) -> Iterator[GraphBuilder]:
+        """This builder receives the op calls: pushed on top, unless it is on the stack
+        already under modes that handle graph values by running each op below them (a
+        Taylor level traced into a graph: pushed over it, the builder would take the
+        calls from it, and the series would be lost without a word)."""
+        if _under_transparent(lambda b: b is self) is self:
+            yield self
+            return
         push_mode(self)
         try:
             yield self
@@ -230,6 +237,34 @@ class GraphBuilder(Mode):
                 for k, s in enumerate(specs)]
 
 
+def _under_transparent(accept) -> GraphBuilder | None:
+    """The builder nearest the top of the dispatch stack if it satisfies ``accept`` and
+    only modes marked ``over_graph_builder`` (they process an op by dispatching it
+    below, so graph values reach the builder through them) sit above it."""
+    for mode in reversed(active_modes()):
+        if isinstance(mode, GraphBuilder):
+            return mode if accept(mode) else None
+        if not getattr(mode, "over_graph_builder", False):
+            return None
+    return None
+
+
+def _refuse_hiding(graph: Graph) -> None:
+    """A Symbol's method under a transform (vmap...) that sits over its graph's builder:
+    pushing a builder on top would hide the op from the transform, a wrong graph without
+    a word. Refused instead."""
+    stack = active_modes()
+    for i, mode in enumerate(stack):
+        if isinstance(mode, GraphBuilder) and mode.owns_graph(graph):
+            over = [m for m in stack[i + 1:] if not isinstance(m, GraphBuilder)]
+            if over:
+                raise NotImplementedError(
+                    f"a method of a graph value called under {type(over[-1]).__name__}, "
+                    f"which is not traced into the graph {graph.name!r}: the op would "
+                    f"bypass it")
+            return
+
+
 def builder_of(graph: Graph) -> GraphBuilder:
     """The top-level builder of ``graph`` (made on first use)."""
     # kept on the graph itself (not in a module-level table, which would keep every graph
@@ -247,6 +282,11 @@ def building(graph: Graph) -> Iterator[GraphBuilder]:
     if isinstance(top, GraphBuilder) and top.owns_graph(graph):
         yield top
         return
+    under = _under_transparent(lambda b: b.owns_graph(graph))
+    if under is not None:  # reached through the Taylor level above it
+        yield under
+        return
+    _refuse_hiding(graph)
     b = builder_of(graph)
     with b.active():
         yield b

@@ -14,7 +14,7 @@ import functools
 from graphgrad.backend import stand_in, xp
 from graphgrad.ops import REGISTRY
 from graphgrad.tensor import Size, Tensor
-from graphgrad.tensor.modes import current_mode
+from graphgrad.tensor.modes import Mode, current_mode
 
 from .node import Node
 from .spec import Spec
@@ -237,3 +237,32 @@ def _install() -> None:
 
 
 _install()
+
+
+# ``t += 1`` on a graph value: a graph's values are immutable, so Python's meaning for
+# immutable operands (TF1's for its tensors) applies, and the name is rebound to a new node.
+# Writing in place instead would go to the stand-in array (an error, or a silent no-op).
+# Only a capture that handles writes itself (Dynamo's functionalizing builder overrides
+# ``process_inplace``) keeps PyTorch's in-place meaning, which other references observe.
+_COMPOUND = {"__iadd__": "__add__", "__isub__": "__sub__", "__imul__": "__mul__",
+             "__itruediv__": "__truediv__", "__ipow__": "__pow__",
+             "__ifloordiv__": "__floordiv__", "__imod__": "__mod__", "__iand__": "__and__",
+             "__ior__": "__or__", "__ixor__": "__xor__", "__imatmul__": "__matmul__"}
+
+
+def _compound(name: str, plain: str):
+    in_place, out_of_place = getattr(Symbol, name, None), getattr(Symbol, plain)
+
+    def method(self, other):
+        top = current_mode()
+        owns = getattr(top, "owns_graph", None)   # a graph builder's
+        if owns is not None and type(top).process_inplace is not Mode.process_inplace \
+                and in_place is not None and owns(self._node.graph):
+            return in_place(self, other)
+        return out_of_place(self, other)
+    method.__name__ = name
+    return method
+
+
+for _name, _plain in _COMPOUND.items():
+    setattr(Symbol, _name, _compound(_name, _plain))

@@ -125,7 +125,9 @@ def cs_hessian(f, x, h: float | None = None, *, batched: bool = True) -> np.ndar
     if n == 0:
         return np.zeros(x0.shape + x0.shape)
     if batched:
-        points = x0.reshape(-1).astype(_complex_dtype(x0.dtype)) + 1j * h * np.eye(n)
+        points = np.empty((n, n), _complex_dtype(x0.dtype))
+        points[...] = x0.reshape(-1)  # row j: x ...
+        points.reshape(-1)[::n + 1] += 1j * h  # ... + i h e_j (no (n, n) identity built)
         with complex_step_mode():
             grads = _batched_gradient(f, Tensor._make(points.reshape((n,) + x0.shape)))
         # row j is the gradient at x + i h e_j, i.e. column j of the Hessian

@@ -30,6 +30,43 @@ def reset_avx_state() -> None:
     xp.tanh(_SMALL)
 
 
+# below this many multiply-adds (m k n) zgemm is fast enough that checking a factor
+# for a zero imaginary part does not pay
+_SPLIT_MIN = 1 << 15
+_WIDE = 16
+
+
+def complex_matmul(a, b):
+    """``a @ b`` for complex operands. The complex step multiplies real weights (cast to
+    complex by its mode) with complex activations: with one factor real the product is
+    two real GEMMs of work, where zgemm does four (measured at 300 x 300: zgemm 2.3 ms,
+    the real route 1.3 ms). The real route forms the same products and sums as zgemm
+    less its terms of exact zeros (0 * imaginary part), so the values are equal up to
+    the order of summation. It is taken for a factor whose imaginary part is zero
+    everywhere (the check is O(size), a few % of the product)."""
+    if a.ndim >= 2 and b.ndim >= 2:
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        # the check and the real factor's copy cost O(its size): worth it only when the
+        # other factor is wide (a matrix-vector product would pay more than it saves)
+        if m * k * n >= _SPLIT_MIN:
+            if n >= _WIDE and not a.imag.any():
+                return _real_times_complex(a.real, b)
+            if m >= _WIDE and not b.imag.any():  # (a @ b)^T = b^T @ a^T
+                return _real_times_complex(b.real.swapaxes(-1, -2),
+                                           a.swapaxes(-1, -2)).swapaxes(-1, -2)
+    out = xp.matmul(a, b)
+    reset_avx_state()
+    return out
+
+
+def _real_times_complex(r, z):
+    """``r @ z``, ``r`` real: a C-contiguous complex (..., k, n) read as real is
+    (..., k, 2n), real and imaginary parts interleaved, so one real GEMM gives both
+    parts of the product, already in complex layout."""
+    z = xp.ascontiguousarray(z)
+    return xp.matmul(xp.ascontiguousarray(r), z.view(r.dtype)).view(z.dtype)
+
+
 class Matmul(Op):
     """NumPy/PyTorch ``matmul``: vectors, matrices, and batches that broadcast."""
 
@@ -49,10 +86,9 @@ class Matmul(Op):
                                f"{a.ndim}D and {b.ndim}D")
         if a.dtype is not b.dtype:  # (equal dtypes are nearly always the same object)
             Matmul.infer(a, b)  # PyTorch refuses mixed dtypes (after the shapes)
-        out = xp.matmul(a, b)
-        if out.dtype.kind == "c":
-            reset_avx_state()
-        return out
+        if a.dtype.kind == "c":
+            return complex_matmul(a, b)
+        return xp.matmul(a, b)
 
     @staticmethod
     def vjp(g, out, a, b):
@@ -271,9 +307,8 @@ class Linear(Op):
         if x.dtype is not w.dtype or b is not None and b.dtype is not w.dtype:
             Linear.infer(x, w, b)  # PyTorch refuses mixed dtypes (after the shapes)
         # other mistakes make NumPy raise; dispatch then asks ``infer`` for the message
-        out = xp.matmul(x, w.T)  # BLAS reads the transposed weight in place
-        if out.dtype.kind == "c":
-            reset_avx_state()
+        # BLAS reads the transposed weight in place
+        out = complex_matmul(x, w.T) if x.dtype.kind == "c" else xp.matmul(x, w.T)
         if b is not None:
             if b.dtype == out.dtype:
                 out += b  # out is fresh: no second output array

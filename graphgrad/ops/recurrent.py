@@ -8,12 +8,13 @@ The input projection of every step (``x_t W_ih^T + b``) is not part of the op: t
 computes it for the whole sequence as one GEMM and hands it in as ``xg`` (L, N, G*H).
 Only the recurrence is here: per step one (N, H) x (H, G*H) product and the gates.
 
-The backward through time is written once, in ``_lstm_bptt`` / ``_gru_bptt``, over a
-small namespace of array functions, and runs two ways: on NumPy arrays as the forward of
-the ``...Backward`` op (plain eager backward: no graph is recorded), or on graphgrad
-tensors as ops (under ``create_graph`` or a function transform), so that gradients of
-gradients differentiate the same program. Forward-mode is the tangent recurrence, also
-in graphgrad ops.
+The forwards and the plain eager backward through time (the forward of the
+``...Backward`` op: nothing recorded) are array kernels, in ``recurrent_kernels.py``:
+preallocated buffers, in-place steps, the gates kept by the forward for the backward.
+Under ``create_graph`` or a function transform the vjp is the same BPTT written in
+graphgrad ops (``_lstm_bptt`` / ``_gru_bptt`` / ``_rnn_bptt``, over the ``_TENSORS``
+namespace), so gradients of gradients differentiate it; the tests hold both against
+torch. Forward-mode is the tangent recurrence, also in graphgrad ops.
 """
 
 from __future__ import annotations
@@ -24,18 +25,16 @@ from types import SimpleNamespace
 from graphgrad.backend import xp
 
 from .base import Op, Spec
-from .fused import array_backward, pack, unpack
+from .fused import array_backward, unpack
 from .batching import to_front
 from .join import Cat, Stack
+from .recurrent_kernels import (gru_backward, gru_forward, lstm_backward, lstm_forward,
+                                rnn_backward, rnn_forward)
 from .taylor_composite import Jet, cat_jets, jets, stack_jets
 from .unary import Relu, Sigmoid, Tanh
 
 __all__: list[str] = []
 
-_ARRAYS = SimpleNamespace(sigmoid=Sigmoid.forward, tanh=Tanh.forward, relu=Relu.forward,
-                          cat=lambda ts: xp.concatenate(ts, axis=-1),
-                          stack=lambda ts: xp.stack(ts, 0), t=lambda w: w.T,
-                          lstm_factors=lambda *a: _lstm_factors_arrays(*a))
 _TENSORS = SimpleNamespace(sigmoid=Sigmoid.apply, tanh=Tanh.apply, relu=Relu.apply,
                            cat=lambda ts: Cat.apply(*ts, dim=ts[0].ndim - 1),
                            stack=lambda ts: Stack.apply(*ts, dim=0), t=lambda w: w.mT,
@@ -65,28 +64,6 @@ def _lstm_factors(pre, c, c_prev, hidden: int):
     tc = Tanh.apply(c)
     return f, o * (1 - tc * tc), g * i * (1 - i), c_prev * f * (1 - f), i * (1 - g * g), \
         tc * o * (1 - o)
-
-
-def _lstm_factors_arrays(pre, c, c_prev, hidden: int):
-    """``_lstm_factors`` on arrays, in place where NumPy allows (the same expressions)."""
-    g = xp.tanh(pre[..., 2 * hidden:3 * hidden])
-    s = Sigmoid.forward(pre)
-    i, f, o = s[..., :hidden], s[..., hidden:2 * hidden], s[..., 3 * hidden:]
-    tc = xp.tanh(c)
-
-    def sigmoid_slope(a, times):  # times * a (1 - a), one new array
-        r = xp.subtract(1, a)
-        r *= a
-        r *= times
-        return r
-
-    def tanh_slope(a, times):  # times * (1 - a^2)
-        r = xp.square(a)
-        xp.subtract(1, r, out=r)
-        r *= times
-        return r
-    return (f, tanh_slope(tc, o), sigmoid_slope(i, g), sigmoid_slope(f, c_prev),
-            tanh_slope(g, i), sigmoid_slope(o, tc))
 
 
 def _lstm_bptt(k, grad, hc, xg, h0, c0, w_hh):
@@ -123,22 +100,7 @@ class LstmLayer(Op):
 
     saves_output = True
 
-    @staticmethod
-    def forward(xg, h0, c0, w_hh):
-        steps, hidden = xg.shape[0], h0.shape[-1]
-        out = xp.empty((steps, *h0.shape[:-1], 2 * hidden),
-                       dtype=xp.result_type(xg, h0, c0, w_hh))
-        h, c = h0, c0
-        w = w_hh.T
-        for t in range(steps):  # (the recurrence: nothing here can be batched over t)
-            pre = xg[t] + h @ w
-            i, f, g, o = _lstm_gates(_ARRAYS, pre, hidden)
-            c = f * c
-            c += i * g
-            h = o * xp.tanh(c)
-            out[t, :, :hidden] = h
-            out[t, :, hidden:] = c
-        return out
+    forward = staticmethod(lstm_forward)
 
     @staticmethod
     def vjp(g, out, xg, h0, c0, w_hh):
@@ -207,9 +169,7 @@ class LstmLayerBackward(Op):
 
     differentiable = False
 
-    @staticmethod
-    def forward(g, out, xg, h0, c0, w_hh):
-        return pack(_lstm_bptt(_ARRAYS, g, out, xg, h0, c0, w_hh))
+    forward = staticmethod(lstm_backward)
 
     @classmethod
     def batch(cls, vals, bdims):
@@ -269,20 +229,7 @@ class GruLayer(Op):
 
     saves_output = True
 
-    @staticmethod
-    def forward(xg, h0, w_hh, b_hh=None):
-        steps, hidden = xg.shape[0], h0.shape[-1]
-        out = xp.empty((steps, *h0.shape), dtype=xp.result_type(xg, h0, w_hh))
-        h = h0
-        w = w_hh.T
-        for t in range(steps):
-            hg = h @ w
-            if b_hh is not None:
-                hg += b_hh
-            r, z, n, _ = _gru_parts(_ARRAYS, xg[t], hg, hidden)
-            h = n + z * (h - n)
-            out[t] = h
-        return out
+    forward = staticmethod(gru_forward)
 
     @staticmethod
     def vjp(g, out, xg, h0, w_hh, b_hh=None):
@@ -361,9 +308,7 @@ class GruLayerBackward(Op):
 
     differentiable = False
 
-    @staticmethod
-    def forward(g, out, xg, h0, w_hh, b_hh=None):
-        return pack(_gru_bptt(_ARRAYS, g, out, xg, h0, w_hh, b_hh))
+    forward = staticmethod(gru_backward)
 
     @classmethod
     def batch(cls, vals, bdims):
@@ -407,15 +352,7 @@ class RnnLayer(Op):
 
     saves_output = True
 
-    @staticmethod
-    def forward(xg, h0, w_hh, *, nonlinearity):
-        out = xp.empty((xg.shape[0], *h0.shape), dtype=xp.result_type(xg, h0, w_hh))
-        h, w = h0, w_hh.T
-        for t in range(xg.shape[0]):
-            pre = xg[t] + h @ w
-            h = (xp.tanh(pre, out=out[t]) if nonlinearity == "tanh"
-                 else xp.maximum(pre, 0, out=out[t]))
-        return out
+    forward = staticmethod(rnn_forward)
 
     @staticmethod
     def vjp(g, out, xg, h0, w_hh, *, nonlinearity):
@@ -464,9 +401,7 @@ class RnnLayerBackward(Op):
 
     differentiable = False
 
-    @staticmethod
-    def forward(g, out, xg, h0, w_hh, *, nonlinearity):
-        return pack(_rnn_bptt(_ARRAYS, g, out, xg, h0, w_hh, nonlinearity=nonlinearity))
+    forward = staticmethod(rnn_backward)
 
     @classmethod
     def batch(cls, vals, bdims, **params):

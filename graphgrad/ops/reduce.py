@@ -18,6 +18,7 @@ from .arithmetic import Mul, Sub
 from .base import Op, Spec, normalize_dim, normalize_dims, scalar_name
 from .batching import to_front
 from .compare import where
+from .join import Pad
 from .refusals import NOT_GIVEN, empty_check, no_bool, no_kernel
 from .unary import Exp
 from . import taylor as ts
@@ -30,6 +31,13 @@ __all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmi
 
 def _kept_shape(shape: tuple, dims: tuple) -> tuple:
     return tuple(1 if i in dims else s for i, s in enumerate(shape))
+
+
+def _inverse(perm: list) -> list:
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return inverse
 
 
 def expand_back(g, shape: tuple, dims: tuple, keepdim: bool):
@@ -109,7 +117,7 @@ class Mean(_Reduce):
     def vjp(g, out, a, *, dim, keepdim, dtype=None):
         n = 1
         for d in dim:
-            n = n * a.shape[d]   # not *=: a size may be a Symbol, and *= would write into it
+            n *= a.shape[d]
         # n is a 0-d Symbol where a dim is known only at run time (graph differentiation)
         n = n.clamp(min=1) if isinstance(n, Value) else builtins.max(n, 1)
         return (expand_back(g, a.shape, dim, keepdim) / n,)
@@ -134,19 +142,23 @@ class Prod(_Reduce):
 
     @staticmethod
     def vjp(g, out, a, *, dim, keepdim, dtype=None):
-        # d prod / d a_i = prod of the others. Where a_i != 0 that is out / a_i; at a
-        # zero it is the product of the non-zeros if that zero is the only one, else 0.
-        # That 0 must still have the right derivative (second order): with exactly two
-        # zeros a_i, a_k the product of the others is (non-zeros) * a_k, and a_k is written
-        # (sum of the zeros) - a_i; with three or more it is flat to first order.
+        # d prod / d a_i is the product of the others: the exclusive cumulative products
+        # from the left and from the right, multiplied. No division (out / a_i), so it is
+        # exact at any number of zeros, and it stays exact when differentiated again:
+        # Cumprod's own vjp handles zeros (PyTorch's prod_safe_zeros_backward is this).
         shape = a.shape
-        out_e = expand_back(out, shape, dim, keepdim)
-        is_zero = a == 0
-        nonzero_prod = Prod.apply(where(is_zero, 1.0, a), dim=dim, keepdim=True).expand(shape)
-        zeros = is_zero.sum(dim=dim, keepdim=True).expand(shape)
-        other_zero = where(is_zero, a, 0.0).sum(dim=dim, keepdim=True).expand(shape) - a
-        at_zero = nonzero_prod * where(zeros == 1, 1.0, where(zeros == 2, other_zero, 0.0))
-        others = where(is_zero, at_zero, out_e / where(is_zero, 1.0, a))
+        if a.ndim == 0:
+            return (g,)
+        kept = [d for d in range(a.ndim) if d not in dim]
+        perm = kept + list(dim)
+        moved = a.permute(*perm)
+        flat = moved.reshape(*moved.shape[:len(kept)], -1)
+        n = flat.shape[-1]  # a Symbol where the size is known only at run time
+        if not isinstance(n, Value) and n == 0:  # an empty slice: nothing to differentiate
+            return (expand_back(g, shape, dim, keepdim) * a,)
+        before = Pad.apply(flat.cumprod(-1), pad=(1, -1), value=1.0)
+        after = Pad.apply(flat.flip(-1).cumprod(-1).flip(-1), pad=(-1, 1), value=1.0)
+        others = (before * after).reshape(moved.shape).permute(*_inverse(perm))
         return (expand_back(g, shape, dim, keepdim) * others,)
 
     @staticmethod

@@ -18,7 +18,7 @@ from __future__ import annotations
 import warnings
 
 from graphgrad.backend import xp
-from graphgrad.tensor import Value, active_modes
+from graphgrad.tensor import Value, active_modes, is_grad_enabled
 
 from .arithmetic import needs_grad
 from .base import Op, normalize_dim, scalar_name
@@ -159,18 +159,17 @@ class ScatterReduce(Op):
             a_part = 1.0 / where(n == 0, 1.0, n)
             s_part = Gather.apply(a_part, index, dim=dim)
         elif reduce == "prod":
-            # the products of the others, exact where input or src holds zeros
+            # the products of the others, division-free so that they are exact where input
+            # or src holds zeros, to every order (any number of zeros meeting at a slot)
             masked_a = where(a == 0, 1.0, a)
             a_part = ScatterReduce.apply(masked_a, index, src, dim=dim, reduce="prod",
                                          include_self=include_self) / masked_a
-            src_zero = src == 0
-            zeros_at = ScatterAdd.apply(a.new_zeros(tuple(a.shape)), index,
-                                        src_zero.to(a.dtype), dim=dim)
-            single = src_zero & (Gather.apply(zeros_at, index, dim=dim) == 1)
-            without_zero = ScatterReduce.apply(a, index, where(single, 1.0, src), dim=dim,
-                                               reduce="prod", include_self=include_self)
-            s_part = where(single, Gather.apply(without_zero, index, dim=dim),
-                           Gather.apply(out, index, dim=dim) / where(src_zero, 1.0, src))
+            if is_grad_enabled() or active_modes():
+                s_part = _same_slot_others(src, index, dim)
+                if include_self:
+                    s_part = s_part * Gather.apply(a, index, dim=dim)
+            else:  # a value nothing differentiates (a backward that records no graph)
+                s_part = _others_value(out, a, index, src, dim, include_self)
         else:  # amax, amin: the gradient is shared evenly between the ties
             a_is = (a == out).to(a.dtype)
             s_is = (src == Gather.apply(out, index, dim=dim)).to(a.dtype)
@@ -208,6 +207,56 @@ class ScatterReduce(Op):
     def batch(cls, vals, bdims, *, dim, **params):
         a, index, src = all_to_front(vals, bdims)
         return cls.apply(a, index, src, dim=dim + 1, **params), 0
+
+
+def _others_value(out, a, index, src, dim: int, include_self: bool):
+    """The products of the others by division (the product at the slot over the source),
+    the one zero source of a slot recomputed with a 1 in its place: the right values with
+    any zeros, in a third of the scan's ops, but wrong derivatives where two zero sources
+    meet (0 where the derivative is not): for a backward pass that records nothing."""
+    src_zero = src == 0
+    zeros_at = ScatterAdd.apply(a.new_zeros(tuple(a.shape)), index, src_zero.to(a.dtype),
+                                dim=dim)
+    single = src_zero & (Gather.apply(zeros_at, index, dim=dim) == 1)
+    without_zero = ScatterReduce.apply(a, index, where(single, 1.0, src), dim=dim,
+                                       reduce="prod", include_self=include_self)
+    return where(single, Gather.apply(without_zero, index, dim=dim),
+                 Gather.apply(out, index, dim=dim) / where(src_zero, 1.0, src))
+
+
+def _segmented_products(v, key, dim: int):
+    """Inclusive running products along ``dim`` of ``v`` within runs of equal ``key``
+    (Hillis-Steele: log2(n) rounds of Mul, no division)."""
+    n, step = v.shape[dim], 1
+    while step < n:
+        shift = [0, 0] * (v.ndim - 1 - dim) + [step, -step]
+        same = key == Pad.apply(key, pad=tuple(shift), value=-1)
+        v = where(same, v * Pad.apply(v, pad=tuple(shift), value=1.0), v)
+        step *= 2
+    return v
+
+
+def _same_slot_others(src, index, dim: int):
+    """For each scattered element of ``src`` (index's shape): the product of the other
+    elements sent to the same slot. The sources are sorted by slot (a constant
+    permutation), the exclusive products from the left and from the right within each
+    run are multiplied, and the order is undone."""
+    if tuple(src.shape) != tuple(index.shape):
+        src = src[tuple(slice(0, k) for k in index.shape)]
+    if index.ndim == 0 or index.shape[dim] == 0:
+        return src.new_ones(tuple(index.shape))
+    order = index.argsort(dim=dim)
+    key, v = Gather.apply(index, order, dim=dim), Gather.apply(src, order, dim=dim)
+    shift = [0, 0] * (v.ndim - 1 - dim)
+    same_before = key == Pad.apply(key, pad=tuple(shift + [1, -1]), value=-1)
+    before = where(same_before, Pad.apply(_segmented_products(v, key, dim),
+                                          pad=tuple(shift + [1, -1]), value=1.0), 1.0)
+    flip_key, flip_v = key.flip(dim), v.flip(dim)
+    same_after = flip_key == Pad.apply(flip_key, pad=tuple(shift + [1, -1]), value=-1)
+    after = where(same_after, Pad.apply(_segmented_products(flip_v, flip_key, dim),
+                                        pad=tuple(shift + [1, -1]), value=1.0), 1.0).flip(dim)
+    return ScatterAdd.apply((before * after).new_zeros(tuple(key.shape)), order,
+                            before * after, dim=dim)
 
 
 def _prod_series(series, a, index, src, dim: int, include_self: bool) -> list:

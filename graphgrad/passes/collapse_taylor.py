@@ -42,7 +42,7 @@ from .keys import value_key
 from .purity import has_side_effects
 from .rebuild import GraphPass, Rebuild
 
-__all__ = ["collapse_taylor", "capture_taylor_operator"]
+__all__ = ["collapse_taylor", "capture_taylor_operator", "unrolled_operator"]
 
 _ADD = REGISTRY["Add"]
 # op -> the input positions in which it is linear (the others are held fixed)
@@ -107,7 +107,7 @@ def _factor(rb: Rebuild, terms: list, name: str) -> list:
         if best is None or len(best[1]) < 2:
             break
         (_, pos, *_), members = best
-        inner = _factor(rb, [m.inputs[pos] for m in members], name)
+        inner = _factor(rb, _opened([m.inputs[pos] for m in members]), name)
         operand = _sum_of(rb, inner, name)
         first = members[0]
         inputs = list(first.inputs)
@@ -118,6 +118,22 @@ def _factor(rb: Rebuild, terms: list, name: str) -> list:
         terms = [t for t in terms if id(t) not in chosen] + [merged]
         rb.changed = changed = True
     return terms
+
+
+def _opened(terms: list) -> list:
+    """The addends of the sums among ``terms`` (an order's coefficient is often a sum,
+    x_2 f'(x_0) + P(x_1): its linear part can climb further only as a term of its own).
+    Only sums whose operands have the sum's spec: nothing broadcasts inside."""
+    out, todo = [], list(reversed(terms))
+    while todo:
+        t = todo.pop()
+        if isinstance(t, Node) and t.kind == "call" and t.op is _ADD and not t.deps \
+                and not t.params and not has_side_effects(t) and all(
+                    isinstance(i, Node) and i.spec == t.spec for i in t.inputs):
+            todo.extend(reversed(t.inputs))
+        else:
+            out.append(t)
+    return out
 
 
 def _rewrite(graph: Graph, subs: dict) -> Rebuild:
@@ -159,6 +175,27 @@ def collapse_taylor(graph: Graph) -> Graph:
     return dead_code_elimination(collapsed)
 
 
+def unrolled_operator(f: Callable, point, directions: np.ndarray, weights: np.ndarray):
+    """sum_r w_r d^2/dt^2 f(point + t v_r) as R separate 2-jets (plain Taylor mode,
+    directions unrolled; v_r applied to the last dim of ``point``): the form this pass
+    collapses. ``graphgrad.compile`` records a traced ``func.laplacian`` so."""
+    total = out = None
+    for v, w in zip(directions, weights, strict=True):
+        if w == 0:
+            continue
+        seed = tensor(np.asarray(v, np.float64), dtype=point.dtype)
+        out, terms = jet_coefficients(f, (point,), ([seed, None],), 2)
+        y2 = terms[0][1]
+        if y2 is None:
+            continue
+        term = y2 if w == 1 else y2 * float(w)
+        total = term if total is None else total + term
+    if total is None:  # f is affine along every direction
+        out = f(point) if out is None else out
+        return out * 0.0
+    return total * 2.0
+
+
 def capture_taylor_operator(f: Callable, x, coefficients=None, name: str = "laplacian"
                             ) -> Graph:
     """The graph of sum_r w_r d^2/dt^2 f(x + t v_r) as R separate 2-jets (plain Taylor
@@ -169,16 +206,5 @@ def capture_taylor_operator(f: Callable, x, coefficients=None, name: str = "lapl
     weights = np.ones(d) if coefficients is None else np.asarray(coefficients, np.float64)
 
     def operator(point):
-        total = None
-        for r in range(d):
-            if weights[r] == 0:
-                continue
-            seed = tensor(np.eye(d)[r] * 1.0, dtype=point.dtype)
-            _, terms = jet_coefficients(f, (point,), ([seed, None],), 2)
-            y2 = terms[0][1]
-            if y2 is None:
-                continue
-            term = y2 if weights[r] == 1 else y2 * float(weights[r])
-            total = term if total is None else total + term
-        return total * 2.0
+        return unrolled_operator(f, point, np.eye(d), weights)
     return trace(operator, x, name=name)

@@ -16,7 +16,7 @@ class Size(tuple):
     def numel(self) -> int:
         n = 1
         for s in self:
-            n = n * s   # not *=: a size may be a graph's Symbol (which *= would write into)
+            n *= s
         return n
 
     # slices and concatenations stay Sizes, as torch.Size's

@@ -110,16 +110,21 @@ def _check_known_dims(input, updates: bool) -> None:
                        f"{fix}")
 
 
-def _update_running_stats(running_mean, running_var, mean, var, n: int, momentum: float):
-    """The in-place moving averages of ``batch_norm`` (no graph: buffers are not trained)."""
+def _update_running_stats(running_mean, running_var, mean, var, n: int, momentum):
+    """The in-place moving averages of ``batch_norm`` (no graph: buffers are not trained).
+    ``momentum`` may be a 0-d float64 tensor (BatchNorm's cumulative average, computed
+    in the graph from its batch counter): each coefficient is then rounded once to the
+    statistics' dtype, as PyTorch rounds its Python float."""
     from graphgrad.autograd import no_grad
+    keep = 1 - momentum
+    if not isinstance(momentum, (int, float)):
+        momentum, keep = momentum.to(mean.dtype), keep.to(mean.dtype)
     with no_grad():
         if running_mean is not None:
-            running_mean.copy_(momentum * mean.detach().reshape(-1)
-                               + (1 - momentum) * running_mean)
+            running_mean.copy_(momentum * mean.detach().reshape(-1) + keep * running_mean)
         if running_var is not None:
             unbiased = var.detach().reshape(-1) * (n / (n - 1))
-            running_var.copy_(momentum * unbiased + (1 - momentum) * running_var)
+            running_var.copy_(momentum * unbiased + keep * running_var)
 
 
 def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5):

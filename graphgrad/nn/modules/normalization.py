@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import warnings
 
-from graphgrad.backend import int64
+from graphgrad.backend import float64, int64
 from graphgrad.tensor import Tensor, ones, tensor, zeros
 
 from .. import functional as F
@@ -154,7 +154,10 @@ class _BatchNorm(_NormBase):
         counts = self.training and self.track_running_stats and \
             self.num_batches_tracked is not None
         if counts and self.momentum is None:  # the cumulative moving average
-            factor = 1.0 / (float(self.num_batches_tracked) + 1.0)
+            # computed from the counter as a tensor (PyTorch: 1.0 / float(count), a
+            # double): a capture reads the buffer in its graph instead of breaking on
+            # float(); float64 keeps PyTorch's value, rounded once where it scales
+            factor = 1.0 / (self.num_batches_tracked.to(float64) + 1.0)
         # batch statistics in training, and in eval when there are no running ones
         use_batch = self.training or (self.running_mean is None and self.running_var is None)
         keep = not self.training or self.track_running_stats

@@ -2,8 +2,10 @@
 parameter names (``weight_ih_l0``, ``bias_hh_l1_reverse``...), gate order, layouts
 (``batch_first``, unbatched input), stacking with inter-layer dropout and
 bidirectionality, and the single-step cells ``RNNCell``, ``LSTMCell`` and ``GRUCell``.
-Each step is a few graphgrad ops, so gradients (of any order) flow through time with no
-rule of their own; a layer and its cell run the same step function.
+The modules hold the parameters and check the configuration; the computation is
+``nn/functional/recurrent.py`` (one call per forward, which graph capture records as
+ops: each layer and direction one sequence op), and a cell is that layer op over one
+step.
 """
 
 from __future__ import annotations
@@ -11,53 +13,14 @@ from __future__ import annotations
 import math
 import warnings
 
-from graphgrad import ops
-from graphgrad.ops.recurrent import GruLayer, LstmLayer, RnnLayer
-from graphgrad.backend import xp
-from graphgrad.tensor import Tensor, empty, tensor, zeros
+from graphgrad.tensor import Tensor, empty, zeros
 
-from .. import functional as F
+from ..functional import recurrent as R
 from ..init import uniform_
 from ..parameter import Parameter
-from ..utils.rnn import PackedSequence, pad_packed_sequence, packed_positions
 from .module import Module
 
 __all__ = ["RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
-
-
-def _rnn_layer(x, h0, w_ih, w_hh, b_ih, b_hh, nonlinearity: str):
-    """(L, N, H_in) through an Elman layer: one GEMM for the input projection (both
-    biases folded in: they are added before the activation), one op for the recurrence."""
-    if nonlinearity not in ("tanh", "relu"):
-        raise RuntimeError(f"Unknown nonlinearity: {nonlinearity}")
-    b = None if b_ih is None else b_ih + b_hh
-    return RnnLayer.apply(F.linear(x, w_ih, b), h0, w_hh, nonlinearity=nonlinearity)
-
-
-def _lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
-    """(L, N, H_in) through an LSTM layer: the input projection of the whole sequence is
-    one GEMM (both biases folded in), the recurrence one op; returns (L, N, 2H), each
-    step's h and c side by side."""
-    b = None if b_ih is None else b_ih + b_hh
-    return LstmLayer.apply(F.linear(x, w_ih, b), h0, c0, w_hh)
-
-
-def _lstm_cell(x, state, w_ih, w_hh, b_ih, b_hh):
-    h, c = state
-    hidden = h.shape[-1]
-    hc = _lstm_layer(x.unsqueeze(0), h, c, w_ih, w_hh, b_ih, b_hh)[0]
-    return hc[:, :hidden], hc[:, hidden:]
-
-
-def _gru_layer(x, h0, w_ih, w_hh, b_ih, b_hh):
-    """(L, N, H_in) through a GRU layer: one GEMM for the input projection, one op for
-    the recurrence (``b_hh`` stays inside: the reset gate multiplies it)."""
-    rest = () if b_hh is None else (b_hh,)
-    return GruLayer.apply(F.linear(x, w_ih, b_ih), h0, w_hh, *rest)
-
-
-def _gru_cell(x, state, w_ih, w_hh, b_ih, b_hh):
-    return _gru_layer(x.unsqueeze(0), state, w_ih, w_hh, b_ih, b_hh)[0]
 
 
 class _RNNBase(Module):
@@ -105,102 +68,32 @@ class _RNNBase(Module):
         for p in self.parameters():
             uniform_(p, -bound, bound)
 
-    def _weights_of(self, name: str) -> tuple:
-        return (getattr(self, f"weight_ih_{name}"), getattr(self, f"weight_hh_{name}"),
-                getattr(self, f"bias_ih_{name}") if self.bias else None,
-                getattr(self, f"bias_hh_{name}") if self.bias else None)
-
-    def _layer(self, x: Tensor, state, name: str):
-        """One layer and direction over the sequence ``x`` (L, N, H_in) from ``state``:
-        (outputs (L, N, H), every step's state (L, N, S)), by the layer's sequence op."""
-        raise NotImplementedError
-
-    def _state_of(self, row: Tensor):
-        """The state held in one step of the sequence ``_layer`` returns second."""
-        return row
-
-    def _run(self, input: Tensor, states: list, lengths=None):
-        """``input`` (L, N, H_in) through every layer and direction from ``states`` (one
-        per layer and direction); returns the last layer's outputs and the final states.
-        With ``lengths`` (packed input) each sequence ends at its own length: the final
-        state is taken there and the reverse direction starts there."""
-        directions = 2 if self.bidirectional else 1
-        finals = []
-        x = input
-        steps, n = input.shape[:2]
-        batch = tensor(xp.arange(n))
-        if lengths is None:
-            last = None
-        else:
-            last = tensor(lengths - 1)
-            t = xp.arange(steps)[:, None]
-            # each sequence's own steps reversed, its padding left in place
-            reverse = tensor(xp.where(t < lengths, lengths - 1 - t, t)), batch
+    @property
+    def _flat_weights_names(self) -> list:
+        """The parameters' names in PyTorch's flat order: per layer and direction w_ih,
+        w_hh, then b_ih, b_hh when there are biases."""
+        names = []
         for layer in range(self.num_layers):
-            outs = []
-            for d in range(directions):
-                state = states[layer * directions + d]
-                name = f"l{layer}" + ("_reverse" if d else "")
-                if d:  # the reverse direction runs on the time-reversed sequence
-                    flipped = ops.flip(x, (0,)) if lengths is None else x[reverse]
-                    out, seq = self._layer(flipped, state, name)
-                    out = ops.flip(out, (0,)) if lengths is None else out[reverse]
-                else:
-                    out, seq = self._layer(x, state, name)
-                outs.append(out)
-                finals.append(self._state_of(seq[-1] if last is None else seq[last, batch]))
-            x = outs[0] if directions == 1 else ops.cat(outs, -1)
-            if self.dropout and self.training and layer < self.num_layers - 1:
-                x = F.dropout(x, self.dropout)
-        return x, finals
+            for suffix in ("", "_reverse")[:2 if self.bidirectional else 1]:
+                kinds = ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if self.bias
+                                                      else ())
+                names += [f"{k}_l{layer}{suffix}" for k in kinds]
+        return names
 
-    def _layout(self, input):
-        """(input as (L, N, H), whether it was unbatched, the lengths of packed input or
-        None)."""
-        if isinstance(input, PackedSequence):
-            padded, lengths = pad_packed_sequence(input)
-            if padded.shape[-1] != self.input_size:
-                raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
-                                   f"{self.input_size}, got {padded.shape[-1]}")
-            return padded, False, lengths._array
-        if input.ndim not in (2, 3):
-            raise ValueError(f"{type(self).__name__}: Expected input to be 2D or 3D, got "
-                             f"{input.ndim}D instead")
-        if input.shape[-1] != self.input_size:
-            raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
-                               f"{self.input_size}, got {input.shape[-1]}")
-        if input.ndim == 2:
-            return input.unsqueeze(1), True, None
-        return (input.transpose(0, 1) if self.batch_first else input), False, None
+    @property
+    def _flat_weights(self) -> list:
+        """The parameters in PyTorch's flat order, read at each call (a replaced
+        parameter is seen at once)."""
+        return [getattr(self, n) for n in self._flat_weights_names]
 
-    def _initial(self, hx, n: int, dtype, unbatched: bool, what: str = "hidden"):
-        """The (num_layers * directions, N, H) initial state, zeros when not given
-        (``what``: how PyTorch's size error names it)."""
-        layers = self.num_layers * (2 if self.bidirectional else 1)
-        if hx is None:
-            return zeros(layers, n, self.hidden_size, dtype=dtype)
-        if unbatched:
-            if hx.ndim != 2:
-                raise RuntimeError(f"For unbatched 2-D input, hx should also be 2-D but got "
-                                   f"{hx.ndim}-D tensor")
-            hx = hx.unsqueeze(1)
-        elif hx.ndim != 3:
-            raise RuntimeError(f"For batched 3-D input, hx should also be 3-D but got "
-                               f"{hx.ndim}-D tensor")
-        expected = (layers, n, self.hidden_size)
-        if tuple(hx.shape) != expected:
-            raise RuntimeError(f"Expected {what} size {expected}, got {list(hx.shape)}")
-        return hx
-
-    def _output(self, out: Tensor, unbatched: bool, input=None):
-        if isinstance(input, PackedSequence):  # packed back as the input was
-            steps, rows = packed_positions(input.batch_sizes._array, None
-                                           if input.sorted_indices is None
-                                           else input.sorted_indices._array)
-            return input._replace(data=out[tensor(steps), tensor(rows)])
-        if unbatched:
-            return out.squeeze(1)
-        return out.transpose(0, 1) if self.batch_first else out
+    def forward(self, input, hx: Tensor | tuple | None = None):
+        """(output, h_n), or for the LSTM (output, (h_n, c_n)): the network in one call
+        of ``nn.functional.recurrent.rnn`` (graph capture records it as ops)."""
+        return R.rnn(self.mode, input, hx, self._flat_weights, input_size=self.input_size,
+                     hidden_size=self.hidden_size, num_layers=self.num_layers,
+                     dropout=self.dropout, training=self.training,
+                     bidirectional=self.bidirectional, batch_first=self.batch_first,
+                     name=type(self).__name__)
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
@@ -217,18 +110,7 @@ class _RNNBase(Module):
         return s
 
 
-class _SingleState(_RNNBase):
-    """RNN and GRU: one state tensor ``h``; ``forward(input, hx) -> (output, h_n)``."""
-
-    def forward(self, input, hx: Tensor | None = None):
-        x, unbatched, lengths = self._layout(input)
-        h0 = self._initial(hx, x.shape[1], x.dtype, unbatched)
-        out, finals = self._run(x, list(h0.unbind(0)), lengths)
-        h_n = ops.stack(finals, 0)
-        return self._output(out, unbatched, input), (h_n.squeeze(1) if unbatched else h_n)
-
-
-class RNN(_SingleState):
+class RNN(_RNNBase):
     """Elman RNN: ``h' = tanh(W_ih x + b_ih + W_hh h + b_hh)`` (or relu).
     ``nonlinearity`` is the fourth positional argument, as in PyTorch."""
 
@@ -241,21 +123,15 @@ class RNN(_SingleState):
             raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or "
                              f"'relu'.")
         self.__dict__["nonlinearity"] = nonlinearity
+        self.__dict__["mode"] = "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU"
         super().__init__(*args, **kwargs)
 
-    def _layer(self, x: Tensor, state, name: str):
-        out = _rnn_layer(x, state, *self._weights_of(name), self.nonlinearity)
-        return out, out
 
-
-class GRU(_SingleState):
+class GRU(_RNNBase):
     """Gated recurrent unit, gates (r, z, n) as PyTorch's."""
 
     _gates = 3
-
-    def _layer(self, x: Tensor, state, name: str):
-        out = _gru_layer(x, state, *self._weights_of(name))
-        return out, out
+    mode = "GRU"
 
 
 class LSTM(_RNNBase):
@@ -263,33 +139,12 @@ class LSTM(_RNNBase):
     ``(output, (h_n, c_n))``."""
 
     _gates = 4
+    mode = "LSTM"
 
     def __init__(self, *args, proj_size: int = 0, **kwargs) -> None:
         if proj_size:
             raise NotImplementedError("LSTM: proj_size is not supported")
         super().__init__(*args, **kwargs)
-
-    def _layer(self, x: Tensor, state, name: str):
-        hc = _lstm_layer(x, *state, *self._weights_of(name))
-        return hc[..., :self.hidden_size], hc
-
-    def _state_of(self, row: Tensor):
-        return row[:, :self.hidden_size], row[:, self.hidden_size:]
-
-    def forward(self, input, hx: tuple | None = None):
-        x, unbatched, lengths = self._layout(input)
-        n = x.shape[1]
-        h0 = self._initial(None if hx is None else hx[0], n, x.dtype, unbatched,
-                           "hidden[0]")
-        c0 = self._initial(None if hx is None else hx[1], n, x.dtype, unbatched,
-                           "hidden[1]")
-        out, finals = self._run(x, list(zip(h0.unbind(0), c0.unbind(0), strict=True)),
-                                lengths)
-        h_n = ops.stack([h for h, _ in finals], 0)
-        c_n = ops.stack([c for _, c in finals], 0)
-        if unbatched:
-            h_n, c_n = h_n.squeeze(1), c_n.squeeze(1)
-        return self._output(out, unbatched, input), (h_n, c_n)
 
 
 class RNNCellBase(Module):
@@ -368,7 +223,7 @@ class RNNCell(RNNCellBase):
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
         x, (h,), unbatched = self._states(input, None if hx is None else (hx,), 1, "hidden")
-        h = _rnn_layer(x.unsqueeze(0), h, *self._weights(), self.nonlinearity)[0]
+        h = R.rnn_cell(x, h, *self._weights(), self.nonlinearity)
         return h.squeeze(0) if unbatched else h
 
 
@@ -381,7 +236,7 @@ class GRUCell(RNNCellBase):
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
         x, (h,), unbatched = self._states(input, None if hx is None else (hx,), 1, "hidden")
-        h = _gru_cell(x, h, *self._weights())
+        h = R.gru_cell(x, h, *self._weights())
         return h.squeeze(0) if unbatched else h
 
 
@@ -394,5 +249,5 @@ class LSTMCell(RNNCellBase):
 
     def forward(self, input: Tensor, hx: tuple | None = None) -> tuple:
         x, (h, c), unbatched = self._states(input, hx, 2, "hx[{}]")
-        h, c = _lstm_cell(x, (h, c), *self._weights())
+        h, c = R.lstm_cell(x, (h, c), *self._weights())
         return (h.squeeze(0), c.squeeze(0)) if unbatched else (h, c)
