@@ -218,12 +218,14 @@ def _visit(node: Value, grads: dict, results: dict, owned: dict | None, wanted: 
     if owned is not None and op.cotangent_window is not None and _add_into_window(
             node, g, grads, owned, sv):
         return
-    # a list, emptied as it goes: a cotangent held nowhere but in ``grads`` can take the
-    # next one in place (mul's two cotangents of x * x)
-    cts = list(op.vjp(g, node, *inputs, **node.params))
+    cts = op.vjp(g, node, *inputs, **node.params)
     del g
+    several = len(cts) > 1
+    if several:  # a list, emptied as it goes: a cotangent held nowhere but in ``grads``
+        cts = list(cts)  # can take the next one in place (mul's two of x * x)
     for i, ct in enumerate(cts):
-        cts[i] = None
+        if several:
+            cts[i] = None
         if ct is None:
             continue
         p = inputs[i]
