@@ -160,8 +160,12 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
     # the forward's values go while the backward's gradients arrive, and the peak is not
     # the sum of the two. A graph of small values (all overhead) is released in one
     # sweep after the pass, which costs less per node.
-    incremental = not retain_graph and any(
-        n._array.nbytes >= _RELEASE_BYTES for n in order)
+    incremental = False
+    if not retain_graph:
+        for n in order:  # (a loop: a generator costs a microsecond a pass)
+            if n._array.nbytes >= _RELEASE_BYTES:
+                incremental = True
+                break
     try:
         if incremental:
             stand_ins: dict[int, Tensor] = {}
@@ -318,10 +322,24 @@ def _freed_versions(node: Value) -> Freed:
 
 
 def free_graph(order: list[Value]) -> None:
-    """Release what the nodes in ``order`` (inputs first) saved for backward."""
-    stand_ins: dict[int, Tensor] = {}
+    """Release what the nodes in ``order`` (inputs first) saved for backward: each
+    node's inputs become stand-ins (``_stub``), made after their own nodes' release, so
+    ``_release``'s fix-up never applies here (kept inline: the sweep ends every pass)."""
+    stubs: dict[int, Tensor] = {}
     for node in order:
-        _release(node, stand_ins)
+        if node.op is None:
+            continue
+        new_inputs = []
+        for p in node.inputs:
+            # every input but a leaf that requires grad (a parameter) is released
+            if isinstance(p, Value) and (p.op is not None or not p._requires_grad):
+                s = stubs.get(id(p))
+                if s is None:
+                    s = stubs[id(p)] = _stub(p, p.inputs)
+                p = s
+            new_inputs.append(p)
+        node.inputs = tuple(new_inputs)
+        node._saved_versions = _freed_versions(node)
 
 
 def _release(node: Value, stand_ins: dict, drop_outputs: bool = False) -> None:
