@@ -166,24 +166,82 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
             if n._array.nbytes >= _RELEASE_BYTES:
                 incremental = True
                 break
+    nodes = _popped(order) if incremental else reversed(order)
+    stand_ins: dict[int, Tensor] = {}
+    last = None  # incremental: the node visited last, released before the next one's rule
     try:
-        if incremental:
-            stand_ins: dict[int, Tensor] = {}
-            while order:
-                node = order.pop()  # (the list no longer holds it: released, it can go)
-                _visit(node, grads, results, owned, wanted, target_ids)
-                _release(node, stand_ins, drop_outputs=owned is not None)
-        else:
-            try:
-                for node in reversed(order):
-                    _visit(node, grads, results, owned, wanted, target_ids)
-            except BaseException:
-                if not retain_graph:  # the nodes visited before the failure go, as above
-                    i = len(order) - 1
-                    while order[i] is not node:
-                        i -= 1
-                    free_graph(order[i + 1:])
-                raise
+        for node in nodes:
+            # the previous rule's values: gone before this node's rule runs (and before
+            # the release below counts who holds the previous node's inputs)
+            cts = ct = p = a = c = g = inputs = None
+            if last is not None:
+                _release(last, stand_ins, drop_outputs=owned is not None)
+                last = None
+            if incremental:
+                last = node
+            g = grads.pop(id(node), None)
+            if g is None or (wanted is not None and id(node) not in wanted):
+                continue
+            ext = node._extras
+            if ext is not None and ext.hooks:
+                for hook in list(ext.hooks):
+                    replaced = hook(g)
+                    if replaced is not None:
+                        g = _checked_hook_result(hook, g, replaced)
+            if target_ids is not None:
+                if id(node) in target_ids:
+                    results[id(node)] = (node, g)
+            elif node.op is None or (ext is not None and ext.retains_grad):
+                results[id(node)] = (node, g)
+            if node.op is None:
+                continue
+            op = node.op
+            if op.saves_inputs or op.saves_output:  # an op that saves nothing frees nothing
+                _check_saved(node)
+            inputs = node.inputs
+            sv = node._saved_versions
+            if owned is not None and op.cotangent_window is not None and _add_into_window(
+                    node, g, grads, owned, sv):
+                continue
+            cts = op.vjp(g, node, *inputs, **node.params)
+            del g
+            several = len(cts) > 1
+            if several:  # a list, emptied as it goes: a cotangent held nowhere but in ``grads``
+                cts = list(cts)  # can take the next one in place (mul's two of x * x)
+            for i, ct in enumerate(cts):
+                if several:
+                    cts[i] = None
+                if ct is None:
+                    continue
+                p = inputs[i]
+                if not (isinstance(p, Value) and p._requires_grad):
+                    continue
+                a, c = p._array, ct._array
+                if a.shape != c.shape or a.dtype != c.dtype:
+                    ct = unbroadcast(ct, a.shape, a.dtype, op.__name__)
+                if p._extras is not None:
+                    p = identity_at(p, sv[i] if sv is not None else 0)
+                pid = id(p)
+                if pid in grads:
+                    buf = owned.get(pid) if owned is not None else None
+                    if buf is None and owned is not None and _sole_in(grads, pid):
+                        buf = owned[pid] = grads[pid]._array  # ours alone: add into it from now on
+                    if buf is not None:
+                        buf += ct._array
+                    else:
+                        grads[pid] = grads[pid] + ct
+                else:
+                    grads[pid] = ct
+        if last is not None:
+            _release(last, stand_ins, drop_outputs=owned is not None)
+            last = None
+    except BaseException:
+        if not retain_graph and not incremental:  # the nodes visited go, as above
+            i = len(order) - 1
+            while order[i] is not node:
+                i -= 1
+            free_graph(order[i + 1:])
+        raise
     finally:
         if shared is not None:
             shared.__exit__()
@@ -193,64 +251,11 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
     return results
 
 
-def _visit(node: Value, grads: dict, results: dict, owned: dict | None, wanted: set | None,
-           target_ids: set | None) -> None:
-    """One node of the pass: its cotangent through its hooks into the results, then its
-    rule, whose cotangents are added into ``grads``. A function of its own so that the
-    rule's cotangents are dropped before the next node's rule runs."""
-    g = grads.pop(id(node), None)
-    if g is None or (wanted is not None and id(node) not in wanted):
-        return
-    ext = node._extras
-    if ext is not None and ext.hooks:
-        for hook in list(ext.hooks):
-            replaced = hook(g)
-            if replaced is not None:
-                g = _checked_hook_result(hook, g, replaced)
-    if target_ids is not None:
-        if id(node) in target_ids:
-            results[id(node)] = (node, g)
-    elif node.op is None or (ext is not None and ext.retains_grad):
-        results[id(node)] = (node, g)
-    if node.op is None:
-        return
-    op = node.op
-    if op.saves_inputs or op.saves_output:  # an op that saves nothing frees nothing
-        _check_saved(node)
-    inputs = node.inputs
-    sv = node._saved_versions
-    if owned is not None and op.cotangent_window is not None and _add_into_window(
-            node, g, grads, owned, sv):
-        return
-    cts = op.vjp(g, node, *inputs, **node.params)
-    del g
-    several = len(cts) > 1
-    if several:  # a list, emptied as it goes: a cotangent held nowhere but in ``grads``
-        cts = list(cts)  # can take the next one in place (mul's two of x * x)
-    for i, ct in enumerate(cts):
-        if several:
-            cts[i] = None
-        if ct is None:
-            continue
-        p = inputs[i]
-        if not (isinstance(p, Value) and p._requires_grad):
-            continue
-        a, c = p._array, ct._array
-        if a.shape != c.shape or a.dtype != c.dtype:
-            ct = unbroadcast(ct, a.shape, a.dtype, op.__name__)
-        if p._extras is not None:
-            p = identity_at(p, sv[i] if sv is not None else 0)
-        pid = id(p)
-        if pid in grads:
-            buf = owned.get(pid) if owned is not None else None
-            if buf is None and owned is not None and _sole_in(grads, pid):
-                buf = owned[pid] = grads[pid]._array  # ours alone: add into it from now on
-            if buf is not None:
-                buf += ct._array
-            else:
-                grads[pid] = grads[pid] + ct
-        else:
-            grads[pid] = ct
+def _popped(order: list):
+    """The nodes of ``order`` last first, each taken off the list as it is handed out
+    (the list no longer holds it: released, it can go)."""
+    while order:
+        yield order.pop()
 
 
 def _sole_in(grads: dict, pid: int) -> bool:

@@ -137,7 +137,8 @@ def _erf_tail(a, r, q):
 def _erf_interpolated(x, out) -> None:
     """``out[:] = erf(x)`` for 1-d ``x`` of float32 or float16, in float32."""
     c0, c1 = _erf_table()
-    xc = xp.clip(x, -_TABLE_END, _TABLE_END, dtype=xp.float32)  # NaN stays; inf: 4
+    xc = xp.clip(x, -_TABLE_END, _TABLE_END,  # NaN stays; inf: 4; float16 in float32
+                 dtype=None if x.dtype == xp.float32 else xp.float32)
     u = xp.abs(xc)
     u *= xp.float32(_TABLE_PER_UNIT)
     i = xp.floor(u)
@@ -163,8 +164,11 @@ def erf_array(a):
                      (_erf_interpolated, _BLOCK_FLOAT32))
     flat = a.reshape(-1)
     out = xp.empty(flat.shape, a.dtype)
-    for i in range(0, flat.size, block):
-        kernel(flat[i:i + block], out[i:i + block])
+    if flat.size <= block:  # (most calls: no slicing)
+        kernel(flat, out)
+    else:
+        for i in range(0, flat.size, block):
+            kernel(flat[i:i + block], out[i:i + block])
     return out.reshape(a.shape)
 
 
