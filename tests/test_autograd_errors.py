@@ -665,9 +665,26 @@ def test_failed_backward_with_inputs_and_autograd_grad():
     with pytest.raises(RuntimeError, match=MODIFIED):
         loss.backward(inputs=[a, b])
     assert a.grad is None and b.grad is None
-    with pytest.raises(RuntimeError, match=MODIFIED):
+    # the nodes the failed pass ran before the failure were released as it left them
+    # (a * a's saved inputs among them), as in PyTorch, whose second try says the same
+    with pytest.raises(RuntimeError, match=re.escape(TWICE)):
         gg.autograd.grad(loss, [a, b])
     assert a.grad is None
+    ta, tb = (torch.tensor([1.0, 2.0], requires_grad=True) for _ in range(2))
+    ty = tb.exp()
+    ty.add_(1)
+    tloss = ty.sum() + (ta * 3 * 2).sum() + (ta * ta).sum()
+    with pytest.raises(RuntimeError, match=MODIFIED):
+        tloss.backward(inputs=[ta, tb])
+    with pytest.raises(RuntimeError, match=re.escape(TWICE)):
+        torch.autograd.grad(tloss, [ta, tb])
+
+
+def test_failed_backward_with_retain_graph_can_be_retried():
+    a, b, m, loss = _failing_graph()
+    for _ in range(2):  # nothing released: the same failure again
+        with pytest.raises(RuntimeError, match=MODIFIED):
+            loss.backward(inputs=[a, b], retain_graph=True)
 
 
 def test_failed_backward_by_freed_graph_writes_nothing():

@@ -113,6 +113,7 @@ def test_every_op_declares_whether_it_is_holomorphic():
                  "BitwiseOr", "BitwiseXor", "BitwiseNot", "Isnan", "Isinf", "Isfinite",
                  "IsClose", "OneHot", "Nonzero", "Cast", "ViewDtype", "BitwiseLeftShift",
                  "BitwiseRightShift", "Copysign", "Logcumsumexp", "ScatterReduce",
+                 "Erf",  # holomorphic, but without a complex kernel (as in PyTorch)
                  "Detach",  # a stop-gradient would keep the imaginary step: no complex step
                  "BinaryCrossEntropy",  # its clamps (log at -100, p(1-p) at 1e-12)
                  "Normal", "Bernoulli", "Multinomial",  # samplers: no complex continuation

@@ -155,8 +155,30 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
     shared = sharing() if create_graph else None  # a recorded pass shares (sharing.py)
     if shared is not None:
         shared.__enter__()
+    # without retain_graph, in a graph of large values each node is released as the
+    # pass leaves it, as PyTorch frees a node's saved tensors once its backward has run:
+    # the forward's values go while the backward's gradients arrive, and the peak is not
+    # the sum of the two. A graph of small values (all overhead) is released in one
+    # sweep after the pass, which costs less per node.
+    incremental = False
+    if not retain_graph:
+        for n in order:  # (a loop: a generator costs a microsecond a pass)
+            if n._array.nbytes >= _RELEASE_BYTES:
+                incremental = True
+                break
+    nodes = _popped(order) if incremental else reversed(order)
+    stand_ins: dict[int, Tensor] = {}
+    last = None  # incremental: the node visited last, released before the next one's rule
     try:
-        for node in reversed(order):
+        for node in nodes:
+            # the previous rule's values: gone before this node's rule runs (and before
+            # the release below counts who holds the previous node's inputs)
+            cts = ct = p = a = c = g = inputs = None
+            if last is not None:
+                _release(last, stand_ins, drop_outputs=owned is not None)
+                last = None
+            if incremental:
+                last = node
             g = grads.pop(id(node), None)
             if g is None or (wanted is not None and id(node) not in wanted):
                 continue
@@ -182,7 +204,13 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
                     node, g, grads, owned, sv):
                 continue
             cts = op.vjp(g, node, *inputs, **node.params)
+            del g
+            several = len(cts) > 1
+            if several:  # a list, emptied as it goes: a cotangent held nowhere but in ``grads``
+                cts = list(cts)  # can take the next one in place (mul's two of x * x)
             for i, ct in enumerate(cts):
+                if several:
+                    cts[i] = None
                 if ct is None:
                     continue
                 p = inputs[i]
@@ -195,20 +223,52 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
                     p = identity_at(p, sv[i] if sv is not None else 0)
                 pid = id(p)
                 if pid in grads:
-                    buf = owned.get(pid) if owned else None
+                    buf = owned.get(pid) if owned is not None else None
+                    if buf is None and owned is not None and _sole_in(grads, pid):
+                        buf = owned[pid] = grads[pid]._array  # ours alone: add into it from now on
                     if buf is not None:
                         buf += ct._array
                     else:
                         grads[pid] = grads[pid] + ct
                 else:
                     grads[pid] = ct
+        if last is not None:
+            _release(last, stand_ins, drop_outputs=owned is not None)
+            last = None
+    except BaseException:
+        if not retain_graph and not incremental:  # the nodes visited go, as above
+            i = len(order) - 1
+            while order[i] is not node:
+                i -= 1
+            free_graph(order[i + 1:])
+        raise
     finally:
         if shared is not None:
             shared.__exit__()
         set_grad_mode(prev_mode)
-    if not retain_graph:
+    if not retain_graph and not incremental:
         free_graph(order)
     return results
+
+
+def _popped(order: list):
+    """The nodes of ``order`` last first, each taken off the list as it is handed out
+    (the list no longer holds it: released, it can go)."""
+    while order:
+        yield order.pop()
+
+
+def _sole_in(grads: dict, pid: int) -> bool:
+    """Whether ``grads[pid]`` is the engine's alone, so that adding into it in place is
+    safe, as PyTorch's input buffers accumulate: the dict holds the only reference to the
+    tensor, the tensor the only one to its array, which owns writeable C-contiguous
+    memory (a rule's ``g`` passed through, the one cotangent ``a + b`` gives both
+    inputs, a user's seed are all held elsewhere)."""
+    if sys.getrefcount(grads[pid]) > _SOLE_IN_DICT[0] or \
+            sys.getrefcount(grads[pid]._array) > _SOLE_IN_DICT[1]:
+        return False
+    a = grads[pid]._array
+    return a.base is None and a.flags.c_contiguous and a.flags.writeable
 
 
 def _add_into_window(node: Value, g: Tensor, grads: dict, owned: dict, sv) -> bool:
@@ -267,9 +327,11 @@ def _freed_versions(node: Value) -> Freed:
 
 
 def free_graph(order: list[Value]) -> None:
-    """Release what the nodes in ``order`` saved for backward (see module docstring)."""
+    """Release what the nodes in ``order`` (inputs first) saved for backward: each
+    node's inputs become stand-ins (``_stub``), made after their own nodes' release, so
+    ``_release``'s fix-up never applies here (kept inline: the sweep ends every pass)."""
     stubs: dict[int, Tensor] = {}
-    for node in order:  # inputs first, so a stub's own inputs are already stand-ins
+    for node in order:
         if node.op is None:
             continue
         new_inputs = []
@@ -283,6 +345,52 @@ def free_graph(order: list[Value]) -> None:
             new_inputs.append(p)
         node.inputs = tuple(new_inputs)
         node._saved_versions = _freed_versions(node)
+
+
+def _release(node: Value, stand_ins: dict, drop_outputs: bool = False) -> None:
+    """Replace ``node``'s inputs by stand-ins holding no data (``_stub``; one per input,
+    shared through ``stand_ins``). The pass releases nodes consumers first, so a
+    stand-in made while its own node still held its inputs gets the released ones when
+    that node goes. With ``drop_outputs`` (a plain eager pass), an input now held only
+    by the pass's list of nodes still to visit, whose rule does not read its output,
+    lets its value go too: PyTorch never kept such a value (conv's output under a ReLU)."""
+    if node.op is None:
+        return
+    old = node.inputs
+    new_inputs = []
+    for p in old:
+        # every input but a leaf that requires grad (a parameter) is released
+        if isinstance(p, Value) and (p.op is not None or not p._requires_grad):
+            s = stand_ins.get(id(p))
+            if s is None:
+                s = stand_ins[id(p)] = _stub(p, p.inputs)
+            p = s
+        new_inputs.append(p)
+    node.inputs = tuple(new_inputs)
+    node._saved_versions = _freed_versions(node)
+    s = stand_ins.get(id(node))
+    if s is not None and s.op is not None:
+        s.inputs = node.inputs
+    if drop_outputs:
+        for p in old:
+            if isinstance(p, Value) and p.op is not None and not p.op.saves_output and \
+                    p._extras is None and sys.getrefcount(p) <= _WAITING:
+                p._array = stand_in(p._array.shape, p._array.dtype)
+
+
+_RELEASE_BYTES = 1 << 16  # a value this large in the graph: release as the pass goes
+
+
+def _waiting_refs() -> int:
+    """References to a node that only the list of nodes to visit holds, counted as
+    ``_release`` counts them (the list, the old inputs tuple, the loop, the call)."""
+    order = [Tensor._make(xp.zeros(1))]
+    for p in (order[0],):
+        return sys.getrefcount(p)
+    raise AssertionError
+
+
+_WAITING = _waiting_refs()
 
 
 # ---- the public entry points ---------------------------------------------------------
@@ -394,6 +502,8 @@ def _holders(pair: tuple) -> tuple[int, int]:
 
 
 _SOLE = _holders((None, Tensor._make(xp.zeros(1))))  # a gradient that nothing else holds
+_SOLE_IN_DICT = (lambda d: (sys.getrefcount(d[0]), sys.getrefcount(d[0]._array)))(
+    {0: Tensor._make(xp.zeros(1))})  # the same, for a gradient in the engine's dict
 
 
 def _stealable(pair: tuple) -> bool:

@@ -46,14 +46,20 @@ def _transposed_sizes(size, k, stride, padding, dilation, output_padding) -> tup
                  zip(size, k, stride, padding, dilation, output_padding, strict=True))
 
 
-_COLUMNS_BYTES = 32 << 20  # the unfolded columns of one chunk of examples: at most this
+# the unfolded columns of one chunk of examples: at most this (or one example's). They
+# are a step's largest temporary: a small CNN's second layer unfolds to 4.5 MiB for a
+# batch of 64, more than its activations; 2 MiB keeps its GEMMs thousands of columns wide
+_COLUMNS_BYTES = 2 << 20
 
 
 def _chunks(n_b: int, per_example: int, dtype):
     """Ranges of examples whose columns (``per_example`` elements each) fit in
-    ``_COLUMNS_BYTES``: peak memory stays bounded, each GEMM stays large."""
+    ``_COLUMNS_BYTES``: peak memory stays bounded, each GEMM stays large. The chunks
+    are of equal size (up to one), so no chunk is a sliver."""
     step = max(1, _COLUMNS_BYTES // max(1, per_example * xp.dtype(dtype).itemsize))
-    return [(lo, min(lo + step, n_b)) for lo in range(0, n_b, step)]
+    count = -(-n_b // step)
+    bounds = [n_b * i // count for i in range(count + 1)]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
 def _columns(x, k, stride, padding, dilation, out, groups, per_example: bool = False):
@@ -154,6 +160,7 @@ class Convolution(Op):
                 # written into y's (n, O, ...) memory
                 xp.matmul(w_rows, cols, out=y[lo:hi].reshape(hi - lo, groups, -1,
                                                              math.prod(out)))
+                del cols  # before the next chunk's: never two chunks' columns at once
         else:
             size = _transposed_sizes(x.shape[2:], k, stride, padding, dilation, output_padding)
             c_out = w.shape[1] * groups
@@ -164,10 +171,12 @@ class Convolution(Op):
                 cols = xp.matmul(w_rows.transpose(0, 2, 1), _by_group(x[lo:hi], groups))
                 part = _add_columns(cols, hi - lo, c_out, size, k, stride, padding, dilation,
                                     x.shape[2:], groups)
+                del cols
                 if y is None:
                     y = part
                 else:
                     y[lo:hi] = part
+                del part
         if b is not None:
             y += b.reshape(1, -1, *(1,) * len(k)).astype(y.dtype, copy=False)
         return y
@@ -280,11 +289,14 @@ class ConvolutionBackwardWeight(Op):
         out = g.shape[2:]
         gw = None
         dtype = xp.result_type(x, g)
-        for lo, hi in _chunks(x.shape[0], x.shape[1] * math.prod(kernel_size) * math.prod(out),
-                              dtype):
+        # a chunk holds its columns and the copy of its g that _by_group makes
+        per_example = (x.shape[1] * math.prod(kernel_size) + g.shape[1]) * math.prod(out)
+        for lo, hi in _chunks(x.shape[0], per_example, dtype):
             cols = _columns(x[lo:hi], kernel_size, stride, padding, dilation, out, groups)
             part = xp.matmul(_by_group(g[lo:hi], groups), cols.transpose(0, 2, 1))
+            del cols
             gw = part if gw is None else gw.__iadd__(part)  # (G, O/G, C/G * K)
+            del part
         return gw.reshape(g.shape[1], x.shape[1] // groups, *kernel_size)
 
     @staticmethod

@@ -16,7 +16,8 @@ from . import taylor as ts
 from .base import Spec
 from .elementwise import Elementwise
 from .fused import array_backward
-from .unary import Erf, Tanh, _erf_array, _Unary
+from .special import Erf, erf_array
+from .unary import Tanh, _Unary
 
 __all__ = ["gelu"]
 
@@ -29,7 +30,7 @@ _CUBIC = 0.044715
 def _erf_of(t):
     """erf of the float array ``t`` in its dtype (a new array: the buffer the rest of
     the kernel works in)."""
-    r = _erf_array(t)
+    r = erf_array(t)
     if r.dtype != t.dtype:
         r = r.astype(t.dtype)
     return r

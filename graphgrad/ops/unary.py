@@ -1,16 +1,20 @@
-"""Layer ``ops``: elementwise math of one tensor (exp, log, trig, activations, casts)."""
+"""Layer ``ops``: elementwise math of one tensor (exp, log, trig, activations, rounding,
+clamp)."""
 
 from __future__ import annotations
 
 import math
 
-from graphgrad.backend import result_type, to_dtype, xp
+from graphgrad.backend import result_type, xp
 
-from .base import Spec
 from .arithmetic import Mul
-from .compare import Gt, where
-from .elementwise import Diagonal, Elementwise
+from .compare import Gt
+from .elementwise import Diagonal
 from . import taylor as ts
+# the copying ops and the special functions live in their own files; their names stay
+# importable from here, where they were first defined
+from .copies import Cast, Clone, Detach, cast, clone, detach  # noqa: F401
+from .special import Erf, Softplus, erf, softplus, special_erf  # noqa: F401
 
 __all__ = ["exp", "log", "log1p", "expm1", "log2", "log10", "sin", "cos", "tan", "tanh",
            "sinh", "cosh", "asin", "acos", "atan", "sigmoid", "relu", "softplus",
@@ -19,7 +23,6 @@ __all__ = ["exp", "log", "log1p", "expm1", "log2", "log10", "sin", "cos", "tan",
            "arctan", "absolute", "special_erf", "detach", "asinh", "acosh", "atanh", "arcsinh",
            "arccosh", "arctanh", "exp2"]
 
-_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _LN2 = math.log(2.0)
 
 
@@ -370,66 +373,6 @@ class Relu(_FromOutput):
     taylor = classmethod(ts.linear_taylor)
 
 
-def _erf_array(a):
-    try:
-        from scipy.special import erf as scipy_erf
-    except ImportError:  # NumPy has no erf: fall back on math.erf, element by element
-        flat = [math.erf(v) for v in a.reshape(-1).tolist()]
-        return xp.asarray(flat, dtype=xp.float64).reshape(a.shape)
-    return scipy_erf(a)
-
-
-class Erf(_Unary):
-    holomorphic = True
-
-    @staticmethod
-    def forward(a):
-        a = xp.asarray(a)
-        out = _erf_array(a)
-        return out.astype(a.dtype if a.dtype.kind == "f" else out.dtype, copy=False)
-
-    @staticmethod
-    def vjp(g, out, a):
-        return (g * _TWO_OVER_SQRT_PI * (-a * a).exp(),)
-
-    @staticmethod
-    def taylor(series, out, a):
-        # y' = g x' with g = (2/sqrt(pi)) exp(-x^2): the jet of -x*x, then of exp
-        k = ts.order_of(series)
-        x = ts.full(a, series[0], k)
-        e0 = (-a * a).exp()
-        e = ts.exp_series(ts.full(-a * a, ts.scale_series(ts.mul_series(x, x, k), -1.0), k),
-                          e0, k)
-        g = ts.scale_series([e0, *e], _TWO_OVER_SQRT_PI)
-        return [ts.ode_term(x, g, i) for i in range(1, k + 1)]
-
-
-class Softplus(_Unary):
-    """``log(1 + exp(beta x)) / beta``, linear where ``beta x > threshold``."""
-
-    @staticmethod
-    def forward(a, *, beta=1.0, threshold=20.0):
-        z = a * beta
-        return xp.where(z > threshold, a, xp.logaddexp(0, z) / beta).astype(a.dtype, copy=False)
-
-    @staticmethod
-    def vjp(g, out, a, *, beta=1.0, threshold=20.0):
-        z = a * beta
-        return (g * where(z > threshold, 1.0, z.sigmoid()),)
-
-    @staticmethod
-    def taylor(series, out, a, *, beta=1.0, threshold=20.0):
-        # y' = sigmoid(beta x) x'; where beta x > threshold the op is the identity
-        k = ts.order_of(series)
-        x = ts.full(a, series[0], k)
-        z = a * beta
-        s0 = z.sigmoid()
-        s = [s0, *ts.sigmoid_series(ts.full(z, ts.scale_series(series[0], beta), k), s0, k)]
-        linear = z > threshold
-        return [where(linear, 0.0 if x[i] is None else x[i], ts.ode_term(x, s, i))
-                for i in range(1, k + 1)]
-
-
 class Abs(_Unary):
     promotes = False
     @staticmethod
@@ -571,89 +514,6 @@ class Clamp(_Unary):
     taylor = classmethod(ts.linear_taylor)  # x_k inside and on a bound (the vjp), else 0
 
 
-class Cast(Elementwise):
-    """``tensor.to(dtype)``; differentiable between floating dtypes."""
-
-    saves_inputs = ()
-    promotes = False
-
-    @staticmethod
-    def forward(a, *, dtype):
-        a = xp.asarray(a)
-        if a.dtype.kind in "fc" and xp.dtype(dtype).kind in "iu":
-            with xp.errstate(invalid="ignore"):  # NaN and inf become INT_MIN silently, as
-                return a.astype(dtype)            # in PyTorch's casts
-        return a.astype(dtype)
-
-    @staticmethod
-    def holomorphic(*, dtype) -> bool:
-        """A cast keeps the analytic value only between complex dtypes."""
-        return xp.dtype(dtype).kind == "c"
-
-    @staticmethod
-    def vjp(g, out, a, *, dtype):
-        return (g.to(a.dtype),)
-
-    @staticmethod
-    def jvp(dots, out, a, *, dtype):
-        return dots[0].to(out.dtype)
-
-    taylor = classmethod(ts.linear_taylor)
-
-    @classmethod
-    def infer(cls, a, *, dtype) -> Spec:
-        return Spec(a.shape, xp.dtype(dtype))
-
-
-class Clone(Elementwise):
-    holomorphic = True
-    saves_inputs = ()
-    promotes = False
-
-    @staticmethod
-    def forward(a, *, contiguous=False):
-        # clone keeps the input's layout (as PyTorch's preserve_format); contiguous() asks
-        # for row-major
-        return xp.array(a, copy=True, order="C" if contiguous else "K")
-
-    @staticmethod
-    def vjp(g, out, a, **params):
-        return (g,)
-
-    @staticmethod
-    def jvp(dots, out, a, **params):
-        return dots[0]
-
-    taylor = classmethod(ts.linear_taylor)
-
-
-class Detach(Elementwise):
-    """Stop-gradient: the value itself, cut off from differentiation (``torch.detach``).
-    Eager ``Tensor.detach()`` never dispatches (it makes a leaf directly, which is faster);
-    the capture frontends record this op so that a graph can say "no gradient here"."""
-
-    differentiable = False  # results never require grad: that is the whole op
-    promotes = False
-    saves_inputs = ()
-
-    @staticmethod
-    def forward(a):
-        return a.view()  # shares memory with the input, as Tensor.detach() does
-
-    @staticmethod
-    def vjp(g, out, a):
-        return (None,)
-
-    @staticmethod
-    def jvp(dots, out, a):
-        return None
-
-
-def detach(input):
-    """``torch.detach(input)``: the op ``Detach`` (no gradient flows through it)."""
-    return Detach.apply(input)
-
-
 def _unary(op, name):
     def fn(input):
         return op.apply(input)
@@ -683,7 +543,6 @@ atanh = arctanh = _unary(Atanh, "atanh")
 exp2 = _unary(Exp2, "exp2")
 sigmoid = _unary(Sigmoid, "sigmoid")
 relu = _unary(Relu, "relu")
-erf = special_erf = _unary(Erf, "erf")
 abs = absolute = _unary(Abs, "abs")
 sign = _unary(Sign, "sign")
 floor = _unary(Floor, "floor")
@@ -692,15 +551,10 @@ trunc = _unary(Trunc, "trunc")
 sqrt = _unary(Sqrt, "sqrt")
 rsqrt = _unary(Rsqrt, "rsqrt")
 reciprocal = _unary(Reciprocal, "reciprocal")
-clone = _unary(Clone, "clone")
 
 
 def round(input, *, decimals: int = 0):
     return Round.apply(input, decimals=decimals) if decimals else Round.apply(input)
-
-
-def softplus(input, beta: float = 1.0, threshold: float = 20.0):
-    return Softplus.apply(input, beta=beta, threshold=threshold)
 
 
 def silu(input):
@@ -733,11 +587,3 @@ def clamp(input, min=None, max=None):
 
 
 clip = clamp
-
-
-def cast(input, dtype):
-    """``input.to(dtype)``; returns ``input`` itself when the dtype already matches."""
-    np_dtype = to_dtype(dtype).np
-    if input._array.dtype == np_dtype:
-        return input
-    return Cast.apply(input, dtype=np_dtype)
