@@ -226,9 +226,11 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
                     buf = owned.get(pid) if owned is not None else None
                     if buf is None and owned is not None and _sole_in(grads, pid):
                         buf = owned[pid] = grads[pid]._array  # ours alone: add into it from now on
-                    if buf is not None:
+                    if buf is not None and type(ct._array) is xp.ndarray:
                         buf += ct._array
-                    else:
+                    else:   # (a sparse cotangent adds as the layouts say)
+                        if buf is not None:
+                            del owned[pid]   # the sum is a new array
                         grads[pid] = grads[pid] + ct
                 else:
                     grads[pid] = ct
@@ -268,7 +270,8 @@ def _sole_in(grads: dict, pid: int) -> bool:
             sys.getrefcount(grads[pid]._array) > _SOLE_IN_DICT[1]:
         return False
     a = grads[pid]._array
-    return a.base is None and a.flags.c_contiguous and a.flags.writeable
+    return type(a) is xp.ndarray and a.base is None and a.flags.c_contiguous and \
+        a.flags.writeable   # (not a sparse array)
 
 
 def _add_into_window(node: Value, g: Tensor, grads: dict, owned: dict, sv) -> bool:

@@ -88,6 +88,10 @@ class SparseArray:
         return self.indices.shape[0]
 
     @property
+    def nbytes(self) -> int:  # the memory it holds (the autograd engine's release rule)
+        return self.indices.nbytes + self.values.nbytes
+
+    @property
     def nnz(self) -> int:
         return self.indices.shape[1]
 
