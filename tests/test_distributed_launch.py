@@ -91,6 +91,8 @@ def test_ddp_on_two_ranks_equals_one_process(ddp):
     assert "no_sync accumulation" in oks
     assert "buckets: one in the first iteration, rebuilt by size in ready order after it" in oks
     assert "gradient_as_bucket_view: .grad views the buckets; equal to 1 process" in oks
+    assert ("a bucket of one parameter: its gradient array is reduced in place and becomes "
+            ".grad") in oks
     assert "unused parameters without find_unused_parameters: PyTorch's error at iteration 1" \
         in oks
     assert ("find_unused_parameters: equal to 1 process; unused .grad stays None; used on one "

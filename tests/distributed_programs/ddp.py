@@ -204,6 +204,47 @@ for i in range(4):
 ok("gradient_as_bucket_view: .grad views the buckets; equal to 1 process")
 
 
+# ---- a bucket of one parameter reduces the engine's own gradient array in place ---------
+class Scaled(nn.Module):
+    """One parameter per bucket (bucket_cap_mb tiny); forward (w * c + x).sum()."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(gg.ones(6))
+
+    def forward(self, x):
+        return (self.w * (R + 1.0) + x).sum()
+
+
+for view in (False, True):
+    m = Scaled()
+    pointers = []  # the engine's gradient array, by address: holds no reference to it
+    m.w.register_hook(lambda g, seen=pointers: seen.append(g._array.ctypes.data))
+    sddp = DDP(m, bucket_cap_mb=1e-6, gradient_as_bucket_view=view)
+    x = gg.zeros(6, requires_grad=True)
+    for i in range(3):
+        sddp.module.w.grad = None
+        sddp(x).backward()
+        grad = sddp.module.w.grad._array
+        close(grad, np.full(6, 1.5), f"adopted gradient, view={view}, step {i}")
+        assert grad.ctypes.data == pointers[-1], "the engine's array is .grad: no copies"
+        assert np.shares_memory(grad, sddp._buckets[0].buffer) == view
+        assert not sddp._buckets[0].own.any(), "nothing was copied into the bucket's buffer"
+        # x's gradient is the same cotangent as w's before w's Mul: it stays local
+        close(x.grad.numpy(), np.full(6, 1.0 * (i + 1)), f"x.grad, view={view}, step {i}")
+    # a hook after DDP's sees the gradient: it is not reduced in place then
+    kept = []
+    sddp.module.w.register_hook(lambda g, seen=kept: seen.append(g))
+    sddp.module.w.grad = None
+    sddp(x).backward()
+    close(kept[0].numpy(), np.full(6, R + 1.0), "a later hook's gradient stays local")
+    close(sddp.module.w.grad.numpy(), np.full(6, 1.5), f"averaged, view={view}")
+    # accumulation onto an existing .grad (no set_to_none) goes through the bucket
+    sddp(x).backward()
+    close(sddp.module.w.grad.numpy(), np.full(6, 3.0), f"accumulated, view={view}")
+ok("a bucket of one parameter: its gradient array is reduced in place and becomes .grad")
+
+
 # ---- unused parameters --------------------------------------------------------------------
 class Branchy(nn.Module):
     def __init__(self):

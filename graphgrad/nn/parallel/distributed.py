@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from graphgrad import distributed as dist
-from graphgrad.autograd import is_grad_enabled
+from graphgrad.autograd import enable_grad, is_grad_enabled
 from graphgrad.tensor import Tensor, leaf_of
 from graphgrad.tensor.toposort import toposort
 
@@ -62,7 +62,11 @@ _DEFAULT_FIRST_BUCKET_BYTES = _MIB  # dist._DEFAULT_FIRST_BUCKET_BYTES
 
 
 class _Bucket:
-    """Parameters whose gradients travel in one allreduce, and their flat buffer."""
+    """Parameters whose gradients travel in one allreduce, and their flat buffer.
+
+    ``buffer`` is what this iteration reduces: its own array, or, for a bucket of one
+    parameter, the engine's gradient array itself (``adopted``: reduced in place and
+    scaled after the wait; see ``_mark_ready``)."""
 
     def __init__(self, indices: list[int], params: list, dtype: np.dtype) -> None:
         self.indices = indices
@@ -71,9 +75,38 @@ class _Bucket:
         for i in indices:
             self.offsets[i] = size
             size += params[i]._array.size
-        self.buffer = np.zeros(size, dtype)
+        self.own = np.zeros(size, dtype)
+        self.buffer: np.ndarray | None = self.own
+        self.adopted = False
         self.pending = len(indices)
         self.work: dist.Work | None = None
+
+
+def _holders(grad: Tensor) -> tuple[int, int]:
+    """References to a hook's gradient and to its array; called as the hook's first
+    statement, so the counts compare with ``_sole_holders()``, measured the same way."""
+    return sys.getrefcount(grad), sys.getrefcount(grad._array)
+
+
+_SOLE: list[tuple[int, int]] = []
+
+
+def _sole_holders() -> tuple[int, int]:
+    """``_holders`` in a tensor hook whose gradient nothing but the engine holds (Mul's
+    fresh cotangent), measured once through the engine itself."""
+    if not _SOLE:
+        seen = []
+
+        def probe(grad: Tensor) -> None:
+            holders = _holders(grad)
+            seen.append(holders)
+        leaf = Tensor._make(np.ones(2))
+        leaf.requires_grad_(True)
+        leaf.register_hook(probe)
+        with enable_grad():
+            (leaf * 2.0).backward(Tensor._make(np.ones(2)))
+        _SOLE.append(seen[0])
+    return _SOLE[0]
 
 
 def _assign_buckets(order: list[int], params: list, caps: list[int]) -> list[_Bucket]:
@@ -163,7 +196,9 @@ class DistributedDataParallel(Module):
         self._handles = [p.register_hook(self._make_hook(i)) for i, p in enumerate(params)]
         self._handles += [p.register_post_accumulate_grad_hook(self._make_post_hook(i))
                           for i, p in enumerate(params)]
-        self._averaged: list[np.ndarray | None] = [None] * len(params)  # slots to deliver
+        # what each post-accumulate hook delivers: a bucket slot, or an adopted bucket
+        self._averaged: list[np.ndarray | _Bucket | None] = [None] * len(params)
+        self._sole = _sole_holders()
         self.comm_log: deque[tuple] = deque(maxlen=4096)  # the recent events only
         self._syncing = False       # this iteration's backward averages gradients
         self._finished = True       # the last synchronized backward reduced every bucket
@@ -262,6 +297,8 @@ class DistributedDataParallel(Module):
         for b in self._buckets:
             b.pending = len(b.indices)
             b.work = None
+            if b.adopted or b.buffer is None:  # a backward that did not get to .grad
+                b.adopted, b.buffer = False, b.own
         if self._detects_unused:
             if self._static_used is not None:  # static graph: found in the first iteration
                 self._local_used, self._used = self._static_used
@@ -278,12 +315,16 @@ class DistributedDataParallel(Module):
 
     def _make_hook(self, index: int) -> Callable[[Tensor], Tensor | None]:
         def hook(grad: Tensor) -> Tensor | None:
+            holders = _holders(grad)  # first: measured as _sole_holders measures
             if not self._syncing or self._finished:
                 return None
-            return self._mark_ready(index, grad)
+            # the gradient's memory may become the bucket only when nothing else holds it
+            # and no hook after this one will see it while the allreduce writes into it
+            sole = holders == self._sole and self._params[index]._extras.hooks[-1] is hook
+            return self._mark_ready(index, grad, sole)
         return hook
 
-    def _mark_ready(self, i: int, grad: Tensor | None) -> Tensor | np.ndarray:
+    def _mark_ready(self, i: int, grad: Tensor | None, sole: bool = False) -> Tensor | np.ndarray:
         """Put parameter i's gradient (plus what ``.grad`` holds already, as PyTorch
         reduces the accumulated gradient) into its bucket slot; launch full buckets."""
         if self._ready[i]:
@@ -298,23 +339,34 @@ class DistributedDataParallel(Module):
         p = self._params[i]
         k, offset = self._where[i]
         bucket = self._buckets[k]
-        slot = bucket.buffer[offset:offset + p._array.size].reshape(p._array.shape)
         old = p._grad
-        # divided by the world size on the way in (as PyTorch's DDP divides before the
-        # allreduce): the sum that comes back is the average, with no pass over it after
-        local = [a._array for a in (grad, old) if a is not None]
-        if not local:
-            slot[...] = 0
-        elif len(local) == 2:
-            np.add(local[0], local[1], out=slot)
+        a = grad._array if grad is not None else None
+        if (sole and old is None and len(bucket.indices) == 1 and not grad._requires_grad
+                and a.base is None and a.flags.c_contiguous and a.flags.writeable):
+            # A bucket of one parameter whose gradient nothing else holds: the gradient's
+            # own array is reduced in place and scaled once after the wait, and the engine
+            # then makes it .grad uncopied: no copy into a bucket, none out of it
+            bucket.buffer, bucket.adopted = a, True
+            self._averaged[i] = bucket
+            bucket.pending -= 1
+            self._launch_ready()
+            self._progress()
+            return grad
+        slot = bucket.buffer[offset:offset + p._array.size].reshape(p._array.shape)
+        # divided by the world size in the one pass that copies into the bucket (PyTorch's
+        # DDP divides before the allreduce too): the sum that comes back is the average
+        if old is None and a is not None:
+            np.multiply(a, self._scale, out=slot)
+        elif a is not None:
+            np.add(a, old._array, out=slot)
             slot *= self._scale
+        elif old is not None:
+            np.multiply(old._array, self._scale, out=slot)
         else:
-            np.multiply(local[0], self._scale, out=slot)
+            slot[...] = 0
         bucket.pending -= 1
         self._launch_ready()
-        for b in self._buckets[:self._next]:  # MPI moves data only while it is called:
-            if b.work is not None:            # each hook lets launched buckets progress
-                b.work.is_completed()
+        self._progress()
         if grad is None:
             return slot
         # The engine makes the incoming gradient .grad (taking its array, uncopied, when
@@ -322,6 +374,13 @@ class DistributedDataParallel(Module):
         p._grad = None
         self._averaged[i] = slot
         return grad
+
+    def _progress(self) -> None:
+        """MPI moves data only while it is called: each hook lets launched buckets
+        progress."""
+        for b in self._buckets[:self._next]:
+            if b.work is not None:
+                b.work.is_completed()
 
     def _make_post_hook(self, index: int) -> Callable[[Tensor], None]:
         def post_hook(param: Tensor) -> None:
@@ -331,7 +390,13 @@ class DistributedDataParallel(Module):
                 return
             self._averaged[index] = None
             grad = param._grad
-            if self.gradient_as_bucket_view:
+            if isinstance(slot, _Bucket):  # .grad is the adopted gradient, averaged
+                slot.adopted = False
+                # with gradient_as_bucket_view .grad stays the bucket; else the bucket
+                # goes back to its own buffer, so it never writes into a .grad
+                slot.buffer = grad._array.reshape(-1) if self.gradient_as_bucket_view \
+                    else slot.own
+            elif self.gradient_as_bucket_view:
                 param._grad = Tensor._make(slot)
             elif grad._requires_grad or not grad._array.flags.writeable:
                 param._grad = leaf_of(slot.copy())  # create_graph: .grad may be shared
@@ -355,7 +420,12 @@ class DistributedDataParallel(Module):
         on another rank are written now (no hook of theirs fires on this rank)."""
         for k, b in enumerate(self._buckets):
             b.work.wait()
+            b.work = None  # it holds the buffer: an adopted gradient must be held by no one
             self.comm_log.append(("wait", k, len(self._ready_order), len(self._params)))
+            if b.adopted:  # the sum of the ranks' gradients, in the gradient's own memory
+                np.multiply(b.buffer, self._scale, out=b.buffer)
+                # until the post-accumulate hook, only the engine holds it (and steals it)
+                b.buffer = None
         self._finished = True
         if self._used_work is not None:
             self._used_work.wait()  # self._used now counts the ranks using each parameter
@@ -379,6 +449,10 @@ class DistributedDataParallel(Module):
         for b in self._buckets:  # let launched allreduces end before the ranks give up
             if b.work is not None:
                 b.work.wait()
+                b.work = None
+                if b.adopted:  # .grad is this buffer: the average, as with a bucket view
+                    np.multiply(b.buffer, self._scale, out=b.buffer)
+                    b.adopted, b.buffer = False, b.own
         self._finished = True
         raise RuntimeError(
             "Expected to have finished reduction in the prior iteration before starting a "
