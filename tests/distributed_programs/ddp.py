@@ -245,6 +245,36 @@ for view in (False, True):
 ok("a bucket of one parameter: its gradient array is reduced in place and becomes .grad")
 
 
+class BigAndSmall(nn.Module):
+    """In one bucket: a 1 MiB gradient (reduced in its own memory) between small ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(gg.ones(3))
+        self.big = nn.Parameter(gg.ones(ddp_module._ADOPT_BYTES // 8))
+        self.c = nn.Parameter(gg.ones(5))
+
+    def forward(self):
+        k = R + 1.0
+        return (self.a * k).sum() + (self.big * (2 * k)).sum() + (self.c * (3 * k)).sum()
+
+
+m = BigAndSmall()
+pointers = []
+m.big.register_hook(lambda g, seen=pointers: seen.append(g._array.ctypes.data))
+bddp = DDP(m)
+for i in range(3):  # one bucket in the first iteration, then rebuilt ones
+    bddp.zero_grad()
+    bddp().backward()
+    for name, value in (("a", 1.5), ("big", 3.0), ("c", 4.5)):
+        close(getattr(bddp.module, name).grad.numpy(), np.full(getattr(m, name).shape, value),
+              f"{name} at step {i}")
+    assert bddp.module.big.grad._array.ctypes.data == pointers[-1]
+    k, offset = bddp._where[1]
+    assert not bddp._buckets[k].own[offset:offset + m.big.numel()].any()
+ok("a large gradient in a bucket with others: reduced in its own memory, the rest copied")
+
+
 # ---- unused parameters --------------------------------------------------------------------
 class Branchy(nn.Module):
     def __init__(self):

@@ -18,17 +18,21 @@ needed), and the buckets are rebuilt after the first iteration as without unused
 parameters. A graph that does change under ``static_graph`` is not detected.
 
 A hook on every parameter fires during backward as soon as that parameter's gradient is
-complete; it copies the gradient, divided by the world size (as PyTorch's
-DDP divides before the allreduce), into its bucket, and when a bucket is full its
-non-blocking allreduce (``Iallreduce`` via ``graphgrad.distributed.all_reduce``) starts at
-once, in bucket order, while backward goes on with the earlier layers: the sum that comes
-back is the average. The hook that completes the last bucket waits for all of them. Each
-hook returns the gradient it was given, which the engine makes ``.grad`` (taking its
-array uncopied when nothing else holds it); a post-accumulate-grad hook then writes the
-averaged slot into that array, so no gradient-sized buffer is allocated (with
-``gradient_as_bucket_view`` it makes ``.grad`` a view of the slot instead: no copy at
-all). So ``.grad`` is the average over ranks of each rank's accumulated gradient, as in
-PyTorch.
+complete; it copies the gradient, divided by the world size in the same pass (as
+PyTorch's DDP divides before the allreduce), into its bucket, and when a bucket is full
+its non-blocking allreduce (``Iallreduce`` via ``graphgrad.distributed.all_reduce``)
+starts at once, in bucket order, while backward goes on with the earlier layers: the sum
+that comes back is the average. The hook that completes the last bucket waits for all of
+them. Each hook returns the gradient it was given, which the engine makes ``.grad``
+(taking its array uncopied when nothing else holds it); a post-accumulate-grad hook then
+writes the averaged slot into that array, so no gradient-sized buffer is allocated (with
+``gradient_as_bucket_view`` it makes ``.grad`` a view of the slot instead: no copy out).
+A gradient that nothing but the engine holds, alone in its bucket or of at least 1 MiB
+(without bucket views), skips the bucket: its own array is reduced in place by an
+allreduce of its own and scaled once after the wait, and becomes ``.grad`` uncopied (no
+copy in, none out; measured at 100 MB, those two passes were most of DDP's cost over a
+raw allreduce). So ``.grad`` is the average over ranks of each rank's accumulated
+gradient, as in PyTorch.
 
 BatchNorm without SyncBatchNorm, as in PyTorch: each rank normalizes with its own batch's
 statistics; with ``broadcast_buffers=True`` every forward starts from rank 0's buffers, so
@@ -59,14 +63,20 @@ __all__ = ["DistributedDataParallel"]
 
 _MIB = 1024 * 1024
 _DEFAULT_FIRST_BUCKET_BYTES = _MIB  # dist._DEFAULT_FIRST_BUCKET_BYTES
+# a gradient this large in a bucket with others gets an allreduce of its own, in place:
+# that costs one collective's latency (tens of microseconds) and saves copying it into the
+# bucket and out again (two passes over it)
+_ADOPT_BYTES = _MIB
 
 
 class _Bucket:
-    """Parameters whose gradients travel in one allreduce, and their flat buffer.
+    """Parameters whose gradients travel together, and their flat buffer.
 
-    ``buffer`` is what this iteration reduces: its own array, or, for a bucket of one
-    parameter, the engine's gradient array itself (``adopted``: reduced in place and
-    scaled after the wait; see ``_mark_ready``)."""
+    ``adopted`` maps a parameter to the engine's gradient array itself when that is
+    reduced in place, in its own allreduce, and scaled after the wait (see ``_mark_ready``);
+    the other slots of the bucket go as the runs of the buffer between them. ``buffer`` is
+    ``own``, or, with ``gradient_as_bucket_view``, the adopted ``.grad`` of a bucket of one
+    parameter."""
 
     def __init__(self, indices: list[int], params: list, dtype: np.dtype) -> None:
         self.indices = indices
@@ -76,10 +86,27 @@ class _Bucket:
             self.offsets[i] = size
             size += params[i]._array.size
         self.own = np.zeros(size, dtype)
-        self.buffer: np.ndarray | None = self.own
-        self.adopted = False
+        self.buffer = self.own
+        self.adopted: dict[int, np.ndarray] = {}
         self.pending = len(indices)
-        self.work: dist.Work | None = None
+        self.works: list[dist.Work] = []
+
+    def parts(self) -> list[np.ndarray]:
+        """What this iteration's allreduces cover: the adopted gradients, and the runs of
+        the buffer between their slots (the whole buffer when nothing is adopted)."""
+        if not self.adopted:
+            return [self.buffer]
+        runs, start = [], None
+        for i in self.indices:
+            if i in self.adopted:
+                if start is not None:
+                    runs.append(self.buffer[start:self.offsets[i]])
+                start = None
+            elif start is None:
+                start = self.offsets[i]
+        if start is not None:
+            runs.append(self.buffer[start:])
+        return runs + list(self.adopted.values())
 
 
 def _holders(grad: Tensor) -> tuple[int, int]:
@@ -296,9 +323,8 @@ class DistributedDataParallel(Module):
         self._next = 0
         for b in self._buckets:
             b.pending = len(b.indices)
-            b.work = None
-            if b.adopted or b.buffer is None:  # a backward that did not get to .grad
-                b.adopted, b.buffer = False, b.own
+            b.works = []
+            b.adopted = {}
         if self._detects_unused:
             if self._static_used is not None:  # static graph: found in the first iteration
                 self._local_used, self._used = self._static_used
@@ -341,12 +367,15 @@ class DistributedDataParallel(Module):
         bucket = self._buckets[k]
         old = p._grad
         a = grad._array if grad is not None else None
-        if (sole and old is None and len(bucket.indices) == 1 and not grad._requires_grad
-                and a.base is None and a.flags.c_contiguous and a.flags.writeable):
-            # A bucket of one parameter whose gradient nothing else holds: the gradient's
-            # own array is reduced in place and scaled once after the wait, and the engine
-            # then makes it .grad uncopied: no copy into a bucket, none out of it
-            bucket.buffer, bucket.adopted = a, True
+        if (sole and old is None and not grad._requires_grad and a.base is None
+                and a.flags.c_contiguous and a.flags.writeable
+                and (len(bucket.indices) == 1 or (a.nbytes >= _ADOPT_BYTES
+                                                  and not self.gradient_as_bucket_view))):
+            # A gradient nothing else holds, alone in its bucket or large enough to be worth
+            # an allreduce of its own (not with bucket views: .grad must alias the bucket):
+            # its own array is reduced in place and scaled once after the wait, and the
+            # engine then makes it .grad uncopied: no copy into the bucket, none out of it
+            bucket.adopted[i] = a
             self._averaged[i] = bucket
             bucket.pending -= 1
             self._launch_ready()
@@ -379,8 +408,8 @@ class DistributedDataParallel(Module):
         """MPI moves data only while it is called: each hook lets launched buckets
         progress."""
         for b in self._buckets[:self._next]:
-            if b.work is not None:
-                b.work.is_completed()
+            for work in b.works:
+                work.is_completed()
 
     def _make_post_hook(self, index: int) -> Callable[[Tensor], None]:
         def post_hook(param: Tensor) -> None:
@@ -391,11 +420,8 @@ class DistributedDataParallel(Module):
             self._averaged[index] = None
             grad = param._grad
             if isinstance(slot, _Bucket):  # .grad is the adopted gradient, averaged
-                slot.adopted = False
-                # with gradient_as_bucket_view .grad stays the bucket; else the bucket
-                # goes back to its own buffer, so it never writes into a .grad
-                slot.buffer = grad._array.reshape(-1) if self.gradient_as_bucket_view \
-                    else slot.own
+                if self.gradient_as_bucket_view:  # a bucket of one: .grad is the bucket
+                    slot.buffer = grad._array.reshape(-1)
             elif self.gradient_as_bucket_view:
                 param._grad = Tensor._make(slot)
             elif grad._requires_grad or not grad._array.flags.writeable:
@@ -408,8 +434,8 @@ class DistributedDataParallel(Module):
         n_ready = len(self._ready_order)
         while self._next < len(self._buckets) and self._buckets[self._next].pending == 0:
             b = self._buckets[self._next]
-            b.work = dist.all_reduce(Tensor._make(b.buffer), group=self.process_group,
-                                     async_op=True)
+            b.works = [dist.all_reduce(Tensor._make(part), group=self.process_group,
+                                       async_op=True) for part in b.parts()]
             self.comm_log.append(("launch", self._next, n_ready, len(self._params)))
             self._next += 1
         if self._next == len(self._buckets) and not self._finished:
@@ -419,13 +445,8 @@ class DistributedDataParallel(Module):
         """Wait for every bucket and average; gradients of parameters unused here but used
         on another rank are written now (no hook of theirs fires on this rank)."""
         for k, b in enumerate(self._buckets):
-            b.work.wait()
-            b.work = None  # it holds the buffer: an adopted gradient must be held by no one
+            self._wait(b)
             self.comm_log.append(("wait", k, len(self._ready_order), len(self._params)))
-            if b.adopted:  # the sum of the ranks' gradients, in the gradient's own memory
-                np.multiply(b.buffer, self._scale, out=b.buffer)
-                # until the post-accumulate hook, only the engine holds it (and steals it)
-                b.buffer = None
         self._finished = True
         if self._used_work is not None:
             self._used_work.wait()  # self._used now counts the ranks using each parameter
@@ -444,15 +465,20 @@ class DistributedDataParallel(Module):
             self._rebuild_order = self._ready_order + [
                 i for i in range(len(self._params)) if not self._ready[i]]
 
+    def _wait(self, b: _Bucket) -> None:
+        if b.works:  # launched (a bucket never launched keeps its local gradients)
+            for work in b.works:
+                work.wait()
+            for a in b.adopted.values():  # the sum of the ranks' gradients, in the
+                np.multiply(a, self._scale, out=a)  # gradient itself: scaled in one pass
+        # the works and this hold the arrays: an adopted gradient must be held by no one
+        # but the engine when it makes it .grad (else it copies it)
+        b.works, b.adopted = [], {}
+
     def _raise_unfinished(self) -> None:
         missing = [i for i, r in enumerate(self._ready) if not r]
         for b in self._buckets:  # let launched allreduces end before the ranks give up
-            if b.work is not None:
-                b.work.wait()
-                b.work = None
-                if b.adopted:  # .grad is this buffer: the average, as with a bucket view
-                    np.multiply(b.buffer, self._scale, out=b.buffer)
-                    b.adopted, b.buffer = False, b.own
+            self._wait(b)  # .grad of an adopted gradient: the average, as a bucket view's
         self._finished = True
         raise RuntimeError(
             "Expected to have finished reduction in the prior iteration before starting a "
