@@ -129,20 +129,21 @@ def launch(nproc: int, command: list[str], prog: str = "graphgrad run",
         # a failure report, else a killed rank (mpiexec's message) ended the job first; the
         # ranks that stopped because of it come after
         killed = None if failed else _KILLED.search(" ".join("".join(err_text).split()))
+        # mpiexec with ULFM may not say which rank was killed: its survivors did
+        died = [] if failed else sorted(Path(reports).glob("rank-*.died"))
         if killed:
             print(f"{prog}: rank {killed.group(1)} was killed by signal {killed.group(2)}",
                   file=sys.stderr)
-        elif not failed:  # mpiexec with ULFM may not say it: the survivors did
-            for path in sorted(Path(reports).glob("rank-*.died")):
+        else:
+            for path in died:
                 rank = path.stem.removeprefix("rank-")
                 print(f"{prog}: rank {rank} died: {path.read_text()}", file=sys.stderr)
-                killed = path
         stopped = sorted(Path(reports).glob("rank-*.stopped"))
         for path in failed + stopped:
             rank = path.stem.removeprefix("rank-")
             print(f"{prog}: rank {rank} {path.suffix[1:]}: {path.read_text().strip()}",
                   file=sys.stderr)
-        if not killed and not failed + stopped:
+        if not (killed or died or failed or stopped):
             print(f"{prog}: mpiexec exited with code {code} (see its message above)",
                   file=sys.stderr)
         return code

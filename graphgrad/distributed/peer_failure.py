@@ -19,8 +19,10 @@ A rank killed by a signal (or ending without a word) cannot tell anyone. Open MP
 with its fault tolerance on (the launcher passes ``--with-ft ulfm``): mpiexec then does not
 stop the job at once, and the MPI calls of the survivors that involve the dead rank fail
 with ``MPI_ERR_PROC_FAILED`` instead of waiting forever. ``wait_all`` turns that into
-``RuntimeError`` naming the dead rank (``process_died``); the survivors then tell each
-other as above (not the dead rank, which can answer nothing) and abort the job.
+``RuntimeError`` naming the dead rank (``process_died``). A survivor whose program ends
+with that error tells the other survivors which rank died (they raise naming it, if they
+have not yet), waits for their answers as above (not for the dead rank's) and exits with
+its error instead of aborting: mpiexec then ends the job with a non-zero code.
 """
 
 from __future__ import annotations
@@ -39,22 +41,14 @@ DIED = ("its process died without a word (killed by a signal, or it ended inside
 _state: dict[str, Any] = {"channel": None}
 
 
-def _death_classes() -> tuple[int, ...]:
+def _is_death(error: Any, in_status: bool = False) -> bool:
+    """Whether an ``MPI.Exception`` is ULFM's report of a dead peer (with ``in_status``:
+    or Testall's MPI_ERR_IN_STATUS, which may carry one)."""
     from mpi4py import MPI
-    return tuple(getattr(MPI, name) for name in ("ERR_PROC_FAILED", "ERR_PROC_FAILED_PENDING",
-                                                  "ERR_REVOKED") if hasattr(MPI, name))
-
-
-class _Classes:
-    """MPI's error classes for a dead peer, read when first asked (mpi4py is optional)."""
-
-    def __contains__(self, code: int) -> bool:
-        if "classes" not in _state:
-            _state["classes"] = _death_classes()
-        return code in _state["classes"]
-
-
-_DEATH_CLASSES = _Classes()
+    names = ("ERR_PROC_FAILED", "ERR_PROC_FAILED_PENDING", "ERR_REVOKED") + (
+        ("ERR_IN_STATUS",) if in_status else ())
+    code = error.Get_error_class()
+    return any(getattr(MPI, name, None) == code for name in names)
 
 
 def failed_ranks(comm: Any) -> set[int]:
@@ -71,9 +65,7 @@ def process_died(error: Any, comm: Any, ranks: list[int], what: str) -> RuntimeE
     other error): it names the dead rank (global, from ``ranks``) and records it on the
     side channel, so that this rank's failure report skips it."""
     from mpi4py import MPI
-    if not hasattr(error, "Get_error_class") or not (
-            error.Get_error_class() in _DEATH_CLASSES
-            or error.Get_error_class() == MPI.ERR_IN_STATUS):  # Testall's: one of them
+    if not _is_death(error, in_status=True):
         return None
     try:
         dead = sorted(ranks[r] for r in failed_ranks(comm))
@@ -85,9 +77,8 @@ def process_died(error: Any, comm: Any, ranks: list[int], what: str) -> RuntimeE
     if ch is not None:
         ch.died(set(dead))
     from .process_group import get_rank
-    who = ", ".join(map(str, dead)) or "?"
-    return RuntimeError(f"[Rank {get_rank()}] {what}: rank {who} failed: {DIED}. The process "
-                        f"group is unusable now.")
+    return RuntimeError(f"[Rank {get_rank()}] {what}: rank {', '.join(map(str, dead))} failed: "
+                        f"{DIED}. The process group is unusable now.")
 
 
 class Channel:
@@ -135,7 +126,7 @@ class Channel:
             try:
                 arrived, message = self._request.test()
             except MPI.Exception as e:  # a receive from any rank learns of a dead one
-                if e.Get_error_class() not in _DEATH_CLASSES:
+                if not _is_death(e):
                     raise
                 self.died(failed_ranks(self.comm))
                 self.comm.Ack_failed()  # acknowledged: receives from any rank go on
