@@ -5,21 +5,27 @@ mpi4py called directly. Prints one JSON object.
 
 * **throughput**: samples/s of ``graphgrad train``'s digits MLP (``train_digits``, batch
   64, 3 epochs; its mean step time) and of a compute-heavier wide MLP (784-2048-2048-10,
-  batch 256, synthetic data, SGD) on 1 rank (no DDP) and 2 ranks (DDP, each rank half of
-  every batch, so the same global batch). Every rank runs BLAS on 1 thread (the thread
+  synthetic data, SGD) on 1 rank (no DDP) and 2 ranks (DDP). ``wide``: strong scaling,
+  the global batch 256 split in halves; ``wide_weak``: weak scaling, 256 per rank (as
+  DDP programs run: DistributedSampler and a per-process DataLoader(batch_size)), the way
+  DDP throughput is usually reported. Every rank runs BLAS on 1 thread (the thread
   variables are set to 1 before launching, in both cases). samples/s = global batch /
   step time: the digits MLP's mean (train_digits' own), the wide MLP's median after 2
   warm-up steps (the slowest rank's). Target: 2 ranks >= 1.6x 1 rank on the wide MLP.
-  The wide MLP also reports its step's CPU time per rank: ``speedup_by_cpu_time`` is
-  the speedup 2 ranks would reach with a free core each (waiting spins, so it counts).
-* **allreduce**: 2 ranks, float32 buffers of 1, 4, 16, 64 and 100 MB; median time (the
-  five measurements taken in turn within each repeat) of ``mpi4py``
-  ``Allreduce(IN_PLACE)`` (raw), of ``graphgrad.distributed.all_reduce(...,
-  async_op=True).wait()`` plus the division by the world size (the call and averaging
-  DDP's buckets make), and of a DDP backward over one parameter of that size minus the
-  same backward without DDP (DDP's whole path: hook, scaled copy into the bucket,
-  allreduce, copy into ``.grad``'s own array), also with ``gradient_as_bucket_view=True``
-  (``.grad`` is the bucket slot: no copy out). Target: DDP within 1.2x raw for large buffers.
+  The wide MLP also reports its step's CPU time per rank (``speedup_by_cpu_time``: the
+  speedup 2 ranks would reach with a free core each; waiting spins, so it counts) and,
+  from steps of a plain copy of the model run in alternation on each rank with no
+  communication, ``speedup_without_communication``: the ceiling that the ranks' own
+  computing, side by side on this machine, leaves to DDP.
+* **allreduce**: 2 ranks, float32 buffers of 1, 4, 16, 64 and 100 MB; median and min
+  time (the measurements taken in turn within each repeat) of ``mpi4py``
+  ``Allreduce(IN_PLACE)`` (raw), of raw plus one in-place division by the world size (a
+  hand-written DDP's averaging), of ``graphgrad.distributed.all_reduce(...,
+  async_op=True).wait()`` plus the division, and of a DDP backward over one parameter of
+  that size minus the same backward without DDP (DDP's whole path: hook, allreduce,
+  averaging, ``.grad``), also with ``gradient_as_bucket_view=True``. The parameter is
+  alone in its bucket, so its gradient is reduced in its own memory (no copies). Target:
+  DDP within 1.2x raw for large buffers; ratios over both peers are reported.
 
 Every rank runs on this machine's cores; the report carries ``uptime``'s load averages
 before and after, because other work on a shared machine slows the 2-rank runs most.
@@ -62,7 +68,10 @@ def _digits(quick: bool) -> dict:
 
 def _wide(quick: bool, weak: bool = False) -> dict:
     """Strong scaling: the global batch 256 split over the ranks; ``weak``: 256 per rank
-    (DistributedSampler + a per-process DataLoader(batch_size=256), as DDP programs run)."""
+    (DistributedSampler + a per-process DataLoader(batch_size=256), as DDP programs run).
+    Each step with DDP alternates with one of a plain copy of the model (no DDP, no
+    communication) on the same data: its time is what the ranks' computing alone costs
+    while they share the machine, i.e. the speedup's ceiling."""
     import numpy as np
 
     import graphgrad as gg
@@ -70,30 +79,40 @@ def _wide(quick: bool, weak: bool = False) -> dict:
     dist, rank, world = _world()
     steps = 6 if quick else 20
     batch = 256 * world if weak else 256  # the global batch
-    gg.manual_seed(0)
-    model = nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
-                          nn.Linear(2048, 10))
+
+    def mlp():
+        gg.manual_seed(0)
+        return nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048),
+                             nn.ReLU(), nn.Linear(2048, 10))
+    model, alone = mlp(), mlp()
     forward = nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    opt = gg.optim.SGD(model.parameters(), lr=0.01)
+    opts = {"ddp": gg.optim.SGD(model.parameters(), lr=0.01),
+            "alone": gg.optim.SGD(alone.parameters(), lr=0.01)}
     rng = np.random.default_rng(rank)
     x = gg.tensor(rng.standard_normal((batch // world, 784)).astype(np.float32))
     y = gg.tensor(rng.integers(0, 10, batch // world))
-    times, cpu = [], []
+    times: dict[str, list[float]] = {"ddp": [], "alone": []}
+    cpu = []
     for _ in range(steps + 2):
-        t0, c0 = time.perf_counter(), time.process_time()
-        loss = nn.functional.cross_entropy(forward(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
+        for name, net in (("ddp", forward), ("alone", alone)):
+            t0, c0 = time.perf_counter(), time.process_time()
+            loss = nn.functional.cross_entropy(net(x), y)
+            opts[name].zero_grad()
+            loss.backward()
+            opts[name].step()
+            times[name].append(time.perf_counter() - t0)
+            if name == "ddp":
+                cpu.append(time.process_time() - c0)
     # medians: robust to other processes' bursts; the slowest rank sets the pace
-    step = gg.tensor([float(np.median(times[2:])), float(np.median(cpu[2:]))])
+    step = gg.tensor([float(np.median(times["ddp"][2:])), float(np.median(cpu[2:])),
+                      float(np.median(times["alone"][2:]))])
     if world > 1:
         dist.all_reduce(step, op=dist.ReduceOp.MAX)
-    wall, cpu_step = step.tolist()
+    wall, cpu_step, alone_step = step.tolist()
     return {"step_ms": wall * 1000, "cpu_step_ms": cpu_step * 1000, "batch": batch,
-            "samples_per_s": batch / wall, "samples_per_cpu_s": batch / cpu_step}
+            "samples_per_s": batch / wall, "samples_per_cpu_s": batch / cpu_step,
+            "no_communication_step_ms": alone_step * 1000,
+            "samples_per_s_without_communication": batch / alone_step}
 
 
 def _timings(fs: dict, repeats: int, barrier) -> dict[str, tuple[float, float]]:
@@ -235,6 +254,9 @@ def main() -> None:
         if "samples_per_cpu_s" in one:  # what 2 ranks would give with a free core each
             report[task]["speedup_by_cpu_time"] = (two["samples_per_cpu_s"]
                                                    / one["samples_per_cpu_s"])
+            # the ceiling: 2 ranks computing side by side with no communication at all
+            report[task]["speedup_without_communication"] = (
+                two["samples_per_s_without_communication"] / one["samples_per_s"])
     targets = report["targets"] = {}
     for task in ("wide", "wide_weak"):
         if task in report:
