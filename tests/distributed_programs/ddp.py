@@ -272,6 +272,25 @@ for i in range(3):  # one bucket in the first iteration, then rebuilt ones
     assert bddp.module.big.grad._array.ctypes.data == pointers[-1]
     k, offset = bddp._where[1]
     assert not bddp._buckets[k].own[offset:offset + m.big.numel()].any()
+# Linear's weight gradient (a matmul's cotangent) too, and the result equals 1 process
+gg.manual_seed(0)
+ref = nn.Sequential(nn.Linear(256, 512), nn.Tanh(), nn.Linear(512, 3))  # 1 MiB weight
+gg.manual_seed(0)
+lddp = DDP(nn.Sequential(nn.Linear(256, 512), nn.Tanh(), nn.Linear(512, 3)))
+pointers = []
+lddp.module[0].weight.register_hook(lambda g, seen=pointers: seen.append(g._array.ctypes.data))
+lddp.module[0].weight._extras.hooks.reverse()  # the recording hook first, DDP's last
+x, y = next(batches((8, 256), 1, seed=9))
+for i in range(3):
+    lddp.zero_grad()
+    ref.zero_grad()
+    loss_fn(lddp(half(x)), half(y)).backward()
+    loss_fn(ref(x), y).backward()
+    assert lddp.module[0].weight.grad._array.ctypes.data == pointers[-1]
+    k, offset = lddp._where[0]  # the weight's slot in its bucket was never written
+    assert not lddp._buckets[k].own[offset:offset + 256 * 512].any()
+    for (name, p), q in zip(lddp.module.named_parameters(), ref.parameters(), strict=True):
+        close(p.grad.numpy(), q.grad.numpy(), f"Linear {name} at step {i}")
 ok("a large gradient in a bucket with others: reduced in its own memory, the rest copied")
 
 

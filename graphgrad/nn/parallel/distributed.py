@@ -109,10 +109,16 @@ class _Bucket:
         return runs + list(self.adopted.values())
 
 
-def _holders(grad: Tensor) -> tuple[int, int]:
-    """References to a hook's gradient and to its array; called as the hook's first
-    statement, so the counts compare with ``_sole_holders()``, measured the same way."""
-    return sys.getrefcount(grad), sys.getrefcount(grad._array)
+def _holders(grad: Tensor, frame: Any) -> tuple[int, int]:
+    """References to a hook's gradient and to its array other than the local variables of
+    ``frame`` (the engine's, which called the hook: which of its locals still point at
+    this gradient depends on the order it went through the graph). Compared with
+    ``_sole_holders()``, measured the same way, they say whether anyone else holds it."""
+    local = frame.f_locals  # refreshed now: one more reference per local that holds it
+    array = grad._array
+    in_tensor = sum(v is grad for v in local.values())
+    in_array = sum(v is array for v in local.values())
+    return (sys.getrefcount(grad) - 2 * in_tensor, sys.getrefcount(array) - 2 * in_array)
 
 
 _SOLE: list[tuple[int, int]] = []
@@ -125,8 +131,7 @@ def _sole_holders() -> tuple[int, int]:
         seen = []
 
         def probe(grad: Tensor) -> None:
-            holders = _holders(grad)
-            seen.append(holders)
+            seen.append(_holders(grad, sys._getframe(1)))
         leaf = Tensor._make(np.ones(2))
         leaf.requires_grad_(True)
         leaf.register_hook(probe)
@@ -341,12 +346,12 @@ class DistributedDataParallel(Module):
 
     def _make_hook(self, index: int) -> Callable[[Tensor], Tensor | None]:
         def hook(grad: Tensor) -> Tensor | None:
-            holders = _holders(grad)  # first: measured as _sole_holders measures
             if not self._syncing or self._finished:
                 return None
             # the gradient's memory may become the bucket only when nothing else holds it
             # and no hook after this one will see it while the allreduce writes into it
-            sole = holders == self._sole and self._params[index]._extras.hooks[-1] is hook
+            sole = (self._params[index]._extras.hooks[-1] is hook
+                    and _holders(grad, sys._getframe(1)) == self._sole)
             return self._mark_ready(index, grad, sole)
         return hook
 
