@@ -348,9 +348,14 @@ class DistributedDataParallel(Module):
         def hook(grad: Tensor) -> Tensor | None:
             if not self._syncing or self._finished:
                 return None
-            # the gradient's memory may become the bucket only when nothing else holds it
-            # and no hook after this one will see it while the allreduce writes into it
-            sole = (self._params[index]._extras.hooks[-1] is hook
+            # A gradient alone in its bucket or large enough to be worth an allreduce of its
+            # own (not with bucket views: .grad must alias the bucket) may be reduced in its
+            # own memory, when nothing else holds it and no hook after this one will see it
+            # while the allreduce writes into it
+            bucket = self._buckets[self._where[index][0]]
+            sole = ((len(bucket.indices) == 1 or (grad._array.nbytes >= _ADOPT_BYTES
+                                                  and not self.gradient_as_bucket_view))
+                    and self._params[index]._extras.hooks[-1] is hook
                     and _holders(grad, sys._getframe(1)) == self._sole)
             return self._mark_ready(index, grad, sole)
         return hook
@@ -373,13 +378,9 @@ class DistributedDataParallel(Module):
         old = p._grad
         a = grad._array if grad is not None else None
         if (sole and old is None and not grad._requires_grad and a.base is None
-                and a.flags.c_contiguous and a.flags.writeable
-                and (len(bucket.indices) == 1 or (a.nbytes >= _ADOPT_BYTES
-                                                  and not self.gradient_as_bucket_view))):
-            # A gradient nothing else holds, alone in its bucket or large enough to be worth
-            # an allreduce of its own (not with bucket views: .grad must alias the bucket):
-            # its own array is reduced in place and scaled once after the wait, and the
-            # engine then makes it .grad uncopied: no copy into the bucket, none out of it
+                and a.flags.c_contiguous and a.flags.writeable):
+            # the gradient's own array is reduced in place and scaled once after the wait,
+            # and the engine then makes it .grad uncopied: no copy into the bucket, none out
             bucket.adopted[i] = a
             self._averaged[i] = bucket
             bucket.pending -= 1
