@@ -330,6 +330,10 @@ class DistributedDataParallel(Module):
             b.pending = len(b.indices)
             b.works = []
             b.adopted = {}
+            if b.buffer is not b.own:  # a bucket view on an adopted .grad: once the user
+                grad = self._params[b.indices[0]]._grad  # has dropped that .grad, free it
+                if grad is None or not np.may_share_memory(grad._array, b.buffer):
+                    b.buffer = b.own  # (own's pages, never written, take no memory)
         if self._detects_unused:
             if self._static_used is not None:  # static graph: found in the first iteration
                 self._local_used, self._used = self._static_used
