@@ -17,7 +17,7 @@ aborts the MPI job, so no rank waits for it until the timeout; those ranks' repo
 they stopped because of it. A rank killed by a signal: with Open MPI 5 the job runs with
 its fault tolerance on (``--with-ft ulfm``), so mpiexec does not stop the others at once;
 their MPI calls that involve the dead rank fail instead, and they raise ``RuntimeError``
-naming it (``peer_failure``), report that they stopped and abort the job. (Without it,
+naming it (``peer_failure``), report that they stopped and exit. (Without it,
 mpiexec would send the survivors SIGTERM about 0.25 s after the death, then SIGKILL,
 wherever they are.) Either way the launcher returns non-zero and names the failed rank.
 """
@@ -172,10 +172,12 @@ def rank_failed(summary: str, code: int = 1) -> None:
             and mpi_module.COMM_WORLD.Get_size() > 1:
         peer_failure.report_failure(summary)
         if ch is not None and ch.dead:
-            # a peer's process died: mpiexec (with ULFM) lets the others end by themselves
-            # and reports the dead rank's signal, which an abort would hide
-            ch.close()  # no receive may stay posted when MPI finalizes
-            return
+            # A peer's process died: with ULFM mpiexec lets the others end by themselves
+            # (an abort there made mpiexec exit 0), but MPI_Finalize can wait forever for
+            # the dead rank (seen: 1 run in 5), so this rank leaves without it
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
         mpi_module.COMM_WORLD.Abort(code)
 
 

@@ -22,7 +22,8 @@ with ``MPI_ERR_PROC_FAILED`` instead of waiting forever. ``wait_all`` turns that
 ``RuntimeError`` naming the dead rank (``process_died``). A survivor whose program ends
 with that error tells the other survivors which rank died (they raise naming it, if they
 have not yet), waits for their answers as above (not for the dead rank's) and exits with
-its error instead of aborting: mpiexec then ends the job with a non-zero code.
+its error's code, skipping MPI_Finalize (which can wait for the dead rank forever) and
+the abort (after which mpiexec exited 0): mpiexec then ends the job with a non-zero code.
 """
 
 from __future__ import annotations
