@@ -162,6 +162,20 @@ def test_mpiexec_command(monkeypatch):
         launch.mpiexec_command(0, ["python"], mpiexec="mpiexec")
 
 
+def test_open_mpi_5_runs_with_ulfm_and_other_mpis_without(tmp_path):
+    """A dead rank's peers raise only under Open MPI's fault tolerance (ULFM): the
+    launcher asks for it where mpiexec says it is Open MPI 5 or later, never elsewhere."""
+    for name, version, flags in (("ompi5", "mpiexec (Open MPI) 5.0.11", ("--with-ft", "ulfm")),
+                                 ("ompi4", "mpiexec (OpenRTE) 4.1.6", ()),
+                                 ("mpich", "HYDRA build details:\n    Version: 4.2.0", ())):
+        fake = tmp_path / name
+        fake.write_text(f"#!/bin/sh\nprintf '{version}\\n'\n")
+        fake.chmod(0o755)
+        assert launch._fault_tolerance(str(fake)) == flags
+        cmd = launch.mpiexec_command(2, ["python"], mpiexec=str(fake))
+        assert ("--with-ft" in cmd) == bool(flags)
+
+
 def test_blas_threads_per_rank(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     env = launch.rank_environment(4, {"MKL_NUM_THREADS": "3"})

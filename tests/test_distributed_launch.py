@@ -91,6 +91,10 @@ def test_ddp_on_two_ranks_equals_one_process(ddp):
     assert "no_sync accumulation" in oks
     assert "buckets: one in the first iteration, rebuilt by size in ready order after it" in oks
     assert "gradient_as_bucket_view: .grad views the buckets; equal to 1 process" in oks
+    assert ("a bucket of one parameter: its gradient array is reduced in place and becomes "
+            ".grad") in oks
+    assert ("a large gradient in a bucket with others: reduced in its own memory, the rest "
+            "copied") in oks
     assert "unused parameters without find_unused_parameters: PyTorch's error at iteration 1" \
         in oks
     assert ("find_unused_parameters: equal to 1 process; unused .grad stays None; used on one "
@@ -135,11 +139,22 @@ def test_with_three_ranks_every_other_rank_raises_before_the_abort():
                 f"failed: ValueError") in out.stderr, out.stderr[-4000:]
 
 
-def test_a_killed_rank_stops_the_job_and_the_launcher_names_it():
-    out = _launch("failure.py", "kill")
-    assert out.returncode != 0
-    assert "rank 1 was killed by signal 9" in out.stderr
-    assert "should not finish" not in out.stdout
+def test_a_killed_rank_makes_the_others_raise_naming_it():
+    """Rank 1 kills itself with SIGKILL at step 3: the survivors, waiting in a collective,
+    raise RuntimeError naming rank 1 (Open MPI's ULFM reports the dead process) instead
+    of being killed by mpiexec; the launcher names the dead rank and exits non-zero."""
+    for nproc in (2, 3):
+        out = _run("-m", "graphgrad.distributed.run", "--nproc", str(nproc),
+                   str(PROGRAMS / "failure.py"), "kill")
+        assert out.returncode != 0
+        assert re.search(r"run: rank 1 (was killed by signal 9|died: its process died)",
+                         out.stderr), out.stderr[-4000:]
+        for rank in sorted({0, nproc - 1} - {1}):
+            assert re.search(rf"RuntimeError: \[Rank {rank}\] (allreduce|broadcast): rank 1 "
+                             r"failed: its process died without a word", out.stderr), \
+                out.stderr[-4000:]
+            assert f"run: rank {rank} stopped: RuntimeError: [Rank {rank}]" in out.stderr
+        assert "should not finish" not in out.stdout
 
 
 def test_a_rank_that_never_joins_makes_the_other_time_out():

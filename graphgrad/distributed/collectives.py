@@ -20,7 +20,7 @@ import numpy as np
 
 from graphgrad.tensor import Tensor
 
-from .process_group import ProcessGroup, mpi, resolve, wait_all
+from .process_group import ProcessGroup, mpi, resolve, test_all, wait_all
 
 __all__ = ["ReduceOp", "Work", "Future", "all_reduce", "broadcast", "reduce", "all_gather",
            "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "gather",
@@ -152,7 +152,7 @@ class Work:
         return True
 
     def is_completed(self) -> bool:
-        if not self._done and mpi().Request.Testall(self._requests, self._statuses):
+        if not self._done and test_all(self._requests, self._pg, self._what, self._statuses):
             self._complete()
         return self._done
 

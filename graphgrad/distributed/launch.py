@@ -14,8 +14,12 @@ ranks do not oversubscribe the cores.
 Failure: a rank whose program raises reports itself (``rank_failed``), lets the ranks
 waiting in a collective raise ``RuntimeError`` naming it (``peer_failure``) and then
 aborts the MPI job, so no rank waits for it until the timeout; those ranks' reports say
-they stopped because of it. A rank killed by a signal makes mpiexec stop the job. Either
-way the launcher returns non-zero and names the failed rank.
+they stopped because of it. A rank killed by a signal: with Open MPI 5 the job runs with
+its fault tolerance on (``--with-ft ulfm``), so mpiexec does not stop the others at once;
+their MPI calls that involve the dead rank fail instead, and they raise ``RuntimeError``
+naming it (``peer_failure``), report that they stopped and exit. (Without it,
+mpiexec would send the survivors SIGTERM about 0.25 s after the death, then SIGKILL,
+wherever they are.) Either way the launcher returns non-zero and names the failed rank.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import sysconfig
 import tempfile
 import threading
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +64,8 @@ def mpiexec_command(nproc: int, command: list[str], mpiexec: str | None = None) 
     """``mpiexec -n N [what root and oversubscription need] command...``."""
     if nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {nproc}")
-    cmd = [mpiexec or find_mpiexec(), "-n", str(nproc), "--bind-to", "none"]
+    mpiexec = mpiexec or find_mpiexec()
+    cmd = [mpiexec, "-n", str(nproc), "--bind-to", "none", *_fault_tolerance(mpiexec)]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     if nproc > (os.cpu_count() or 1):
@@ -67,6 +73,19 @@ def mpiexec_command(nproc: int, command: list[str], mpiexec: str | None = None) 
     for name in (*THREAD_VARS, _REPORT_DIR, "PYTHONPATH"):
         cmd += ["-x", name]  # exported to ranks on other hosts too
     return cmd + command
+
+
+@cache
+def _fault_tolerance(mpiexec: str) -> tuple[str, ...]:
+    """Open MPI 5's ULFM (in its builds by default): a dead rank's peers get an error from
+    MPI instead of being killed with the job (see the module docstring)."""
+    try:
+        version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
+                                 timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    found = re.search(r"\(Open MPI\) (\d+)\.", version)
+    return ("--with-ft", "ulfm") if found and int(found.group(1)) >= 5 else ()
 
 
 def rank_environment(nproc: int, env: dict[str, str] | None = None) -> dict[str, str]:
@@ -107,17 +126,24 @@ def launch(nproc: int, command: list[str], prog: str = "graphgrad run",
         if code == 0:
             return 0
         failed = sorted(Path(reports).glob("rank-*.failed"))
-        if failed:  # the failures first, then the ranks they stopped
-            for path in failed + sorted(Path(reports).glob("rank-*.stopped")):
-                rank = path.stem.removeprefix("rank-")
-                print(f"{prog}: rank {rank} {path.suffix[1:]}: {path.read_text().strip()}",
-                      file=sys.stderr)
-            return code
-        killed = _KILLED.search(" ".join("".join(err_text).split()))
+        # a failure report, else a killed rank (mpiexec's message) ended the job first; the
+        # ranks that stopped because of it come after
+        killed = None if failed else _KILLED.search(" ".join("".join(err_text).split()))
+        # mpiexec with ULFM may not say which rank was killed: its survivors did
+        died = [] if failed else sorted(Path(reports).glob("rank-*.died"))
         if killed:
             print(f"{prog}: rank {killed.group(1)} was killed by signal {killed.group(2)}",
                   file=sys.stderr)
         else:
+            for path in died:
+                rank = path.stem.removeprefix("rank-")
+                print(f"{prog}: rank {rank} died: {path.read_text()}", file=sys.stderr)
+        stopped = sorted(Path(reports).glob("rank-*.stopped"))
+        for path in failed + stopped:
+            rank = path.stem.removeprefix("rank-")
+            print(f"{prog}: rank {rank} {path.suffix[1:]}: {path.read_text().strip()}",
+                  file=sys.stderr)
+        if not (killed or died or failed or stopped):
             print(f"{prog}: mpiexec exited with code {code} (see its message above)",
                   file=sys.stderr)
         return code
@@ -138,11 +164,20 @@ def rank_failed(summary: str, code: int = 1) -> None:
     if reports and os.path.isdir(reports):
         kind = "stopped" if follows else "failed"
         Path(reports, f"rank-{rank}.{kind}").write_text(f"{summary} (exit code {code})")
+        for dead in ch.dead if ch is not None else ():  # they can report nothing themselves
+            Path(reports, f"rank-{dead}.died").write_text(peer_failure.DIED)
     sys.stdout.flush()
     sys.stderr.flush()
     if mpi_module is not None and mpi_module.Is_initialized() and not mpi_module.Is_finalized() \
             and mpi_module.COMM_WORLD.Get_size() > 1:
         peer_failure.report_failure(summary)
+        if ch is not None and ch.dead:
+            # A peer's process died: with ULFM mpiexec lets the others end by themselves
+            # (an abort there made mpiexec exit 0), but MPI_Finalize can wait forever for
+            # the dead rank (seen: 1 run in 5), so this rank leaves without it
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
         mpi_module.COMM_WORLD.Abort(code)
 
 

@@ -204,6 +204,96 @@ for i in range(4):
 ok("gradient_as_bucket_view: .grad views the buckets; equal to 1 process")
 
 
+# ---- a bucket of one parameter reduces the engine's own gradient array in place ---------
+class Scaled(nn.Module):
+    """One parameter per bucket (bucket_cap_mb tiny); forward (w * c + x).sum()."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(gg.ones(6))
+
+    def forward(self, x):
+        return (self.w * (R + 1.0) + x).sum()
+
+
+for view in (False, True):
+    m = Scaled()
+    pointers = []  # the engine's gradient array, by address: holds no reference to it
+    m.w.register_hook(lambda g, seen=pointers: seen.append(g._array.ctypes.data))
+    sddp = DDP(m, bucket_cap_mb=1e-6, gradient_as_bucket_view=view)
+    x = gg.zeros(6, requires_grad=True)
+    for i in range(3):
+        sddp.module.w.grad = None
+        sddp(x).backward()
+        grad = sddp.module.w.grad._array
+        close(grad, np.full(6, 1.5), f"adopted gradient, view={view}, step {i}")
+        assert grad.ctypes.data == pointers[-1], "the engine's array is .grad: no copies"
+        assert np.shares_memory(grad, sddp._buckets[0].buffer) == view
+        assert not sddp._buckets[0].own.any(), "nothing was copied into the bucket's buffer"
+        # x's gradient is the same cotangent as w's before w's Mul: it stays local
+        close(x.grad.numpy(), np.full(6, 1.0 * (i + 1)), f"x.grad, view={view}, step {i}")
+    # a hook after DDP's sees the gradient: it is not reduced in place then
+    kept = []
+    sddp.module.w.register_hook(lambda g, seen=kept: seen.append(g))
+    sddp.module.w.grad = None
+    sddp(x).backward()
+    close(kept[0].numpy(), np.full(6, R + 1.0), "a later hook's gradient stays local")
+    close(sddp.module.w.grad.numpy(), np.full(6, 1.5), f"averaged, view={view}")
+    # accumulation onto an existing .grad (no set_to_none) goes through the bucket
+    sddp(x).backward()
+    close(sddp.module.w.grad.numpy(), np.full(6, 3.0), f"accumulated, view={view}")
+ok("a bucket of one parameter: its gradient array is reduced in place and becomes .grad")
+
+
+class BigAndSmall(nn.Module):
+    """In one bucket: a 1 MiB gradient (reduced in its own memory) between small ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(gg.ones(3))
+        self.big = nn.Parameter(gg.ones(ddp_module._ADOPT_BYTES // 8))
+        self.c = nn.Parameter(gg.ones(5))
+
+    def forward(self):
+        k = R + 1.0
+        return (self.a * k).sum() + (self.big * (2 * k)).sum() + (self.c * (3 * k)).sum()
+
+
+m = BigAndSmall()
+pointers = []
+m.big.register_hook(lambda g, seen=pointers: seen.append(g._array.ctypes.data))
+bddp = DDP(m)
+for i in range(3):  # one bucket in the first iteration, then rebuilt ones
+    bddp.zero_grad()
+    bddp().backward()
+    for name, value in (("a", 1.5), ("big", 3.0), ("c", 4.5)):
+        close(getattr(bddp.module, name).grad.numpy(), np.full(getattr(m, name).shape, value),
+              f"{name} at step {i}")
+    assert bddp.module.big.grad._array.ctypes.data == pointers[-1]
+    k, offset = bddp._where[1]
+    assert not bddp._buckets[k].own[offset:offset + m.big.numel()].any()
+# Linear's weight gradient (a matmul's cotangent) too, and the result equals 1 process
+gg.manual_seed(0)
+ref = nn.Sequential(nn.Linear(256, 512), nn.Tanh(), nn.Linear(512, 3))  # 1 MiB weight
+gg.manual_seed(0)
+lddp = DDP(nn.Sequential(nn.Linear(256, 512), nn.Tanh(), nn.Linear(512, 3)))
+pointers = []
+lddp.module[0].weight.register_hook(lambda g, seen=pointers: seen.append(g._array.ctypes.data))
+lddp.module[0].weight._extras.hooks.reverse()  # the recording hook first, DDP's last
+x, y = next(batches((8, 256), 1, seed=9))
+for i in range(3):
+    lddp.zero_grad()
+    ref.zero_grad()
+    loss_fn(lddp(half(x)), half(y)).backward()
+    loss_fn(ref(x), y).backward()
+    assert lddp.module[0].weight.grad._array.ctypes.data == pointers[-1]
+    k, offset = lddp._where[0]  # the weight's slot in its bucket was never written
+    assert not lddp._buckets[k].own[offset:offset + 256 * 512].any()
+    for (name, p), q in zip(lddp.module.named_parameters(), ref.parameters(), strict=True):
+        close(p.grad.numpy(), q.grad.numpy(), f"Linear {name} at step {i}")
+ok("a large gradient in a bucket with others: reduced in its own memory, the rest copied")
+
+
 # ---- unused parameters --------------------------------------------------------------------
 class Branchy(nn.Module):
     def __init__(self):

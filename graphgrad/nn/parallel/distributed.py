@@ -18,17 +18,21 @@ needed), and the buckets are rebuilt after the first iteration as without unused
 parameters. A graph that does change under ``static_graph`` is not detected.
 
 A hook on every parameter fires during backward as soon as that parameter's gradient is
-complete; it copies the gradient, divided by the world size (as PyTorch's
-DDP divides before the allreduce), into its bucket, and when a bucket is full its
-non-blocking allreduce (``Iallreduce`` via ``graphgrad.distributed.all_reduce``) starts at
-once, in bucket order, while backward goes on with the earlier layers: the sum that comes
-back is the average. The hook that completes the last bucket waits for all of them. Each
-hook returns the gradient it was given, which the engine makes ``.grad`` (taking its
-array uncopied when nothing else holds it); a post-accumulate-grad hook then writes the
-averaged slot into that array, so no gradient-sized buffer is allocated (with
-``gradient_as_bucket_view`` it makes ``.grad`` a view of the slot instead: no copy at
-all). So ``.grad`` is the average over ranks of each rank's accumulated gradient, as in
-PyTorch.
+complete; it copies the gradient, divided by the world size in the same pass (as
+PyTorch's DDP divides before the allreduce), into its bucket, and when a bucket is full
+its non-blocking allreduce (``Iallreduce`` via ``graphgrad.distributed.all_reduce``)
+starts at once, in bucket order, while backward goes on with the earlier layers: the sum
+that comes back is the average. The hook that completes the last bucket waits for all of
+them. Each hook returns the gradient it was given, which the engine makes ``.grad``
+(taking its array uncopied when nothing else holds it); a post-accumulate-grad hook then
+writes the averaged slot into that array, so no gradient-sized buffer is allocated (with
+``gradient_as_bucket_view`` it makes ``.grad`` a view of the slot instead: no copy out).
+A gradient that nothing but the engine holds, alone in its bucket or of at least 1 MiB
+(without bucket views), skips the bucket: its own array is reduced in place by an
+allreduce of its own and scaled once after the wait, and becomes ``.grad`` uncopied (no
+copy in, none out; measured at 100 MB, those two passes were most of DDP's cost over a
+raw allreduce). So ``.grad`` is the average over ranks of each rank's accumulated
+gradient, as in PyTorch.
 
 BatchNorm without SyncBatchNorm, as in PyTorch: each rank normalizes with its own batch's
 statistics; with ``broadcast_buffers=True`` every forward starts from rank 0's buffers, so
@@ -49,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from graphgrad import distributed as dist
-from graphgrad.autograd import is_grad_enabled
+from graphgrad.autograd import enable_grad, is_grad_enabled
 from graphgrad.tensor import Tensor, leaf_of
 from graphgrad.tensor.toposort import toposort
 
@@ -59,10 +63,20 @@ __all__ = ["DistributedDataParallel"]
 
 _MIB = 1024 * 1024
 _DEFAULT_FIRST_BUCKET_BYTES = _MIB  # dist._DEFAULT_FIRST_BUCKET_BYTES
+# a gradient this large in a bucket with others gets an allreduce of its own, in place:
+# that costs one collective's latency (tens of microseconds) and saves copying it into the
+# bucket and out again (two passes over it)
+_ADOPT_BYTES = _MIB
 
 
 class _Bucket:
-    """Parameters whose gradients travel in one allreduce, and their flat buffer."""
+    """Parameters whose gradients travel together, and their flat buffer.
+
+    ``adopted`` maps a parameter to the engine's gradient array itself when that is
+    reduced in place, in its own allreduce, and scaled after the wait (see ``_mark_ready``);
+    the other slots of the bucket go as the runs of the buffer between them. ``buffer`` is
+    ``own``, or, with ``gradient_as_bucket_view``, the adopted ``.grad`` of a bucket of one
+    parameter."""
 
     def __init__(self, indices: list[int], params: list, dtype: np.dtype) -> None:
         self.indices = indices
@@ -71,9 +85,60 @@ class _Bucket:
         for i in indices:
             self.offsets[i] = size
             size += params[i]._array.size
-        self.buffer = np.zeros(size, dtype)
+        self.own = np.zeros(size, dtype)
+        self.buffer = self.own
+        self.adopted: dict[int, np.ndarray] = {}
         self.pending = len(indices)
-        self.work: dist.Work | None = None
+        self.works: list[dist.Work] = []
+
+    def parts(self) -> list[np.ndarray]:
+        """What this iteration's allreduces cover: the adopted gradients, and the runs of
+        the buffer between their slots (the whole buffer when nothing is adopted)."""
+        if not self.adopted:
+            return [self.buffer]
+        runs, start = [], None
+        for i in self.indices:
+            if i in self.adopted:
+                if start is not None:
+                    runs.append(self.buffer[start:self.offsets[i]])
+                start = None
+            elif start is None:
+                start = self.offsets[i]
+        if start is not None:
+            runs.append(self.buffer[start:])
+        return runs + list(self.adopted.values())
+
+
+def _holders(grad: Tensor, frame: Any) -> tuple[int, int]:
+    """References to a hook's gradient and to its array other than the local variables of
+    ``frame`` (the engine's, which called the hook: which of its locals still point at
+    this gradient depends on the order it went through the graph). Compared with
+    ``_sole_holders()``, measured the same way, they say whether anyone else holds it."""
+    local = frame.f_locals  # refreshed now: one more reference per local that holds it
+    array = grad._array
+    in_tensor = sum(v is grad for v in local.values())
+    in_array = sum(v is array for v in local.values())
+    return (sys.getrefcount(grad) - 2 * in_tensor, sys.getrefcount(array) - 2 * in_array)
+
+
+_SOLE: list[tuple[int, int]] = []
+
+
+def _sole_holders() -> tuple[int, int]:
+    """``_holders`` in a tensor hook whose gradient nothing but the engine holds (Mul's
+    fresh cotangent), measured once through the engine itself."""
+    if not _SOLE:
+        seen = []
+
+        def probe(grad: Tensor) -> None:
+            seen.append(_holders(grad, sys._getframe(1)))
+        leaf = Tensor._make(np.ones(2))
+        leaf.requires_grad_(True)
+        leaf.register_hook(probe)
+        with enable_grad():
+            (leaf * 2.0).backward(Tensor._make(np.ones(2)))
+        _SOLE.append(seen[0])
+    return _SOLE[0]
 
 
 def _assign_buckets(order: list[int], params: list, caps: list[int]) -> list[_Bucket]:
@@ -163,7 +228,9 @@ class DistributedDataParallel(Module):
         self._handles = [p.register_hook(self._make_hook(i)) for i, p in enumerate(params)]
         self._handles += [p.register_post_accumulate_grad_hook(self._make_post_hook(i))
                           for i, p in enumerate(params)]
-        self._averaged: list[np.ndarray | None] = [None] * len(params)  # slots to deliver
+        # what each post-accumulate hook delivers: a bucket slot, or an adopted bucket
+        self._averaged: list[np.ndarray | _Bucket | None] = [None] * len(params)
+        self._sole = _sole_holders()
         self.comm_log: deque[tuple] = deque(maxlen=4096)  # the recent events only
         self._syncing = False       # this iteration's backward averages gradients
         self._finished = True       # the last synchronized backward reduced every bucket
@@ -261,7 +328,12 @@ class DistributedDataParallel(Module):
         self._next = 0
         for b in self._buckets:
             b.pending = len(b.indices)
-            b.work = None
+            b.works = []
+            b.adopted = {}
+            if b.buffer is not b.own:  # a bucket view on an adopted .grad: once the user
+                grad = self._params[b.indices[0]]._grad  # has dropped that .grad, free it
+                if grad is None or not np.may_share_memory(grad._array, b.buffer):
+                    b.buffer = b.own  # (own's pages, never written, take no memory)
         if self._detects_unused:
             if self._static_used is not None:  # static graph: found in the first iteration
                 self._local_used, self._used = self._static_used
@@ -280,10 +352,19 @@ class DistributedDataParallel(Module):
         def hook(grad: Tensor) -> Tensor | None:
             if not self._syncing or self._finished:
                 return None
-            return self._mark_ready(index, grad)
+            # A gradient alone in its bucket or large enough to be worth an allreduce of its
+            # own (not with bucket views: .grad must alias the bucket) may be reduced in its
+            # own memory, when nothing else holds it and no hook after this one will see it
+            # while the allreduce writes into it
+            bucket = self._buckets[self._where[index][0]]
+            sole = ((len(bucket.indices) == 1 or (grad._array.nbytes >= _ADOPT_BYTES
+                                                  and not self.gradient_as_bucket_view))
+                    and self._params[index]._extras.hooks[-1] is hook
+                    and _holders(grad, sys._getframe(1)) == self._sole)
+            return self._mark_ready(index, grad, sole)
         return hook
 
-    def _mark_ready(self, i: int, grad: Tensor | None) -> Tensor | np.ndarray:
+    def _mark_ready(self, i: int, grad: Tensor | None, sole: bool = False) -> Tensor | np.ndarray:
         """Put parameter i's gradient (plus what ``.grad`` holds already, as PyTorch
         reduces the accumulated gradient) into its bucket slot; launch full buckets."""
         if self._ready[i]:
@@ -298,23 +379,33 @@ class DistributedDataParallel(Module):
         p = self._params[i]
         k, offset = self._where[i]
         bucket = self._buckets[k]
-        slot = bucket.buffer[offset:offset + p._array.size].reshape(p._array.shape)
         old = p._grad
-        # divided by the world size on the way in (as PyTorch's DDP divides before the
-        # allreduce): the sum that comes back is the average, with no pass over it after
-        local = [a._array for a in (grad, old) if a is not None]
-        if not local:
-            slot[...] = 0
-        elif len(local) == 2:
-            np.add(local[0], local[1], out=slot)
+        a = grad._array if grad is not None else None
+        if (sole and old is None and not grad._requires_grad and a.base is None
+                and a.flags.c_contiguous and a.flags.writeable):
+            # the gradient's own array is reduced in place and scaled once after the wait,
+            # and the engine then makes it .grad uncopied: no copy into the bucket, none out
+            bucket.adopted[i] = a
+            self._averaged[i] = bucket
+            bucket.pending -= 1
+            self._launch_ready()
+            self._progress()
+            return grad
+        slot = bucket.buffer[offset:offset + p._array.size].reshape(p._array.shape)
+        # divided by the world size in the one pass that copies into the bucket (PyTorch's
+        # DDP divides before the allreduce too): the sum that comes back is the average
+        if old is None and a is not None:
+            np.multiply(a, self._scale, out=slot)
+        elif a is not None:
+            np.add(a, old._array, out=slot)
             slot *= self._scale
+        elif old is not None:
+            np.multiply(old._array, self._scale, out=slot)
         else:
-            np.multiply(local[0], self._scale, out=slot)
+            slot[...] = 0
         bucket.pending -= 1
         self._launch_ready()
-        for b in self._buckets[:self._next]:  # MPI moves data only while it is called:
-            if b.work is not None:            # each hook lets launched buckets progress
-                b.work.is_completed()
+        self._progress()
         if grad is None:
             return slot
         # The engine makes the incoming gradient .grad (taking its array, uncopied, when
@@ -322,6 +413,13 @@ class DistributedDataParallel(Module):
         p._grad = None
         self._averaged[i] = slot
         return grad
+
+    def _progress(self) -> None:
+        """MPI moves data only while it is called: each hook lets launched buckets
+        progress."""
+        for b in self._buckets[:self._next]:
+            for work in b.works:
+                work.is_completed()
 
     def _make_post_hook(self, index: int) -> Callable[[Tensor], None]:
         def post_hook(param: Tensor) -> None:
@@ -331,7 +429,10 @@ class DistributedDataParallel(Module):
                 return
             self._averaged[index] = None
             grad = param._grad
-            if self.gradient_as_bucket_view:
+            if isinstance(slot, _Bucket):  # .grad is the adopted gradient, averaged
+                if self.gradient_as_bucket_view:  # a bucket of one: .grad is the bucket
+                    slot.buffer = grad._array.reshape(-1)
+            elif self.gradient_as_bucket_view:
                 param._grad = Tensor._make(slot)
             elif grad._requires_grad or not grad._array.flags.writeable:
                 param._grad = leaf_of(slot.copy())  # create_graph: .grad may be shared
@@ -343,8 +444,8 @@ class DistributedDataParallel(Module):
         n_ready = len(self._ready_order)
         while self._next < len(self._buckets) and self._buckets[self._next].pending == 0:
             b = self._buckets[self._next]
-            b.work = dist.all_reduce(Tensor._make(b.buffer), group=self.process_group,
-                                     async_op=True)
+            b.works = [dist.all_reduce(Tensor._make(part), group=self.process_group,
+                                       async_op=True) for part in b.parts()]
             self.comm_log.append(("launch", self._next, n_ready, len(self._params)))
             self._next += 1
         if self._next == len(self._buckets) and not self._finished:
@@ -354,7 +455,7 @@ class DistributedDataParallel(Module):
         """Wait for every bucket and average; gradients of parameters unused here but used
         on another rank are written now (no hook of theirs fires on this rank)."""
         for k, b in enumerate(self._buckets):
-            b.work.wait()
+            self._wait(b)
             self.comm_log.append(("wait", k, len(self._ready_order), len(self._params)))
         self._finished = True
         if self._used_work is not None:
@@ -374,11 +475,20 @@ class DistributedDataParallel(Module):
             self._rebuild_order = self._ready_order + [
                 i for i in range(len(self._params)) if not self._ready[i]]
 
+    def _wait(self, b: _Bucket) -> None:
+        if b.works:  # launched (a bucket never launched keeps its local gradients)
+            for work in b.works:
+                work.wait()
+            for a in b.adopted.values():  # the sum of the ranks' gradients, in the
+                np.multiply(a, self._scale, out=a)  # gradient itself: scaled in one pass
+        # the works and this hold the arrays: an adopted gradient must be held by no one
+        # but the engine when it makes it .grad (else it copies it)
+        b.works, b.adopted = [], {}
+
     def _raise_unfinished(self) -> None:
         missing = [i for i, r in enumerate(self._ready) if not r]
         for b in self._buckets:  # let launched allreduces end before the ranks give up
-            if b.work is not None:
-                b.work.wait()
+            self._wait(b)  # .grad of an adopted gradient: the average, as a bucket view's
         self._finished = True
         raise RuntimeError(
             "Expected to have finished reduction in the prior iteration before starting a "
