@@ -692,6 +692,15 @@ def _layer_norm_backward(m, g, x, w, b):
     return backward(torch if m is TORCH else m, g, x, w, b)
 
 
+def _log_softmax_backward(m, g, a):
+    from op_cases import _log_softmax_backward as backward
+    return backward(torch if m is TORCH else m, g, a)
+
+
+CASES += [_case("log_softmax_backward", "LogSoftmaxBackward", _log_softmax_backward,
+                inputs(normal(3, 4), normal(3, 4)), jvp=False)]
+
+
 CASES += [
     _case("layer_norm", "NativeLayerNorm", _layer_norm,
           inputs(normal(3, 4), normal(4), normal(4)),

@@ -2204,6 +2204,18 @@ def _layer_norm_backward(m, g, x, w, b):
     return m.cat([d.reshape(-1) for d in pull(g)])
 
 
+def _log_softmax_backward(m, g, a):
+    """LogSoftmaxBackward (the plain eager backward's kernel) against torch's vjp."""
+    if m is gg:
+        out = m.log_softmax(a, 1)
+        return REGISTRY["LogSoftmaxBackward"].apply(g, out.detach(), dim=1)
+    return m.func.vjp(lambda v: m.log_softmax(v, 1), a)[1](g)[0]
+
+
+add(case("log_softmax_backward", "LogSoftmaxBackward", _log_softmax_backward,
+         fixed((normal, (4, 6)), (normal, (4, 6))), grad=False))
+
+
 add(case("layer_norm", "NativeLayerNorm", _layer_norm,
          fixed((normal, (3, 4, 5)), (normal, (4, 5)), (normal, (4, 5)),
                static={"normalized_shape": (4, 5)}), torch_fn=layer_norm_reference),

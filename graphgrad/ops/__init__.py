@@ -31,6 +31,7 @@ from .repeats import *  # noqa: F401,F403
 from .scattering import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
 from .shifts import *  # noqa: F401,F403
+from .softmax import softmax, log_softmax  # (the functions: softmax shadows its module)
 from .sorting import *  # noqa: F401,F403
 from .sparse_coo import *  # noqa: F401,F403
 from .triangular import *  # noqa: F401,F403
@@ -38,6 +39,7 @@ from .unary import *  # noqa: F401,F403
 
 __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join.__all__,
                   *linalg.__all__, *reduce.__all__, *moments.__all__, *norms.__all__,
+                  "softmax", "log_softmax",
                   *shape.__all__, "gelu", *unary.__all__,
                   *compound.__all__, *contractions.__all__, "convolution", *cumulative.__all__,
                   *diagonals.__all__, *einsum_notation.__all__, *grids.__all__,

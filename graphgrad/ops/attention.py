@@ -34,7 +34,7 @@ from .batching import align, logical_ndim, to_front
 from .compare import Where
 from .fused import array_backward, pack, unpack
 from .join import Cat
-from .reduce import Softmax
+from .softmax import Softmax
 from .shape import Permute
 from .taylor_composite import Jet, jets
 

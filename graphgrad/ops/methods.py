@@ -23,6 +23,7 @@ from . import moments as MO
 from . import norms as NO
 from . import reduce as R
 from . import shape as S
+from . import softmax as SM
 from . import unary as U
 from . import compound as CO
 from .base import dtype_of_type_name, tensor_type_name
@@ -295,8 +296,8 @@ _METHODS = {
     # reductions
     **{n: getattr(R, n) for n in (
         "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin",
-        "logsumexp", "softmax", "log_softmax", "all", "any", "cumsum", "nansum",
-        "count_nonzero")},
+        "logsumexp", "all", "any", "cumsum", "nansum", "count_nonzero")},
+    "softmax": SM.softmax, "log_softmax": SM.log_softmax,
     "norm": NO.norm,
     # shape
     **{n: getattr(S, n) for n in (

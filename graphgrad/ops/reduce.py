@@ -1,5 +1,5 @@
 """Layer ``ops``: reductions over ``dim`` (int, tuple or None) with ``keepdim``: sum, mean,
-prod, amax/amin, argmax/argmin, norm, logsumexp; and softmax/log_softmax.
+prod, amax/amin, argmax/argmin, norm, logsumexp (softmax/log_softmax in ``softmax``).
 
 ``max``/``min`` with a dim, ``all``/``any`` are built from these (``var``/``std`` in
 ``moments``).
@@ -14,18 +14,16 @@ from graphgrad.backend import result_float_dtype, xp
 from graphgrad.tensor import Value
 from graphgrad.tensor.creation import invalid_arguments
 
-from .arithmetic import Mul, Sub
 from .base import Op, Spec, normalize_dim, normalize_dims, scalar_name
 from .batching import to_front
 from .compare import where
 from .join import Pad
-from .refusals import NOT_GIVEN, empty_check, no_bool, no_kernel
-from .unary import Exp
+from .refusals import NOT_GIVEN, empty_check, no_bool
 from . import taylor as ts
 from .taylor_products import product_tree
 
 __all__ = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin",
-           "logsumexp", "softmax", "log_softmax", "all", "any", "count_nonzero",
+           "logsumexp", "all", "any", "count_nonzero",
            "cumsum", "nansum"]
 
 
@@ -269,81 +267,6 @@ class Logsumexp(_Reduce):
         return [t if t is None or keepdim else t.squeeze(dim) for t in terms]
 
 
-class _SoftmaxBase(Op):
-    promotes = False
-    saves_inputs = ()
-    saves_output = True
-
-    @classmethod
-    def infer(cls, a, *, dim) -> Spec:
-        dt = a.dtype if a.dtype.kind in "fc" else xp.dtype(xp.float32)
-        return Spec(a.shape, dt)
-
-    @classmethod
-    def batch(cls, vals, bdims, *, dim):
-        return along_dim_batched(cls, vals[0], bdims[0], dim), 0
-
-
-class Softmax(_SoftmaxBase):
-    holomorphic = True
-
-    @staticmethod
-    def forward(a, *, dim):
-        if a.dtype.kind not in "fc":
-            no_kernel("softmax", a, dim)
-        # initial: an empty slice has no maximum, and softmax of nothing is nothing
-        e = xp.exp(a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True, initial=-xp.inf))
-        return e / xp.add.reduce(e, axis=dim, keepdims=True)
-
-    @staticmethod
-    def vjp(g, out, a, *, dim):
-        return (out * (g - (g * out).sum(dim=dim, keepdim=True)),)
-
-    @staticmethod
-    def jvp(dots, out, a, *, dim):
-        d = dots[0]
-        return out * (d - (d * out).sum(dim=dim, keepdim=True))
-
-    @staticmethod
-    def taylor(series, out, a, *, dim):
-        # e / sum(e) with e = exp(x - lse(x_0)): e_0 is the output, its sum is one
-        k = ts.order_of(series)
-        _, e = ts.logsumexp_series(series[0], out, dim, k)
-        total = [1.0] + [None if t is None else t.sum(dim=dim, keepdim=True) for t in e[1:]]
-        return ts.div_series(e, total, out, k)
-
-
-class LogSoftmax(_SoftmaxBase):
-    holomorphic = True
-
-    @staticmethod
-    def forward(a, *, dim):
-        if a.dtype.kind not in "fc":
-            no_kernel("log_softmax", a, dim)
-        s = a - xp.maximum.reduce(xp.real(a), axis=dim, keepdims=True, initial=-xp.inf)
-        return s - xp.log(xp.add.reduce(xp.exp(s), axis=dim, keepdims=True))
-
-    @staticmethod
-    def vjp(g, out, a, *, dim):
-        # g - softmax(a) * sum(g), the ops applied directly (not through g.sum, g - ...):
-        # this rule runs in every classifier's training step, where the methods'
-        # argument handling shows
-        total = Sum.apply(g, dim=(dim,) if g.ndim else (), keepdim=True)  # a 0-d tensor: itself
-        return (Sub.apply(g, Mul.apply(Exp.apply(out), total)),)
-
-    @staticmethod
-    def jvp(dots, out, a, *, dim):
-        d = dots[0]
-        return d - (out.exp() * d).sum(dim=dim, keepdim=True)
-
-    @staticmethod
-    def taylor(series, out, a, *, dim):
-        k = ts.order_of(series)  # x - logsumexp(x)
-        lse, _ = ts.logsumexp_series(series[0], out.exp(), dim, k)
-        return [ts.plus(x, None if t is None else -t) for x, t in zip(series[0], lse,
-                                                                      strict=True)]
-
-
 class Cumsum(Op):
     holomorphic = True
     saves_inputs = ()
@@ -547,18 +470,6 @@ def logsumexp(input, dim, keepdim: bool = False):
         raise TypeError("logsumexp(): argument 'dim' (position 2) must be tuple of ints, not "
                         "NoneType")
     return Logsumexp.apply(input, dim=_dims(input, dim, "logsumexp"), keepdim=keepdim)
-
-
-def softmax(input, dim: int, dtype=None):
-    if dtype is not None:
-        input = input.to(dtype)
-    return Softmax.apply(input, dim=normalize_dim(dim, input.ndim, "softmax"))
-
-
-def log_softmax(input, dim: int, dtype=None):
-    if dtype is not None:
-        input = input.to(dtype)
-    return LogSoftmax.apply(input, dim=normalize_dim(dim, input.ndim, "log_softmax"))
 
 
 def cumsum(input, dim: int, *, dtype=None):
