@@ -100,6 +100,7 @@ class LogSoftmaxBackward(Op):
     """``log_softmax``'s vjp on arrays, ``g - exp(out) * sum(g)`` in one buffer. Only a
     plain eager backward runs it (``array_backward``), so it carries no gradient."""
 
+    holomorphic = True  # exp, sums, products: analytic (the complex step goes through)
     differentiable = False
     saves_inputs = ()
     promotes = False
