@@ -30,7 +30,7 @@ from graphgrad.backend import xp
 from graphgrad.tensor import tensor
 
 from .base import Op, Spec, broadcast_shapes
-from .batching import align, logical_ndim, to_front
+from .batching import align, by_example, logical_ndim, to_front
 from .compare import Where
 from .fused import array_backward, pack, unpack
 from .join import Cat
@@ -364,12 +364,7 @@ class ScaledDotProductAttentionBackward(Op):
 
     @classmethod
     def batch(cls, vals, bdims, **params):
-        size = next(x.shape[d] for x, d in zip(vals, bdims, strict=True) if d is not None)
-        outs = [cls.apply(*(x if d is None else x.select(d, b)
-                            for x, d in zip(vals, bdims, strict=True)), **params)
-                for b in range(size)]
-        from .join import Stack
-        return Stack.apply(*outs, dim=0), 0
+        return by_example(cls, vals, bdims, **params)
 
     @classmethod
     def infer(cls, g, q, k, v, *rest, scale, is_causal, float_mask_grad, dropout_p=0.0,

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from graphgrad.tensor import Value
 
-__all__ = ["batch_size", "to_front", "logical_ndim", "align", "materialize", "all_to_front"]
+__all__ = ["batch_size", "to_front", "logical_ndim", "align", "materialize", "all_to_front",
+           "by_example"]
 
 
 def batch_size(vals, bdims) -> int:
@@ -53,3 +54,14 @@ def materialize(v, bdim, size: int):
 def all_to_front(vals, bdims) -> list:
     size = batch_size(vals, bdims)
     return [materialize(v, d, size) for v, d in zip(vals, bdims, strict=True)]
+
+
+def by_example(op, vals, bdims, **params):
+    """A batching rule for an op without a batched form (a backward kernel, a fused
+    layer): the op once per example, the results stacked along a new leading dim."""
+    from .join import Stack  # (join's ops batch through this module)
+    size = batch_size(vals, bdims)
+    return Stack.apply(*(op.apply(*(v if d is None else v.select(d, b)
+                                    for v, d in zip(vals, bdims, strict=True)), **params)
+                         for b in range(size)), dim=0), 0
+

@@ -19,9 +19,8 @@ import math
 from graphgrad.backend import xp
 
 from .base import Op, Spec, scalar_name
-from .batching import align, materialize, to_front
+from .batching import align, by_example, materialize, to_front
 from .fused import array_backward, unpack
-from .join import Stack
 from .reduce import Mean
 from .taylor_composite import Jet, jets
 from .unary import Rsqrt
@@ -221,11 +220,7 @@ class NativeLayerNormBackward(Op):
 
     @classmethod
     def batch(cls, vals, bdims, **params):
-        size = next(x.shape[d] for x, d in zip(vals, bdims, strict=True) if d is not None)
-        outs = [cls.apply(*(x if d is None else x.select(d, b)
-                            for x, d in zip(vals, bdims, strict=True)), **params)
-                for b in range(size)]
-        return Stack.apply(*outs, dim=0), 0
+        return by_example(cls, vals, bdims, **params)
 
     @classmethod
     def infer(cls, g, x, *affine, normalized_shape, eps) -> Spec:

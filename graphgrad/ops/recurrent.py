@@ -26,7 +26,7 @@ from graphgrad.backend import xp
 
 from .base import Op, Spec
 from .fused import array_backward, unpack
-from .batching import to_front
+from .batching import by_example, to_front
 from .join import Cat, Stack
 from .recurrent_kernels import (gru_backward, gru_forward, lstm_backward, lstm_forward,
                                 rnn_backward, rnn_forward)
@@ -173,7 +173,7 @@ class LstmLayerBackward(Op):
 
     @classmethod
     def batch(cls, vals, bdims):
-        return _batch_by_example(cls, vals, bdims)
+        return by_example(cls, vals, bdims)
 
     @classmethod
     def infer(cls, g, out, xg, h0, c0, w_hh) -> Spec:
@@ -312,7 +312,7 @@ class GruLayerBackward(Op):
 
     @classmethod
     def batch(cls, vals, bdims):
-        return _batch_by_example(cls, vals, bdims)
+        return by_example(cls, vals, bdims)
 
     @classmethod
     def infer(cls, g, out, xg, h0, w_hh, b_hh=None) -> Spec:
@@ -405,7 +405,7 @@ class RnnLayerBackward(Op):
 
     @classmethod
     def batch(cls, vals, bdims, **params):
-        return _batch_by_example(cls, vals, bdims, **params)
+        return by_example(cls, vals, bdims, **params)
 
     @classmethod
     def infer(cls, g, out, xg, h0, w_hh, **_) -> Spec:
@@ -447,13 +447,6 @@ def _batch_layer(cls, vals, bdims, n_weights: int, folded: tuple, **params):
             args.append(v)
         y = cls.apply(*args, **params)
         return y.reshape(y.shape[0], size, -1, *y.shape[2:]), 1
-    return _batch_by_example(cls, vals, bdims, **params)
+    return by_example(cls, vals, bdims, **params)
 
 
-def _batch_by_example(cls, vals, bdims, **params):
-    size = next(v.shape[d] for v, d in zip(vals, bdims, strict=True) if d is not None)
-    outs = []
-    for b in range(size):
-        outs.append(cls.apply(*(v if d is None else v.select(d, b)
-                                for v, d in zip(vals, bdims, strict=True)), **params))
-    return Stack.apply(*outs, dim=0), 0

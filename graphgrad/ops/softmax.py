@@ -9,7 +9,7 @@ from . import taylor as ts
 from .arithmetic import Mul, Sub
 from .base import Op, Spec, normalize_dim
 from .fused import array_backward
-from .join import Stack
+from .batching import by_example
 from .reduce import Sum, along_dim_batched
 from .refusals import no_kernel
 from .unary import Exp
@@ -117,10 +117,7 @@ class LogSoftmaxBackward(Op):
 
     @classmethod
     def batch(cls, vals, bdims, *, dim):
-        size = next(x.shape[d] for x, d in zip(vals, bdims, strict=True) if d is not None)
-        return Stack.apply(*(cls.apply(*(x if d is None else x.select(d, b)
-                                         for x, d in zip(vals, bdims, strict=True)), dim=dim)
-                             for b in range(size)), dim=0), 0
+        return by_example(cls, vals, bdims, dim=dim)
 
 
 
