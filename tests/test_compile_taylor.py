@@ -18,20 +18,7 @@ from graphgrad.graph import trace
 from graphgrad.graph.interpreter import Interpreter
 from graphgrad.passes.collapse_taylor import capture_taylor_operator
 
-DT = gg.float64
-
-
-def _net(d, seed=0):
-    gg.manual_seed(seed)
-    net = nn.Sequential(nn.Linear(d, 6), nn.Tanh(), nn.Linear(6, 6), nn.Sigmoid(),
-                        nn.Linear(6, 1)).to(DT)
-    for p in net.parameters():
-        p.requires_grad_(False)
-    return net
-
-
-def _linear_nodes(graph) -> int:
-    return sum(1 for n in graph.nodes if n.kind == "call" and n.op.__name__ == "Linear")
+from test_collapse_taylor import DT, _linear_nodes, _net
 
 
 def _one_graph(fn, *args):

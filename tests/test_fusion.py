@@ -26,16 +26,6 @@ from graphgrad.passes import Fused, fuse_elementwise, fusion_report, optimize
 HAS_NUMBA = fused_mod.fused_numba.numba_available()
 
 
-@pytest.fixture(params=["numba", "numpy"])
-def lowering(request, monkeypatch, tmp_path):
-    """Each test runs with the Numba path on (where installed) and switched off."""
-    if request.param == "numba" and not HAS_NUMBA:
-        pytest.skip("numba is not installed")
-    monkeypatch.setattr(fused_mod.config, "numba", request.param == "numba")
-    monkeypatch.setenv("GRAPHGRAD_KERNEL_CACHE", str(tmp_path / "kernels"))
-    return request.param
-
-
 def _graph(fn, *args):
     cf = CompiledFunction(fn, backend="eager", share=False)
     cf(*args)

@@ -19,16 +19,6 @@ from graphgrad.compiler import explain
 from graphgrad.dynamo import CompiledFunction
 from graphgrad.passes import Fused, decompose, fuse_elementwise, fusion_report, optimize
 
-HAS_NUMBA = fused_mod.fused_numba.numba_available()
-
-
-@pytest.fixture(params=["numba", "numpy"])
-def lowering(request, monkeypatch, tmp_path):
-    if request.param == "numba" and not HAS_NUMBA:
-        pytest.skip("numba is not installed")
-    monkeypatch.setattr(fused_mod.config, "numba", request.param == "numba")
-    monkeypatch.setenv("GRAPHGRAD_KERNEL_CACHE", str(tmp_path / "kernels"))
-    return request.param
 
 
 def layer_norm(x, w, b):

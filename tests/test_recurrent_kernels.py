@@ -11,41 +11,21 @@ import pytest
 import torch
 
 from graphgrad.ops import recurrent_kernels as K
+from op_cases import gru_reference, lstm_reference, rnn_reference
 
 TOL = {np.float32: dict(rtol=2e-5, atol=2e-6), np.float64: dict(rtol=1e-11, atol=1e-13)}
 
 
-def _lstm_ref(xg, h0, c0, w):
-    h, c, out = h0, c0, []
-    hidden = h0.shape[-1]
-    for t in range(xg.shape[0]):
-        i, f, g, o = (xg[t] + h @ w.T).split(hidden, -1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        out.append(torch.cat([h, c], -1))
-    return torch.stack(out)
+def _lstm_ref(*args, **params):
+    return lstm_reference(torch, *args, **params)
 
 
-def _gru_ref(xg, h0, w, b=None):
-    h, out = h0, []
-    hidden = h0.shape[-1]
-    for t in range(xg.shape[0]):
-        hg = h @ w.T if b is None else h @ w.T + b
-        xr, xz, xn = xg[t].split(hidden, -1)
-        hr, hz, hn = hg.split(hidden, -1)
-        r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
-        n = torch.tanh(xn + r * hn)
-        h = (1 - z) * n + z * h
-        out.append(h)
-    return torch.stack(out)
+def _gru_ref(*args, **params):
+    return gru_reference(torch, *args, **params)
 
 
-def _rnn_ref(xg, h0, w, *, nonlinearity):
-    h, out = h0, []
-    for t in range(xg.shape[0]):
-        h = getattr(torch, nonlinearity)(xg[t] + h @ w.T)
-        out.append(h)
-    return torch.stack(out)
+def _rnn_ref(*args, **params):
+    return rnn_reference(torch, *args, **params)
 
 
 STEPS, ROWS, H = 6, 3, 5

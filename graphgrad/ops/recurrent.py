@@ -159,21 +159,25 @@ class LstmLayer(Op):
                     xp.result_type(xg.dtype, h0.dtype, c0.dtype, w_hh.dtype))
 
 
-class LstmLayerBackward(Op):
-    """``LstmLayer``'s backward through time on arrays: (grad, out, xg, h0, c0, w_hh) ->
-    the cotangents of xg, h0, c0 and w_hh packed in one 1-D buffer. Runs only in a plain
-    eager backward (nothing recorded), so its result carries no gradient; under
-    ``create_graph`` the same BPTT runs as graphgrad ops instead."""
-
-    holomorphic = True  # analytic: the complex step goes through it
+class _BackwardThroughTime(Op):
+    """A layer's backward through time on arrays, the cotangents packed in one 1-D buffer.
+    Runs only in a plain eager backward (nothing recorded), so its result carries no
+    gradient; under ``create_graph`` the same BPTT runs as graphgrad ops instead."""
 
     differentiable = False
 
-    forward = staticmethod(lstm_backward)
-
     @classmethod
-    def batch(cls, vals, bdims):
-        return by_example(cls, vals, bdims)
+    def batch(cls, vals, bdims, **params):
+        return by_example(cls, vals, bdims, **params)
+
+
+class LstmLayerBackward(_BackwardThroughTime):
+    """``LstmLayer``'s: (grad, out, xg, h0, c0, w_hh) -> the cotangents of xg, h0, c0 and
+    w_hh."""
+
+    holomorphic = True  # analytic: the complex step goes through it
+
+    forward = staticmethod(lstm_backward)
 
     @classmethod
     def infer(cls, g, out, xg, h0, c0, w_hh) -> Spec:
@@ -299,20 +303,12 @@ class GruLayer(Op):
         return Spec((xg.shape[0], *h0.shape), xp.result_type(xg.dtype, h0.dtype, w_hh.dtype))
 
 
-class GruLayerBackward(Op):
-    """``GruLayer``'s backward through time on arrays, the cotangents of (xg, h0, w_hh
-    [, b_hh]) packed in one 1-D buffer; plain eager backward only (see
-    ``LstmLayerBackward``)."""
+class GruLayerBackward(_BackwardThroughTime):
+    """``GruLayer``'s: the cotangents of (xg, h0, w_hh[, b_hh])."""
 
     holomorphic = True  # analytic: the complex step goes through it
 
-    differentiable = False
-
     forward = staticmethod(gru_backward)
-
-    @classmethod
-    def batch(cls, vals, bdims):
-        return by_example(cls, vals, bdims)
 
     @classmethod
     def infer(cls, g, out, xg, h0, w_hh, b_hh=None) -> Spec:
@@ -395,17 +391,10 @@ class RnnLayer(Op):
         return Spec((xg.shape[0], *h0.shape), xp.result_type(xg.dtype, h0.dtype, w_hh.dtype))
 
 
-class RnnLayerBackward(Op):
-    """``RnnLayer``'s backward through time on arrays, the cotangents of (xg, h0, w_hh)
-    packed in one 1-D buffer; plain eager backward only (see ``LstmLayerBackward``)."""
-
-    differentiable = False
+class RnnLayerBackward(_BackwardThroughTime):
+    """``RnnLayer``'s: the cotangents of (xg, h0, w_hh)."""
 
     forward = staticmethod(rnn_backward)
-
-    @classmethod
-    def batch(cls, vals, bdims, **params):
-        return by_example(cls, vals, bdims, **params)
 
     @classmethod
     def infer(cls, g, out, xg, h0, w_hh, **_) -> Spec:

@@ -34,12 +34,13 @@ def _rewrite(graph: Graph, subs: dict) -> Rebuild:
         with building(rb.new):
             args = [symbol(rb.arg(a)) if isinstance(a, Node) else a for a in n.inputs]
             parts = n.op.decompose(*args, **n.params)
-        if parts is None or parts._node.spec != n.spec:
-            if parts is not None:
-                rb.changed = True   # (nodes were added; dead ones go with the next DCE)
+        if parts is None:
             rb.keep(n)
-        else:
-            rb.replace(n, parts._node)
+            continue
+        if parts._node.spec != n.spec:   # a wrong rule: never a silently different graph
+            raise RuntimeError(f"{n.op.__name__}.decompose gave {parts._node.spec}, where "
+                               f"the op gives {n.spec}")
+        rb.replace(n, parts._node)
     return rb
 
 
