@@ -4,7 +4,7 @@ ops, shape/dtype rule), and the functions and Tensor methods that call them."""
 from . import arithmetic, bce, compare, index, join, linalg, nll, reduce, shape, unary  # noqa: F401
 from . import compound, contractions, cumulative, diagonals, einsum_notation, refusals  # noqa: F401
 from . import grids, logarithmic, random, shifts, sorting, sparse_coo, triangular  # noqa: F401
-from . import moments, norms, repeats, scattering, signs  # noqa: F401
+from . import gathering, moments, norms, repeats, scattering, signs  # noqa: F401
 from . import addmm_activation, attention, dropout, layer_norm, pooling, recurrent  # noqa: F401
 from .signs import *  # noqa: F401,F403
 from .arithmetic import *  # noqa: F401,F403
@@ -19,6 +19,7 @@ from .einsum_notation import *  # noqa: F401,F403
 from .gelu import gelu  # (the function: it shadows its module's name)
 from .grids import *  # noqa: F401,F403
 from .index import *  # noqa: F401,F403
+from .gathering import *  # noqa: F401,F403
 from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
 from .logarithmic import *  # noqa: F401,F403
@@ -38,8 +39,8 @@ from .triangular import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 
 __all__ = sorted({*arithmetic.__all__, *compare.__all__, *index.__all__, *join.__all__,
-                  *linalg.__all__, *reduce.__all__, *moments.__all__, *norms.__all__,
-                  "softmax", "log_softmax",
+                  *gathering.__all__, *linalg.__all__, *reduce.__all__, *moments.__all__,
+                  *norms.__all__, "softmax", "log_softmax",
                   *shape.__all__, "gelu", *unary.__all__,
                   *compound.__all__, *contractions.__all__, "convolution", *cumulative.__all__,
                   *diagonals.__all__, *einsum_notation.__all__, *grids.__all__,

@@ -15,6 +15,7 @@ from graphgrad.tensor.device import check_device
 
 from . import arithmetic as A
 from . import compare as C
+from . import gathering as G
 from . import index as I
 from . import index_order as O
 from . import join as J
@@ -310,10 +311,10 @@ _METHODS = {
     "reshape_as": lambda self, other: S.reshape(self, *other.shape),
     "contiguous": _contiguous, "is_contiguous": _is_contiguous,
     # indexing and joining
-    "gather": I.gather, "scatter_add": I.scatter_add, "index_select": I.index_select,
+    "gather": G.gather, "scatter_add": G.scatter_add, "index_select": I.index_select,
     "masked_fill": I.masked_fill, "masked_select": I.masked_select, "nonzero": I.nonzero,
     "var": MO.var, "std": MO.std,
-    "take_along_dim": I.take_along_dim, "select": I.select, "narrow": I.narrow,
+    "take_along_dim": G.take_along_dim, "select": I.select, "narrow": I.narrow,
     "split": _split_method, "chunk": _chunk_method, "unbind": _unbind_method,
     # dtype and construction
     "to": _to, "type": _type, "type_as": _type_as,
@@ -334,7 +335,7 @@ _METHODS = {
     "relu_": _inplace(U.relu, "relu_"), "clamp_": _inplace(U.clamp, "clamp_"),
     "clip_": _inplace(U.clamp, "clip_"),
     "masked_fill_": _inplace(I.masked_fill, "masked_fill_"),
-    "scatter_add_": _inplace(I.scatter_add, "scatter_add_"),
+    "scatter_add_": _inplace(G.scatter_add, "scatter_add_"),
     "index_put_": _inplace(I.index_put, "index_put_"),
     "zero_": _zero_, "fill_": _fill_, "copy_": _copy_, "uniform_": _uniform_,
     "normal_": RA.normal_, "bernoulli_": RA.bernoulli_,

@@ -19,7 +19,7 @@ from graphgrad.backend import xp
 from .base import Op, Spec
 from .batching import to_front
 from .compare import where
-from .index import Gather, OneHot
+from .gathering import Gather, OneHot
 from . import taylor as ts
 
 __all__: list[str] = []

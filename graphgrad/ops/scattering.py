@@ -3,7 +3,7 @@ index along one dim: ``scatter`` (overwrite, or PyTorch's legacy ``reduce='add'`
 ``'multiply'``) and ``scatter_reduce`` (sum, prod, mean, amax, amin, with or without
 the input's own values); ``index_add``/``index_copy``/``index_fill`` (whole slices
 along a dim, as ``index_put`` with one index tensor, whose rules they use).
-``scatter_add`` and ``gather`` live in ``index``.
+``scatter_add`` and ``gather`` live in ``gathering``.
 
 ``out[p]`` depends only on ``input[p]`` and the ``src`` elements sent to ``p``, so each
 reduction's rules come from two tensors of partial derivatives, ``A = d out / d input``
@@ -24,7 +24,8 @@ from .arithmetic import needs_grad
 from .base import Op, normalize_dim, scalar_name
 from .batching import all_to_front
 from .compare import where
-from .index import Gather, OneHot, ScatterAdd, along_axis_index, check_index_range
+from .gathering import Gather, OneHot, ScatterAdd, along_axis_index
+from .refusals import check_index_range
 from .join import Pad
 from .taylor_products import product_tree
 from . import taylor as ts
