@@ -1,0 +1,147 @@
+"""Layer ``ops``: array kernels for complex operands that NumPy computes slowly, used by
+the ops' forwards (``Tanh``, ``Matmul``) when a complex array reaches them. The complex
+step (``graphgrad.numdiff``) is what sends complex arrays through a whole program.
+
+Both kernels compute the same function as NumPy for *any* complex input (tested against
+NumPy's results on grids of hard values); they are faster in general and much faster on
+the structure a complex-step batch has: every point ``x + i h e_j`` of the batch has the
+same real part, and so does every intermediate whose real part does not depend on the
+imaginary parts (to rounding, as the real parts of the complex step's values are). The
+structure is found by comparing values (O(size)), never assumed.
+"""
+
+from __future__ import annotations
+
+from graphgrad.backend import xp
+
+__all__ = ["tanh", "complex_tanh", "real_times_complex", "mixed_matmul"]
+
+# |b| below this: tan(b) rounds to b (tan b = b (1 + b^2/3 + ...), b^2/3 < 2^-54)
+_TAN_IS_IDENTITY = 2.0 ** -27
+# |a| below this: tanh(a) from NumPy's tanh, sech^2 = (1 - t)(1 + t) with no
+# cancellation (t < 0.51); above it both from e = exp(-2|a|) <= 0.333, where 1 - e and
+# 1 + e are exact to rounding (exp is NumPy's SIMD loop: a third of tanh's time)
+_SMALL_REAL = 0.55
+# below this many elements NumPy's scalar loop is fast enough (and the temporaries of
+# the formula cost more than they save)
+_MIN_SIZE = 256
+
+
+def tanh(a):
+    """``Tanh``'s forward: NumPy's tanh, and the formula of ``complex_tanh`` for
+    complex128 arrays."""
+    if a.dtype.kind == "c":
+        return complex_tanh(a)
+    return xp.tanh(a)
+
+
+def complex_tanh(z):
+    """``tanh(a + i b)`` for a complex128 array, in vectorized real arithmetic:
+
+        t = tanh(a), s = sech(a)^2, u = tan(b), d = 1 + t^2 u^2
+        tanh(a + i b) = t (1 + u^2) / d + i u s / d
+
+    (the addition theorem; every step multiplies, divides or adds positive numbers, so
+    both parts are accurate to a few ulp). NumPy's complex tanh is a scalar libm loop,
+    ~45 ns an element; this is ~15 (3 when b is tiny), and when the real parts repeat
+    along the first axis (a complex-step batch) t and s are computed once per row.
+    Elements with a non-finite result (inf or nan inputs, C99's special cases) are
+    NumPy's."""
+    if z.dtype != xp.complex128 or z.size < _MIN_SIZE:
+        return xp.tanh(z)
+    a, b = z.real, z.imag
+    rows = _repeated_rows(a)
+    t, s = _tanh_sech2(a[:1] if rows else a)
+    if float(xp.abs(b).max()) < _TAN_IS_IDENTITY:  # (nan compares false)
+        u = b
+    else:
+        u = xp.tan(b)
+    u2 = u * u
+    d = t * t
+    d = d * u2  # (broadcast: t has one row when rows repeat)
+    d += 1.0
+    out = xp.empty(z.shape, z.dtype)
+    re, im = out.real, out.imag
+    xp.add(u2, 1.0, out=re)
+    re *= t
+    re /= d
+    xp.multiply(u, s, out=im)
+    im /= d
+    check = out.view(xp.float64).sum()
+    if not xp.isfinite(check):  # non-finite inputs (or an overflowing sum): NumPy's values
+        bad = ~(xp.isfinite(re) & xp.isfinite(im))
+        out[bad] = xp.tanh(z[bad])
+    return out
+
+
+def _tanh_sech2(a):
+    """tanh(a) and sech(a)^2 for a real array, both to a few ulp everywhere."""
+    e = xp.abs(a)
+    e *= -2.0
+    xp.exp(e, out=e)  # e = exp(-2|a|) in [0, 1]
+    one_plus = e + 1.0
+    t = 1.0 - e
+    t /= one_plus
+    xp.copysign(t, a, out=t)  # tanh(a) = sign(a) (1 - e) / (1 + e)
+    s = e * 4.0
+    s /= one_plus
+    s /= one_plus  # sech(a)^2 = 4 e / (1 + e)^2
+    small = xp.abs(a) < _SMALL_REAL  # 1 - e cancels: tanh from NumPy
+    if small.any():
+        ts = xp.tanh(a[small])
+        t[small] = ts
+        s[small] = (1.0 - ts) * (1.0 + ts)
+    return t, s
+
+
+def _repeated_rows(a) -> bool:
+    """Whether every row of ``a`` along its first axis equals the first row (checked
+    on one row before the whole array: a batch without the structure is rejected after
+    O(row) work)."""
+    if a.ndim < 2 or a.shape[0] < 2:
+        return False
+    if not (a[1] == a[0]).all():
+        return False
+    return bool((a[2:] == a[:1]).all())
+
+
+def real_times_complex(r, z):
+    """``r @ z``, ``r`` real (..., m, k), ``z`` complex (..., k, n), both at least 2-D.
+
+    A ``z`` whose real part has equal columns (a complex-step batch: every point has the
+    real part x) takes one matrix-vector product for the real part of the product,
+    broadcast, and one real GEMM for the imaginary part. Otherwise a C-contiguous complex
+    (..., k, n) read as real is (..., k, 2n), real and imaginary parts interleaved, so one
+    real GEMM gives both parts, already in complex layout. Either way the products and
+    sums are zgemm's less its terms of exact zeros (0 * imaginary part of ``r``), up to
+    their order."""
+    if not (r.flags.c_contiguous or r.swapaxes(-1, -2).flags.c_contiguous):
+        r = xp.ascontiguousarray(r)  # BLAS reads a matrix or its transpose in place
+    if z.shape[-1] >= 2 and _equal_columns(z.real):
+        re = xp.matmul(r, xp.ascontiguousarray(z.real[..., :, :1]))
+        im = xp.matmul(r, xp.ascontiguousarray(z.imag))  # (unit strides, as r's)
+        out = xp.empty(im.shape, z.dtype)
+        out.real[...] = re
+        out.imag[...] = im
+        return out
+    z = xp.ascontiguousarray(z)
+    return xp.matmul(r, z.view(r.dtype)).view(z.dtype)
+
+
+def _equal_columns(a) -> bool:
+    """Whether every column of ``a`` (..., k, n) equals its first (one row is compared
+    before the whole: a matrix without the structure is rejected after O(n) work)."""
+    if not (a[..., 0, 1:] == a[..., 0, :1]).all():
+        return False
+    return bool((a[..., 1:, 1:] == a[..., 1:, :1]).all())
+
+
+def mixed_matmul(a, b):
+    """``a @ b`` where one of ``a``, ``b`` is real (floating) and the other complex, both
+    at least 2-D with matching inner dimensions: the real factor is used as it is, where
+    casting it to complex first (as the complex step's operands are, PyTorch refusing
+    mixed dtypes) makes a complex copy of it and then, to multiply, a real copy of its
+    real part."""
+    if a.dtype.kind != "c":
+        return real_times_complex(a, b)
+    return real_times_complex(b.swapaxes(-1, -2), a.swapaxes(-1, -2)).swapaxes(-1, -2)
