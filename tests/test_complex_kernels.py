@@ -100,17 +100,24 @@ def test_tanh_shapes(rows, cols, extra, log_a, log_b, seed):
     _assert_tanh_close(z)
 
 
-def test_tanh_op_forward():
-    """Tensor.tanh: real arrays are NumPy's, complex ones the kernel's."""
+def test_tanh_in_complex_step_mode():
+    """Tensor.tanh of a complex tensor is NumPy's; in complex-step mode the kernel's
+    (recorded as eager dispatch records the op: its backward is Tanh's)."""
     rng = np.random.default_rng(4)
-    x = rng.standard_normal((60, 40))
-    np.testing.assert_array_equal(gg.tensor(x).tanh().numpy(), np.tanh(x))
     z = np.empty((60, 40), complex)
-    z.real[:] = x[0]
+    z.real[:] = rng.standard_normal(40)
     z.imag[:] = rng.standard_normal((60, 40))
-    got = gg.tensor(z).tanh().numpy()
+    np.testing.assert_array_equal(gg.tensor(z).tanh().numpy(), np.tanh(z))
+    t = gg.tensor(z, requires_grad=True)
+    with complex_step_mode():
+        y = t.tanh()
+        assert y.grad_fn.name() == "TanhBackward0"
+        y.sum().backward(gg.tensor(np.complex128(1)))
+    got = y.detach().numpy()
     np.testing.assert_array_equal(got, ck.complex_tanh(z))
     assert _ulps(got.real, np.tanh(z).real).max() <= 10
+    assert not np.array_equal(got, np.tanh(z))  # (the kernel's route was taken)
+    np.testing.assert_allclose(t.grad.numpy(), 1 - got ** 2, rtol=1e-14)
 
 
 _SHAPES = [((40, 50), (50, 30)), ((3, 40, 50), (50, 30)), ((40, 50), (2, 50, 30)),

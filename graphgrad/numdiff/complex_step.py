@@ -19,8 +19,9 @@ import contextlib
 
 import numpy as np
 
-from graphgrad.ops.complex_kernels import mixed_matmul
+from graphgrad.ops.complex_kernels import complex_tanh, mixed_matmul
 from graphgrad.ops.linalg import Matmul
+from graphgrad.ops.unary import Tanh
 from graphgrad.tensor import (Mode, Tensor, Value, active_modes, dispatch, is_grad_enabled,
                               pop_mode, push_mode, record)
 
@@ -56,49 +57,60 @@ class ComplexStepMode(Mode):
                 if isinstance(a, complex):
                     raise ComplexStepError(f"complex step: {op.__name__} is not holomorphic "
                                            f"and got a complex scalar")
-        if op is Matmul:
-            out = self._mixed_matmul(args, params)
+        kernel = _KERNELS.get(op)
+        if kernel is not None and active_modes()[0] is self:  # eager below: no mode
+            out = kernel(*args)                                # must see the op
             if out is not None:
-                return out
+                if is_grad_enabled() and any(isinstance(a, Value) and a.requires_grad
+                                             for a in args):
+                    return record(op, args, params, out)  # as eager dispatch records
+                return Tensor._make(out)
         with self.lowered():
             if op.same_dtypes:
                 args = _complex_operands(args)
             return dispatch(op, args, params)
 
-    def _mixed_matmul(self, args: tuple, params: dict):
-        """A real matrix times a complex one, without the real factor's cast (which
-        copies it to complex, saved for the backward, and then, to multiply, copies its
-        real part back: two copies of a weight matrix per product). Taken for large
-        products in eager mode below (no other mode must see the op) when the real
-        factor needs no gradient; the result is Matmul's, recorded as eager dispatch
-        records it, with the real factor as its input (its backward's products come
-        back here). None where the plain route applies."""
-        if len(args) != 2 or not all(type(a._array) is np.ndarray for a in args
-                                     if isinstance(a, Value)):
-            return None
-        a, b = args
-        if not (isinstance(a, Value) and isinstance(b, Value)):
-            return None
-        x, y = a._array, b._array
-        if x.dtype.kind + y.dtype.kind == "fc":
-            real, cplx = x, y
-        elif x.dtype.kind + y.dtype.kind == "cf":
-            real, cplx = y, x
-        else:
-            return None
-        if (real.dtype != cplx.real.dtype or (a if real is x else b).requires_grad
-                or x.ndim < 2 or y.ndim < 2 or x.shape[-1] != y.shape[-2]
-                or x.shape[-2] * x.shape[-1] * y.shape[-1] < _MIXED_MIN
-                or active_modes()[0] is not self):
-            return None
-        try:
-            np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
-        except ValueError:
-            return None  # Matmul raises, with PyTorch's message
-        out = mixed_matmul(x, y)
-        if is_grad_enabled() and (b if real is x else a).requires_grad:
-            return record(Matmul, args, params, out)
-        return Tensor._make(out)
+
+def _mixed_matmul(a, b):
+    """A real matrix times a complex one, without the real factor's cast (which copies
+    it to complex, saved for the backward, and then, to multiply, copies its real part
+    back: two copies of a weight matrix per product). Taken for large products when the
+    real factor needs no gradient (its graph node keeps the real factor as its input;
+    the backward's products come back here). None where the plain route applies."""
+    if not (isinstance(a, Value) and isinstance(b, Value)):
+        return None
+    x, y = a._array, b._array
+    if type(x) is not np.ndarray or type(y) is not np.ndarray:
+        return None
+    kinds = x.dtype.kind + y.dtype.kind
+    if kinds == "fc":
+        real, cplx, real_value = x, y, a
+    elif kinds == "cf":
+        real, cplx, real_value = y, x, b
+    else:
+        return None
+    if (real.dtype != cplx.real.dtype or real_value.requires_grad
+            or x.ndim < 2 or y.ndim < 2 or x.shape[-1] != y.shape[-2]
+            or x.shape[-2] * x.shape[-1] * y.shape[-1] < _MIXED_MIN):
+        return None
+    try:
+        np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    except ValueError:
+        return None  # Matmul raises, with PyTorch's message
+    return mixed_matmul(x, y)
+
+
+def _tanh(a):
+    """Complex tanh, fast where the real parts repeat along the batch (ops/complex_
+    kernels.py; NumPy's tanh elsewhere, as ``Tanh.forward``)."""
+    if isinstance(a, Value) and type(a._array) is np.ndarray and a._array.dtype.kind == "c":
+        return complex_tanh(a._array)
+    return None
+
+
+# ops the mode runs itself, on arrays, where the complex step's batch makes a kernel
+# other than the op's forward pay (a result of None: the op's own route)
+_KERNELS = {Matmul: _mixed_matmul, Tanh: _tanh}
 
 
 def _complex_operands(args: tuple) -> tuple:

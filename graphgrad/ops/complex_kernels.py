@@ -1,20 +1,23 @@
-"""Layer ``ops``: array kernels for complex operands that NumPy computes slowly, used by
-the ops' forwards (``Tanh``, ``Matmul``) when a complex array reaches them. The complex
-step (``graphgrad.numdiff``) is what sends complex arrays through a whole program.
+"""Layer ``ops``: array kernels for complex operands that NumPy computes slowly: the
+product of a real and a complex matrix (``Matmul``'s and ``Linear``'s forwards, and the
+complex-step mode's uncast products) and tanh (the complex-step mode runs it for
+``Tanh``). The complex step (``graphgrad.numdiff``) is what sends complex arrays through
+a whole program.
 
-Both kernels compute the same function as NumPy for *any* complex input (tested against
-NumPy's results on grids of hard values); they are faster in general and much faster on
-the structure a complex-step batch has: every point ``x + i h e_j`` of the batch has the
-same real part, and so does every intermediate whose real part does not depend on the
-imaginary parts (to rounding, as the real parts of the complex step's values are). The
-structure is found by comparing values (O(size)), never assumed.
+Both compute NumPy's function for *any* complex input (tanh to a few ulp, products to
+rounding: tested against NumPy on grids of hard values) and are faster on the structure
+a complex-step batch has: every point ``x + i h e_j`` of the batch has the same real
+part, and so does every intermediate whose real part does not depend on the imaginary
+parts (to rounding, as the complex step's real parts are). The structure is found by
+comparing values (O(size)), never assumed; without it the product still takes real
+GEMMs when one factor is real, and tanh is NumPy's.
 """
 
 from __future__ import annotations
 
 from graphgrad.backend import xp
 
-__all__ = ["tanh", "complex_tanh", "real_times_complex", "mixed_matmul"]
+__all__ = ["complex_tanh", "real_times_complex", "mixed_matmul"]
 
 # |b| below this: tan(b) rounds to b (tan b = b (1 + b^2/3 + ...), b^2/3 < 2^-54)
 _TAN_IS_IDENTITY = 2.0 ** -27
@@ -25,14 +28,6 @@ _SMALL_REAL = 0.55
 # below this many elements NumPy's scalar loop is as fast (the formula's fixed cost:
 # ~20 NumPy calls)
 _MIN_SIZE = 2048
-
-
-def tanh(a):
-    """``Tanh``'s forward: NumPy's tanh, and the formula of ``complex_tanh`` for
-    complex128 arrays."""
-    if a.dtype.kind == "c":
-        return complex_tanh(a)
-    return xp.tanh(a)
 
 
 def complex_tanh(z):
