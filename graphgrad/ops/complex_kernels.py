@@ -65,15 +65,16 @@ def _tan(b):
 
 
 def _tanh_parts(t, s, u, re, im) -> None:
-    """re, im = t (1 + u^2) / d, u s / d with d = 1 + t^2 u^2 (t, s broadcast to u)."""
-    w = u * u
-    xp.multiply(w, t, out=re)  # t u^2
+    """re, im = t (1 + u^2) / d, u s / d with d = 1 + t^2 u^2 (t, s broadcast to u),
+    the intermediates in re and im (a temporary would cost fresh pages)."""
+    xp.multiply(u, u, out=im)
+    xp.multiply(im, t, out=re)  # t u^2
     xp.multiply(re, t, out=im)
     im += 1.0  # d
     re += t  # t (1 + u^2)
     re /= im
-    xp.multiply(u, s, out=w)
-    xp.divide(w, im, out=im)
+    xp.divide(s, im, out=im)
+    im *= u
 
 
 def _tanh_sech2(a):
