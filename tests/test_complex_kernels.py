@@ -149,6 +149,29 @@ def test_real_times_complex(shapes, structured, layout):
                                atol=1e-13)
 
 
+def test_one_nonzero_per_column():
+    """The complex step's first product: an imaginary part h e_j (at most one nonzero a
+    column) takes one column of r per column, equal to the GEMM; other operands and an
+    r with inf (whose GEMM has inf * 0 = nan) take the GEMM."""
+    rng = np.random.default_rng(2)
+    r = rng.standard_normal((30, 40))
+    b = np.zeros((40, 50))
+    rows = rng.integers(0, 40, 50)
+    b[rows, np.arange(50)] = rng.standard_normal(50) * 1e-20
+    b[:, 7] = 0.0  # a column with no nonzero
+    np.testing.assert_array_equal(ck._one_per_column(r, b), r @ b)
+    z = np.empty((40, 50), complex)
+    z.real[:] = rng.standard_normal((40, 1))
+    z.imag[:] = b
+    np.testing.assert_allclose(ck.real_times_complex(r, z), np.matmul(r, z), rtol=1e-13,
+                               atol=1e-13)
+    b[(rows[9] + 1) % 40, 9] = 1.0  # two nonzeros in one column
+    assert ck._one_per_column(r, b) is None
+    b = np.eye(40)[:, :50 - 10]
+    r[4, 5] = np.inf
+    assert ck._one_per_column(r, b) is None
+
+
 def test_equal_columns_needs_every_row():
     z = np.ones((30, 20))
     assert ck._equal_columns(z)

@@ -122,13 +122,31 @@ def real_times_complex(r, z):
         r = xp.ascontiguousarray(r)  # BLAS reads a matrix or its transpose in place
     if z.shape[-1] >= 2 and _equal_columns(z.real):
         re = xp.matmul(r, xp.ascontiguousarray(z.real[..., :, :1]))
-        im = xp.matmul(r, xp.ascontiguousarray(z.imag))  # (unit strides, as r's)
+        im = _one_per_column(r, z.imag)
+        if im is None:
+            im = xp.matmul(r, xp.ascontiguousarray(z.imag))  # (unit strides, as r's)
         out = xp.empty(im.shape, z.dtype)
         out.real[...] = re
         out.imag[...] = im
         return out
     z = xp.ascontiguousarray(z)
     return xp.matmul(r, z.view(r.dtype)).view(z.dtype)
+
+
+def _one_per_column(r, b):
+    """``r @ b`` for 2-D ``b`` with at most one nonzero in each column (the complex
+    step's directions h e_j, before they mix) and a finite ``r``: column j is column
+    k_j of ``r`` times b[k_j, j], the one term of the GEMM's sum that is not an exact
+    zero. None for other operands (checked on values, O(size))."""
+    if b.ndim != 2 or r.ndim != 2:
+        return None
+    nonzero = b != 0
+    if nonzero.sum() > b.shape[1] or (nonzero.sum(axis=0) > 1).any():
+        return None
+    if not xp.isfinite(r).all():  # (inf * 0 is nan in the GEMM's sum)
+        return None
+    k = nonzero.argmax(axis=0)  # the nonzero's row (0 for a zero column: b[0, j] = 0)
+    return r[:, k] * b[k, xp.arange(b.shape[1])]
 
 
 def _equal_columns(a) -> bool:
