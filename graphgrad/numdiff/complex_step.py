@@ -42,6 +42,8 @@ class ComplexStepError(ValueError):
 class ComplexStepMode(Mode):
     """Checks every op call: complex inputs may only reach holomorphic ops."""
 
+    mixes_dtypes = True  # complex points meet the function's real weights
+
     def process(self, op, args: tuple, params: dict):
         ok = op.holomorphic
         if callable(ok):
@@ -57,6 +59,7 @@ class ComplexStepMode(Mode):
                 if isinstance(a, complex):
                     raise ComplexStepError(f"complex step: {op.__name__} is not holomorphic "
                                            f"and got a complex scalar")
+        args = _as_constants(args)
         kernel = _KERNELS.get(op)
         if kernel is not None and active_modes()[0] is self:  # eager below: no mode
             out = kernel(*args)                                # must see the op
@@ -123,6 +126,39 @@ def _complex_operands(args: tuple) -> tuple:
     common = np.result_type(*arrays)
     return tuple(a.to(common) if isinstance(a, Value) and a._array.dtype != common else a
                  for a in args)
+
+
+def _as_constants(args: tuple) -> tuple:
+    """Real operands that require grad, met by complex ones, detached. A real value on
+    the complex step's path cannot depend on its input (every op from complex to real is
+    refused above), so it is one of f's weights, and the step differentiates by the
+    input alone; recorded, the weight's gradient would need a complex-to-real Cast (not
+    holomorphic) in the very backward that computes the derivative."""
+    if not any(isinstance(a, Value) and a._array.dtype.kind == "c" for a in args):
+        return args
+    return tuple(a.detach() if isinstance(a, Value) and a.requires_grad
+                 and a._array.dtype.kind != "c" else a for a in args)
+
+
+class _ConstantsMode(Mode):
+    """Detaches f's real weights where they meet complex values (``_as_constants``),
+    from above a vmap: the complex step mode below it sees only the batch's arrays, and
+    the graph that the batched gradient pass runs back through is recorded up here."""
+
+    def process(self, op, args: tuple, params: dict):
+        args = _as_constants(args)
+        with self.lowered():
+            return dispatch(op, args, params)
+
+
+@contextlib.contextmanager
+def _weights_as_constants():
+    mode = _ConstantsMode()
+    push_mode(mode)
+    try:
+        yield
+    finally:
+        pop_mode(mode)
 
 
 @contextlib.contextmanager
@@ -229,7 +265,8 @@ def _batched_gradient(f, points: Tensor) -> np.ndarray:
     def gradient(z):
         with enable_grad():
             z = z.detach().requires_grad_(True)
-            out = f(z)
+            with _weights_as_constants():  # over vmap, where the graph is recorded
+                out = f(z)
             _check_scalar(out)
             if not out.requires_grad:
                 return zeros_like(z)
