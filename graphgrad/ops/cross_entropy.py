@@ -29,6 +29,7 @@ from .softmax import Softmax
 
 __all__: list[str] = []
 
+_BLOCK = 1 << 16  # elements a temporary of the gradient kernel may have
 _WEIGHT_GRAD = "the derivative for 'weight' is not implemented."
 
 
@@ -101,7 +102,7 @@ class CrossEntropy(Op):
         params = {"ignore_index": ignore_index, "reduction": reduction,
                   "label_smoothing": label_smoothing}
         rest = (None,) if weight is None else (None, None)
-        if g.dtype == x.dtype and array_backward():
+        if g._array.dtype.kind == "f" and array_backward():
             # a plain eager backward: one buffer, where the ops below make several arrays
             # of the logits' size (a language model's (tokens, vocabulary))
             args = (g, x, target) if weight is None else (g, x, target, weight)
@@ -200,33 +201,9 @@ class CrossEntropyBackward(Op):
     @staticmethod
     def forward(g, x, target, weight=None, *, ignore_index=-100, reduction="mean",
                 label_smoothing=0.0):
-        n, c = x.shape
-        rows, t, w = _kept_rows(x, target, weight, ignore_index)
-        dt = x.dtype.type
-        g = g.astype(x.dtype, copy=False)
-        if reduction == "none":
-            scale = g[rows]
-        elif reduction == "sum" or not rows.size:
-            scale = xp.full(rows.size, g, x.dtype)
-        else:
-            scale = xp.full(rows.size, g / (dt(rows.size) if w is None else xp.add.reduce(w)),
-                            x.dtype)
-        target_part = scale * dt(1 - label_smoothing) if w is None else \
-            scale * w * dt(1 - label_smoothing)
-        spread_part = scale * dt(label_smoothing / c) if label_smoothing else None
-        total_w = c if weight is None else weight.astype(x.dtype).sum()
-        buf = xp.subtract(x, xp.maximum.reduce(x, axis=1, keepdims=True, initial=-xp.inf))
-        xp.exp(buf, out=buf)
-        coef = xp.zeros((n, 1), x.dtype)   # A_i G_i / sum_c exp: ignored rows get zero
-        coef[rows, 0] = target_part + (spread_part * total_w if label_smoothing else 0)
-        coef /= xp.add.reduce(buf, axis=1, keepdims=True)
-        buf *= coef
-        buf[rows, t] -= target_part
-        if label_smoothing:
-            spread = xp.zeros((n, 1), x.dtype)
-            spread[rows, 0] = spread_part
-            buf -= spread if weight is None else spread * weight.astype(x.dtype)
-        return buf
+        # kept targets whose class weights sum to 0: a nan gradient (PyTorch's), silently
+        with xp.errstate(divide="ignore", invalid="ignore"):
+            return _gradient(g, x, target, weight, ignore_index, reduction, label_smoothing)
 
     @classmethod
     def infer(cls, g, x, target, weight=None, **params) -> Spec:
@@ -235,3 +212,40 @@ class CrossEntropyBackward(Op):
     @classmethod
     def batch(cls, vals, bdims, **params):
         return by_example(cls, vals, bdims, **params)
+
+
+def _gradient(g, x, target, weight, ignore_index: int, reduction: str, label_smoothing: float):
+    """``CrossEntropyBackward``'s kernel."""
+    n, c = x.shape
+    rows, t, w = _kept_rows(x, target, weight, ignore_index)
+    dt = x.dtype.type
+    g = g.astype(x.dtype, copy=False)
+    if reduction == "none":
+        scale = g[rows]
+    elif reduction == "sum" or not rows.size:
+        scale = xp.full(rows.size, g, x.dtype)
+    else:
+        scale = xp.full(rows.size, g / (dt(rows.size) if w is None else xp.add.reduce(w)),
+                        x.dtype)
+    target_part = scale * dt(1 - label_smoothing) if w is None else \
+        scale * w * dt(1 - label_smoothing)
+    spread_part = scale * dt(label_smoothing / c) if label_smoothing else None
+    total_w = c if weight is None else weight.astype(x.dtype).sum()
+    buf = xp.subtract(x, xp.maximum.reduce(x, axis=1, keepdims=True, initial=-xp.inf))
+    xp.exp(buf, out=buf)
+    coef = xp.zeros((n, 1), x.dtype)   # A_i G_i / sum_c exp: ignored rows get zero
+    coef[rows, 0] = target_part + (spread_part * total_w if label_smoothing else 0)
+    coef /= xp.add.reduce(buf, axis=1, keepdims=True)
+    buf *= coef
+    buf[rows, t] -= target_part
+    if label_smoothing:
+        spread = xp.zeros((n, 1), x.dtype)
+        spread[rows, 0] = spread_part
+        if weight is None:
+            buf -= spread
+        else:  # by blocks of rows: spread * weight whole would be another (N, C) array
+            weight = weight.astype(x.dtype)
+            step = max(1, _BLOCK // max(c, 1))
+            for i in range(0, n, step):
+                buf[i:i + step] -= spread[i:i + step] * weight
+    return buf
