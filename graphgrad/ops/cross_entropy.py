@@ -48,10 +48,16 @@ def _kept_rows(x, target, weight, ignore_index: int):
     return rows, target, w
 
 
+def _row_max(x):
+    """Each row's largest (real part), the shift that keeps exp finite."""
+    return xp.maximum.reduce(xp.real(x), axis=1, keepdims=True, initial=-xp.inf)
+
+
 class CrossEntropy(Op):
     """``cross_entropy(x, target, weight)`` for logits (N, C), class indices (N,) and an
     optional class weight (C,) that is not differentiated (PyTorch's is not either)."""
 
+    holomorphic = True  # log-softmax and linear maps: the complex step goes through
     promotes = False
     backward_name = "NllLossBackward0"  # what PyTorch's cross_entropy shows as grad_fn
     saves_inputs = True  # the gradient recomputes the softmax from the logits
@@ -61,12 +67,12 @@ class CrossEntropy(Op):
                 label_smoothing=0.0):
         if x.ndim != 2:
             raise ValueError(f"cross_entropy: expected logits of shape (N, C), got {x.shape}")
-        if x.dtype.kind != "f":
+        if x.dtype.kind not in "fc":
             raise RuntimeError(f"cross_entropy: expected a floating point input, got {x.dtype}")
         n, c = x.shape
         rows, t, w = _kept_rows(x, target, weight, ignore_index)
         dt = x.dtype.type
-        s = x - xp.maximum.reduce(x, axis=1, keepdims=True, initial=-xp.inf)
+        s = x - _row_max(x)
         picked = s[rows, t]
         if label_smoothing:  # sum_c w_c (x - max)_ic, read before the exp overwrites it
             spread = s.sum(axis=1) if weight is None else s @ weight.astype(x.dtype)
@@ -102,7 +108,7 @@ class CrossEntropy(Op):
         params = {"ignore_index": ignore_index, "reduction": reduction,
                   "label_smoothing": label_smoothing}
         rest = (None,) if weight is None else (None, None)
-        if g._array.dtype.kind == "f" and array_backward():
+        if g._array.dtype.kind in "fc" and array_backward():
             # a plain eager backward: one buffer, where the ops below make several arrays
             # of the logits' size (a language model's (tokens, vocabulary))
             args = (g, x, target) if weight is None else (g, x, target, weight)
@@ -194,6 +200,7 @@ class CrossEntropyBackward(Op):
     """``CrossEntropy``'s vjp on arrays in one buffer: ``G_i (A_i softmax(x)_i - a_i)``.
     Only a plain eager backward runs it (``array_backward``), so it carries no gradient."""
 
+    holomorphic = True
     differentiable = False
     promotes = False
     saves_inputs = ()
@@ -231,7 +238,7 @@ def _gradient(g, x, target, weight, ignore_index: int, reduction: str, label_smo
         scale * w * dt(1 - label_smoothing)
     spread_part = scale * dt(label_smoothing / c) if label_smoothing else None
     total_w = c if weight is None else weight.astype(x.dtype).sum()
-    buf = xp.subtract(x, xp.maximum.reduce(x, axis=1, keepdims=True, initial=-xp.inf))
+    buf = xp.subtract(x, _row_max(x))
     xp.exp(buf, out=buf)
     coef = xp.zeros((n, 1), x.dtype)   # A_i G_i / sum_c exp: ignored rows get zero
     coef[rows, 0] = target_part + (spread_part * total_w if label_smoothing else 0)

@@ -236,7 +236,7 @@ def _class_indices(input, target, weight) -> bool:
     a class weight that is not differentiated: one ``CrossEntropy`` op. It reads no target
     value (the op checks them), so the decision holds for a graph's symbolic targets."""
     if not (isinstance(input, Value) and isinstance(target, Value)) or \
-            target._array.dtype.kind not in "iu" or input._array.dtype.kind != "f":
+            target._array.dtype.kind not in "iu" or input._array.dtype.kind not in "fc":
         return False
     if weight is not None and (not isinstance(weight, Value) or weight._requires_grad):
         return False  # (graphgrad differentiates a class weight through the gathers)
