@@ -132,7 +132,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
                            f"{getattr(target, 'dtype', type(target).__name__)}")
     _check_batch_size(1 if input.ndim == 1 else input.shape[0],
                       1 if target.ndim == 0 else target.shape[0])
-    if _plain_classification(input, target, weight, reduction, 0.0):
+    if _plain_classification(input, target, weight, reduction):
         # the training case: one op, as in PyTorch
         return NllLoss.apply(input, target, ignore_index=ignore_index)
     logp = _class_dim_last(input)
@@ -245,11 +245,11 @@ def _class_indices(input, target, weight) -> bool:
     return input.ndim >= 2 and tuple(target.shape) == (input.shape[0], *input.shape[2:])
 
 
-def _plain_classification(input, target, weight, reduction, smoothing) -> bool:
-    """The training-loop case: (N, C) logits, N class indices, mean, no weights or
-    smoothing: one ``NllLoss`` op. It reads no target value (the op checks them and
-    leaves out the ignored ones), so the decision holds for a graph's symbolic targets."""
-    return not (input.ndim != 2 or weight is not None or smoothing or reduction != "mean"
+def _plain_classification(input, target, weight, reduction) -> bool:
+    """nll_loss's training case: (N, C) log-probabilities, N class indices, mean, no
+    weights: one ``NllLoss`` op. It reads no target value (the op checks them and leaves
+    out the ignored ones), so the decision holds for a graph's symbolic targets."""
+    return not (input.ndim != 2 or weight is not None or reduction != "mean"
                 or not isinstance(target, Value) or target.ndim != 1
                 or target._array.dtype.kind not in "iu" or target.shape[0] != input.shape[0])
 
