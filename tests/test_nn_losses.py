@@ -286,3 +286,20 @@ def test_pairwise_distance_and_loss_errors_match_torch():
             lib.nn.functional.gaussian_nll_loss(lib.ones(2), lib.ones(2), -lib.ones(2))
         with pytest.raises(ValueError, match="var is of incorrect size"):
             lib.nn.functional.gaussian_nll_loss(lib.ones(2, 3), lib.ones(2, 3), lib.ones(3, 2))
+
+
+@pytest.mark.parametrize("kw, error, words", [
+    ({"label_smoothing": 1.5}, RuntimeError, "label_smoothing must be between 0.0 and 1.0"),
+    ({"reduction": "bad"}, ValueError, "bad is not a valid value for reduction"),
+    ({"weight": 5}, RuntimeError, "weight tensor should be defined either for all 4 classes"),
+    ({"target": [0, 4, 1]}, IndexError, "Target 4 is out of bounds"),
+])
+def test_cross_entropy_errors_use_torch_wording(kw, error, words):
+    """The one-op path (class indices) refuses what PyTorch refuses, with its words."""
+    for lib in (torch, gg):
+        args = dict(kw)
+        target = lib.tensor(args.pop("target", [0, 1, 2]))
+        if "weight" in args:
+            args["weight"] = lib.ones(args["weight"])
+        with pytest.raises(error, match=words):
+            lib.nn.functional.cross_entropy(lib.zeros(3, 4), target, **args)

@@ -69,6 +69,12 @@ class CrossEntropy(Op):
             raise ValueError(f"cross_entropy: expected logits of shape (N, C), got {x.shape}")
         if x.dtype.kind not in "fc":
             raise RuntimeError(f"cross_entropy: expected a floating point input, got {x.dtype}")
+        if reduction not in ("none", "mean", "sum"):
+            raise RuntimeError(f"cross_entropy: {reduction} is not a valid value for "
+                               f"reduction")
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise RuntimeError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0. "
+                               f"Got: {label_smoothing}")
         n, c = x.shape
         rows, t, w = _kept_rows(x, target, weight, ignore_index)
         dt = x.dtype.type

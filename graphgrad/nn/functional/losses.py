@@ -169,13 +169,18 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     """Softmax cross entropy of logits ``input`` (N, C) against class indices (or class
     probabilities, a float tensor of the input's shape)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: "
+                           f"{label_smoothing}")
     _check_cross_entropy_target(input, target)
     class_dim = 0 if input.ndim == 1 else 1
     if _class_indices(input, target, weight):
         # one op, keeping only the logits for backward (not their log-softmax too)
         params = {"ignore_index": ignore_index, "reduction": reduction,
                   "label_smoothing": label_smoothing}
-        x, tgt = _class_dim_last(input), target.reshape(-1)
+        x, tgt = _class_dim_last(input), target if target.ndim == 1 else target.reshape(-1)
         args = (x, tgt) if weight is None else (x, tgt, weight)
         loss = CrossEntropy.apply(*args, **params)
         return loss if reduction != "none" or input.ndim == 2 else \
