@@ -19,7 +19,12 @@ project, min of 7 runs):
 * Numba's wheels have no vector math library (SVML off): ``exp`` costs ~6x NumPy's SIMD
   loop per element, ``log`` ~9x, ``tanh`` ~40x (NumPy ~0.5 ns/element, so ~3, ~5 and
   ~20 ns). A 10-op chain with tanh and exp runs at 0.13x NumPy's speed in Numba;
-* NumPy with ``out=`` buffers (no full temporary per op) gains ~1.3x on large arrays.
+* NumPy with ``out=`` buffers (no full temporary per op) gains ~1.3x on large arrays;
+* a unary ufunc computed inside a kernel by NumPy's own loop (fused_loops.py) costs what
+  NumPy's loop costs per element (tanh float32 ~2.7 ns here: this NumPy has no AVX-512
+  tanh on this CPU), plus a buffer pass; ``NUMBA_LOOP_NS`` leaves large groups that are
+  mostly such ops to NumPy, where both lowerings measured the same (a tanh GELU on
+  (512, 512) float32: 1.01 ms kernel, 0.99 ms NumPy).
 
 So Numba wins on arithmetic chains and on small tensors (one call instead of one per
 op). Transcendentals reach it only when ``fused.config.libm`` allows them (fused_numba.py

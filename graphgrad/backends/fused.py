@@ -4,8 +4,10 @@
 
 * ``"numba"``: one loop kernel generated as source and compiled by Numba
   (fused_numba.py), serial or parallel; a group with row sums (a layer norm) gets a
-  kernel that walks the rows (fused_rows.py); compiled once per argument layout,
-  cached in memory and on disk;
+  kernel that walks the rows (fused_rows.py); a group with tanh, exp, log or another
+  unary ufunc gets a kernel that calls NumPy's own inner loop for it between fused
+  element loops (fused_loops.py, fused_segments.py: NumPy's bits, one call instead of
+  one per op); compiled once per argument layout, cached in memory and on disk;
 * ``"numpy"``: the group's ufuncs writing into ``out=`` buffers, block by block for
   large arrays (fused_numpy.py).
 
@@ -14,9 +16,11 @@ Numba is the optional extra ``graphgrad[jit]``; without it, or with
 lowering, which computes what eager computes. ``config.parallel`` (env
 ``GRAPHGRAD_NUMBA_PARALLEL=1``): threaded kernels for large groups (off by default:
 cost_model.py says why). ``config.libm`` (env ``GRAPHGRAD_NUMBA_LIBM=1``): exp, log and
-tanh in Numba kernels too, whose results may then differ from NumPy's in the last bit
-(fused_numba.py). A Numba kernel that fails to compile warns once and its
-group falls back to NumPy. ``config.debug_dir`` (env
+tanh as scalar libm calls in Numba kernels where NumPy's loop is not available to them
+(row kernels; a NumPy whose loop table cannot be read), whose results may then differ
+from NumPy's in the last bit (fused_numba.py); where the loop is available it is used,
+libm or not (exact, and faster: scalar libm tanh costs ~20 ns an element). A Numba
+kernel that fails to compile warns once and its group falls back to NumPy. ``config.debug_dir`` (env
 ``GRAPHGRAD_DEBUG_DIR``): each kernel's generated source is written there too.
 ``config.autotune`` (env ``GRAPHGRAD_FUSION_AUTOTUNE=1``, opt-in): a group that has
 both lowerings times them on its first call (``AUTOTUNE_REPEATS`` runs each, interleaved,

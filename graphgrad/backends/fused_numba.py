@@ -1,12 +1,12 @@
 """Layer ``backends``: a fused group as one Numba loop kernel, generated as Python source.
 
-Only correctly rounded operations get a kernel (+ - * /, sqrt, max/min, abs, relu,
-comparisons, ``where``, casts, squares): their result is the same bit for bit in
-Numba and in NumPy, so results never depend on whether Numba is installed. exp, log,
-tanh stay with NumPy: Numba calls scalar libm, whose last bit can differ from NumPy's
-SIMD loops (and which is 6-40x slower per element, cost_model.py), unless the caller
-passes ``libm=True`` (``fused.config.libm``, opt-in: small tensors, where one kernel
-call instead of one NumPy call per op is the whole gain).
+Only correctly rounded operations get a scalar form here (+ - * /, sqrt, max/min,
+abs, relu, comparisons, ``where``, casts, squares): their result is the same bit for bit
+in Numba and in NumPy, so results never depend on whether Numba is installed. exp, log,
+tanh have no exact scalar form: Numba calls scalar libm, whose last bit can differ from
+NumPy's SIMD loops (and which is 6-40x slower per element, cost_model.py), unless the
+caller passes ``libm=True`` (``fused.config.libm``, opt-in). A group with them usually
+gets fused_segments.py's kernel instead, which calls NumPy's own loop for them.
 
 Only float32/float64 arithmetic groups (with comparisons, ``where``, casts and a few
 math functions) get one: ``source`` returns None with the reason otherwise. The kernel
