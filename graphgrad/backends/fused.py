@@ -98,7 +98,7 @@ class FusedKernel:
         # steps computed by NumPy's own inner loop inside the kernel (fused_loops.py)
         self.loops = ({} if self.rows or not ok else
                       fused_loops.loop_steps(program, fused_numba._EXPR))
-        self._addresses = fused_loops.addresses(list(self.loops.values()))
+        self._addresses = fused_loops.addresses(fused_segments.loop_table(self.loops))
         if ok:
             src, why = (fused_rows.row_source(program, config.libm) if self.rows else
                         self._flat_source("f" * len(program.input_specs)))
