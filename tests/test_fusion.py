@@ -132,7 +132,9 @@ def arith(x, y):
 
 
 def test_lowering_choice(lowering):
-    cases = [(chain, (gg.randn(4, 4),), "numpy"),   # tanh: never in a Numba kernel
+    # tanh: by NumPy's own loop inside the kernel (fused_loops.py) where its loop is found
+    tanh_loop = fused_mod.fused_loops.loop(np.tanh, np.float32) is not None
+    cases = [(chain, (gg.randn(4, 4),), "numba" if tanh_loop else "numpy"),
              (lambda x: (x * 2 + 1).relu() * 3 - x, (gg.randn(4, 4),), "numba"),  # one call
              (arith, (gg.randn(256, 512), gg.randn(512)), "numba"),  # arithmetic only
              (lambda x: (x * 2).tanh().exp() + 1, (gg.randn(512, 512),), "numpy")]
@@ -146,7 +148,7 @@ def test_lowering_choice(lowering):
             assert k.lowering == "numpy" and "Numba disabled" in k.decision.reason
         else:
             assert k.lowering == expect, k.decision.reason
-            if expect == "numpy":
+            if expect == "numpy" and not tanh_loop:
                 assert "Tanh has no Numba kernel form" in k.decision.reason
     out = explain(arith)(gg.randn(256, 512), gg.randn(512))
     assert "Fused groups:" in str(out) and out.fused_groups
@@ -310,7 +312,7 @@ def test_autotune_times_nothing_without_a_choice(monkeypatch, tmp_path):
     monkeypatch.setattr(fused_mod, "kernel_cache", {})
     clock = _FakeClock([])
     monkeypatch.setattr(fused_mod.config, "clock", clock)
-    for numba, fn in ((False, arith), (True, lambda x, y: (x * y).tanh() + 1)):  # no kernel
+    for numba, fn in ((False, arith), (True, lambda x, y: (x * y).sigmoid() + 1)):  # no kernel
         monkeypatch.setattr(fused_mod.config, "numba", numba and HAS_NUMBA)
         cf = CompiledFunction(fn, backend="default", share=False)
         with gg.no_grad():

@@ -19,7 +19,12 @@ project, min of 7 runs):
 * Numba's wheels have no vector math library (SVML off): ``exp`` costs ~6x NumPy's SIMD
   loop per element, ``log`` ~9x, ``tanh`` ~40x (NumPy ~0.5 ns/element, so ~3, ~5 and
   ~20 ns). A 10-op chain with tanh and exp runs at 0.13x NumPy's speed in Numba;
-* NumPy with ``out=`` buffers (no full temporary per op) gains ~1.3x on large arrays.
+* NumPy with ``out=`` buffers (no full temporary per op) gains ~1.3x on large arrays;
+* a unary ufunc computed inside a kernel by NumPy's own loop (fused_loops.py) costs what
+  NumPy's loop costs per element (tanh float32 ~2.7 ns here: this NumPy has no AVX-512
+  tanh on this CPU), plus a buffer pass; ``NUMBA_LOOP_NS`` leaves large groups that are
+  mostly such ops to NumPy, where both lowerings measured the same (a tanh GELU on
+  (512, 512) float32: 1.01 ms kernel, 0.99 ms NumPy).
 
 So Numba wins on arithmetic chains and on small tensors (one call instead of one per
 op). Transcendentals reach it only when ``fused.config.libm`` allows them (fused_numba.py
@@ -45,6 +50,9 @@ NUMBA_PARALLEL_GAIN = 1.55   # 2 threads on a memory-bound loop
 PARALLEL_MIN_ELEMENTS = 1 << 20
 # per-element cost of the ops that call scalar libm in a Numba loop (ns)
 NUMBA_LIBM_NS = {"Exp": 3.0, "Log": 5.0, "Tanh": 20.0}
+# an op computed by NumPy's own SIMD loop inside a kernel (fused_loops.py), on a block
+# in L1: ~NumPy's per-element cost without the memory traffic, plus a pass over a buffer
+NUMBA_LOOP_NS = 1.0
 
 
 class Estimate(NamedTuple):
@@ -58,15 +66,17 @@ class Estimate(NamedTuple):
 
 
 def choose(op_names: list[str], numel: int, numba_ok: bool, why_not: str = "",
-           allow_parallel: bool = False) -> Estimate:
+           allow_parallel: bool = False, loops: list[str] = ()) -> Estimate:
     """The lowering for a group of ``op_names`` over ``numel`` output elements.
     ``numba_ok``: whether the group has a Numba kernel at all (``why_not`` if not);
-    ``allow_parallel``: whether threads may be used (see the module docstring)."""
+    ``allow_parallel``: whether threads may be used (see the module docstring);
+    ``loops``: the names of the ops the kernel computes by NumPy's loop (one each)."""
     k = len(op_names)
     numpy_us = k * NUMPY_CALL_US + k * numel * NUMPY_NS_PER_ELEMENT / NUMPY_OUT_GAIN / 1e3
     if not numba_ok:
         return Estimate("numpy", False, None, numpy_us, why_not)
-    per_element = sum(NUMBA_LIBM_NS.get(n, NUMBA_NS_PER_OP) for n in op_names)
+    per_element = sum(NUMBA_LIBM_NS.get(n, NUMBA_NS_PER_OP) for n in op_names) - sum(
+        NUMBA_LIBM_NS.get(n, NUMBA_NS_PER_OP) - NUMBA_LOOP_NS for n in loops)
     parallel = allow_parallel and numel >= PARALLEL_MIN_ELEMENTS
     numba_us = (NUMBA_PARALLEL_CALL_US if parallel else NUMBA_CALL_US) + \
         numel * per_element / (NUMBA_PARALLEL_GAIN if parallel else 1.0) / 1e3

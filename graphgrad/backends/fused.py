@@ -4,8 +4,10 @@
 
 * ``"numba"``: one loop kernel generated as source and compiled by Numba
   (fused_numba.py), serial or parallel; a group with row sums (a layer norm) gets a
-  kernel that walks the rows (fused_rows.py); compiled once per argument layout,
-  cached in memory and on disk;
+  kernel that walks the rows (fused_rows.py); a group with tanh, exp, log or another
+  unary ufunc gets a kernel that calls NumPy's own inner loop for it between fused
+  element loops (fused_loops.py, fused_segments.py: NumPy's bits, one call instead of
+  one per op); compiled once per argument layout, cached in memory and on disk;
 * ``"numpy"``: the group's ufuncs writing into ``out=`` buffers, block by block for
   large arrays (fused_numpy.py).
 
@@ -14,9 +16,11 @@ Numba is the optional extra ``graphgrad[jit]``; without it, or with
 lowering, which computes what eager computes. ``config.parallel`` (env
 ``GRAPHGRAD_NUMBA_PARALLEL=1``): threaded kernels for large groups (off by default:
 cost_model.py says why). ``config.libm`` (env ``GRAPHGRAD_NUMBA_LIBM=1``): exp, log and
-tanh in Numba kernels too, whose results may then differ from NumPy's in the last bit
-(fused_numba.py). A Numba kernel that fails to compile warns once and its
-group falls back to NumPy. ``config.debug_dir`` (env
+tanh as scalar libm calls in Numba kernels where NumPy's loop is not available to them
+(row kernels; a NumPy whose loop table cannot be read), whose results may then differ
+from NumPy's in the last bit (fused_numba.py); where the loop is available it is used,
+libm or not (exact, and faster: scalar libm tanh costs ~20 ns an element). A Numba
+kernel that fails to compile warns once and its group falls back to NumPy. ``config.debug_dir`` (env
 ``GRAPHGRAD_DEBUG_DIR``): each kernel's generated source is written there too.
 ``config.autotune`` (env ``GRAPHGRAD_FUSION_AUTOTUNE=1``, opt-in): a group that has
 both lowerings times them on its first call (``AUTOTUNE_REPEATS`` runs each, interleaved,
@@ -38,7 +42,7 @@ from graphgrad.backend import xp
 from graphgrad.graph import Graph
 from graphgrad.passes import FusedProgram
 
-from . import fused_numba, fused_rows
+from . import fused_loops, fused_numba, fused_rows, fused_segments
 from .cost_model import Estimate, choose
 from .fused_numpy import _row_major, numpy_source
 
@@ -91,13 +95,17 @@ class FusedKernel:
         ok = not why and None not in shape
         # a group with row sums gets a row kernel (fused_rows.py)
         self.rows = any(s.op.__name__ in ("Sum", "Mean") for s in program.steps)
+        # steps computed by NumPy's own inner loop inside the kernel (fused_loops.py)
+        self.loops = ({} if self.rows or not ok else
+                      fused_loops.loop_steps(program, fused_numba._EXPR))
+        self._addresses = fused_loops.addresses(fused_segments.loop_table(self.loops))
         if ok:
             src, why = (fused_rows.row_source(program, config.libm) if self.rows else
-                        fused_numba.source(program, "f" * len(program.input_specs),
-                                           config.libm))
+                        self._flat_source("f" * len(program.input_specs)))
             ok = src is not None
-        self.decision: Estimate = choose(program.op_names, numel, ok, why or
-                                         "unknown dims: NumPy", config.parallel)
+        self.decision: Estimate = choose(
+            program.op_names, numel, ok, why or "unknown dims: NumPy", config.parallel,
+            loops=[program.steps[j].op.__name__ for j in self.loops])
         # timed on the first call when asked and there is a choice to make
         self.tune = bool(ok and config.autotune)
         if self.tune and key in autotune_decisions:
@@ -162,10 +170,12 @@ class FusedKernel:
                 return self._fail(err, arrays)
         shape = tuple(self.program.spec.shape)
         layout = "".join(_code(a, shape) for a in arrays)
+        if self.loops and "b" in layout:   # loop steps take flat inputs (fused_segments.py)
+            return self._numpy(*arrays)
         kernel = self._numba.get(layout)
         try:
             if kernel is None:
-                src, _ = fused_numba.source(self.program, layout, self.libm)
+                src, _ = self._flat_source(layout)
                 self.numba_source = src
                 module = fused_numba.load(src)
                 kernel = module.parallel if self.decision.parallel else module.serial
@@ -173,12 +183,19 @@ class FusedKernel:
             out = xp.empty(shape, self.program.spec.dtype)
             if out.size:
                 flat = "b" not in layout
-                kernel(out.reshape(-1) if flat else out,
-                       *(fused_numba.as_operand(a, c, shape, flat)
-                         for a, c in zip(arrays, layout, strict=True)))
+                ops = [fused_numba.as_operand(a, c, shape, flat)
+                       for a, c in zip(arrays, layout, strict=True)]
+                if self.loops:
+                    ops.append(self._addresses)
+                kernel(out.reshape(-1) if flat else out, *ops)
             return out
         except Exception as err:  # noqa: BLE001 - a kernel that fails falls back, once
             return self._fail(err, arrays)
+
+    def _flat_source(self, layout: str) -> tuple[str | None, str]:
+        if self.loops:
+            return fused_segments.source(self.program, layout, self.loops, self.libm)
+        return fused_numba.source(self.program, layout, self.libm)
 
     def _fail(self, err: Exception, arrays: tuple):
         self.failed = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
@@ -228,7 +245,8 @@ def _debug_write(k: FusedKernel) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     name = f"fused_{abs(hash(k.program.key)) % 10**10}"
     text = (f"# {k.program!r}\n# lowering: {k.decision.reason}\n\n{k.numpy_source}\n")
-    src, _ = fused_numba.source(k.program, "f" * len(k.program.input_specs), k.libm)
+    src, _ = (k._flat_source("f" * len(k.program.input_specs)) if not k.rows
+              else fused_rows.row_source(k.program, k.libm))
     if src:
         text += "\n# Numba form (flat contiguous inputs):\n" + src
     (folder / f"{name}.py").write_text(text)

@@ -1,12 +1,12 @@
 """Layer ``backends``: a fused group as one Numba loop kernel, generated as Python source.
 
-Only correctly rounded operations get a kernel (+ - * /, sqrt, max/min, abs, relu,
-comparisons, ``where``, casts, squares): their result is the same bit for bit in
-Numba and in NumPy, so results never depend on whether Numba is installed. exp, log,
-tanh stay with NumPy: Numba calls scalar libm, whose last bit can differ from NumPy's
-SIMD loops (and which is 6-40x slower per element, cost_model.py), unless the caller
-passes ``libm=True`` (``fused.config.libm``, opt-in: small tensors, where one kernel
-call instead of one NumPy call per op is the whole gain).
+Only correctly rounded operations get a scalar form here (+ - * /, sqrt, max/min,
+abs, relu, comparisons, ``where``, casts, squares): their result is the same bit for bit
+in Numba and in NumPy, so results never depend on whether Numba is installed. exp, log,
+tanh have no exact scalar form: Numba calls scalar libm, whose last bit can differ from
+NumPy's SIMD loops (and which is 6-40x slower per element, cost_model.py), unless the
+caller passes ``libm=True`` (``fused.config.libm``, opt-in). A group with them usually
+gets fused_segments.py's kernel instead, which calls NumPy's own loop for them.
 
 Only float32/float64 arithmetic groups (with comparisons, ``where``, casts and a few
 math functions) get one: ``source`` returns None with the reason otherwise. The kernel
@@ -57,9 +57,13 @@ def cache_dir() -> Path:
                 or Path.home() / ".cache" / "graphgrad" / "kernels")
 
 
-def _refusal(program: FusedProgram, libm: bool) -> str | None:
-    for s in program.steps:
+def _refusal(program: FusedProgram, libm: bool, loops=()) -> str | None:
+    """Why the program has no kernel, or None. ``loops``: steps that call NumPy's own
+    inner loop (fused_loops.py) instead of a scalar form."""
+    for j, s in enumerate(program.steps):
         name = s.op.__name__
+        if j in loops:
+            continue
         if name in _LIBM and not libm:
             return f"{name} has no Numba kernel form (scalar libm; fused.config.libm)"
         if name not in _EXPR and name not in _LIBM and not (
@@ -95,28 +99,8 @@ def source(program: FusedProgram, layout: str,
         if code != "s":
             lines.append(f"a{k} = x{k}[{idx}]")
     vals = [f"x{k}" if code == "s" else f"a{k}" for k, code in enumerate(layout)]
-    for j, s in enumerate(program.steps):
-        dt = str(s.spec.dtype)
-        arg_dt = next((str(_spec(a, program, j).dtype) for a in s.args
-                       if isinstance(a, Ref) and str(_spec(a, program, j).dtype) != "bool"), dt)
-        ops = []
-        for a in s.args:
-            if isinstance(a, Ref):
-                ops.append(vals[a.index] if a.kind == "in" else f"t{a.index}")
-            else:
-                cdt = arg_dt if arg_dt != "bool" else "float64"
-                consts.append(f"_k{len(consts)} = np.{cdt}(float({float(a)!r}))")
-                ops.append(f"_k{len(consts) - 1}")
-        if s.op.__name__ == "Pow":
-            expr = f"{ops[0]} * {ops[0]}"
-        elif s.op.__name__ in _LIBM:
-            expr = _LIBM[s.op.__name__].format(*ops)
-        elif "{z}" in _EXPR[s.op.__name__]:   # relu's zero, typed
-            consts.append(f"_k{len(consts)} = np.{dt}(0)")
-            expr = _EXPR[s.op.__name__].format(*ops, z=f"_k{len(consts) - 1}")
-        else:
-            expr = _EXPR[s.op.__name__].format(*ops)
-        lines.append(f"t{j} = np.{'bool_' if dt == 'bool' else dt}({expr})")
+    for j in range(len(program.steps)):
+        lines.append(step_line(program, j, vals, consts))
     lines.append(f"out[{idx}] = t{len(program.steps) - 1}")
     params = ", ".join(["out"] + [f"x{k}" for k in range(len(layout))])
     head = ["import numpy as np", "from numba import njit, prange", "", *consts, ""]
@@ -130,6 +114,33 @@ def source(program: FusedProgram, layout: str,
         funcs.append(f"@njit(cache=True, error_model='numpy', nogil=True{flags})\n"
                      f"def {name}({params}):\n" + "\n".join(body) + "\n")
     return "\n".join(head) + "\n\n" + "\n\n".join(funcs), ""
+
+
+def step_line(program: FusedProgram, j: int, vals: list[str], consts: list[str]) -> str:
+    """``t{j} = ...``: step ``j`` as a scalar statement (``vals``: each input's name in the
+    kernel); its constants, typed, are appended to ``consts`` as module-level lines."""
+    s = program.steps[j]
+    dt = str(s.spec.dtype)
+    arg_dt = next((str(_spec(a, program, j).dtype) for a in s.args
+                   if isinstance(a, Ref) and str(_spec(a, program, j).dtype) != "bool"), dt)
+    ops = []
+    for a in s.args:
+        if isinstance(a, Ref):
+            ops.append(vals[a.index] if a.kind == "in" else f"t{a.index}")
+        else:
+            cdt = arg_dt if arg_dt != "bool" else "float64"
+            consts.append(f"_k{len(consts)} = np.{cdt}(float({float(a)!r}))")
+            ops.append(f"_k{len(consts) - 1}")
+    if s.op.__name__ == "Pow":
+        expr = f"{ops[0]} * {ops[0]}"
+    elif s.op.__name__ in _LIBM:
+        expr = _LIBM[s.op.__name__].format(*ops)
+    elif "{z}" in _EXPR[s.op.__name__]:   # relu's zero, typed
+        consts.append(f"_k{len(consts)} = np.{dt}(0)")
+        expr = _EXPR[s.op.__name__].format(*ops, z=f"_k{len(consts) - 1}")
+    else:
+        expr = _EXPR[s.op.__name__].format(*ops)
+    return f"t{j} = np.{'bool_' if dt == 'bool' else dt}({expr})"
 
 
 def _spec(a: Ref, program: FusedProgram, _j: int):
