@@ -234,9 +234,6 @@ def bench_latency() -> dict:
     return out
 
 
-_PARTS = ("chain200", "memory_bound_4096x1024", "mlp_train", "latency")
-
-
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
