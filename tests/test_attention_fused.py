@@ -185,6 +185,26 @@ def test_encoder_layer_records_the_fused_ops(batch_first):
     assert counts["Linear"] == 3 and counts["AddmmActivation"] == 1
     assert counts["ScaledDotProductAttention"] == 1 and counts["NativeLayerNorm"] == 2
     assert not {"Softmax", "Mean", "Rsqrt", "Relu", "Mul", "Where"} & set(counts)
+    # the layer runs on rows: the input to rows, the projection to heads, the heads back
+    # to rows, the rows to the output (no reshape around each linear map)
+    assert counts["Reshape"] == 4
+
+
+def test_encoder_layer_with_a_hooked_attention_calls_it_as_a_module():
+    """The rows' path bypasses MultiheadAttention's __call__ only when it has no hooks:
+    a hooked one sees its call (PyTorch's arguments) and changes the result."""
+    layer = gg.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    x = gg.tensor(rand(3, 5, 8), dtype=gg.float32)
+    plain = layer(x)
+    seen = []
+
+    def hook(module, args, kwargs, out):
+        seen.append(tuple(a.shape for a in args))
+        return out[0] * 2, out[1]
+    layer.self_attn.register_forward_hook(hook, with_kwargs=True)
+    hooked = layer(x)
+    assert seen == [((3, 5, 8),) * 3]
+    assert not np.allclose(hooked.detach().numpy(), plain.detach().numpy())
 
 
 @pytest.mark.parametrize("dtype", [gg.float64, gg.float32, gg.float16])

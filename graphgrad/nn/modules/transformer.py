@@ -13,7 +13,7 @@ from graphgrad.tensor import Tensor, full
 from .. import init
 
 from .. import functional as F
-from .attention import MultiheadAttention
+from .attention import MultiheadAttention, _check_causal
 from .container import ModuleList
 from .dropout import Dropout
 from .linear import Linear
@@ -79,15 +79,35 @@ class TransformerEncoderLayer(_TransformerLayer):
     def forward(self, src: Tensor, src_mask=None, src_key_padding_mask=None,
                 is_causal: bool = False) -> Tensor:
         x = src
+        attn = self.self_attn
+        lead = None
+        if src.ndim == 3 and type(attn) is MultiheadAttention and attn._hooks is None:
+            # every block but the attention works on each position alone: the layer
+            # runs on the rows (L*N, E) or (N*L, E), one reshape in and one out, where
+            # each linear map of a 3-D input records two (a Transformer step's most
+            # numerous nodes); the attention gets the two leading dims
+            lead = tuple(src.shape[:2])
+            x = src.reshape(-1, src.shape[-1])
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
-            return x + self._ff_block(self.norm2(x))
-        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
-        return self.norm2(x + self._ff_block(x))
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal,
+                                   lead)
+            x = x + self._ff_block(self.norm2(x))
+        else:
+            x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal,
+                                              lead))
+            x = self.norm2(x + self._ff_block(x))
+        return x if lead is None else x.reshape(src.shape)
 
-    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal: bool) -> Tensor:
-        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-                           need_weights=False, is_causal=is_causal)[0]
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal: bool,
+                  lead: tuple | None = None) -> Tensor:
+        attn = self.self_attn
+        if lead is None:
+            x = attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                     need_weights=False, is_causal=is_causal)[0]
+        else:  # x: rows; MultiheadAttention.forward's checks, then its rows' path
+            _check_causal(is_causal, attn_mask)
+            seq = 1 if attn.batch_first else 0
+            x = attn._attend(x, x, x, lead, lead, seq, attn_mask, key_padding_mask, False)[0]
         return self.dropout1(x)
 
     def _ff_block(self, x) -> Tensor:
