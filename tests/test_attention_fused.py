@@ -207,6 +207,35 @@ def test_encoder_layer_with_a_hooked_attention_calls_it_as_a_module():
     assert not np.allclose(hooked.detach().numpy(), plain.detach().numpy())
 
 
+@pytest.mark.parametrize("where", ["linear1", "norm2", "dropout"])
+def test_encoder_hooks_on_a_block_see_what_torch_passes_it(where):
+    """A hook on any block of an encoder's layer sees PyTorch's (3-D) input: the stack
+    then runs the layers as modules, not on rows, and gives the same output."""
+    def make(m):
+        return m.TransformerEncoder(m.TransformerEncoderLayer(8, 2, 16, dropout=0.0,
+                                                              batch_first=True), 2,
+                                    enable_nested_tensor=False)
+    t_enc = make(torch.nn)
+    g_enc = make(gg.nn)
+    g_enc.load_state_dict({k: gg.tensor(v.detach().numpy())
+                           for k, v in t_enc.state_dict().items()})
+    seen, outs = {}, []
+    for lib, enc in ((gg, g_enc), (torch, t_enc)):
+        shapes = seen.setdefault(lib.__name__, [])
+        getattr(enc.layers[1], where).register_forward_hook(
+            lambda mod, args, out, shapes=shapes: shapes.append(tuple(args[0].shape)))
+        outs.append(enc(lib.tensor(rand(3, 5, 8), dtype=lib.float32)))
+    assert seen["graphgrad"] == seen["torch"] == [(3, 5, seen["torch"][0][-1])]
+    close(outs[0], outs[1], 1e-5, 1e-5)
+
+
+def test_encoder_stack_passes_rows_between_layers():
+    enc = gg.nn.TransformerEncoder(gg.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0), 3,
+                                   enable_nested_tensor=False)
+    counts = _ops_in_graph(enc(gg.randn(5, 3, 8, requires_grad=True)))
+    assert counts["Reshape"] == 2 + 2 * 3  # in and out; per layer the heads' two
+
+
 @pytest.mark.parametrize("dtype", [gg.float64, gg.float32, gg.float16])
 def test_dropout_is_one_op_keeping_a_bool_mask_with_the_exact_scale(dtype):
     x = gg.tensor(rand(4, 6, seed=2), dtype=dtype, requires_grad=True)
