@@ -273,3 +273,38 @@ def test_attention_in_float16_computes_in_float32_as_torch():
         *(torch.tensor(a).float() for a in arrays)).numpy()
     assert got.dtype == np.float16
     assert np.abs(got - exact).max() <= np.abs(want - exact).max()
+
+
+@pytest.mark.parametrize("n,e,kept", [(6, 8, True), (20, 2, False)])
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_backward_reads_the_weights_kept_behind_the_output(monkeypatch, n, e, kept, p):
+    """Weights no larger than the inputs are kept behind the output, and the plain
+    backward computes none (the recomputation is a third of it at short sequences);
+    larger ones are recomputed. Gradients as the composite's either way."""
+    from graphgrad.ops import attention as ops_attention
+    arrays = [rand(2, 3, n, e, seed=s) for s in (1, 2, 3)]
+    calls = []
+    compute = ops_attention._weights_t_array
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return compute(*a, **kw)
+    monkeypatch.setattr(ops_attention, "_weights_t_array", counted)
+    monkeypatch.setattr(ops_attention._ARRAYS, "weights_t", counted)
+    grads = []
+    for fused in (True, False):
+        xs = [gg.tensor(a, requires_grad=True) for a in arrays]
+        gg.manual_seed(3)
+        out = (F.scaled_dot_product_attention(*xs, dropout_p=p) if fused
+               else _composite(*xs, p, 1 / math.sqrt(e))[0])
+        if fused:
+            base = out.detach().numpy().base
+            assert (base.size > out.numel()) is kept
+            calls.clear()
+        (out * gg.tensor(rand(2, 3, n, e, seed=4))).sum().backward()
+        if fused:
+            assert len(calls) == (0 if kept else 1)
+        grads.append([x.grad.numpy() for x in xs])
+    for a, b in zip(*grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+

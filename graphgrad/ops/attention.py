@@ -2,9 +2,11 @@
 v`` over the last two dims, with dropout on the weights and the weights as a second
 output on request, and its analytic backward as one op.
 
-The attention weights are not saved: the backward recomputes them from q and k (one
-product and a softmax), which keeps a step's memory at the inputs' size rather than
-(L x S) per head, as fused kernels do. Dropout (PyTorch's: ``w = dropout(softmax(...),
+The attention weights are kept for the backward only while they are no more than the
+inputs' values (short sequences: the recomputation, a product, an exp and a softmax,
+is a third of the backward's time there), in the output's own buffer, behind it;
+longer ones are recomputed from q and k, which keeps a step's memory at the inputs'
+size rather than (L x S) per head, as fused kernels do. Dropout (PyTorch's: ``w = dropout(softmax(...),
 p)``, kept weights scaled by 1/(1-p)) takes its keep-mask as a boolean input, drawn
 by the caller from graphgrad's generator (``nn.functional``), so the op stays a pure
 function: the backward and every transform see the same mask, one byte per weight.
@@ -27,7 +29,7 @@ import math
 from types import SimpleNamespace
 
 from graphgrad.backend import xp
-from graphgrad.tensor import tensor
+from graphgrad.tensor import Tensor, tensor
 
 from .base import Op, Spec, broadcast_shapes
 from .batching import align, by_example, logical_ndim, to_front
@@ -236,12 +238,13 @@ def _weights(k, q, key, mask, scale, is_causal):
 
 
 def _attention_vjp(k, g, g_weights, q, key, v, mask, keep, scale, is_causal, dropout_p,
-                   float_mask_grad: bool, slots=(None,) * 4):
+                   float_mask_grad: bool, slots=(None,) * 4, p_t=None):
     """(dq, dk, dv[, d mask]) of attention at cotangents ``g`` of its output and
     ``g_weights`` (or None) of its dropped weights, with the weights transposed
-    (``_weights_t_array``): p^T, and the softmax's vjp ds^T. On arrays each cotangent
-    is written into its ``slots`` entry."""
-    p_t = k.weights_t(q, key, mask, scale, is_causal)
+    (``_weights_t_array``): p^T (recomputed unless given), and the softmax's vjp ds^T.
+    On arrays each cotangent is written into its ``slots`` entry."""
+    if p_t is None:
+        p_t = k.weights_t(q, key, mask, scale, is_causal)
     keep_t = None if keep is None else _t(keep)
     w_t = p_t if keep is None else k.drop(p_t, keep_t, dropout_p)
     dv = k.product(w_t, g, slots[2])
@@ -255,6 +258,27 @@ def _attention_vjp(k, g, g_weights, q, key, v, mask, keep, scale, is_causal, dro
     if float_mask_grad:
         grads.append(k.copy(_t(ds_t), slots[3]))
     return grads
+
+
+def _kept_size(p_t, q, k, v) -> int:
+    """How many weights the forward keeps after its output, in the output's own buffer,
+    for the array backward: all of them when they are no more than the inputs' values
+    (memory stays at the inputs' size, as with none kept), else none (recomputed)."""
+    return p_t.size if p_t.dtype.kind == "f" and p_t.size <= q.size + k.size + v.size else 0
+
+
+def _kept_weights(out, w_shape: tuple):
+    """The transposed weights the forward kept behind its output (``_kept_size``), a
+    tensor on that memory, or None (not kept, or the output is no longer the forward's
+    own array)."""
+    a = out._array
+    store = a.base
+    n_w = math.prod(w_shape)
+    if store is None or store.ndim != 1 or store.size != a.size + n_w or \
+            store.dtype != a.dtype or n_w == 0 or \
+            store.__array_interface__["data"][0] != a.__array_interface__["data"][0]:
+        return None
+    return Tensor._make(store[a.size:].reshape(*w_shape[:-2], w_shape[-1], w_shape[-2]))
 
 
 def _grad_shapes(out_shape, q, k, v, float_mask: bool) -> list:
@@ -274,6 +298,9 @@ class ScaledDotProductAttention(Op):
     packed in one 1-D buffer."""
 
     holomorphic = True  # analytic: the complex step goes through it
+    # the array backward reads the weights kept behind the output (``_kept_weights``):
+    # the output must stay until then
+    saves_output = True
 
     @staticmethod
     def forward(q, k, v, *rest, scale, is_causal, dropout_p=0.0, need_weights=False):
@@ -284,6 +311,13 @@ class ScaledDotProductAttention(Op):
             return out.astype(xp.float16)
         mask, keep = _parts(rest, dropout_p)
         p_t = _weights_t_array(q, k, mask, scale, is_causal)
+        shape = xp.broadcast_shapes(p_t.shape[:-2], v.shape[:-2]) + (q.shape[-2], v.shape[-1])
+        store = None
+        if not need_weights:
+            store = xp.empty(math.prod(shape) + _kept_size(p_t, q, k, v),
+                             xp.result_type(p_t, v))
+            if store.size > math.prod(shape):  # the weights before dropout, kept
+                store[math.prod(shape):].reshape(p_t.shape)[...] = p_t
         if keep is not None:
             if p_t.shape == _t(keep).shape:  # (the weights are this call's own buffer)
                 p_t *= _t(keep)
@@ -292,14 +326,13 @@ class ScaledDotProductAttention(Op):
                 p_t = _drop_array(p_t, _t(keep), dropout_p)
         p = _t(p_t)
         if not need_weights:
+            buf = store[:math.prod(shape)]
             if p.ndim < 4:
-                return xp.matmul(p, v)
+                return xp.matmul(p, v, out=buf.reshape(shape))
             # (B, H, L, Ev) laid out as (B, L, H, Ev), as PyTorch's CPU kernels do: merging
             # the heads back into (B, L, H * Ev) rows is then a view, not a copy
-            shape = xp.broadcast_shapes(p.shape[:-2], v.shape[:-2]) + (q.shape[-2],
-                                                                       v.shape[-1])
             order = (*range(len(shape) - 3), len(shape) - 2, len(shape) - 3, len(shape) - 1)
-            buf = xp.empty(tuple(shape[i] for i in order), xp.result_type(p, v))
+            buf = buf.reshape(tuple(shape[i] for i in order))
             return xp.matmul(p, v, out=buf.transpose(order))
         out_shape = xp.broadcast_shapes(p.shape[:-2], v.shape[:-2]) + (q.shape[-2],
                                                                         v.shape[-1])
@@ -315,9 +348,11 @@ class ScaledDotProductAttention(Op):
         float_mask = mask is not None and not _is_bool(mask) and mask._requires_grad
         out_shape, w_shape = _shapes(q, k, v, mask, keep)
         if array_backward():
+            kept = None if need_weights else _kept_weights(out, w_shape)
             flat = ScaledDotProductAttentionBackward.apply(
-                g, q, k, v, *rest, scale=scale, is_causal=is_causal,
-                float_mask_grad=float_mask, dropout_p=dropout_p, need_weights=need_weights)
+                g, q, k, v, *rest, *(() if kept is None else (kept,)), scale=scale,
+                is_causal=is_causal, float_mask_grad=float_mask, dropout_p=dropout_p,
+                need_weights=need_weights, kept_weights=kept is not None)
             grads = unpack(flat, _grad_shapes(out_shape, q, k, v, float_mask))
         else:
             g_out, g_w = _split(g, out_shape, w_shape) if need_weights else (g, None)
@@ -412,12 +447,15 @@ class ScaledDotProductAttentionBackward(Op):
 
     @staticmethod
     def forward(g, q, k, v, *rest, scale, is_causal, float_mask_grad, dropout_p=0.0,
-                need_weights=False):
+                need_weights=False, kept_weights=False):
         if _half(q, k, v):
             return ScaledDotProductAttentionBackward.forward(
                 *_widened((g, q, k, v, *rest)), scale=scale, is_causal=is_causal,
                 float_mask_grad=float_mask_grad, dropout_p=dropout_p,
-                need_weights=need_weights).astype(xp.float16)
+                need_weights=need_weights, kept_weights=kept_weights).astype(xp.float16)
+        p_t = None
+        if kept_weights:
+            rest, p_t = rest[:-1], rest[-1]
         mask, keep = _parts(rest, dropout_p)
         out_shape, w_shape = _shapes(q, k, v, mask, keep)
         g_w = None
@@ -432,7 +470,7 @@ class ScaledDotProductAttentionBackward(Op):
             slots.append(flat[at:at + math.prod(shape)].reshape(shape))
             at += math.prod(shape)
         _attention_vjp(_ARRAYS, g, g_w, q, k, v, mask, keep, scale, is_causal, dropout_p,
-                       float_mask_grad, slots)
+                       float_mask_grad, slots, p_t)
         return flat
 
     @classmethod
@@ -441,7 +479,8 @@ class ScaledDotProductAttentionBackward(Op):
 
     @classmethod
     def infer(cls, g, q, k, v, *rest, scale, is_causal, float_mask_grad, dropout_p=0.0,
-              need_weights=False) -> Spec:
-        out_shape, _ = _shapes(q, k, v, *_parts(rest, dropout_p))
+              need_weights=False, kept_weights=False) -> Spec:
+        out_shape, _ = _shapes(q, k, v, *_parts(rest[:-1] if kept_weights else rest,
+                                                dropout_p))
         shapes = _grad_shapes(out_shape, q, k, v, float_mask_grad)
         return Spec((sum(math.prod(s) for s in shapes),), q.dtype)
