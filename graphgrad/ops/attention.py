@@ -6,10 +6,10 @@ The attention weights are kept for the backward only while they are no more than
 inputs' values (short sequences: the recomputation, a product, an exp and a softmax,
 is a third of the backward's time there), in the output's own buffer, behind it;
 longer ones are recomputed from q and k, which keeps a step's memory at the inputs'
-size rather than (L x S) per head, as fused kernels do. Dropout (PyTorch's: ``w = dropout(softmax(...),
-p)``, kept weights scaled by 1/(1-p)) takes its keep-mask as a boolean input, drawn
-by the caller from graphgrad's generator (``nn.functional``), so the op stays a pure
-function: the backward and every transform see the same mask, one byte per weight.
+size rather than (L x S) per head, as fused kernels do. Dropout (PyTorch's:
+``w = dropout(softmax(...), p)``, kept weights scaled by 1/(1-p)) takes its keep-mask
+as a boolean input, drawn by the caller from graphgrad's generator (``nn.functional``),
+so the op stays a pure function: the backward and every transform see the same mask, one byte per weight.
 With ``need_weights`` the output is one 1-D buffer holding the output then the
 (dropped) weights, which the caller views as the two results; each gets its own
 gradient. The backward is written once, ``_attention_vjp``, over a small namespace of
@@ -264,7 +264,9 @@ def _kept_size(p_t, q, k, v) -> int:
     """How many weights the forward keeps after its output, in the output's own buffer,
     for the array backward: all of them when they are no more than the inputs' values
     (memory stays at the inputs' size, as with none kept), else none (recomputed)."""
-    return p_t.size if p_t.dtype.kind == "f" and p_t.size <= q.size + k.size + v.size else 0
+    if p_t.dtype.kind != "f" or p_t.dtype != xp.result_type(p_t, v):
+        return 0  # (complex, or the output's dtype would round them)
+    return p_t.size if p_t.size <= q.size + k.size + v.size else 0
 
 
 def _kept_weights(out, w_shape: tuple):
