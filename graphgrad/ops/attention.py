@@ -9,10 +9,10 @@ longer ones are recomputed from q and k, which keeps a step's memory at the inpu
 size rather than (L x S) per head, as fused kernels do. Dropout (PyTorch's:
 ``w = dropout(softmax(...), p)``, kept weights scaled by 1/(1-p)) takes its keep-mask
 as a boolean input, drawn by the caller from graphgrad's generator (``nn.functional``),
-so the op stays a pure function: the backward and every transform see the same mask, one byte per weight.
-With ``need_weights`` the output is one 1-D buffer holding the output then the
-(dropped) weights, which the caller views as the two results; each gets its own
-gradient. The backward is written once, ``_attention_vjp``, over a small namespace of
+so the op stays a pure function: the backward and every transform see the same mask,
+one byte per weight. With ``need_weights`` the output is one 1-D buffer holding the
+output then the (dropped) weights, which the caller views as the two results; each
+gets its own gradient. The backward is written once, ``_attention_vjp``, over a small namespace of
 array functions; plain eager backward runs it on arrays as
 ``ScaledDotProductAttentionBackward`` (one op), ``create_graph`` and the function
 transforms run it as graphgrad ops, so derivatives of every order differentiate the
