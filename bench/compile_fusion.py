@@ -18,7 +18,7 @@ installed here, so there is no jax.jit column).
 
 Prints one JSON object (with ``uptime``: the machine's load during the run).
 
-    python bench/compile_fusion.py [--quick] [--no-torch]
+    python bench/compile_fusion.py [--quick] [--no-torch] [--only chain200,mlp_train,...]
 """
 
 from __future__ import annotations
@@ -203,6 +203,8 @@ def bench_mlp(repeats: int) -> dict:
             round(ms["graphgrad_eager"] / ms["numpy"], 3), "target_met": ratio <= 1.05}
 
 
+_PARTS = ("chain200", "memory_bound_4096x1024", "mlp_train", "latency")
+
 _LATENCY = """
 import time
 t0 = time.perf_counter()
@@ -234,18 +236,23 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--only", default=",".join(_PARTS),
+                    help=f"comma-separated parts to run, of {', '.join(_PARTS)}")
     args = ap.parse_args(argv)
+    only = args.only.split(",")
+    if unknown := [p for p in only if p not in _PARTS]:
+        ap.error(f"--only: unknown parts {unknown}; choose from {', '.join(_PARTS)}")
     repeats = 3 if args.quick else 7
     torch = None if args.no_torch else _torch()
     ne = _numexpr()
     result = {"bench": "compile_fusion", "jax": "not installed",
               "numexpr": getattr(ne, "__version__", "not installed"),
               "torch": getattr(torch, "__version__", None),
-              "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-              "chain200": bench_chain(torch, repeats),
-              "memory_bound_4096x1024": bench_memory(torch, repeats),
-              "mlp_train": bench_mlp(repeats),
-              "latency": bench_latency()}
+              "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}
+    parts = {"chain200": lambda: bench_chain(torch, repeats),
+             "memory_bound_4096x1024": lambda: bench_memory(torch, repeats),
+             "mlp_train": lambda: bench_mlp(repeats), "latency": bench_latency}
+    result.update({name: run() for name, run in parts.items() if name in only})
     result["uptime_after"] = subprocess.run(["uptime"], capture_output=True,
                                             text=True).stdout.strip()
     print(json.dumps(result))

@@ -337,6 +337,18 @@ CASES += [
           lambda m, x, t, s: m.func.vjp(lambda y: m.nn.functional.nll_loss(y, t), x)[1](s)[0],
           inputs(normal(*X), ints(3, high=4), normal()), diff=(2,),
           in_dims=((None, None, 0), (None, 0, 0), (None, 0, None), (0, None, None))),
+    _case("cross_entropy", "CrossEntropy",
+          lambda m, x, t: m.nn.functional.cross_entropy(x, t), inputs(normal(*X), ints(3, high=4)),
+          in_dims=((0, None), (1, None), (None, 0), (0, 0))),
+    _case("cross_entropy_options", "CrossEntropy",
+          lambda m, x, t, w: m.nn.functional.cross_entropy(
+              x, t, weight=w, ignore_index=1, label_smoothing=0.2, reduction="none"),
+          inputs(normal(*X), ints(3, high=4), positive(4)), diff=(0,),
+          in_dims=((0, None, None), (0, 0, None))),  # (torch cannot batch only the targets)
+    _case("cross_entropy_gradient", "CrossEntropyBackward",
+          lambda m, *a: _cross_entropy_gradient(m, *a),
+          inputs(normal(*X), ints(3, high=4), normal(), positive(4)), jvp=False,
+          in_dims=((0, None, None, None), (0, 0, 0, None), (None, None, 0, None))),
     _case("one_hot", "OneHot", lambda m, i: m.one_hot(i, num_classes=5),
           inputs(ints(3, high=5)), jvp=False),
     _case("view_dtype", "ViewDtype", lambda m, x: x.view(m.int64) + 0, inputs(normal(*X)),
@@ -694,6 +706,11 @@ def _layer_norm(m, x, *affine):
 def _layer_norm_backward(m, g, x, w, b):
     from op_cases import _layer_norm_backward as backward
     return backward(torch if m is TORCH else m, g, x, w, b)
+
+
+def _cross_entropy_gradient(m, x, t, g, w):
+    from op_cases import _cross_entropy_gradient as backward
+    return backward(torch if m is TORCH else m, x, t, g, w, label_smoothing=0.1)
 
 
 def _log_softmax_backward(m, g, a):

@@ -33,6 +33,7 @@ import graphgrad as gg
 from graphgrad.ops.convolution import ConvolutionBackwardWeight
 from graphgrad.ops.cumulative import CumprodBackward
 from graphgrad.ops.bce import BinaryCrossEntropy
+from graphgrad.ops.cross_entropy import CrossEntropy, CrossEntropyBackward
 from graphgrad.ops.nll import NllLoss, NllLossBackward
 from graphgrad.ops import REGISTRY
 from graphgrad.ops.pooling import AvgPoolBackward, PutPlanes
@@ -1158,6 +1159,36 @@ def _nll_gradient(m, x, t, s):
     return m.func.vjp(lambda y: m.nn.functional.nll_loss(y, t), x)[1](s)[0]
 
 
+@st.composite
+def _cross_entropy_op_example(draw, grad_output=False):
+    """What a ``CrossEntropy`` op sees: logits (N, C), class indices (N,), a reduction,
+    label smoothing, maybe ``ignore_index`` and a class weight (a constant); for its
+    gradient op, an incoming gradient of the loss's shape too."""
+    n, c = draw(st.integers(1, 4)), draw(st.integers(2, 4))
+    rng = np.random.default_rng(draw(SEEDS))
+    target = rng.integers(0, c, n)
+    static = {"reduction": draw(REDUCTIONS),
+              "label_smoothing": draw(st.sampled_from([0.0, 0.2])),
+              "ignore_index": draw(st.sampled_from([-100, 1]))}
+    target[0] = 0  # one kept target: the mean does not divide by zero
+    arrays = [rng.standard_normal((n, c)), target]
+    if grad_output:
+        arrays.append(rng.standard_normal((n,) if static["reduction"] == "none" else ()))
+    nograd = {len(arrays) - 1} if grad_output else set()
+    if draw(st.booleans()):
+        nograd.add(len(arrays))
+        arrays.append(rng.uniform(0.2, 2.0, c))
+    return Example(tuple(arrays), static, frozenset(nograd))
+
+
+def _cross_entropy_gradient(m, x, t, g, w=None, **kw):
+    """CrossEntropyBackward (the plain eager backward's kernel) against torch's vjp."""
+    if m is gg:
+        args = (g, x, t) if w is None else (g, x, t, w)
+        return CrossEntropyBackward.apply(*args, **kw)
+    return m.func.vjp(lambda y: m.nn.functional.cross_entropy(y, t, weight=w, **kw), x)[1](g)[0]
+
+
 def _cross_entropy(m, x, t, w=None, **kw):
     return m.nn.functional.cross_entropy(x, t, weight=w, **kw)
 
@@ -1214,11 +1245,11 @@ add(
                                                                    beta=0.5),
          _regression_example()),
     # the general path (a gather, except for the training case among the drawn examples)
-    case("cross_entropy", "LogSoftmax", _cross_entropy, _classes_example()),
+    case("cross_entropy", "CrossEntropy", _cross_entropy, _classes_example()),
     case("cross_entropy_probabilities", "LogSoftmax", _cross_entropy,
          _classes_example(probabilities=True)),
     case("nll_loss", "LogSoftmax", _nll, _classes_example()),
-    case("cross_entropy_training", ("LogSoftmax", "NllLoss"),
+    case("cross_entropy_training", "CrossEntropy",
          lambda m, x, t: m.nn.functional.cross_entropy(x, t), _training_classes_example()),
     case("nll_loss_training", "NllLoss",
          lambda m, x, t: m.nn.functional.nll_loss(x, t), _training_classes_example()),
@@ -1228,6 +1259,12 @@ add(
     case("nll_loss_op", "NllLoss", lambda m, x, t: NllLoss.apply(x, t),
          _training_classes_example(),
          torch_fn=lambda m, x, t: m.nn.functional.nll_loss(x, t)),
+    case("cross_entropy_op", "CrossEntropy",
+         lambda m, x, t, w=None, **kw: CrossEntropy.apply(*((x, t) if w is None else (x, t, w)),
+                                                          **kw),
+         _cross_entropy_op_example(), torch_fn=_cross_entropy),
+    case("cross_entropy_backward_op", "CrossEntropyBackward", _cross_entropy_gradient,
+         _cross_entropy_op_example(grad_output=True), grad=False),
     case("nll_loss_backward_op", "NllLossBackward",
          lambda m, x, t, s: NllLossBackward.apply(s, t, classes=x.shape[1]),
          _training_classes_example(grad_output=True), torch_fn=_nll_gradient),

@@ -110,6 +110,38 @@ def test_conv_transpose_step_holds_about_what_pytorch_does(monkeypatch):
     assert peak < 4.6 * nbytes, peak / nbytes
 
 
+@pytest.mark.parametrize("options", [{}, {"label_smoothing": 0.1, "reduction": "sum"},
+                                     {"label_smoothing": 0.1, "weighted": True}])
+def test_cross_entropy_step_holds_two_logits_sized_arrays(options):
+    """A language model's head: logits (tokens, vocabulary) from a matmul, cross entropy,
+    backward. The loss keeps only the logits (not their log-softmax too) and its gradient
+    is one buffer, so at most the logits and one array of their size are alive at once,
+    in the forward and in the backward (log_softmax then nll_loss held four: the logits,
+    the log-probabilities and two gradients). Gradients checked against PyTorch."""
+    rng = np.random.default_rng(4)
+    a0, w0 = rng.standard_normal((2000, 8)), rng.standard_normal((8, 300))
+    t0 = rng.integers(0, 300, 2000)
+    a, w = gg.tensor(a0, requires_grad=True), gg.tensor(w0, requires_grad=True)
+    target = gg.tensor(t0)
+    options = dict(options)
+    if options.pop("weighted", False):
+        options["weight"] = rng.uniform(0.2, 2.0, 300)
+    ours = {k: gg.tensor(v) if k == "weight" else v for k, v in options.items()}
+    theirs = {k: torch.tensor(v) if k == "weight" else v for k, v in options.items()}
+    tracemalloc.start()
+    try:
+        gg.nn.functional.cross_entropy(a @ w, target, **ours).backward()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    logits_bytes = 2000 * 300 * 8
+    assert peak < 2.3 * logits_bytes, peak / logits_bytes
+    ta, tw = torch.tensor(a0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    torch.nn.functional.cross_entropy(ta @ tw, torch.tensor(t0), **theirs).backward()
+    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
 def test_a_failed_pass_releases_what_it_visited_for_large_and_small_values():
     """As PyTorch: the nodes visited before the failure are released, so a second try
     meets them freed; the same whether the pass released as it went (large values) or

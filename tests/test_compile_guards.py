@@ -380,6 +380,55 @@ def test_compile_counts_match_torch_dynamo():
     assert ours == theirs == (3, 1, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
 
 
+def test_module_parameters_are_read_from_their_store():
+    """A parameter is read from the module's ``_parameters`` in the guard and the step
+    (``Module.__getattr__``, reached after the class lookup fails, runs for none of
+    them), guarded against an instance attribute of its name: one put in the instance's
+    ``__dict__`` afterwards (shadowing it, as for Python) recompiles."""
+    backend = Counting()
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    cm = gg.compile(model, backend=backend)
+    x = gg.ones(2, 3)
+    _close(cm(x), model(x))
+    calls = []
+    orig = nn.Module.__getattr__
+
+    def counted(self, name):
+        calls.append(name)
+        return orig(self, name)
+    nn.Module.__getattr__ = counted
+    try:
+        _close(cm(x), model(x))
+        calls.clear()
+        cm(x)
+    finally:
+        nn.Module.__getattr__ = orig
+    assert backend.n == 1 and not calls, calls
+    model[2].__dict__["weight"] = nn.Parameter(gg.ones(2, 4))   # shadows _parameters'
+    _close(cm(x), model(x))
+    assert backend.n == 2
+
+
+def test_a_class_attribute_of_a_parameter_name_is_read_as_an_attribute():
+    """Where the class defines the name (a property here), ``Module.__getattr__`` is not
+    what the lookup reaches: the read stays an attribute read."""
+    class Scaled(nn.Linear):
+        @property
+        def scale(self):
+            return self.weight * 2
+
+        def forward(self, x):
+            return x @ self.scale.T
+
+    m = Scaled(3, 2)
+    cm = gg.compile(m)
+    x = gg.ones(2, 3)
+    _close(cm(x), m(x))
+    with gg.no_grad():
+        m.weight.mul_(3)
+    _close(cm(x), m(x))
+
+
 def test_guard_reads_each_shared_source_once():
     """The guard function binds a submodule read by several guards to one local (one
     ``Module.__getattr__`` per call, not one per guard), and still sees a change behind
@@ -393,7 +442,7 @@ def test_guard_reads_each_shared_source_once():
     (entry,) = [f for f in all_compiled() if f.roots]
     src = entry.roots[0].guard.source
     assert src.count("['0']") == 1 and src.count("['2']") == 1, src
-    assert src.count(".weight") == 2, src
+    assert src.count("._parameters['weight']") == 2, src
     assert entry.roots[0].guard((model, x), {}, ()) and not entry.roots[0].guard((model,), {}, ())
     model[2].weight = nn.Parameter(gg.ones(5, 4))
     model[2].bias = nn.Parameter(gg.zeros(5))

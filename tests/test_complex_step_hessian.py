@@ -69,3 +69,32 @@ def test_complex_matmul_routes_equal_zgemm(real_side, shapes):
         got = gg.nn.functional.linear(x2, w).numpy()
         np.testing.assert_allclose(got, want.reshape(-1, want.shape[-1]), rtol=1e-13,
                                    atol=1e-13)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("batched", [True, False])
+def test_modules_with_weights(requires_grad, batched):
+    """nn layers meet the complex points with real weights (F.linear on one example
+    takes its composite route, whose dtype check leaves mixed operands to the mode);
+    weights that require grad are constants of the step and get no gradient."""
+    gg.manual_seed(0)
+    m = gg.nn.Sequential(gg.nn.Linear(3, 8), gg.nn.Tanh(), gg.nn.Linear(8, 1)).double()
+    for p in m.parameters():
+        p.requires_grad_(requires_grad)
+    x = np.random.default_rng(1).standard_normal(3)
+
+    def f(v):
+        return m(v).sum()
+    ad = gg.func.hessian(f)(gg.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(cs_hessian(f, x, batched=batched), ad, rtol=1e-12, atol=1e-14)
+    jac = gg.func.jacrev(m)(gg.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(numdiff.jacobian(m, x, method="complex_step"), jac,
+                               rtol=1e-12, atol=1e-14)
+    assert all(p.grad is None for p in m.parameters())
+
+
+def test_linear_outside_the_step_still_refuses_mixed_dtypes():
+    x = gg.tensor(np.ones(3, np.complex128))
+    w, b = gg.ones(2, 3, dtype=gg.float64), gg.ones(2, dtype=gg.float64)
+    with pytest.raises(RuntimeError, match="mat1 and mat2 must have the same dtype"):
+        gg.nn.functional.linear(x, w, b)

@@ -98,9 +98,11 @@ def test_softmax_log_softmax_and_cross_entropy_groups():
     assert any("Sum" in g and "Exp" in g for g in bwd)
     y = gg.tensor(np.arange(8) % 16)
     _, bwd = _fwd_bwd(cross_entropy, x, y)
-    # g - exp(logp) * sum(g): the row sum and what reads it in one group (the NLL's
-    # scatter stays a library op)
-    assert bwd == [["Sum", "Exp", "Mul", "Sub"]]
+    # cross_entropy is one op, which keeps the logits: its backward, g (A softmax(x) - a)
+    # / K, recomputes the softmax in one group with the target weights' row sums and
+    # the scaling (the one-hot of the targets stays a library op)
+    assert bwd == [["Cast", "Mul", "Softmax", "Sum", "Mul", "Sub", "Eq", "Where", "Div",
+                    "Mul"]]
 
 
 def test_reductions_that_are_not_row_local_still_end_groups():

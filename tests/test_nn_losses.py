@@ -1,5 +1,5 @@
 """Loss functions against PyTorch: values and gradients for every reduction, the
-training case of cross entropy as one NllLoss op, edge cases (all targets ignored,
+training case of cross entropy as one op, edge cases (all targets ignored,
 zero weights, saturated probabilities), the legacy size_average/reduce flags,
 distances, and the error messages in PyTorch's wording."""
 
@@ -37,10 +37,11 @@ def _under_interpreter(fn):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_cross_entropy_training_case_is_one_nll_loss_op(dtype):
-    """Class indices, mean, nothing weighted or ignored: log_softmax then one NllLoss op
-    (PyTorch's NllLossBackward0), eagerly and under an interpreter, with the loss,
-    gradient and Hessian-vector product of the general gather path and of PyTorch."""
+def test_cross_entropy_training_case_is_one_op(dtype):
+    """Class indices, mean, nothing weighted or ignored: one CrossEntropy op (shown as
+    PyTorch's NllLossBackward0), eagerly and under an interpreter, with the loss,
+    gradient and Hessian-vector product of log_softmax then the general gather path of
+    nll_loss and of PyTorch."""
     rng = np.random.default_rng(3)
     x0 = rng.standard_normal((6, 4)).astype(dtype)
     t = gg.tensor(rng.integers(0, 4, 6))
@@ -55,7 +56,7 @@ def test_cross_entropy_training_case_is_one_nll_loss_op(dtype):
         return loss, g, hv
     plain = run(lambda x: F.cross_entropy(x, t))
     traced = _under_interpreter(lambda: run(lambda x: F.cross_entropy(x, t)))
-    general = run(lambda x: F.cross_entropy(x, t, reduction="sum") / 6)  # a gather
+    general = run(lambda x: F.nll_loss(x.log_softmax(1), t, reduction="sum") / 6)  # a gather
     assert repr(plain[0].grad_fn).startswith("<NllLossBackward0")
     assert repr(traced[0].grad_fn).startswith("<NllLossBackward0")
     assert not repr(general[0].grad_fn).startswith("<NllLossBackward0")
@@ -285,3 +286,20 @@ def test_pairwise_distance_and_loss_errors_match_torch():
             lib.nn.functional.gaussian_nll_loss(lib.ones(2), lib.ones(2), -lib.ones(2))
         with pytest.raises(ValueError, match="var is of incorrect size"):
             lib.nn.functional.gaussian_nll_loss(lib.ones(2, 3), lib.ones(2, 3), lib.ones(3, 2))
+
+
+@pytest.mark.parametrize("kw, error, words", [
+    ({"label_smoothing": 1.5}, RuntimeError, "label_smoothing must be between 0.0 and 1.0"),
+    ({"reduction": "bad"}, ValueError, "bad is not a valid value for reduction"),
+    ({"weight": 5}, RuntimeError, "weight tensor should be defined either for all 4 classes"),
+    ({"target": [0, 4, 1]}, IndexError, "Target 4 is out of bounds"),
+])
+def test_cross_entropy_errors_use_torch_wording(kw, error, words):
+    """The one-op path (class indices) refuses what PyTorch refuses, with its words."""
+    for lib in (torch, gg):
+        args = dict(kw)
+        target = lib.tensor(args.pop("target", [0, 1, 2]))
+        if "weight" in args:
+            args["weight"] = lib.ones(args["weight"])
+        with pytest.raises(error, match=words):
+            lib.nn.functional.cross_entropy(lib.zeros(3, 4), target, **args)

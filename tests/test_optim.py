@@ -45,6 +45,7 @@ OPTIMIZERS = [
     ("sgd_dampening_wd", "SGD", dict(lr=0.1, momentum=0.8, dampening=0.3, weight_decay=0.01)),
     ("sgd_nesterov", "SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3)),
     ("sgd_maximize", "SGD", dict(lr=0.05, momentum=0.5, maximize=True)),
+    ("sgd_plain_maximize", "SGD", dict(lr=0.05, maximize=True)),
     ("adam", "Adam", dict(lr=0.01)),
     ("adam_wd_betas", "Adam", dict(lr=0.02, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
     ("adam_amsgrad", "Adam", dict(lr=0.01, amsgrad=True)),
@@ -98,8 +99,8 @@ def test_optimizer_steps_match_torch_float32(name, cls, kw):
     _assert_same(g_model, t_model, tol=1e-6)
 
 
-@pytest.mark.parametrize("cls,kw", [("SGD", dict(lr=0.1, momentum=0.9)), ("Adam", {}),
-                                    ("AdamW", dict(amsgrad=True))])
+@pytest.mark.parametrize("cls,kw", [("SGD", dict(lr=0.1, momentum=0.9)), ("SGD", dict(lr=0.1)),
+                                    ("Adam", {}), ("AdamW", dict(amsgrad=True))])
 def test_step_bumps_versions_so_saved_parameters_are_checked(cls, kw):
     """The step writes the buffers in place: a graph that saved a parameter before the
     step refuses to backward afterwards, with PyTorch's error, as with ``p.add_``."""
@@ -123,6 +124,21 @@ def test_step_on_a_read_only_parameter_raises():
     view.grad = gg.ones(3)
     with pytest.raises(RuntimeError, match="read-only"):
         optim.SGD([view], lr=0.1).step()
+
+
+def test_plain_sgd_subclass_keeps_its_own_update():
+    """Plain SGD updates a group in one loop; a subclass's own ``_update`` still runs."""
+    seen = []
+
+    class Logged(optim.SGD):
+        def _update(self, p, group):
+            seen.append(p)
+            super()._update(p, group)
+    w = gg.tensor([1.0, 2.0], requires_grad=True)
+    (w * w).sum().backward()
+    Logged([w], lr=0.5).step()
+    assert seen == [w]
+    np.testing.assert_array_equal(w.detach().numpy(), [0.0, 0.0])
 
 
 def _digits_cnn(m):

@@ -26,7 +26,8 @@ from graphgrad.graph import Graph, Node, Spec, symbol
 from graphgrad.passes import fuse_elementwise, optimize
 from graphgrad.passes import grad as graph_grad
 from graphgrad.ops.base import Op
-from graphgrad.tensor import Tensor, Value, dispatch, is_grad_enabled
+from graphgrad.tensor import Tensor, Value, is_grad_enabled
+from graphgrad.tensor.dispatch import record
 
 from .array_program import INTERPRETED, array_function
 from .fused import dump_graphs
@@ -150,15 +151,21 @@ class AotProgram:
                            if n.kind != "output" and isinstance(n.spec, Spec))
 
     def __call__(self, *args):
-        mask = tuple(isinstance(a, Value) and a._requires_grad for a in args)
-        key = (mask, self.dynamic and tuple(getattr(a, "shape", None) for a in args))
+        """Called by the array program (array_program.py) only when no mode is on the
+        dispatch stack, grad mode is on and an input requires grad."""
+        mask = tuple([isinstance(a, Value) and a._requires_grad for a in args])
+        key = (mask, self.dynamic and tuple([getattr(a, "shape", None) for a in args]))
         fn = self.built.get(key, False)
         if fn is False:
             fn = self.built[key] = self._build(mask, args)
         if fn is None:
             return self.slow(*args)
-        if fn.single:   # an op of its own: one dispatch, the residuals in its one parameter
-            return (dispatch(fn, args, {"run": _Residuals()}),)
+        if fn.single:   # an op of its own, the residuals in its one parameter: what
+            # ``dispatch`` does for it, less the checks the caller made (mode, grad mode,
+            # an input requiring grad) and those the build settled (float array output)
+            run = _Residuals()
+            out = fn.forward(*[a._array if isinstance(a, Value) else a for a in args], run=run)
+            return (record(fn, args, {"run": run}, out),)
         out = fn.apply(*args)
         return out if isinstance(out, tuple) else (out,)
 

@@ -30,7 +30,7 @@ from .guards import GuardSet
 from .policy import user_code
 from .structure import rebuild
 from .values import (Arg, Attr, Extras, Glob, IntOf, Item, Kw, Obj, Slot, SlotRef, Source, SrcRef,
-                     rebase)
+                     Stored, rebase)
 
 __all__ = ["Capture", "SymInt", "SymFloat", "Unsupported", "eval_source", "opaque"]
 
@@ -310,7 +310,26 @@ class Capture:
         return v.obj if isinstance(v, Extras) else v
 
     def read_attr(self, v: Extras, name: str) -> Any:
-        return self.wrap(getattr(v.obj, name), Attr(v.source, name))
+        return self.wrap(getattr(v.obj, name), self._attr_source(v, name))
+
+    def _attr_source(self, v: Extras, name: str) -> Source:
+        """Where ``v.obj.name`` is read from: a module's parameter, buffer or submodule
+        (what ``Module.__getattr__`` finds, no class or instance attribute of that name)
+        straight from its store dict (``Stored``), guarded against an instance attribute
+        that would shadow it; anything else as the attribute."""
+        o = v.obj
+        cls = type(o)
+        if isinstance(o, Module) and cls.__getattr__ is Module.__getattr__ and \
+                cls.__getattribute__ is object.__getattribute__ and \
+                name not in o.__dict__ and not any(name in c.__dict__ for c in cls.__mro__):
+            for store in ("_parameters", "_buffers", "_modules"):   # __getattr__'s order
+                d = o.__dict__.get(store)
+                if d is not None and name in d:
+                    if not self.concrete:
+                        self.guards.add("absent", Attr(v.source, name), (v.source, name),
+                                        self.where)
+                    return Stored(v.source, store, name)
+        return Attr(v.source, name)
 
     def read_item(self, v: Extras, key: Any) -> Any:
         obj = v.obj

@@ -19,13 +19,20 @@ import contextlib
 
 import numpy as np
 
-from graphgrad.tensor import Mode, Value, dispatch, pop_mode, push_mode
-from graphgrad.tensor import Tensor
+from graphgrad.ops.complex_kernels import complex_tanh, mixed_matmul
+from graphgrad.ops.linalg import Matmul
+from graphgrad.ops.unary import Tanh
+from graphgrad.tensor import (Mode, Tensor, Value, active_modes, dispatch, is_grad_enabled,
+                              pop_mode, push_mode, record)
 
 from .finite import as_array, default_step, evaluate
 
 __all__ = ["complex_step_mode", "ComplexStepError", "cs_jacobian", "cs_hessian",
            "ComplexStepMode"]
+
+
+# below this many multiply-adds (m k n) the cast and zgemm cost little
+_MIXED_MIN = 1 << 15
 
 
 class ComplexStepError(ValueError):
@@ -34,6 +41,8 @@ class ComplexStepError(ValueError):
 
 class ComplexStepMode(Mode):
     """Checks every op call: complex inputs may only reach holomorphic ops."""
+
+    mixes_dtypes = True  # complex points meet the function's real weights
 
     def process(self, op, args: tuple, params: dict):
         ok = op.holomorphic
@@ -50,10 +59,61 @@ class ComplexStepMode(Mode):
                 if isinstance(a, complex):
                     raise ComplexStepError(f"complex step: {op.__name__} is not holomorphic "
                                            f"and got a complex scalar")
+        args = _as_constants(args)
+        kernel = _KERNELS.get(op)
+        if kernel is not None and active_modes()[0] is self:  # eager below: no mode
+            out = kernel(*args)                                # must see the op
+            if out is not None:
+                if is_grad_enabled() and any(isinstance(a, Value) and a.requires_grad
+                                             for a in args):
+                    return record(op, args, params, out)  # as eager dispatch records
+                return Tensor._make(out)
         with self.lowered():
             if op.same_dtypes:
                 args = _complex_operands(args)
             return dispatch(op, args, params)
+
+
+def _mixed_matmul(a, b):
+    """A real matrix times a complex one, without the real factor's cast (which copies
+    it to complex, saved for the backward, and then, to multiply, copies its real part
+    back: two copies of a weight matrix per product). Taken for large products when the
+    real factor needs no gradient (its graph node keeps the real factor as its input;
+    the backward's products come back here). None where the plain route applies."""
+    if not (isinstance(a, Value) and isinstance(b, Value)):
+        return None
+    x, y = a._array, b._array
+    if type(x) is not np.ndarray or type(y) is not np.ndarray:
+        return None
+    kinds = x.dtype.kind + y.dtype.kind
+    if kinds == "fc":
+        real, cplx, real_value = x, y, a
+    elif kinds == "cf":
+        real, cplx, real_value = y, x, b
+    else:
+        return None
+    if (real.dtype != cplx.real.dtype or real_value.requires_grad
+            or x.ndim < 2 or y.ndim < 2 or x.shape[-1] != y.shape[-2]
+            or x.shape[-2] * x.shape[-1] * y.shape[-1] < _MIXED_MIN):
+        return None
+    try:
+        np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    except ValueError:
+        return None  # Matmul raises, with PyTorch's message
+    return mixed_matmul(x, y)
+
+
+def _tanh(a):
+    """Complex tanh, fast where the real parts repeat along the batch (ops/complex_
+    kernels.py; NumPy's tanh elsewhere, as ``Tanh.forward``)."""
+    if isinstance(a, Value) and type(a._array) is np.ndarray and a._array.dtype.kind == "c":
+        return complex_tanh(a._array)
+    return None
+
+
+# ops the mode runs itself, on arrays, where the complex step's batch makes a kernel
+# other than the op's forward pay (a result of None: the op's own route)
+_KERNELS = {Matmul: _mixed_matmul, Tanh: _tanh}
 
 
 def _complex_operands(args: tuple) -> tuple:
@@ -66,6 +126,39 @@ def _complex_operands(args: tuple) -> tuple:
     common = np.result_type(*arrays)
     return tuple(a.to(common) if isinstance(a, Value) and a._array.dtype != common else a
                  for a in args)
+
+
+def _as_constants(args: tuple) -> tuple:
+    """Real operands that require grad, met by complex ones, detached. A real value on
+    the complex step's path cannot depend on its input (every op from complex to real is
+    refused above), so it is one of f's weights, and the step differentiates by the
+    input alone; recorded, the weight's gradient would need a complex-to-real Cast (not
+    holomorphic) in the very backward that computes the derivative."""
+    if not any(isinstance(a, Value) and a._array.dtype.kind == "c" for a in args):
+        return args
+    return tuple(a.detach() if isinstance(a, Value) and a.requires_grad
+                 and a._array.dtype.kind != "c" else a for a in args)
+
+
+class _ConstantsMode(Mode):
+    """Detaches f's real weights where they meet complex values (``_as_constants``),
+    from above a vmap: the complex step mode below it sees only the batch's arrays, and
+    the graph that the batched gradient pass runs back through is recorded up here."""
+
+    def process(self, op, args: tuple, params: dict):
+        args = _as_constants(args)
+        with self.lowered():
+            return dispatch(op, args, params)
+
+
+@contextlib.contextmanager
+def _weights_as_constants():
+    mode = _ConstantsMode()
+    push_mode(mode)
+    try:
+        yield
+    finally:
+        pop_mode(mode)
 
 
 @contextlib.contextmanager
@@ -157,13 +250,26 @@ def _check_scalar(out) -> None:
 
 def _batched_gradient(f, points: Tensor) -> np.ndarray:
     """The analytic gradient of ``f`` at each row of ``points`` (complex), by one
-    vmapped reverse pass; rows with no path to the output get zeros."""
-    from graphgrad.func import vjp, vmap
+    vmapped reverse pass; rows with no path to the output get zeros.
+
+    The pass is a plain ``autograd.grad`` (``create_graph=False``), not ``func.vjp``:
+    the Hessian is not differentiated again, so the backward need not be recorded, and
+    each intermediate is freed when the backward is done with it (n = 300 in
+    bench/hessian_methods.py: peak 23 -> 13 MB, and the page faults of fresh memory
+    with it)."""
+    from graphgrad.autograd import enable_grad
+    from graphgrad.autograd import grad as autograd_grad
+    from graphgrad.func import vmap
     from graphgrad.tensor import ones_like, zeros_like
 
     def gradient(z):
-        out, pullback = vjp(f, z)
-        _check_scalar(out)
-        (g,) = pullback(ones_like(out))
+        with enable_grad():
+            z = z.detach().requires_grad_(True)
+            with _weights_as_constants():  # over vmap, where the graph is recorded
+                out = f(z)
+            _check_scalar(out)
+            if not out.requires_grad:
+                return zeros_like(z)
+            (g,) = autograd_grad(out, z, grad_outputs=ones_like(out), allow_unused=True)
         return zeros_like(z) if g is None else g
     return vmap(gradient)(points).detach()._array

@@ -4,7 +4,7 @@ ops, shape/dtype rule), and the functions and Tensor methods that call them."""
 from . import arithmetic, bce, compare, index, join, linalg, nll, reduce, shape, unary  # noqa: F401
 from . import compound, contractions, cumulative, diagonals, einsum_notation, refusals  # noqa: F401
 from . import grids, logarithmic, random, shifts, sorting, sparse_coo, triangular  # noqa: F401
-from . import gathering, moments, norms, repeats, scattering, signs  # noqa: F401
+from . import cross_entropy, gathering, moments, norms, repeats, scattering, signs  # noqa: F401
 from . import addmm_activation, attention, dropout, layer_norm, pooling, recurrent  # noqa: F401
 from .signs import *  # noqa: F401,F403
 from .arithmetic import *  # noqa: F401,F403

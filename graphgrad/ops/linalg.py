@@ -8,6 +8,7 @@ from graphgrad.backend import xp
 from graphgrad.tensor import SparseTensor
 
 from .arithmetic import needs_grad
+from .complex_kernels import real_times_complex
 from .base import C_NAMES, Op, Spec, broadcast_shapes, fmt_shape, scalar_name, spec_of
 from .batching import align, logical_ndim, to_front
 from .reduce import Sum
@@ -50,21 +51,13 @@ def complex_matmul(a, b):
         # other factor is wide (a matrix-vector product would pay more than it saves)
         if m * k * n >= _SPLIT_MIN:
             if n >= _WIDE and not a.imag.any():
-                return _real_times_complex(a.real, b)
+                return real_times_complex(a.real, b)
             if m >= _WIDE and not b.imag.any():  # (a @ b)^T = b^T @ a^T
-                return _real_times_complex(b.real.swapaxes(-1, -2),
+                return real_times_complex(b.real.swapaxes(-1, -2),
                                            a.swapaxes(-1, -2)).swapaxes(-1, -2)
     out = xp.matmul(a, b)
     reset_avx_state()
     return out
-
-
-def _real_times_complex(r, z):
-    """``r @ z``, ``r`` real: a C-contiguous complex (..., k, n) read as real is
-    (..., k, 2n), real and imaginary parts interleaved, so one real GEMM gives both
-    parts of the product, already in complex layout."""
-    z = xp.ascontiguousarray(z)
-    return xp.matmul(xp.ascontiguousarray(r), z.view(r.dtype)).view(z.dtype)
 
 
 class Matmul(Op):

@@ -162,10 +162,15 @@ class Optimizer:
         loss = self._closure_loss(closure)
         with no_grad():
             for group in self.param_groups:
-                for p in group["params"]:
-                    if p._grad is not None:
-                        self._update(p, group)
+                self._update_group(group)
         return loss
+
+    def _update_group(self, group: dict) -> None:
+        """``_update`` for each parameter of ``group`` that has a gradient; an optimizer
+        may update a whole group at once (PyTorch's ``foreach`` loops: SGD's plain step)."""
+        for p in group["params"]:
+            if p._grad is not None:
+                self._update(p, group)
 
     def register_step_pre_hook(self, hook: Callable) -> RemovableHandle:
         """``hook(optimizer, args, kwargs)`` runs before each ``step`` (``args`` start with

@@ -58,6 +58,10 @@ class Mode:
     #: vmap's randomness flag ("error", "same", "different"); None for modes that do not
     #: batch. ``creation.random_tensor`` asks each mode that has one.
     randomness: str | None = None
+    #: whether operands of different dtypes are legitimate while this mode is active
+    #: (the complex step's complex inputs meet real weights): checks of equal dtypes
+    #: made on arrays before dispatch leave them to the mode
+    mixes_dtypes: bool = False
 
     def process(self, op, args: tuple, params: dict) -> Any:
         """Handle one op call (``op`` on ``args`` with keyword ``params``)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 
 from graphgrad.ops.linalg import Linear, check_linear_dtypes
+from graphgrad.tensor import active_modes
 
 __all__ = ["linear", "bilinear"]
 
@@ -22,7 +23,8 @@ def linear(input, weight, bias=None):
         rows = input.reshape(-1, input.shape[-1])
         out = Linear.apply(rows, weight) if bias is None else Linear.apply(rows, weight, bias)
         return out.reshape(*input.shape[:-1], weight.shape[0])
-    if bias is not None and weight.ndim == 2:  # the dtypes as addmm checks them
+    if bias is not None and weight.ndim == 2 \
+            and not any(m.mixes_dtypes for m in active_modes()):  # as addmm checks them
         check_linear_dtypes(input._array, weight._array, bias._array)
     out = input @ weight.mT if weight.ndim > 1 else input @ weight
     return out + bias if bias is not None else out

@@ -10,6 +10,7 @@ from graphgrad.backend import bool_, xp
 from graphgrad.ops import softplus
 from graphgrad.ops.base import scalar_name
 from graphgrad.ops.bce import BinaryCrossEntropy
+from graphgrad.ops.cross_entropy import CrossEntropy
 from graphgrad.ops.nll import NllLoss
 from graphgrad.tensor import Tensor, Value
 
@@ -131,7 +132,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
                            f"{getattr(target, 'dtype', type(target).__name__)}")
     _check_batch_size(1 if input.ndim == 1 else input.shape[0],
                       1 if target.ndim == 0 else target.shape[0])
-    if _plain_classification(input, target, weight, reduction, 0.0):
+    if _plain_classification(input, target, weight, reduction):
         # the training case: one op, as in PyTorch
         return NllLoss.apply(input, target, ignore_index=ignore_index)
     logp = _class_dim_last(input)
@@ -168,10 +169,22 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     """Softmax cross entropy of logits ``input`` (N, C) against class indices (or class
     probabilities, a float tensor of the input's shape)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: "
+                           f"{label_smoothing}")
     _check_cross_entropy_target(input, target)
     class_dim = 0 if input.ndim == 1 else 1
-    if _plain_classification(input, target, weight, reduction, label_smoothing):
-        return NllLoss.apply(ops.log_softmax(input, dim=1), target, ignore_index=ignore_index)
+    if _class_indices(input, target, weight):
+        # one op, keeping only the logits for backward (not their log-softmax too)
+        params = {"ignore_index": ignore_index, "reduction": reduction,
+                  "label_smoothing": label_smoothing}
+        x, tgt = _class_dim_last(input), target if target.ndim == 1 else target.reshape(-1)
+        args = (x, tgt) if weight is None else (x, tgt, weight)
+        loss = CrossEntropy.apply(*args, **params)
+        return loss if reduction != "none" or input.ndim == 2 else \
+            loss.reshape(tuple(target.shape))
     logp = ops.log_softmax(input, dim=class_dim)
     c = input.shape[class_dim]
     if isinstance(target, Value) and target._array.dtype.kind == "f":  # probabilities
@@ -223,11 +236,25 @@ def _check_cross_entropy_target(input, target) -> None:
         raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
 
 
-def _plain_classification(input, target, weight, reduction, smoothing) -> bool:
-    """The training-loop case: (N, C) logits, N class indices, mean, no weights or
-    smoothing: one ``NllLoss`` op. It reads no target value (the op checks them and
-    leaves out the ignored ones), so the decision holds for a graph's symbolic targets."""
-    return not (input.ndim != 2 or weight is not None or smoothing or reduction != "mean"
+def _class_indices(input, target, weight) -> bool:
+    """Logits (C,), (N, C) or (N, C, d1, ...) with class indices of the matching shape and
+    a class weight that is not differentiated: one ``CrossEntropy`` op. It reads no target
+    value (the op checks them), so the decision holds for a graph's symbolic targets."""
+    if not (isinstance(input, Value) and isinstance(target, Value)) or \
+            target._array.dtype.kind not in "iu" or input._array.dtype.kind not in "fc":
+        return False
+    if weight is not None and (not isinstance(weight, Value) or weight._requires_grad):
+        return False  # (graphgrad differentiates a class weight through the gathers)
+    if input.ndim == 1:
+        return target.ndim == 0
+    return input.ndim >= 2 and tuple(target.shape) == (input.shape[0], *input.shape[2:])
+
+
+def _plain_classification(input, target, weight, reduction) -> bool:
+    """nll_loss's training case: (N, C) log-probabilities, N class indices, mean, no
+    weights: one ``NllLoss`` op. It reads no target value (the op checks them and leaves
+    out the ignored ones), so the decision holds for a graph's symbolic targets."""
+    return not (input.ndim != 2 or weight is not None or reduction != "mean"
                 or not isinstance(target, Value) or target.ndim != 1
                 or target._array.dtype.kind not in "iu" or target.shape[0] != input.shape[0])
 

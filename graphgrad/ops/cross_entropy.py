@@ -1,0 +1,264 @@
+"""Layer ``ops``: softmax cross entropy of logits (N, C) against class indices as one op,
+with PyTorch's class weights, ``ignore_index``, label smoothing and reductions, and its
+gradient as one array kernel.
+
+As ``log_softmax`` then ``nll_loss`` a language model's step keeps the logits and the
+log-probabilities (two (tokens, vocabulary) arrays) through the backward pass, and the
+backward makes two more. Here the op keeps only its input, and the gradient
+``G_i (A_i softmax(x)_i - a_i)`` is computed into one buffer: the softmax is recomputed
+from the logits (one exp), the price of not keeping a second array of their size.
+
+Row ``i`` of the loss is ``-sum_c a_ic log_softmax(x)_ic`` with the target weights
+``a_ic = (1 - eps) w_i [c = t_i] + (eps / C) v_i w_c`` (``w_i`` the target's class
+weight on kept rows, 0 on ignored ones; ``v_i`` whether the row is kept) and ``A_i =
+sum_c a_ic``. The mean divides by ``sum_i w_i``; a batch whose targets are all ignored
+has a nan loss and a zero gradient, as in PyTorch."""
+
+from __future__ import annotations
+
+from graphgrad.backend import xp
+
+from . import taylor as ts
+from .base import Op, Spec
+from .batching import by_example
+from .compare import where
+from .fused import array_backward
+from .gathering import OneHot
+from .nll import _check_targets
+from .softmax import Softmax
+
+__all__: list[str] = []
+
+_BLOCK = 1 << 16  # elements a temporary of the gradient kernel may have
+_WEIGHT_GRAD = "the derivative for 'weight' is not implemented."
+
+
+def _kept_rows(x, target, weight, ignore_index: int):
+    """The kept rows, their targets and their class weights (None: unweighted), after
+    PyTorch's checks."""
+    n, c = x.shape
+    if weight is not None and (weight.ndim != 1 or weight.shape[0] != c):
+        raise RuntimeError(f"weight tensor should be defined either for all {c} classes or "
+                           f"no classes but got weight tensor of shape: {list(weight.shape)}")
+    keep = _check_targets(n, c, target, ignore_index)
+    rows = xp.arange(n)
+    if keep is not None:
+        rows, target = rows[keep], target[keep]
+    w = None if weight is None else weight.astype(x.dtype, copy=False)[target]
+    return rows, target, w
+
+
+def _row_max(x):
+    """Each row's largest (real part), the shift that keeps exp finite."""
+    return xp.maximum.reduce(xp.real(x), axis=1, keepdims=True, initial=-xp.inf)
+
+
+class CrossEntropy(Op):
+    """``cross_entropy(x, target, weight)`` for logits (N, C), class indices (N,) and an
+    optional class weight (C,) that is not differentiated (PyTorch's is not either)."""
+
+    holomorphic = True  # log-softmax and linear maps: the complex step goes through
+    promotes = False
+    backward_name = "NllLossBackward0"  # what PyTorch's cross_entropy shows as grad_fn
+    saves_inputs = True  # the gradient recomputes the softmax from the logits
+
+    @staticmethod
+    def forward(x, target, weight=None, *, ignore_index=-100, reduction="mean",
+                label_smoothing=0.0):
+        if x.ndim != 2:
+            raise ValueError(f"cross_entropy: expected logits of shape (N, C), got {x.shape}")
+        if x.dtype.kind not in "fc":
+            raise RuntimeError(f"cross_entropy: expected a floating point input, got {x.dtype}")
+        if reduction not in ("none", "mean", "sum"):
+            raise RuntimeError(f"cross_entropy: {reduction} is not a valid value for "
+                               f"reduction")
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise RuntimeError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0. "
+                               f"Got: {label_smoothing}")
+        n, c = x.shape
+        rows, t, w = _kept_rows(x, target, weight, ignore_index)
+        dt = x.dtype.type
+        s = x - _row_max(x)
+        picked = s[rows, t]
+        if label_smoothing:  # sum_c w_c (x - max)_ic, read before the exp overwrites it
+            spread = s.sum(axis=1) if weight is None else s @ weight.astype(x.dtype)
+        xp.exp(s, out=s)
+        log_total = xp.log(xp.add.reduce(s, axis=1))
+        del s
+        lt = log_total[rows]
+        loss = lt - picked          # -log_softmax at the target
+        if w is not None:
+            loss *= w
+        if label_smoothing:
+            total_w = c if weight is None else weight.astype(x.dtype).sum()
+            loss *= dt(1 - label_smoothing)
+            loss += dt(label_smoothing / c) * (total_w * lt - spread[rows])
+        if reduction == "none":
+            out = xp.zeros(n, x.dtype)
+            out[rows] = loss
+            return out
+        total = xp.add.reduce(loss)
+        if reduction == "sum":
+            return xp.asarray(total, x.dtype)
+        if not rows.size:  # the mean of nothing (without NumPy's division warning)
+            return xp.full((), xp.nan, x.dtype)
+        with xp.errstate(divide="ignore", invalid="ignore"):  # weights summing to 0: nan
+            return xp.asarray(total / (dt(rows.size) if w is None else xp.add.reduce(w)),
+                              x.dtype)
+
+    @staticmethod
+    def vjp(g, out, x, target, weight=None, *, ignore_index=-100, reduction="mean",
+            label_smoothing=0.0):
+        if weight is not None and weight.requires_grad:
+            raise RuntimeError(_WEIGHT_GRAD)
+        params = {"ignore_index": ignore_index, "reduction": reduction,
+                  "label_smoothing": label_smoothing}
+        rest = (None,) if weight is None else (None, None)
+        if g._array.dtype.kind in "fc" and array_backward():
+            # a plain eager backward: one buffer, where the ops below make several arrays
+            # of the logits' size (a language model's (tokens, vocabulary))
+            args = (g, x, target) if weight is None else (g, x, target, weight)
+            return (CrossEntropyBackward.apply(*args, **params), *rest)
+        a, w, valid = _target_weights(x, target, weight, ignore_index, label_smoothing)
+        residual = Softmax.apply(x, dim=1) * a.sum(dim=1, keepdim=True) - a
+        if reduction == "none":
+            scale = g.unsqueeze(1)
+        elif reduction == "sum":
+            scale = g
+        else:  # all rows ignored: a zero gradient (the residual is zero), not nan
+            total = w.sum()
+            scale = g / where(valid.sum() == 0, 1.0, total)
+        return (residual * scale, *rest)
+
+    @staticmethod
+    def jvp(dots, out, x, target, weight=None, *, ignore_index=-100, reduction="mean",
+            label_smoothing=0.0):
+        if len(dots) > 2 and dots[2] is not None:
+            raise RuntimeError(_WEIGHT_GRAD)
+        d = dots[0]
+        if d is None:
+            return None
+        lp = d - (Softmax.apply(x, dim=1) * d).sum(dim=1, keepdim=True)  # log_softmax's jvp
+        return _weighted_loss([lp], x, target, weight, ignore_index, reduction,
+                              label_smoothing)[0]
+
+    @staticmethod
+    def taylor(series, out, x, target, weight=None, *, ignore_index=-100, reduction="mean",
+               label_smoothing=0.0):
+        k = ts.order_of(series)
+        if len(series) > 2 and series[2] is not None:
+            raise RuntimeError(_WEIGHT_GRAD)
+        if series[0] is None:
+            return [None] * k
+        lse, _ = ts.logsumexp_series(series[0], Softmax.apply(x, dim=1), 1, k)
+        lps = [ts.plus(xk, None if t is None else -t)
+               for xk, t in zip(series[0], lse, strict=True)]
+        return _weighted_loss(lps, x, target, weight, ignore_index, reduction, label_smoothing)
+
+    @classmethod
+    def infer(cls, x, target, weight=None, *, ignore_index=-100, reduction="mean",
+              label_smoothing=0.0) -> Spec:
+        return Spec((x.shape[0],) if reduction == "none" else (), x.dtype)
+
+    @classmethod
+    def batch(cls, vals, bdims, **params):
+        return by_example(cls, vals, bdims, **params)
+
+
+def _target_weights(x, target, weight, ignore_index: int, label_smoothing: float):
+    """As graphgrad ops: the target weights ``a`` (N, C), each row's target class weight
+    (N, 1; 0 on ignored rows) and which rows are kept (N,)."""
+    c = x.shape[1]
+    valid = target != ignore_index
+    kept = valid.to(x.dtype).unsqueeze(1)
+    onehot = OneHot.apply(where(valid, target, 0), num_classes=c).to(x.dtype)
+    if weight is None:
+        w, spread = kept, kept
+    else:
+        weight = weight.to(x.dtype)
+        w = (onehot * weight).sum(dim=1, keepdim=True) * kept
+        spread = kept * weight
+    if not label_smoothing:
+        return onehot * w, w, valid
+    return onehot * (w * (1 - label_smoothing)) + spread * (label_smoothing / c), w, valid
+
+
+def _weighted_loss(lps: list, x, target, weight, ignore_index: int, reduction: str,
+                   label_smoothing: float) -> list:
+    """The loss's terms for terms ``lps`` of the log-probabilities (a tangent, a Taylor
+    coefficient; None is zero): the reduction of ``-sum_c a_ic lp_ic``, linear in lp."""
+    a, w, _ = _target_weights(x, target, weight, ignore_index, label_smoothing)
+    out = []
+    for lp in lps:
+        if lp is None:
+            out.append(None)
+            continue
+        per = -(a * lp).sum(dim=1)
+        if reduction == "sum":
+            per = per.sum()
+        elif reduction == "mean":
+            per = per.sum() / w.sum()  # all rows ignored: nan, as the loss
+        out.append(per)
+    return out
+
+
+class CrossEntropyBackward(Op):
+    """``CrossEntropy``'s vjp on arrays in one buffer: ``G_i (A_i softmax(x)_i - a_i)``.
+    Only a plain eager backward runs it (``array_backward``), so it carries no gradient."""
+
+    holomorphic = True
+    differentiable = False
+    promotes = False
+    saves_inputs = ()
+
+    @staticmethod
+    def forward(g, x, target, weight=None, *, ignore_index=-100, reduction="mean",
+                label_smoothing=0.0):
+        # kept targets whose class weights sum to 0: a nan gradient (PyTorch's), silently
+        with xp.errstate(divide="ignore", invalid="ignore"):
+            return _gradient(g, x, target, weight, ignore_index, reduction, label_smoothing)
+
+    @classmethod
+    def infer(cls, g, x, target, weight=None, **params) -> Spec:
+        return Spec(x.shape, x.dtype)
+
+    @classmethod
+    def batch(cls, vals, bdims, **params):
+        return by_example(cls, vals, bdims, **params)
+
+
+def _gradient(g, x, target, weight, ignore_index: int, reduction: str, label_smoothing: float):
+    """``CrossEntropyBackward``'s kernel."""
+    n, c = x.shape
+    rows, t, w = _kept_rows(x, target, weight, ignore_index)
+    dt = x.dtype.type
+    g = g.astype(x.dtype, copy=False)
+    if reduction == "none":
+        scale = g[rows]
+    elif reduction == "sum" or not rows.size:
+        scale = xp.full(rows.size, g, x.dtype)
+    else:
+        scale = xp.full(rows.size, g / (dt(rows.size) if w is None else xp.add.reduce(w)),
+                        x.dtype)
+    target_part = scale * dt(1 - label_smoothing) if w is None else \
+        scale * w * dt(1 - label_smoothing)
+    spread_part = scale * dt(label_smoothing / c) if label_smoothing else None
+    total_w = c if weight is None else weight.astype(x.dtype).sum()
+    buf = xp.subtract(x, _row_max(x))
+    xp.exp(buf, out=buf)
+    coef = xp.zeros((n, 1), x.dtype)   # A_i G_i / sum_c exp: ignored rows get zero
+    coef[rows, 0] = target_part + (spread_part * total_w if label_smoothing else 0)
+    coef /= xp.add.reduce(buf, axis=1, keepdims=True)
+    buf *= coef
+    buf[rows, t] -= target_part
+    if label_smoothing:
+        spread = xp.zeros((n, 1), x.dtype)
+        spread[rows, 0] = spread_part
+        if weight is None:
+            buf -= spread
+        else:  # by blocks of rows: spread * weight whole would be another (N, C) array
+            weight = weight.astype(x.dtype)
+            step = max(1, _BLOCK // max(c, 1))
+            for i in range(0, n, step):
+                buf[i:i + step] -= spread[i:i + step] * weight
+    return buf
