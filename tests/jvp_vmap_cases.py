@@ -666,11 +666,12 @@ CASES += [
 ]
 
 # fused attention: q, k, v (and a float mask) batched or not
-def _attention(backward=False):
+def _attention(backward=False, kept=False):
     def fn(m, *xs):
-        from op_cases import _sdpa, _sdpa_backward, sdpa_reference
+        from op_cases import _sdpa, _sdpa_backward, _sdpa_backward_kept, sdpa_reference
         if backward:
-            return _sdpa_backward(torch if m is TORCH else m, *xs)
+            return (_sdpa_backward_kept if kept else _sdpa_backward)(
+                torch if m is TORCH else m, *xs)
         return (sdpa_reference if m is TORCH else _sdpa)(torch if m is TORCH else m, *xs)
     return fn
 
@@ -692,6 +693,9 @@ CASES += [
           _attention(backward=True),
           inputs(normal(3, 2), normal(3, 4), normal(5, 4), normal(5, 2), normal(3, 5)),
           jvp=False),
+    _case("scaled_dot_product_attention_backward_kept", "ScaledDotProductAttentionBackward",
+          _attention(backward=True, kept=True),
+          inputs(normal(3, 2), normal(3, 4), normal(5, 4), normal(5, 2)), jvp=False),
 ]
 
 # fused layer norm: x, weight and bias batched or not

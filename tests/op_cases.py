@@ -2183,6 +2183,18 @@ def _sdpa_backward(m, g, q, k, v, *mask):
     return m.cat([d.reshape(-1) for d in pull(g)])
 
 
+def _sdpa_backward_kept(m, g, q, k, v):
+    """The fused backward given the weights the forward kept (transposed), against
+    torch's vjp."""
+    if m is gg:
+        from graphgrad.ops.attention import ScaledDotProductAttentionBackward
+        p_t = m.softmax((q @ k.transpose(-2, -1)) * 0.5, -1).transpose(-2, -1)
+        return ScaledDotProductAttentionBackward.apply(g, q, k, v, p_t, scale=0.5,
+                                                       is_causal=False, float_mask_grad=False,
+                                                       kept_weights=True)
+    return _sdpa_backward(m, g, q, k, v)
+
+
 @st.composite
 def _sdpa_example(draw):
     """q (B, H, L, E) with k, v broadcast over B or not, a bool or float mask or none."""
@@ -2208,7 +2220,10 @@ add(case("scaled_dot_product_attention", "ScaledDotProductAttention", _sdpa, _sd
          torch_fn=sdpa_reference),
     case("scaled_dot_product_attention_backward", "ScaledDotProductAttentionBackward",
          _sdpa_backward, fixed((normal, (2, 3, 2)), (normal, (2, 3, 4)), (normal, (2, 5, 4)),
-                               (normal, (2, 5, 2)), (normal, (2, 3, 5))), grad=False))
+                               (normal, (2, 5, 2)), (normal, (2, 3, 5))), grad=False),
+    case("scaled_dot_product_attention_backward_kept", "ScaledDotProductAttentionBackward",
+         _sdpa_backward_kept, fixed((normal, (2, 3, 2)), (normal, (2, 3, 4)),
+                                    (normal, (2, 5, 4)), (normal, (2, 5, 2))), grad=False))
 
 # layer norm (ops/layer_norm.py): the fused op with or without weight and bias, and its
 # fused backward against torch's vjp ---------------------------------------------------

@@ -185,6 +185,55 @@ def test_encoder_layer_records_the_fused_ops(batch_first):
     assert counts["Linear"] == 3 and counts["AddmmActivation"] == 1
     assert counts["ScaledDotProductAttention"] == 1 and counts["NativeLayerNorm"] == 2
     assert not {"Softmax", "Mean", "Rsqrt", "Relu", "Mul", "Where"} & set(counts)
+    # the layer runs on rows: the input to rows, the projection to heads, the heads back
+    # to rows, the rows to the output (no reshape around each linear map)
+    assert counts["Reshape"] == 4
+
+
+def test_encoder_layer_with_a_hooked_attention_calls_it_as_a_module():
+    """The rows' path bypasses MultiheadAttention's __call__ only when it has no hooks:
+    a hooked one sees its call (PyTorch's arguments) and changes the result."""
+    layer = gg.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    x = gg.tensor(rand(3, 5, 8), dtype=gg.float32)
+    plain = layer(x)
+    seen = []
+
+    def hook(module, args, kwargs, out):
+        seen.append(tuple(a.shape for a in args))
+        return out[0] * 2, out[1]
+    layer.self_attn.register_forward_hook(hook, with_kwargs=True)
+    hooked = layer(x)
+    assert seen == [((3, 5, 8),) * 3]
+    assert not np.allclose(hooked.detach().numpy(), plain.detach().numpy())
+
+
+@pytest.mark.parametrize("where", ["linear1", "norm2", "dropout"])
+def test_encoder_hooks_on_a_block_see_what_torch_passes_it(where):
+    """A hook on any block of an encoder's layer sees PyTorch's (3-D) input: the stack
+    then runs the layers as modules, not on rows, and gives the same output."""
+    def make(m):
+        return m.TransformerEncoder(m.TransformerEncoderLayer(8, 2, 16, dropout=0.0,
+                                                              batch_first=True), 2,
+                                    enable_nested_tensor=False)
+    t_enc = make(torch.nn)
+    g_enc = make(gg.nn)
+    g_enc.load_state_dict({k: gg.tensor(v.detach().numpy())
+                           for k, v in t_enc.state_dict().items()})
+    seen, outs = {}, []
+    for lib, enc in ((gg, g_enc), (torch, t_enc)):
+        shapes = seen.setdefault(lib.__name__, [])
+        getattr(enc.layers[1], where).register_forward_hook(
+            lambda mod, args, out, shapes=shapes: shapes.append(tuple(args[0].shape)))
+        outs.append(enc(lib.tensor(rand(3, 5, 8), dtype=lib.float32)))
+    assert seen["graphgrad"] == seen["torch"] == [(3, 5, seen["torch"][0][-1])]
+    close(outs[0], outs[1], 1e-5, 1e-5)
+
+
+def test_encoder_stack_passes_rows_between_layers():
+    enc = gg.nn.TransformerEncoder(gg.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0), 3,
+                                   enable_nested_tensor=False)
+    counts = _ops_in_graph(enc(gg.randn(5, 3, 8, requires_grad=True)))
+    assert counts["Reshape"] == 2 + 2 * 3  # in and out; per layer the heads' two
 
 
 @pytest.mark.parametrize("dtype", [gg.float64, gg.float32, gg.float16])
@@ -224,3 +273,38 @@ def test_attention_in_float16_computes_in_float32_as_torch():
         *(torch.tensor(a).float() for a in arrays)).numpy()
     assert got.dtype == np.float16
     assert np.abs(got - exact).max() <= np.abs(want - exact).max()
+
+
+@pytest.mark.parametrize("n,e,kept", [(6, 8, True), (20, 2, False)])
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_backward_reads_the_weights_kept_behind_the_output(monkeypatch, n, e, kept, p):
+    """Weights no larger than the inputs are kept behind the output, and the plain
+    backward computes none (the recomputation is a third of it at short sequences);
+    larger ones are recomputed. Gradients as the composite's either way."""
+    from graphgrad.ops import attention as ops_attention
+    arrays = [rand(2, 3, n, e, seed=s) for s in (1, 2, 3)]
+    calls = []
+    compute = ops_attention._weights_t_array
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return compute(*a, **kw)
+    monkeypatch.setattr(ops_attention, "_weights_t_array", counted)
+    monkeypatch.setattr(ops_attention._ARRAYS, "weights_t", counted)
+    grads = []
+    for fused in (True, False):
+        xs = [gg.tensor(a, requires_grad=True) for a in arrays]
+        gg.manual_seed(3)
+        out = (F.scaled_dot_product_attention(*xs, dropout_p=p) if fused
+               else _composite(*xs, p, 1 / math.sqrt(e))[0])
+        if fused:
+            base = out.detach().numpy().base
+            assert (base.size > out.numel()) is kept
+            calls.clear()
+        (out * gg.tensor(rand(2, 3, n, e, seed=4))).sum().backward()
+        if fused:
+            assert len(calls) == (0 if kept else 1)
+        grads.append([x.grad.numpy() for x in xs])
+    for a, b in zip(*grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+

@@ -56,7 +56,7 @@ TENSOR_EAGER_ATTRS = frozenset({"requires_grad", "grad", "grad_fn", "is_leaf", "
 # the Transformer and attention layers' helpers: compositions of layer calls, interpreted
 # like forward
 _INLINE_NAMES |= {"_sa_block", "_mha_block", "_ff_block", "_hidden", "_project", "_heads",
-                  "_mask", "_additive"}
+                  "_mask", "_additive", "_attend", "_rows", "_check_causal", "_on_rows", "_blocks"}
 
 
 # Python code of these packages runs for real (random state, I/O, clocks, NumPy's own

@@ -11,13 +11,11 @@ relu's mask). The rules are Linear's composed with the relu's.
 
 from __future__ import annotations
 
-from graphgrad.backend import xp
-
 from .base import Op, Spec
 from .compare import Gt
 from .arithmetic import Mul
 from .linalg import Linear
-from .unary import Relu
+from .unary import Relu, relu_array
 
 __all__: list[str] = []
 
@@ -31,7 +29,7 @@ class AddmmActivation(Op):
     @staticmethod
     def forward(x, w, b=None):
         out = Linear.forward(x, w, b)
-        return xp.maximum(out, 0, out=out)
+        return relu_array(out, out=out)
 
     @staticmethod
     def vjp(g, out, x, w, b=None):

@@ -2,15 +2,17 @@
 v`` over the last two dims, with dropout on the weights and the weights as a second
 output on request, and its analytic backward as one op.
 
-The attention weights are not saved: the backward recomputes them from q and k (one
-product and a softmax), which keeps a step's memory at the inputs' size rather than
-(L x S) per head, as fused kernels do. Dropout (PyTorch's: ``w = dropout(softmax(...),
-p)``, kept weights scaled by 1/(1-p)) takes its keep-mask as a boolean input, drawn
-by the caller from graphgrad's generator (``nn.functional``), so the op stays a pure
-function: the backward and every transform see the same mask, one byte per weight.
-With ``need_weights`` the output is one 1-D buffer holding the output then the
-(dropped) weights, which the caller views as the two results; each gets its own
-gradient. The backward is written once, ``_attention_vjp``, over a small namespace of
+The attention weights are kept for the backward only while they are no more than the
+inputs' values (short sequences: the recomputation, a product, an exp and a softmax,
+is a third of the backward's time there), in the output's own buffer, behind it;
+longer ones are recomputed from q and k, which keeps a step's memory at the inputs'
+size rather than (L x S) per head, as fused kernels do. Dropout (PyTorch's:
+``w = dropout(softmax(...), p)``, kept weights scaled by 1/(1-p)) takes its keep-mask
+as a boolean input, drawn by the caller from graphgrad's generator (``nn.functional``),
+so the op stays a pure function: the backward and every transform see the same mask,
+one byte per weight. With ``need_weights`` the output is one 1-D buffer holding the
+output then the (dropped) weights, which the caller views as the two results; each
+gets its own gradient. The backward is written once, ``_attention_vjp``, over a small namespace of
 array functions; plain eager backward runs it on arrays as
 ``ScaledDotProductAttentionBackward`` (one op), ``create_graph`` and the function
 transforms run it as graphgrad ops, so derivatives of every order differentiate the
@@ -27,12 +29,12 @@ import math
 from types import SimpleNamespace
 
 from graphgrad.backend import xp
-from graphgrad.tensor import tensor
+from graphgrad.tensor import Tensor, tensor
 
 from .base import Op, Spec, broadcast_shapes
 from .batching import align, by_example, logical_ndim, to_front
 from .compare import Where
-from .fused import array_backward, pack, unpack
+from .fused import array_backward, unpack
 from .join import Cat
 from .softmax import Softmax
 from .shape import Permute
@@ -48,12 +50,16 @@ def _col_sums(a):
     return (xp.ones(a.shape[-2], a.dtype) @ a)[..., None, :]
 
 
-def _weights_t_array(q, key, mask, scale, is_causal):
+def _weights_t_array(q, key, mask, scale, is_causal, shift: bool = False):
     """The attention weights transposed, (..., S, L): the scores computed as k q^T and
     the softmax taken over dim -2. NumPy reduces and broadcasts along a short last dim
     row by row (attention's rows of S = 32: ~5 ns an element); along dim -2 it works on
     whole rows of L at once, and the column sums are a vector-matrix product (BLAS):
-    ~1.7x faster at (16, 4, 32, 32). Products read the transposed views in place."""
+    ~1.7x faster at (16, 4, 32, 32). Products read the transposed views in place.
+
+    Real scores none of which is large enough for exp to overflow are exponentiated
+    without subtracting each column's max (``shift``): the shift only guards against
+    overflow, costs a reduction over dim -2 and a pass, and adds a rounding."""
     s = xp.matmul(key, _t(q))
     s *= s.dtype.type(scale)
     if is_causal:  # keep key j <= query i: (j, i) of the lower triangle's transpose
@@ -67,10 +73,48 @@ def _weights_t_array(q, key, mask, scale, is_causal):
             s += m
         else:  # a mask with more leading dims than the scores
             s = s + m
-    s -= s.max(axis=-2, keepdims=True)
+    bounds = None if shift or s.dtype.kind != "f" else _EXP_SAFE.get(s.dtype.itemsize)
+    if bounds is not None and s.size and s.max() <= bounds[0]:
+        xp.exp(s, out=s)
+        sums = _col_sums(s)
+        if sums.min() >= bounds[1]:
+            s /= sums
+            return s
+        # a column so small that its sum underflowed, or fully masked (NaN there, as
+        # PyTorch): the scores again, shifted
+        return _weights_t_array(q, key, mask, scale, is_causal, shift=True)
+    s -= _col_max(s)
     xp.exp(s, out=s)
     s /= _col_sums(s)
     return s
+
+
+# per itemsize of a real float: the largest score exp may take unshifted (exp of it times
+# a column's length stays far from overflow), and the smallest column sum of the
+# unshifted exps kept (above it, no weight of consequence has underflowed to a
+# subnormal: those lie below tiny / sum relative to the column's largest)
+_EXP_SAFE = {ft.bits // 8: (0.5 * math.log(float(ft.max)), float(ft.tiny) ** 0.5)
+             for ft in (xp.finfo(xp.float32), xp.finfo(xp.float64))}
+
+
+def _col_max(a):
+    """The max over dim -2 (kept), halving the rows pairwise: NumPy reduces a dim
+    that is not the last one short row by short row (~4x slower at 32 rows); each
+    halving is one elementwise maximum over whole matrices. Exact, NaN propagating."""
+    n = a.shape[-2]
+    if n < 2:
+        return a.max(axis=-2, keepdims=True)
+    h = n // 2
+    acc = xp.maximum(a[..., :h, :], a[..., h:2 * h, :])
+    if n % 2:
+        xp.maximum(acc[..., :1, :], a[..., 2 * h:, :], out=acc[..., :1, :])
+    while h > 1:
+        n, h = h, h // 2
+        xp.maximum(acc[..., :h, :], acc[..., h:2 * h, :], out=acc[..., :h, :])
+        if n % 2:
+            xp.maximum(acc[..., :1, :], acc[..., 2 * h:n, :], out=acc[..., :1, :])
+        acc = acc[..., :h, :]
+    return acc
 
 
 def _mask_jet(s, mask, is_causal):
@@ -130,11 +174,30 @@ def _softmax_vjp_t_tensor(p_t, dp_t):
     return p_t * (dp_t - (dp_t * p_t).sum(dim=-2, keepdim=True))
 
 
+def _product_array(a, b, slot):
+    return xp.matmul(a, b, out=slot)
+
+
+def _scaled_array(a, scale):
+    a *= a.dtype.type(scale)  # (a is the product's own slot)
+    return a
+
+
+def _copy_array(a, slot):
+    slot[...] = a
+    return slot
+
+
+# the backward's product a @ b and its scaling write each cotangent into its slot of
+# the packed result (no concatenation after); as tensors they are plain ops
 _ARRAYS = SimpleNamespace(weights_t=_weights_t_array, drop=_drop_array,
-                          softmax_vjp_t=_softmax_vjp_t_array)
+                          softmax_vjp_t=_softmax_vjp_t_array, product=_product_array,
+                          scaled=_scaled_array, copy=_copy_array)
 _TENSORS = SimpleNamespace(mask=_mask_tensor, softmax=lambda s: Softmax.apply(s, dim=-1),
                            weights_t=lambda *a: _t(_weights(_TENSORS, *a)), drop=_drop_tensor,
-                           softmax_vjp_t=_softmax_vjp_t_tensor)
+                           softmax_vjp_t=_softmax_vjp_t_tensor,
+                           product=lambda a, b, slot: a @ b, scaled=lambda a, scale: a * scale,
+                           copy=lambda a, slot: a)
 
 
 def _half(*arrays) -> bool:
@@ -175,23 +238,49 @@ def _weights(k, q, key, mask, scale, is_causal):
 
 
 def _attention_vjp(k, g, g_weights, q, key, v, mask, keep, scale, is_causal, dropout_p,
-                   float_mask_grad: bool):
+                   float_mask_grad: bool, slots=(None,) * 4, p_t=None):
     """(dq, dk, dv[, d mask]) of attention at cotangents ``g`` of its output and
     ``g_weights`` (or None) of its dropped weights, with the weights transposed
-    (``_weights_t_array``): p^T, and the softmax's vjp ds^T."""
-    p_t = k.weights_t(q, key, mask, scale, is_causal)
+    (``_weights_t_array``): p^T (recomputed unless given), and the softmax's vjp ds^T.
+    On arrays each cotangent is written into its ``slots`` entry."""
+    if p_t is None:
+        p_t = k.weights_t(q, key, mask, scale, is_causal)
     keep_t = None if keep is None else _t(keep)
     w_t = p_t if keep is None else k.drop(p_t, keep_t, dropout_p)
-    dv = w_t @ g
+    dv = k.product(w_t, g, slots[2])
     dw_t = v @ _t(g)
     if g_weights is not None:
         dw_t = dw_t + _t(g_weights)
     dp_t = dw_t if keep is None else k.drop(dw_t, keep_t, dropout_p)
     ds_t = k.softmax_vjp_t(p_t, dp_t)
-    grads = [(_t(ds_t) @ key) * scale, (ds_t @ q) * scale, dv]
+    grads = [k.scaled(k.product(_t(ds_t), key, slots[0]), scale),
+             k.scaled(k.product(ds_t, q, slots[1]), scale), dv]
     if float_mask_grad:
-        grads.append(_t(ds_t))
+        grads.append(k.copy(_t(ds_t), slots[3]))
     return grads
+
+
+def _kept_size(p_t, q, k, v) -> int:
+    """How many weights the forward keeps after its output, in the output's own buffer,
+    for the array backward: all of them when they are no more than the inputs' values
+    (memory stays at the inputs' size, as with none kept), else none (recomputed)."""
+    if p_t.dtype.kind != "f" or p_t.dtype != xp.result_type(p_t, v):
+        return 0  # (complex, or the output's dtype would round them)
+    return p_t.size if p_t.size <= q.size + k.size + v.size else 0
+
+
+def _kept_weights(out, w_shape: tuple):
+    """The transposed weights the forward kept behind its output (``_kept_size``), a
+    tensor on that memory, or None (not kept, or the output is no longer the forward's
+    own array)."""
+    a = out._array
+    store = a.base
+    n_w = math.prod(w_shape)
+    if store is None or store.ndim != 1 or store.size != a.size + n_w or \
+            store.dtype != a.dtype or n_w == 0 or \
+            store.__array_interface__["data"][0] != a.__array_interface__["data"][0]:
+        return None
+    return Tensor._make(store[a.size:].reshape(*w_shape[:-2], w_shape[-1], w_shape[-2]))
 
 
 def _grad_shapes(out_shape, q, k, v, float_mask: bool) -> list:
@@ -211,6 +300,9 @@ class ScaledDotProductAttention(Op):
     packed in one 1-D buffer."""
 
     holomorphic = True  # analytic: the complex step goes through it
+    # the array backward reads the weights kept behind the output (``_kept_weights``):
+    # the output must stay until then
+    saves_output = True
 
     @staticmethod
     def forward(q, k, v, *rest, scale, is_causal, dropout_p=0.0, need_weights=False):
@@ -221,6 +313,13 @@ class ScaledDotProductAttention(Op):
             return out.astype(xp.float16)
         mask, keep = _parts(rest, dropout_p)
         p_t = _weights_t_array(q, k, mask, scale, is_causal)
+        shape = xp.broadcast_shapes(p_t.shape[:-2], v.shape[:-2]) + (q.shape[-2], v.shape[-1])
+        store = None
+        if not need_weights:
+            store = xp.empty(math.prod(shape) + _kept_size(p_t, q, k, v),
+                             xp.result_type(p_t, v))
+            if store.size > math.prod(shape):  # the weights before dropout, kept
+                store[math.prod(shape):].reshape(p_t.shape)[...] = p_t
         if keep is not None:
             if p_t.shape == _t(keep).shape:  # (the weights are this call's own buffer)
                 p_t *= _t(keep)
@@ -229,14 +328,13 @@ class ScaledDotProductAttention(Op):
                 p_t = _drop_array(p_t, _t(keep), dropout_p)
         p = _t(p_t)
         if not need_weights:
+            buf = store[:math.prod(shape)]
             if p.ndim < 4:
-                return xp.matmul(p, v)
+                return xp.matmul(p, v, out=buf.reshape(shape))
             # (B, H, L, Ev) laid out as (B, L, H, Ev), as PyTorch's CPU kernels do: merging
             # the heads back into (B, L, H * Ev) rows is then a view, not a copy
-            shape = xp.broadcast_shapes(p.shape[:-2], v.shape[:-2]) + (q.shape[-2],
-                                                                       v.shape[-1])
             order = (*range(len(shape) - 3), len(shape) - 2, len(shape) - 3, len(shape) - 1)
-            buf = xp.empty(tuple(shape[i] for i in order), xp.result_type(p, v))
+            buf = buf.reshape(tuple(shape[i] for i in order))
             return xp.matmul(p, v, out=buf.transpose(order))
         out_shape = xp.broadcast_shapes(p.shape[:-2], v.shape[:-2]) + (q.shape[-2],
                                                                         v.shape[-1])
@@ -252,9 +350,11 @@ class ScaledDotProductAttention(Op):
         float_mask = mask is not None and not _is_bool(mask) and mask._requires_grad
         out_shape, w_shape = _shapes(q, k, v, mask, keep)
         if array_backward():
+            kept = None if need_weights else _kept_weights(out, w_shape)
             flat = ScaledDotProductAttentionBackward.apply(
-                g, q, k, v, *rest, scale=scale, is_causal=is_causal,
-                float_mask_grad=float_mask, dropout_p=dropout_p, need_weights=need_weights)
+                g, q, k, v, *rest, *(() if kept is None else (kept,)), scale=scale,
+                is_causal=is_causal, float_mask_grad=float_mask, dropout_p=dropout_p,
+                need_weights=need_weights, kept_weights=kept is not None)
             grads = unpack(flat, _grad_shapes(out_shape, q, k, v, float_mask))
         else:
             g_out, g_w = _split(g, out_shape, w_shape) if need_weights else (g, None)
@@ -349,18 +449,31 @@ class ScaledDotProductAttentionBackward(Op):
 
     @staticmethod
     def forward(g, q, k, v, *rest, scale, is_causal, float_mask_grad, dropout_p=0.0,
-                need_weights=False):
+                need_weights=False, kept_weights=False):
         if _half(q, k, v):
             return ScaledDotProductAttentionBackward.forward(
                 *_widened((g, q, k, v, *rest)), scale=scale, is_causal=is_causal,
                 float_mask_grad=float_mask_grad, dropout_p=dropout_p,
-                need_weights=need_weights).astype(xp.float16)
+                need_weights=need_weights, kept_weights=kept_weights).astype(xp.float16)
+        p_t = None
+        if kept_weights:
+            rest, p_t = rest[:-1], rest[-1]
         mask, keep = _parts(rest, dropout_p)
+        out_shape, w_shape = _shapes(q, k, v, mask, keep)
         g_w = None
         if need_weights:
-            g, g_w = _split(g, *_shapes(q, k, v, mask, keep))
-        return pack(_attention_vjp(_ARRAYS, g, g_w, q, k, v, mask, keep, scale, is_causal,
-                                   dropout_p, float_mask_grad))
+            g, g_w = _split(g, out_shape, w_shape)
+        # the packed result, allocated first: each cotangent is computed into its place
+        sources = (g, q, k, v, mask) if float_mask_grad else (g, q, k, v)
+        shapes = _grad_shapes(out_shape, q, k, v, float_mask_grad)
+        flat = xp.empty(sum(math.prod(s) for s in shapes), xp.result_type(*sources))
+        slots, at = [], 0
+        for shape in shapes:
+            slots.append(flat[at:at + math.prod(shape)].reshape(shape))
+            at += math.prod(shape)
+        _attention_vjp(_ARRAYS, g, g_w, q, k, v, mask, keep, scale, is_causal, dropout_p,
+                       float_mask_grad, slots, p_t)
+        return flat
 
     @classmethod
     def batch(cls, vals, bdims, **params):
@@ -368,7 +481,8 @@ class ScaledDotProductAttentionBackward(Op):
 
     @classmethod
     def infer(cls, g, q, k, v, *rest, scale, is_causal, float_mask_grad, dropout_p=0.0,
-              need_weights=False) -> Spec:
-        out_shape, _ = _shapes(q, k, v, *_parts(rest, dropout_p))
+              need_weights=False, kept_weights=False) -> Spec:
+        out_shape, _ = _shapes(q, k, v, *_parts(rest[:-1] if kept_weights else rest,
+                                                dropout_p))
         shapes = _grad_shapes(out_shape, q, k, v, float_mask_grad)
         return Spec((sum(math.prod(s) for s in shapes),), q.dtype)

@@ -38,22 +38,20 @@ def _check_float(a) -> None:
                            f"'{scalar_name(a.dtype)}'")
 
 
-def _normalized(x, normalized_shape: tuple, eps: float):
-    """x hat as (rows, n) (a new array: the centred rows, normalized in place), the
-    reciprocal standard deviation per row, and the (n,) vector of 1/n whose products
-    take the row means."""
+def _centred(x, normalized_shape: tuple, eps: float):
+    """The rows of x as (rows, n), centred (a new array), and the reciprocal standard
+    deviation per row. Row sums are matrix-vector products (BLAS: NumPy's reduction
+    over short rows goes row by row)."""
     n = math.prod(normalized_shape)
     # (rows counted from the leading dims: -1 cannot stand for them when n is 0)
     x2 = x.reshape(math.prod(x.shape[:x.ndim - len(normalized_shape)]), n)
-    ones = xp.full(n, 1.0 / max(n, 1), x.dtype)
-    xc = x2 - (x2 @ ones)[:, None]
+    xc = x2 - (x2 @ xp.full(n, 1.0 / max(n, 1), x.dtype))[:, None]
     var = xp.einsum("ij,ij->i", xc, xc)
     var *= x.dtype.type(1.0 / max(n, 1))
     var += x.dtype.type(eps)
     rstd = xp.sqrt(var, out=var)
     xp.divide(1, rstd, out=rstd)
-    xc *= rstd[:, None]
-    return xc, rstd, ones
+    return xc, rstd
 
 
 def _common(x, *affine):
@@ -77,12 +75,13 @@ class NativeLayerNorm(Op):
     def forward(x, *affine, normalized_shape, eps):
         _check_float(x)
         (x, *affine), dt = _common(x, *affine)
-        xhat, _, _ = _normalized(x, normalized_shape, eps)
-        if affine:
-            xhat *= affine[0].reshape(-1)
+        out, rstd = _centred(x, normalized_shape, eps)
+        # each (rows, n) pass broadcasting a per-row or a per-column vector costs about
+        # two plain ones here: the row scale and the weight as one outer product
+        out *= rstd[:, None] * affine[0].reshape(-1) if affine else rstd[:, None]
         if len(affine) > 1:
-            xhat += affine[1].reshape(-1)
-        return xhat.reshape(x.shape).astype(dt, copy=False)
+            out += affine[1].reshape(-1)
+        return out.reshape(x.shape).astype(dt, copy=False)
 
     @staticmethod
     def vjp(g, out, x, *affine, normalized_shape, eps):
@@ -195,27 +194,37 @@ class NativeLayerNormBackward(Op):
     def forward(g, x, *affine, normalized_shape, eps):
         (x, *affine), dt = _common(x, *affine)
         n = math.prod(normalized_shape)
-        xhat, rstd, ones = _normalized(x, normalized_shape, eps)
-        rows = xhat.shape[0]
-        g2 = xp.broadcast_to(g, x.shape).reshape(rows, n).astype(x.dtype, copy=False)
+        xc, rstd = _centred(x, normalized_shape, eps)
+        rows = xc.shape[0]
+        g2 = (g if g.shape == x.shape else xp.broadcast_to(g, x.shape)).reshape(rows, n)
+        g2 = g2.astype(x.dtype, copy=False)
         flat = xp.empty(x.size + n * len(affine), x.dtype)
         dx = flat[:x.size].reshape(rows, n)
+        # with xhat = xc r (r = rstd per row), gw = g w and means over the row:
+        # dx = r (gw - mean(gw) - xhat mean(gw xhat)) = r gw - r mean(gw) - r^3 mean(gw xc) xc,
+        # so xhat is never formed: its row sums come from g xc (BLAS products)
         if len(affine) > 1:  # d bias: the column sums of g
             xp.matmul(xp.ones(rows, x.dtype), g2, out=flat[x.size + n:])
         if affine:
-            xp.multiply(g2, xhat, out=dx)  # (dx's buffer as scratch)
-            xp.matmul(xp.ones(rows, x.dtype), dx, out=flat[x.size:x.size + n])
-            gw = g2 * affine[0].reshape(-1)
+            w = affine[0].reshape(-1)
+            xp.multiply(g2, xc, out=dx)  # (dx's buffer as scratch)
+            xp.matmul(rstd, dx, out=flat[x.size:x.size + n])  # d weight: sum of g xhat
+            c2 = dx @ w
+            c1 = g2 @ w
+            rgw = rstd[:, None] * w  # r gw, the row scale and weight as one outer product
+            rgw *= g2
         else:
-            gw = g2
-        # dx = rstd (gw - mean(gw) - xhat mean(gw xhat)), in dx's buffer
-        c1 = gw @ ones
-        c2 = xp.einsum("ij,ij->i", gw, xhat)
-        c2 *= x.dtype.type(1.0 / max(n, 1))
-        xp.multiply(xhat, c2[:, None], out=dx)
-        xp.subtract(gw, dx, out=dx)
+            c2 = xp.einsum("ij,ij->i", g2, xc)
+            c1 = g2 @ xp.ones(n, x.dtype)
+            rgw = g2 * rstd[:, None]
+        inv_n = x.dtype.type(1.0 / max(n, 1))
+        c1 *= rstd
+        c1 *= inv_n
+        c2 *= rstd * rstd * rstd
+        c2 *= inv_n
+        xp.multiply(xc, c2[:, None], out=dx)
+        xp.subtract(rgw, dx, out=dx)
         dx -= c1[:, None]
-        dx *= rstd[:, None]
         return flat.astype(dt, copy=False)
 
     @classmethod

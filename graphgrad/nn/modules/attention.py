@@ -84,10 +84,7 @@ class MultiheadAttention(Module):
                 is_causal: bool = False):
         """``(attn_output, attn_weights)``: the output in the query's layout, and the
         weights (N, L, S), averaged over heads, or (N, H, L, S), or None."""
-        if is_causal and attn_mask is None:
-            raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use "
-                               "the Transformer module method `generate_square_subsequent_mask` "
-                               "to create this mask.")
+        _check_causal(is_causal, attn_mask)
         unbatched = query.ndim == 2
         if unbatched:  # (L, E): a batch of one
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
@@ -96,20 +93,9 @@ class MultiheadAttention(Module):
         # the inputs stay in their layout, (L, N, E) or batch first (N, L, E): the
         # projections read the rows as they are and the heads come out as views
         seq = 1 if self.batch_first and not unbatched else 0
-        batch, n_q, n_k = query.shape[1 - seq], query.shape[seq], key.shape[seq]
-        hd = self.head_dim
-        q, k, v = self._project(query, key, value, seq)
-        mask = self._mask(attn_mask, key_padding_mask, batch, n_q, n_k, q.dtype)
-        dropout_p = self.dropout if self.training else 0.0
-        scale = math.sqrt(1.0 / hd)
-        if need_weights:
-            out, weights = attention_with_weights(q, k, v, mask, dropout_p, scale)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                                 scale=scale)
-        # (N, H, L, hd) -> the rows of the input's layout, (L*N, E) or (N*L, E)
-        out = out.permute(2, 0, 1, 3) if seq == 0 else out.permute(0, 2, 1, 3)
-        out = self.out_proj(out.reshape(-1, self.embed_dim))
+        out, weights = self._attend(query, key, value, tuple(query.shape[:2]),
+                                    tuple(key.shape[:2]), seq, attn_mask, key_padding_mask,
+                                    need_weights)
         out = out.reshape(*query.shape[:2], self.embed_dim)
         if unbatched:
             out = out.squeeze(1)
@@ -119,33 +105,58 @@ class MultiheadAttention(Module):
             weights = weights.mean(dim=1)
         return out, (weights.squeeze(0) if unbatched else weights)
 
-    def _project(self, query, key, value, seq: int):
+    def _attend(self, query, key, value, q_lead: tuple, k_lead: tuple, seq: int, attn_mask,
+                key_padding_mask, need_weights: bool):
+        """The attention's output as rows (L*N, E) or (N*L, E) after ``out_proj``, and
+        its weights (or None). The inputs are 3-D in their layout, whose two leading
+        dims are ``q_lead`` and ``k_lead`` (``seq`` says which one is the sequence), or
+        already their rows: a Transformer layer keeps its activations as rows, so that
+        no reshape is recorded around each linear map (two graph nodes each)."""
+        batch, n_q, n_k = q_lead[1 - seq], q_lead[seq], k_lead[seq]
+        hd = self.head_dim
+        q, k, v = self._project(query, key, value, q_lead, k_lead, seq)
+        mask = self._mask(attn_mask, key_padding_mask, batch, n_q, n_k, q.dtype)
+        dropout_p = self.dropout if self.training else 0.0
+        scale = math.sqrt(1.0 / hd)
+        weights = None
+        if need_weights:
+            out, weights = attention_with_weights(q, k, v, mask, dropout_p, scale)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                                 scale=scale)
+        # (N, H, L, hd) -> the rows of the input's layout, (L*N, E) or (N*L, E)
+        out = out.permute(2, 0, 1, 3) if seq == 0 else out.permute(0, 2, 1, 3)
+        return self.out_proj(out.reshape(-1, self.embed_dim)), weights
+
+    def _project(self, query, key, value, q_lead: tuple, k_lead: tuple, seq: int):
         """q, k, v as (N, H, L, hd) views of the projections: one GEMM for
         self-attention with the packed weight (PyTorch's in_proj_weight), one for key
-        and value when they are the same tensor, else one each."""
+        and value when they are the same tensor, else one each; each on the input's
+        rows (one matrix: the weight's gradient is one GEMM)."""
         e = self.embed_dim
         w, b = self.in_proj_weight, self.in_proj_bias
         if w is not None and query is key and key is value:
-            return self._heads(F.linear(query, w, b), seq, 3)
+            return self._heads(F.linear(_rows(query), w, b), q_lead, seq, 3)
         bq, bk, bv = (None, None, None) if b is None else (b[:e], b[e:2 * e], b[2 * e:])
         if w is None:
             wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         else:
             wq = w[:e]
             if key is value:
-                kv = self._heads(F.linear(key, w[e:], None if b is None else b[e:]), seq, 2)
-                return (self._heads(F.linear(query, wq, bq), seq, 1)[0], *kv)
+                kv = self._heads(F.linear(_rows(key), w[e:], None if b is None else b[e:]),
+                                 k_lead, seq, 2)
+                return (self._heads(F.linear(_rows(query), wq, bq), q_lead, seq, 1)[0], *kv)
             wk, wv = w[e:2 * e], w[2 * e:]
         # (no generator expressions here: graphgrad.compile interprets this method)
-        return (self._heads(F.linear(query, wq, bq), seq, 1)[0],
-                self._heads(F.linear(key, wk, bk), seq, 1)[0],
-                self._heads(F.linear(value, wv, bv), seq, 1)[0])
+        return (self._heads(F.linear(_rows(query), wq, bq), q_lead, seq, 1)[0],
+                self._heads(F.linear(_rows(key), wk, bk), k_lead, seq, 1)[0],
+                self._heads(F.linear(_rows(value), wv, bv), k_lead, seq, 1)[0])
 
-    def _heads(self, proj, seq: int, parts: int):
-        """A projection (..., parts * E) in the input's layout as ``parts`` views
-        (N, H, L, hd): the split into parts and heads is a reshape and one permute."""
+    def _heads(self, proj, lead: tuple, seq: int, parts: int):
+        """A projection's rows (L*N or N*L, parts * E) as ``parts`` views (N, H, L, hd)
+        (``lead``: the input's two leading dims): one reshape and one permute."""
         h, hd = self.num_heads, self.head_dim
-        split = proj.reshape(*proj.shape[:2], parts, h, hd)
+        split = proj.reshape(lead[0], lead[1], parts, h, hd)
         split = split.permute(2, 1 - seq, 3, seq, 4)  # (parts, N, H, L, hd)
         return split.unbind(0)
 
@@ -166,6 +177,18 @@ class MultiheadAttention(Module):
         if attn_mask.dtype == bool_ and key_padding_mask.dtype == bool_:
             return attn_mask.logical_or(key_padding_mask).logical_not()
         return _additive(attn_mask, dtype) + _additive(key_padding_mask, dtype)
+
+
+def _check_causal(is_causal: bool, attn_mask) -> None:
+    if is_causal and attn_mask is None:
+        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use "
+                           "the Transformer module method `generate_square_subsequent_mask` "
+                           "to create this mask.")
+
+
+def _rows(x):
+    """A 3-D input's rows as one matrix (an input given as rows passes as it is)."""
+    return x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
 
 
 def _additive(mask, dtype):

@@ -13,7 +13,7 @@ from graphgrad.tensor import Tensor, full
 from .. import init
 
 from .. import functional as F
-from .attention import MultiheadAttention
+from .attention import MultiheadAttention, _check_causal
 from .container import ModuleList
 from .dropout import Dropout
 from .linear import Linear
@@ -78,16 +78,53 @@ class TransformerEncoderLayer(_TransformerLayer):
 
     def forward(self, src: Tensor, src_mask=None, src_key_padding_mask=None,
                 is_causal: bool = False) -> Tensor:
-        x = src
+        if src.ndim == 3 and self._on_rows():
+            lead = tuple(src.shape[:2])
+            out = self._blocks(src.reshape(-1, src.shape[-1]), src_mask, src_key_padding_mask,
+                               is_causal, lead)
+            return out.reshape(src.shape)
+        return self._blocks(src, src_mask, src_key_padding_mask, is_causal, None)
+
+    def _on_rows(self) -> bool:
+        """Whether the layer may run on its input's rows, (L*N, E) or (N*L, E): every
+        block but the attention works on each position alone, and a linear map of a
+        3-D input records two reshapes (a Transformer step's most numerous nodes). Only
+        with PyTorch's own submodules and no hooks on them, which would see 2-D inputs;
+        the attention then gets the two leading dims."""
+        if type(self.self_attn) is not MultiheadAttention:
+            return False
+        # (no generator expressions here: graphgrad.compile interprets this method)
+        for m in (self.self_attn, self.linear1, self.linear2, self.norm1, self.norm2,
+                  self.dropout, self.dropout1, self.dropout2):
+            if m._hooks is not None:
+                return False
+        return type(self.linear1) is Linear and type(self.linear2) is Linear and \
+            type(self.norm1) is LayerNorm and type(self.norm2) is LayerNorm and \
+            type(self.dropout) is Dropout and type(self.dropout1) is Dropout and \
+            type(self.dropout2) is Dropout
+
+    def _blocks(self, x, src_mask, src_key_padding_mask, is_causal: bool,
+                lead: tuple | None) -> Tensor:
+        """The layer on ``x``: its input, or (``lead``: the input's two leading dims)
+        its rows."""
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal,
+                                   lead)
             return x + self._ff_block(self.norm2(x))
-        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
+        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal,
+                                          lead))
         return self.norm2(x + self._ff_block(x))
 
-    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal: bool) -> Tensor:
-        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-                           need_weights=False, is_causal=is_causal)[0]
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal: bool,
+                  lead: tuple | None = None) -> Tensor:
+        attn = self.self_attn
+        if lead is None:
+            x = attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                     need_weights=False, is_causal=is_causal)[0]
+        else:  # x: rows; MultiheadAttention.forward's checks, then its rows' path
+            _check_causal(is_causal, attn_mask)
+            seq = 1 if attn.batch_first else 0
+            x = attn._attend(x, x, x, lead, lead, seq, attn_mask, key_padding_mask, False)[0]
         return self.dropout1(x)
 
     def _ff_block(self, x) -> Tensor:
@@ -107,10 +144,27 @@ class TransformerEncoder(Module):
     def forward(self, src: Tensor, mask=None, src_key_padding_mask=None,
                 is_causal: bool | None = None) -> Tensor:
         out = src
-        for layer in self.layers:
-            out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
-                        is_causal=bool(is_causal))
+        if src.ndim == 3 and self._on_rows():
+            # the layers pass their rows on: one reshape in and one out for the stack
+            lead = tuple(src.shape[:2])
+            out = src.reshape(-1, src.shape[-1])
+            for layer in self.layers:
+                out = layer._blocks(out, mask, src_key_padding_mask, bool(is_causal), lead)
+            out = out.reshape(src.shape)
+        else:
+            for layer in self.layers:
+                out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
+                            is_causal=bool(is_causal))
         return self.norm(out) if self.norm is not None else out
+
+    def _on_rows(self) -> bool:
+        """Whether every layer is a plain TransformerEncoderLayer (no hooks) that may run
+        on rows (``TransformerEncoderLayer._on_rows``)."""
+        for layer in self.layers:
+            if type(layer) is not TransformerEncoderLayer or layer._hooks is not None or \
+                    not layer._on_rows():
+                return False
+        return True
 
 
 class TransformerDecoderLayer(_TransformerLayer):
