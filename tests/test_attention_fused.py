@@ -308,3 +308,12 @@ def test_backward_reads_the_weights_kept_behind_the_output(monkeypatch, n, e, ke
     for a, b in zip(*grads, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
+
+
+def test_inference_keeps_no_weights():
+    """Under no_grad no backward can follow: the output is no larger than itself."""
+    q = gg.tensor(rand(2, 3, 6, 8, seed=1))
+    with gg.no_grad():
+        out = F.scaled_dot_product_attention(q, q, q)
+    base = out.numpy().base
+    assert base is None or base.size == out.numel()

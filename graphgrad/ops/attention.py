@@ -29,7 +29,7 @@ import math
 from types import SimpleNamespace
 
 from graphgrad.backend import xp
-from graphgrad.tensor import Tensor, tensor
+from graphgrad.tensor import Tensor, is_grad_enabled, tensor
 
 from .base import Op, Spec, broadcast_shapes
 from .batching import align, by_example, logical_ndim, to_front
@@ -263,8 +263,9 @@ def _attention_vjp(k, g, g_weights, q, key, v, mask, keep, scale, is_causal, dro
 def _kept_size(p_t, q, k, v) -> int:
     """How many weights the forward keeps after its output, in the output's own buffer,
     for the array backward: all of them when they are no more than the inputs' values
-    (memory stays at the inputs' size, as with none kept), else none (recomputed)."""
-    if p_t.dtype.kind != "f" or p_t.dtype != xp.result_type(p_t, v):
+    (memory stays at the inputs' size, as with none kept), else none (recomputed); none
+    where no backward can follow (grad mode off: inference keeps nothing)."""
+    if p_t.dtype.kind != "f" or p_t.dtype != xp.result_type(p_t, v) or not is_grad_enabled():
         return 0  # (complex, or the output's dtype would round them)
     return p_t.size if p_t.size <= q.size + k.size + v.size else 0
 
