@@ -13,7 +13,9 @@ import torch
 from graphgrad.ops import recurrent_kernels as K
 from op_cases import gru_reference, lstm_reference, rnn_reference
 
-TOL = {np.float32: dict(rtol=2e-5, atol=2e-6), np.float64: dict(rtol=1e-11, atol=1e-13)}
+# float32: six steps back through time; NumPy's SIMD tanh (which the sigmoids use) differs
+# from torch's in the last bits, by CPU and NumPy version (2.4's misses 2e-5 at saturation)
+TOL = {np.float32: dict(rtol=1e-4, atol=1e-5), np.float64: dict(rtol=1e-11, atol=1e-13)}
 
 
 def _lstm_ref(*args, **params):
