@@ -204,8 +204,8 @@ def _run_case(case, example):
 # cases that cannot become a graph by design: a data-dependent output shape (nonzero),
 # Python checks of the values (the losses validate their targets eagerly), and in-place
 # writes into an input (tracing them needs functionalization, a capture-frontend pass)
-UNTRACEABLE = {"nonzero", "nonzero_tuple", "cross_entropy", "nll_loss", "binary_cross_entropy",
-               "cross_entropy_training", "nll_loss_training", "nll_loss_gradient",
+UNTRACEABLE = {"nonzero", "nonzero_tuple", "nll_loss", "binary_cross_entropy",
+               "nll_loss_gradient",
                "setitem", "setitem_new_axis", "setitem_array", "setitem_int_and_array"}
 
 
