@@ -1,0 +1,209 @@
+"""Layer ``ops``: the array kernels under ``convolution.py``'s two ops, for any number
+of spatial dims, groups, stride, padding, dilation and output_padding.
+
+- ``correlate`` (a plain convolution) is im2col: the padded input seen through a
+  strided view as every window under every output position, copied once per chunk of
+  examples into columns, then one BLAS GEMM per example and group.
+- ``transposed`` (a transposed convolution) runs by output phases. An output position
+  u = stride * i + dilation * t gets input i through kernel tap t, so the outputs of one
+  residue u mod stride (one phase, every stride-th position) receive only the taps with
+  dilation * t of that residue, and each phase is a plain stride-1 correlation of the
+  input with those taps flipped. So it is ``correlate`` once per phase, written into the
+  strided view of the output: every multiply is a useful one and nothing is scattered
+  (the older GEMM-into-columns-then-col2im read and added a buffer of C_out * prod(k)
+  times the input, the largest temporary of a training step).
+- ``weight_grad`` splits the padded input by residue of its positions mod stride into
+  phase arrays; tap t then reads phase (dilation * t) mod stride shifted by
+  (dilation * t) // stride, which in the flattened phase array is one contiguous slice.
+  Laying the output gradient out on the same flattened grid (zeros past its edge), the
+  weight of each tap is one GEMM of the two, with no columns built at all.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from graphgrad.backend import xp
+
+__all__ = ["out_sizes", "transposed_sizes", "correlate", "transposed", "weight_grad"]
+
+
+def out_sizes(size, k, stride, padding, dilation) -> tuple:
+    return tuple((e + 2 * p - d * (ki - 1) - 1) // s + 1
+                 for e, ki, s, p, d in zip(size, k, stride, padding, dilation, strict=True))
+
+
+def transposed_sizes(size, k, stride, padding, dilation, output_padding) -> tuple:
+    return tuple((e - 1) * s - 2 * p + d * (ki - 1) + op + 1 for e, ki, s, p, d, op in
+                 zip(size, k, stride, padding, dilation, output_padding, strict=True))
+
+
+# the unfolded columns of one chunk of examples: at most this (or one example's). They
+# are a step's largest temporary: a small CNN's second layer unfolds to 4.5 MiB for a
+# batch of 64, more than its activations; 2 MiB keeps its GEMMs thousands of columns wide
+_COLUMNS_BYTES = 2 << 20
+
+
+def _chunks(n_b: int, per_example: int, dtype):
+    """Ranges of examples whose columns (``per_example`` elements each) fit in
+    ``_COLUMNS_BYTES``: peak memory stays bounded, each GEMM stays large. The chunks
+    are of equal size (up to one), so no chunk is a sliver."""
+    step = max(1, _COLUMNS_BYTES // max(1, per_example * xp.dtype(dtype).itemsize))
+    count = -(-n_b // step)
+    bounds = [n_b * i // count for i in range(count + 1)]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def _pad(x, lo, hi):
+    """(N, C, *size) with ``lo[i]`` zeros before and ``hi[i]`` after spatial dim i; a
+    negative amount cuts that many positions off instead. A view when nothing is added."""
+    size = x.shape[2:]
+    if all(a <= 0 for a in lo) and all(b <= 0 for b in hi):
+        return x[(slice(None), slice(None),
+                  *(slice(-a, e + b) for a, b, e in zip(lo, hi, size, strict=True)))]
+    total = tuple(a + e + b for a, b, e in zip(lo, hi, size, strict=True))
+    padded = xp.zeros((*x.shape[:2], *total), dtype=x.dtype)
+    # target position j holds source position j - lo
+    dst = tuple(slice(max(0, a), min(t, a + e)) for a, e, t in zip(lo, size, total, strict=True))
+    if all(s.start < s.stop for s in dst):
+        padded[(slice(None), slice(None), *dst)] = x[(slice(None), slice(None), *(
+            slice(s.start - a, s.stop - a) for s, a in zip(dst, lo, strict=True)))]
+    return padded
+
+
+def _columns(x, k, stride, dilation, out, groups):
+    """im2col of an already padded (N, C, *size): (N, groups, C/groups * prod(k),
+    prod(out)), rows (channel, kernel offsets): the GEMMs then write the (N, C_out, ...)
+    output in place, with no transpose after them."""
+    n_b, c = x.shape[:2]
+    x = xp.ascontiguousarray(x)
+    cg = c // groups
+    sn, sc, *sd = x.strides
+    windows = xp.lib.stride_tricks.as_strided(
+        x, shape=(n_b, groups, cg, *k, *out),
+        strides=(sn, cg * sc, sc, *(a * d for a, d in zip(sd, dilation, strict=True)),
+                 *(a * s for a, s in zip(sd, stride, strict=True))), writeable=False)
+    return windows.reshape(n_b, groups, cg * math.prod(k), math.prod(out))  # the one copy
+
+
+def correlate(x, w, stride, padding, dilation, groups, out=None):
+    """A plain convolution (no bias) of (N, C_in, *size) with (C_out, C_in/groups, *k).
+    ``out``, if given, is the (N, C_out, *out_size) array (any strides, e.g. one phase
+    of a larger output) that receives the result."""
+    n_b = x.shape[0]
+    k = w.shape[2:]
+    w_rows = w.reshape(groups, w.shape[0] // groups, -1)
+    dtype = xp.result_type(x, w)
+    size = out_sizes(x.shape[2:], k, stride, padding, dilation)
+    y = xp.empty((n_b, w.shape[0], *size), dtype=dtype) if out is None else out
+    x = _pad(x, padding, padding)
+    for lo, hi in _chunks(n_b, x.shape[1] * math.prod(k) * math.prod(size), dtype):
+        cols = _columns(x[lo:hi], k, stride, dilation, size, groups)
+        # (G, O/G, C/G K) @ (n, G, C/G K, L): one GEMM per example and group
+        if out is None:  # written straight into y's (n, O, ...) memory
+            xp.matmul(w_rows, cols, out=y[lo:hi].reshape(hi - lo, groups, -1, math.prod(size)))
+        else:
+            y[lo:hi] = xp.matmul(w_rows, cols).reshape(hi - lo, w.shape[0], *size)
+        del cols  # before the next chunk's: never two chunks' columns at once
+    return y
+
+
+def _phase(r, e, k, s, p, d, size):
+    """One dim of output phase ``r`` (full-output positions u = r mod s) of a transposed
+    convolution of an ``e``-long input into ``size`` outputs (u = output position + p):
+    (first output position, step of its kernel taps, first tap, their dilation in the
+    input, input padding before, after), or None when no tap reaches this phase."""
+    v0 = (r - p) % s  # the first output position in the phase
+    cnt = len(range(v0, size, s))
+    g = math.gcd(d, s)
+    # taps t with d * t = r (mod s) repeat every s / g taps, each d / g inputs further
+    t0 = next((t for t in range(s // g) if (d * t) % s == r), None)
+    if t0 is None or t0 >= k:
+        return None
+    step, dq = s // g, d // g
+    m = len(range(t0, k, step))
+    j0 = (v0 + p - r) // s  # the phase's first output counted within the phase
+    # phase output j takes input j - (d t0 // s) - m' dq from tap t0 + m' step; flipped,
+    # a correlation of the input padded by ``lo`` in front
+    lo = d * t0 // s + (m - 1) * dq - j0
+    return v0, step, t0, dq, lo, cnt + (m - 1) * dq - e - lo
+
+
+def transposed(x, w, stride, padding, dilation, output_padding, groups):
+    """A transposed convolution (no bias) of (N, C_in, *size) with (C_in, C_out/groups,
+    *k): one ``correlate`` per output phase into that phase's strided view."""
+    n_b, c_in = x.shape[:2]
+    k = w.shape[2:]
+    nd = len(k)
+    size = transposed_sizes(x.shape[2:], k, stride, padding, dilation, output_padding)
+    c_out = w.shape[1] * groups
+    y = xp.empty((n_b, c_out, *size), dtype=xp.result_type(x, w))
+    # as a convolution's weight: (C_out, C_in/G, *k), output channels in group order
+    w = w.reshape(groups, c_in // groups, w.shape[1], *k).swapaxes(1, 2).reshape(
+        c_out, c_in // groups, *k)
+    everything = (slice(None), slice(None))
+    for r in itertools.product(*(range(s) for s in stride)):
+        dims = [_phase(*a) for a in zip(r, x.shape[2:], k, stride, padding, dilation, size,
+                                         strict=True)]
+        where = tuple(slice((ri - p) % s, None, s)
+                      for ri, p, s in zip(r, padding, stride, strict=True))
+        target = y[(*everything, *where)]
+        if target.size == 0:
+            continue
+        if any(dim is None for dim in dims):
+            target[...] = 0  # output_padding, or a dilation sharing a factor with the stride
+            continue
+        taps = w[(*everything, *(slice(t0, None, step) for _, step, t0, *_ in dims))]
+        taps = taps[(*everything, *(slice(None, None, -1),) * nd)]
+        xq = _pad(x, [dim[4] for dim in dims], [dim[5] for dim in dims])
+        correlate(xq, taps, (1,) * nd, (0,) * nd, tuple(dim[3] for dim in dims), groups,
+                  out=target)
+    return y
+
+
+def weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
+    """The weight gradient (C_out, C_in/groups, *kernel_size) of a convolution of
+    (N, C_in, *size) whose output gradient is ``g`` (N, C_out, *out): per tap one batched
+    GEMM of ``g`` with a slice of the input's phase arrays."""
+    n_b, c = x.shape[:2]
+    o, out = g.shape[1], tuple(g.shape[2:])
+    k, nd = tuple(kernel_size), len(kernel_size)
+    cg, og = c // groups, o // groups
+    dtype = xp.result_type(x, g)
+    gw = xp.zeros((groups, og, cg, *k), dtype=dtype)
+    if gw.size == 0 or x.size == 0 or g.size == 0:
+        return gw.reshape(o, cg, *k)
+    # phase length per dim: the residue-0 phase's, the longest
+    grid = tuple(-(-(e + 2 * p) // s)
+                 for e, p, s in zip(x.shape[2:], padding, stride, strict=True))
+    flat = [math.prod(grid[i + 1:]) for i in range(nd)]  # element strides of the grid
+    span = sum((e - 1) * f for e, f in zip(out, flat, strict=True)) + 1
+    phases = list(itertools.product(*(range(s) for s in stride)))
+    everything = (slice(None), slice(None))
+    for lo, hi in _chunks(n_b, (c * len(phases) + o) * math.prod(grid), dtype):
+        n = hi - lo
+        # split: phase r holds padded position s * j + r at j (zeros past the input)
+        split = xp.zeros((len(phases), n, c, *grid), dtype=x.dtype)
+        for i, r in enumerate(phases):
+            first = [(ri - p) % s for ri, p, s in zip(r, padding, stride, strict=True)]
+            src = x[(slice(lo, hi), slice(None),
+                     *(slice(f, None, s) for f, s in zip(first, stride, strict=True)))]
+            split[(i, *everything, *(slice((f + p - ri) // s, (f + p - ri) // s + e)
+                                     for f, p, ri, s, e in zip(first, padding, r, stride,
+                                                               src.shape[2:], strict=True)))
+                  ] = src
+        split = split.reshape(len(phases), n, groups, cg, -1)
+        # g on the same grid, so that tap t's input is one slice of the flattened phase
+        wide = xp.zeros((n, o, *grid), dtype=g.dtype)
+        wide[(*everything, *(slice(0, e) for e in out))] = g[lo:hi]
+        wide = wide.reshape(n, groups, og, -1)[..., :span]
+        for t in itertools.product(*(range(ki) for ki in k)):
+            at = [d * ti for d, ti in zip(dilation, t, strict=True)]
+            phase = phases.index(tuple(a % s for a, s in zip(at, stride, strict=True)))
+            start = sum(a // s * f for a, s, f in zip(at, stride, flat, strict=True))
+            src = split[phase, ..., start:start + span]  # (n, G, C/G, span)
+            gw[(*everything, slice(None), *t)] += xp.matmul(
+                wide, src.swapaxes(-1, -2)).sum(axis=0)
+        del split, wide
+    return gw.reshape(o, cg, *k)
