@@ -72,19 +72,30 @@ def _pad(x, lo, hi):
     return padded
 
 
-def _columns(x, k, stride, dilation, out, groups):
+def _columns(x, k, stride, dilation, out, groups, per_example: bool = True):
     """im2col of an already padded (N, C, *size): (N, groups, C/groups * prod(k),
-    prod(out)), rows (channel, kernel offsets): the GEMMs then write the (N, C_out, ...)
-    output in place, with no transpose after them."""
+    prod(out)), rows (channel, kernel offsets), so that the GEMMs write the (N, C_out,
+    ...) output in place, with no transpose after them; or, without ``per_example``,
+    (groups, C/groups * prod(k), N * prod(out)), columns (example, output position)."""
     n_b, c = x.shape[:2]
     x = xp.ascontiguousarray(x)
     cg = c // groups
     sn, sc, *sd = x.strides
     windows = xp.lib.stride_tricks.as_strided(
-        x, shape=(n_b, groups, cg, *k, *out),
-        strides=(sn, cg * sc, sc, *(a * d for a, d in zip(sd, dilation, strict=True)),
+        x, shape=(groups, cg, *k, n_b, *out),
+        strides=(cg * sc, sc, *(a * d for a, d in zip(sd, dilation, strict=True)), sn,
                  *(a * s for a, s in zip(sd, stride, strict=True))), writeable=False)
-    return windows.reshape(n_b, groups, cg * math.prod(k), math.prod(out))  # the one copy
+    if per_example:  # one copy either way
+        windows = xp.moveaxis(windows, 2 + len(k), 0)
+        return windows.reshape(n_b, groups, cg * math.prod(k), math.prod(out))
+    return windows.reshape(groups, cg * math.prod(k), n_b * math.prod(out))
+
+
+def _by_group(a, groups):
+    """(N, C, *sp) -> (groups, C/groups, N * prod(sp)): a GEMM operand per group."""
+    n_b, c = a.shape[:2]
+    a = a.reshape(n_b, groups, c // groups, -1).transpose(1, 2, 0, 3)
+    return a.reshape(groups, c // groups, -1)
 
 
 def correlate(x, w, stride, padding, dilation, groups, out=None):
@@ -97,6 +108,9 @@ def correlate(x, w, stride, padding, dilation, groups, out=None):
     dtype = xp.result_type(x, w)
     size = out_sizes(x.shape[2:], k, stride, padding, dilation)
     y = xp.empty((n_b, w.shape[0], *size), dtype=dtype) if out is None else out
+    if x.shape[1] // groups >= _TAP_CHANNELS:
+        _correlate_by_taps(x, w, stride, padding, dilation, groups, y)
+        return y
     x = _pad(x, padding, padding)
     for lo, hi in _chunks(n_b, x.shape[1] * math.prod(k) * math.prod(size), dtype):
         cols = _columns(x[lo:hi], k, stride, dilation, size, groups)
@@ -107,6 +121,38 @@ def correlate(x, w, stride, padding, dilation, groups, out=None):
             y[lo:hi] = xp.matmul(w_rows, cols).reshape(hi - lo, w.shape[0], *size)
         del cols  # before the next chunk's: never two chunks' columns at once
     return y
+
+
+# from this many input channels per group on, a convolution runs tap by tap: each tap's
+# GEMM then contracts over enough channels to run at BLAS speed, and no columns (prod(k)
+# times the input) are copied. Below, one GEMM over (channels x taps) of columns wins.
+_TAP_CHANNELS = 32
+
+
+def _correlate_by_taps(x, w, stride, padding, dilation, groups, y):
+    """``correlate`` into ``y`` as one GEMM per tap, of the tap's weight with a slice of
+    the input's phase arrays, summed on the phase grid and then cut to the output."""
+    n_b, c = x.shape[:2]
+    o, size = w.shape[0], y.shape[2:]
+    k = w.shape[2:]
+    cg, og = c // groups, o // groups
+    grid, flat = _grid(x.shape[2:], stride, padding)
+    span = sum((e - 1) * f for e, f in zip(size, flat, strict=True)) + 1
+    phases = list(itertools.product(*(range(s) for s in stride)))
+    # (prod(k), G, O/G, C/G): each tap's weight one contiguous matrix per group
+    w_taps = xp.moveaxis(w.reshape(groups, og, cg, -1), -1, 0).copy()
+    for lo, hi in _chunks(n_b, (c * len(phases) + o) * math.prod(grid), y.dtype):
+        n = hi - lo
+        split = _split(x[lo:hi], stride, padding, grid, phases)
+        split = split.reshape(len(phases), n, groups, cg, -1)
+        acc = xp.zeros((n, groups, og, math.prod(grid)), dtype=y.dtype)
+        part = acc[..., :span]  # grid positions past the output take garbage, cut below
+        for i, (_, phase, start) in enumerate(_taps(k, stride, dilation, phases, flat)):
+            part += xp.matmul(w_taps[i], split[phase, ..., start:start + span])
+        del split
+        y[lo:hi] = acc.reshape(n, o, *grid)[(slice(None), slice(None),
+                                            *(slice(0, e) for e in size))]
+        del acc
 
 
 def _phase(r, e, k, s, p, d, size):
@@ -162,47 +208,76 @@ def transposed(x, w, stride, padding, dilation, output_padding, groups):
     return y
 
 
+def _grid(size, stride, padding):
+    """The length of the padded input's phases per dim: the residue-0 phase's, the longest;
+    and the element strides of that grid flattened."""
+    grid = tuple(-(-(e + 2 * p) // s) for e, p, s in zip(size, padding, stride, strict=True))
+    return grid, [math.prod(grid[i + 1:]) for i in range(len(grid))]
+
+
+def _split(x, stride, padding, grid, phases):
+    """(len(phases), N, C, *grid): phase r holds the padded input's position s * j + r
+    at j, zeros past the input. A tap t then reads phase (d * t) mod s from offset
+    (d * t) // s on: in the flattened grid, a contiguous slice. With stride 1 the one
+    phase is the padded input itself (no copy when there is no padding either)."""
+    if all(s == 1 for s in stride):
+        return xp.ascontiguousarray(_pad(x, padding, padding))[None]
+    split = xp.zeros((len(phases), *x.shape[:2], *grid), dtype=x.dtype)
+    for i, r in enumerate(phases):
+        first = [(ri - p) % s for ri, p, s in zip(r, padding, stride, strict=True)]
+        src = x[(slice(None), slice(None),
+                 *(slice(f, None, s) for f, s in zip(first, stride, strict=True)))]
+        split[(i, slice(None), slice(None),
+               *(slice((f + p - ri) // s, (f + p - ri) // s + e) for f, p, ri, s, e in
+                 zip(first, padding, r, stride, src.shape[2:], strict=True)))] = src
+    return split
+
+
+def _taps(k, stride, dilation, phases, flat):
+    """Per kernel tap: (its index, its phase, its offset in the flattened grid)."""
+    for t in itertools.product(*(range(ki) for ki in k)):
+        at = [d * ti for d, ti in zip(dilation, t, strict=True)]
+        yield (t, phases.index(tuple(a % s for a, s in zip(at, stride, strict=True))),
+               sum(a // s * f for a, s, f in zip(at, stride, flat, strict=True)))
+
+
 def weight_grad(x, g, kernel_size, stride, padding, dilation, groups):
     """The weight gradient (C_out, C_in/groups, *kernel_size) of a convolution of
     (N, C_in, *size) whose output gradient is ``g`` (N, C_out, *out): per tap one batched
     GEMM of ``g`` with a slice of the input's phase arrays."""
     n_b, c = x.shape[:2]
     o, out = g.shape[1], tuple(g.shape[2:])
-    k, nd = tuple(kernel_size), len(kernel_size)
+    k = tuple(kernel_size)
     cg, og = c // groups, o // groups
     dtype = xp.result_type(x, g)
     gw = xp.zeros((groups, og, cg, *k), dtype=dtype)
     if gw.size == 0 or x.size == 0 or g.size == 0:
         return gw.reshape(o, cg, *k)
-    # phase length per dim: the residue-0 phase's, the longest
-    grid = tuple(-(-(e + 2 * p) // s)
-                 for e, p, s in zip(x.shape[2:], padding, stride, strict=True))
-    flat = [math.prod(grid[i + 1:]) for i in range(nd)]  # element strides of the grid
+    grid, flat = _grid(x.shape[2:], stride, padding)
     span = sum((e - 1) * f for e, f in zip(out, flat, strict=True)) + 1
     phases = list(itertools.product(*(range(s) for s in stride)))
     everything = (slice(None), slice(None))
+    if cg < _TAP_CHANNELS:  # few channels: one GEMM per group over im2col columns
+        x = _pad(x, padding, padding)
+        # a chunk holds its columns and the copy of its g that _by_group makes
+        per_example = (c * math.prod(k) + o) * math.prod(out)
+        for lo, hi in _chunks(n_b, per_example, dtype):
+            cols = _columns(x[lo:hi], k, stride, dilation, out, groups, per_example=False)
+            gw += xp.matmul(_by_group(g[lo:hi], groups), cols.swapaxes(-1, -2)).reshape(
+                gw.shape)
+            del cols
+        return gw.reshape(o, cg, *k)
     for lo, hi in _chunks(n_b, (c * len(phases) + o) * math.prod(grid), dtype):
         n = hi - lo
-        # split: phase r holds padded position s * j + r at j (zeros past the input)
-        split = xp.zeros((len(phases), n, c, *grid), dtype=x.dtype)
-        for i, r in enumerate(phases):
-            first = [(ri - p) % s for ri, p, s in zip(r, padding, stride, strict=True)]
-            src = x[(slice(lo, hi), slice(None),
-                     *(slice(f, None, s) for f, s in zip(first, stride, strict=True)))]
-            split[(i, *everything, *(slice((f + p - ri) // s, (f + p - ri) // s + e)
-                                     for f, p, ri, s, e in zip(first, padding, r, stride,
-                                                               src.shape[2:], strict=True)))
-                  ] = src
+        split = _split(x[lo:hi], stride, padding, grid, phases)
         split = split.reshape(len(phases), n, groups, cg, -1)
         # g on the same grid, so that tap t's input is one slice of the flattened phase
         wide = xp.zeros((n, o, *grid), dtype=g.dtype)
         wide[(*everything, *(slice(0, e) for e in out))] = g[lo:hi]
         wide = wide.reshape(n, groups, og, -1)[..., :span]
-        for t in itertools.product(*(range(ki) for ki in k)):
-            at = [d * ti for d, ti in zip(dilation, t, strict=True)]
-            phase = phases.index(tuple(a % s for a, s in zip(at, stride, strict=True)))
-            start = sum(a // s * f for a, s, f in zip(at, stride, flat, strict=True))
-            src = split[phase, ..., start:start + span]  # (n, G, C/G, span)
+        # (n, G, O/G, span) @ (n, G, span, C/G) per tap, summed over the examples
+        for t, phase, start in _taps(k, stride, dilation, phases, flat):
+            src = split[phase, ..., start:start + span]
             gw[(*everything, slice(None), *t)] += xp.matmul(
                 wide, src.swapaxes(-1, -2)).sum(axis=0)
         del split, wide
