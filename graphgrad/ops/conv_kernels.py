@@ -51,6 +51,8 @@ def _chunks(n_b: int, per_example: int, dtype):
     are of equal size (up to one), so no chunk is a sliver."""
     step = max(1, _COLUMNS_BYTES // max(1, per_example * xp.dtype(dtype).itemsize))
     count = -(-n_b // step)
+    if count == 0:  # an empty batch: nothing to compute
+        return []
     bounds = [n_b * i // count for i in range(count + 1)]
     return list(zip(bounds[:-1], bounds[1:], strict=True))
 
