@@ -93,7 +93,7 @@ def test_conv_transpose_step_holds_about_what_pytorch_does(monkeypatch):
     """conv_transpose2d, squared, mean, backward: its peak is the output, the mean's
     gradient and mul's two cotangents (PyTorch's too) and one example's columns, not
     the forward's values on top (the engine held 6 outputs and more)."""
-    conv_ops = sys.modules["graphgrad.ops.convolution"]  # (the package's name is the function)
+    conv_ops = sys.modules["graphgrad.ops.conv_kernels"]
     monkeypatch.setattr(conv_ops, "_COLUMNS_BYTES", 1)  # one example per chunk
     rng = np.random.default_rng(3)
     x = gg.tensor(rng.standard_normal((8, 8, 20, 20)).astype(np.float32), requires_grad=True)

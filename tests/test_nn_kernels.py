@@ -177,7 +177,7 @@ def test_conv_padding_modes_and_same_with_an_even_kernel():
 def test_convolution_in_chunks_of_examples_matches_torch(monkeypatch, transposed):
     """Large inputs run in chunks of examples (bounded column buffers): a tiny budget
     forces one example per chunk; values and both gradients stay torch's."""
-    conv_ops = sys.modules["graphgrad.ops.convolution"]  # (the package's name is the function)
+    conv_ops = sys.modules["graphgrad.ops.conv_kernels"]
     monkeypatch.setattr(conv_ops, "_COLUMNS_BYTES", 200)
     rng = np.random.default_rng(6)
     x = rng.standard_normal((5, 4, 7, 6))

@@ -2,12 +2,9 @@
 ``aten.convolution`` (plain or transposed, one class for every kind: conv1d/2d/3d and
 conv_transpose1d/2d/3d) and the weight gradient ``ConvolutionBackwardWeight``.
 
-Forward is im2col: the padded input seen through a strided view as every window under
-every output position, copied once into a (groups, in/groups x kernel, N x positions)
-matrix, then one BLAS GEMM per group (a batched matmul over the groups). Large inputs
-run in chunks of examples so that these columns stay under 32 MiB. A transposed
-convolution is the opposite: one GEMM into columns, then col2im adds each kernel
-offset's columns into the output (prod(kernel) strided adds, no loop over positions).
+The array kernels are in ``conv_kernels``: im2col and one GEMM per example and group
+for a convolution, one such correlation per output phase for a transposed one, and
+per-tap GEMMs over phase-split inputs for the weight gradient.
 
 The rules close over the two ops: a convolution's input gradient is the transposed
 convolution with the same weight (and the other way round), its weight gradient is
@@ -22,99 +19,16 @@ check the user's arguments with PyTorch's messages before they get here.
 
 from __future__ import annotations
 
-import itertools
-import math
-
 from graphgrad.backend import xp
 
 from .arithmetic import needs_grad
 from .base import Op, Spec
 from .batching import to_front
+from . import conv_kernels as kernels
 from .reduce import Sum
 from . import taylor as ts
 
 __all__ = ["convolution"]
-
-
-def _out_sizes(size, k, stride, padding, dilation) -> tuple:
-    return tuple((e + 2 * p - d * (ki - 1) - 1) // s + 1
-                 for e, ki, s, p, d in zip(size, k, stride, padding, dilation, strict=True))
-
-
-def _transposed_sizes(size, k, stride, padding, dilation, output_padding) -> tuple:
-    return tuple((e - 1) * s - 2 * p + d * (ki - 1) + op + 1 for e, ki, s, p, d, op in
-                 zip(size, k, stride, padding, dilation, output_padding, strict=True))
-
-
-# the unfolded columns of one chunk of examples: at most this (or one example's). They
-# are a step's largest temporary: a small CNN's second layer unfolds to 4.5 MiB for a
-# batch of 64, more than its activations; 2 MiB keeps its GEMMs thousands of columns wide
-_COLUMNS_BYTES = 2 << 20
-
-
-def _chunks(n_b: int, per_example: int, dtype):
-    """Ranges of examples whose columns (``per_example`` elements each) fit in
-    ``_COLUMNS_BYTES``: peak memory stays bounded, each GEMM stays large. The chunks
-    are of equal size (up to one), so no chunk is a sliver."""
-    step = max(1, _COLUMNS_BYTES // max(1, per_example * xp.dtype(dtype).itemsize))
-    count = -(-n_b // step)
-    bounds = [n_b * i // count for i in range(count + 1)]
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
-
-
-def _columns(x, k, stride, padding, dilation, out, groups, per_example: bool = False):
-    """im2col: (N, C, *size) -> (groups, C/groups * prod(k), N * prod(out)), row order
-    (channel, kernel offsets), column order (example, output position); or, with
-    ``per_example``, (N, groups, C/groups * prod(k), prod(out)): then the GEMMs write the
-    (N, C_out, ...) output in place, with no transpose after them."""
-    n_b, c = x.shape[:2]
-    size = x.shape[2:]
-    if any(padding):
-        padded = xp.zeros((n_b, c, *(e + 2 * p for e, p in zip(size, padding, strict=True))),
-                          dtype=x.dtype)
-        padded[(slice(None), slice(None),
-                *(slice(p, p + e) for p, e in zip(padding, size, strict=True)))] = x
-        x = padded
-    else:
-        x = xp.ascontiguousarray(x)
-    cg = c // groups
-    sn, sc, *sd = x.strides
-    windows = xp.lib.stride_tricks.as_strided(
-        x, shape=(groups, cg, *k, n_b, *out),
-        strides=(cg * sc, sc, *(a * d for a, d in zip(sd, dilation, strict=True)), sn,
-                 *(a * s for a, s in zip(sd, stride, strict=True))), writeable=False)
-    if per_example:  # one copy either way
-        windows = xp.moveaxis(windows, 2 + len(k), 0)
-        return windows.reshape(n_b, groups, cg * math.prod(k), math.prod(out))
-    return windows.reshape(groups, cg * math.prod(k), n_b * math.prod(out))
-
-
-def _add_columns(cols, n_b, c, size, k, stride, padding, dilation, out, groups):
-    """col2im, the transpose of ``_columns``: (groups, C/groups * prod(k), N * prod(out))
-    summed into (N, C, *size); overlapping windows add up."""
-    nd = len(k)
-    buf = xp.zeros((n_b, groups, c // groups,
-                    *(e + 2 * p for e, p in zip(size, padding, strict=True))), dtype=cols.dtype)
-    cols = cols.reshape(groups, c // groups, *k, n_b, *out)
-    # (N, G, C/G, *out) per kernel offset: move the example dim to the front once
-    cols = cols.transpose(2 + nd, 0, 1, *range(2, 2 + nd), *range(3 + nd, 3 + 2 * nd))
-    for offset in itertools.product(*(range(ki) for ki in k)):
-        where = tuple(slice(j * d, j * d + s * (o - 1) + 1, s)
-                      for j, d, s, o in zip(offset, dilation, stride, out, strict=True))
-        buf[(slice(None), slice(None), slice(None), *where)] += cols[
-            (slice(None), slice(None), slice(None), *offset)]
-    buf = buf.reshape(n_b, c, *buf.shape[3:])
-    if any(padding):
-        buf = buf[(slice(None), slice(None),
-                   *(slice(p, p + e) for p, e in zip(padding, size, strict=True)))].copy()
-    return buf
-
-
-def _by_group(a, groups):
-    """(N, C, *sp) -> (groups, C/groups, N * prod(sp)): a GEMM operand per group."""
-    n_b, c = a.shape[:2]
-    a = a.reshape(n_b, groups, c // groups, -1).transpose(1, 2, 0, 3)
-    return a.reshape(groups, c // groups, -1)
 
 
 def _leftover(size, out, k, stride, padding, dilation) -> tuple:
@@ -146,39 +60,12 @@ class Convolution(Op):
     @staticmethod
     def forward(x, w, b=None, *, stride, padding, dilation, transposed, output_padding,
                 groups):
-        n_b = x.shape[0]
-        k = w.shape[2:]
-        w_rows = w.reshape(groups, w.shape[0] // groups, -1)
-        dtype = xp.result_type(x, w)
-        if not transposed:
-            out = _out_sizes(x.shape[2:], k, stride, padding, dilation)
-            y = xp.empty((n_b, w.shape[0], *out), dtype=dtype)
-            for lo, hi in _chunks(n_b, x.shape[1] * math.prod(k) * math.prod(out), dtype):
-                cols = _columns(x[lo:hi], k, stride, padding, dilation, out, groups,
-                                per_example=True)
-                # (G, O/G, C/G K) @ (n, G, C/G K, L): one GEMM per example and group,
-                # written into y's (n, O, ...) memory
-                xp.matmul(w_rows, cols, out=y[lo:hi].reshape(hi - lo, groups, -1,
-                                                             math.prod(out)))
-                del cols  # before the next chunk's: never two chunks' columns at once
+        if transposed:
+            y = kernels.transposed(x, w, stride, padding, dilation, output_padding, groups)
         else:
-            size = _transposed_sizes(x.shape[2:], k, stride, padding, dilation, output_padding)
-            c_out = w.shape[1] * groups
-            chunks = _chunks(n_b, c_out * math.prod(k) * math.prod(x.shape[2:]), dtype)
-            y = None if len(chunks) == 1 else xp.empty((n_b, c_out, *size), dtype=dtype)
-            # w_rows: (G, C_in/G, C_out/G * K); columns (G, C_out/G * K, n * prod(x size))
-            for lo, hi in chunks:
-                cols = xp.matmul(w_rows.transpose(0, 2, 1), _by_group(x[lo:hi], groups))
-                part = _add_columns(cols, hi - lo, c_out, size, k, stride, padding, dilation,
-                                    x.shape[2:], groups)
-                del cols
-                if y is None:
-                    y = part
-                else:
-                    y[lo:hi] = part
-                del part
+            y = kernels.correlate(x, w, stride, padding, dilation, groups)
         if b is not None:
-            y += b.reshape(1, -1, *(1,) * len(k)).astype(y.dtype, copy=False)
+            y += b.reshape(1, -1, *(1,) * (w.ndim - 2)).astype(y.dtype, copy=False)
         return y
 
     @staticmethod
@@ -268,10 +155,11 @@ class Convolution(Op):
               groups) -> Spec:
         k = w.shape[2:]
         if transposed:
-            size = _transposed_sizes(x.shape[2:], k, stride, padding, dilation, output_padding)
+            size = kernels.transposed_sizes(x.shape[2:], k, stride, padding, dilation,
+                                            output_padding)
             c_out = w.shape[1] * groups
         else:
-            size = _out_sizes(x.shape[2:], k, stride, padding, dilation)
+            size = kernels.out_sizes(x.shape[2:], k, stride, padding, dilation)
             c_out = w.shape[0]
         return Spec((x.shape[0], c_out, *size), xp.result_type(x.dtype, w.dtype))
 
@@ -286,18 +174,7 @@ class ConvolutionBackwardWeight(Op):
 
     @staticmethod
     def forward(x, g, *, kernel_size, stride, padding, dilation, groups):
-        out = g.shape[2:]
-        gw = None
-        dtype = xp.result_type(x, g)
-        # a chunk holds its columns and the copy of its g that _by_group makes
-        per_example = (x.shape[1] * math.prod(kernel_size) + g.shape[1]) * math.prod(out)
-        for lo, hi in _chunks(x.shape[0], per_example, dtype):
-            cols = _columns(x[lo:hi], kernel_size, stride, padding, dilation, out, groups)
-            part = xp.matmul(_by_group(g[lo:hi], groups), cols.transpose(0, 2, 1))
-            del cols
-            gw = part if gw is None else gw.__iadd__(part)  # (G, O/G, C/G * K)
-            del part
-        return gw.reshape(g.shape[1], x.shape[1] // groups, *kernel_size)
+        return kernels.weight_grad(x, g, kernel_size, stride, padding, dilation, groups)
 
     @staticmethod
     def vjp(gbar, out, x, g, *, kernel_size, stride, padding, dilation, groups):
