@@ -159,11 +159,13 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
     # pass leaves it, as PyTorch frees a node's saved tensors once its backward has run:
     # the forward's values go while the backward's gradients arrive, and the peak is not
     # the sum of the two. A graph of small values (all overhead) is released in one
-    # sweep after the pass, which costs less per node.
+    # sweep after the pass, which costs less per node. The values that count are the
+    # ops' results: a leaf that requires grad (a parameter) is never released, so a
+    # large weight under small activations (a compiled model: one node) is no reason.
     incremental = False
     if not retain_graph:
         for n in order:  # (a loop: a generator costs a microsecond a pass)
-            if n._array.nbytes >= _RELEASE_BYTES:
+            if n.op is not None and n._array.nbytes >= _RELEASE_BYTES:
                 incremental = True
                 break
     nodes = _popped(order) if incremental else reversed(order)
