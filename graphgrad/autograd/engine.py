@@ -159,11 +159,13 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
     # pass leaves it, as PyTorch frees a node's saved tensors once its backward has run:
     # the forward's values go while the backward's gradients arrive, and the peak is not
     # the sum of the two. A graph of small values (all overhead) is released in one
-    # sweep after the pass, which costs less per node.
+    # sweep after the pass, which costs less per node. The values that count are the
+    # ops' results: a leaf that requires grad (a parameter) is never released, so a
+    # large weight under small activations (a compiled model: one node) is no reason.
     incremental = False
     if not retain_graph:
         for n in order:  # (a loop: a generator costs a microsecond a pass)
-            if n._array.nbytes >= _RELEASE_BYTES:
+            if n.op is not None and n._array.nbytes >= _RELEASE_BYTES:
                 incremental = True
                 break
     nodes = _popped(order) if incremental else reversed(order)
@@ -177,7 +179,7 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
             if last is not None:
                 _release(last, stand_ins, drop_outputs=owned is not None)
                 last = None
-            if incremental:
+            if incremental and node.op is not None:   # (a leaf releases nothing)
                 last = node
             g = grads.pop(id(node), None)
             if g is None or (wanted is not None and id(node) not in wanted):
@@ -481,7 +483,8 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
             raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     if retain_graph is None:
         retain_graph = create_graph
-    if any(m.batches(o) for m in active_modes() for o in outputs):
+    modes = active_modes()
+    if modes and any(m.batches(o) for m in modes for o in outputs):
         raise RuntimeError("backward() called inside a functorch transform. This is not "
                            "supported, please use functorch.grad or functorch.vjp instead or "
                            "call backward() outside of functorch transforms.")
@@ -500,7 +503,8 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
 def _holders(pair: tuple) -> tuple[int, int]:
     """References to the gradient ``pair[1]`` and to its array. Both are read through a
     container (an item, an attribute), which makes exactly one new reference on every
-    Python version, so the counts compare with ``_SOLE``, measured the same way."""
+    Python version, so the counts compare with ``_SOLE``, measured the same way
+    (``_stealable`` reads them as this does, inline)."""
     return sys.getrefcount(pair[1]), sys.getrefcount(pair[1]._array)
 
 
@@ -516,8 +520,7 @@ def _stealable(pair: tuple) -> bool:
     to its array (no view of it, no other tensor on it: a user's ``grad_tensors``, a
     tensor a hook kept or returned, the one cotangent ``a + b`` gives both inputs are all
     held elsewhere), and the array owns writeable C-contiguous memory, as a copy would."""
-    n_tensor, n_array = _holders(pair)
-    if n_tensor > _SOLE[0] or n_array > _SOLE[1]:
+    if sys.getrefcount(pair[1]) > _SOLE[0] or sys.getrefcount(pair[1]._array) > _SOLE[1]:
         return False
     a = pair[1]._array
     return a.base is None and a.flags.c_contiguous and a.flags.writeable

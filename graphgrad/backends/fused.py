@@ -88,6 +88,8 @@ class FusedKernel:
         self.failed: str | None = None
         self.libm = config.libm
         shape = program.spec.shape
+        self._shape, self._dtype = tuple(shape), program.spec.dtype
+        self._full_layout = "f" * len(program.input_specs)
         numel = prod(shape) if None not in shape else 0
         why = "" if config.numba else "Numba disabled (config.numba = False)"
         if config.numba and not fused_numba.numba_available():
@@ -168,8 +170,8 @@ class FusedKernel:
                 return self._run_rows(arrays)
             except Exception as err:  # noqa: BLE001 - falls back once, as below
                 return self._fail(err, arrays)
-        shape = tuple(self.program.spec.shape)
-        layout = "".join(_code(a, shape) for a in arrays)
+        shape = self._shape
+        layout = "".join([_code(a, shape) for a in arrays])
         if self.loops and "b" in layout:   # loop steps take flat inputs (fused_segments.py)
             return self._numpy(*arrays)
         kernel = self._numba.get(layout)
@@ -180,14 +182,19 @@ class FusedKernel:
                 module = fused_numba.load(src)
                 kernel = module.parallel if self.decision.parallel else module.serial
                 self._numba[layout] = kernel
-            out = xp.empty(shape, self.program.spec.dtype)
+            out = xp.empty(shape, self._dtype)
             if out.size:
-                flat = "b" not in layout
-                ops = [fused_numba.as_operand(a, c, shape, flat)
-                       for a, c in zip(arrays, layout, strict=True)]
+                # (the common case, every input full-size and contiguous, without a call
+                # per input: this path is a small group's whole cost)
+                if layout == self._full_layout:
+                    ops = [a.reshape(-1) for a in arrays]
+                else:
+                    flat = "b" not in layout
+                    ops = [fused_numba.as_operand(a, c, shape, flat)
+                           for a, c in zip(arrays, layout, strict=True)]
                 if self.loops:
                     ops.append(self._addresses)
-                kernel(out.reshape(-1) if flat else out, *ops)
+                kernel(out if "b" in layout else out.reshape(-1), *ops)
             return out
         except Exception as err:  # noqa: BLE001 - a kernel that fails falls back, once
             return self._fail(err, arrays)

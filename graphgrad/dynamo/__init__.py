@@ -67,6 +67,8 @@ class OptimizedModule(Module):
         mod = d["_modules"]["_orig_mod"]
         own = mod.__dict__.get("forward")
         if own is None:
+            if mod._hooks is None:   # the training hot path: no partial to build
+                return d["_compiled"](mod, *args, **kwargs)
             fwd = functools.partial(d["_compiled"], mod)
         else:
             if d.get("_own_forward", (None,))[0] is not own:

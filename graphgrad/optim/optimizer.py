@@ -21,7 +21,7 @@ from typing import Any
 
 from graphgrad.autograd import no_grad
 from graphgrad.backend import xp
-from graphgrad.tensor import RemovableHandle, Tensor, tensor
+from graphgrad.tensor import RemovableHandle, Tensor, set_grad_mode, tensor
 
 from .fused import buffer, decay, grad_array, real_view, written
 
@@ -160,9 +160,12 @@ class Optimizer:
         if not hasattr(self, "_update"):
             raise NotImplementedError
         loss = self._closure_loss(closure)
-        with no_grad():
+        prev = set_grad_mode(False)   # (no_grad's effect, without its object per step)
+        try:
             for group in self.param_groups:
                 self._update_group(group)
+        finally:
+            set_grad_mode(prev)
         return loss
 
     def _update_group(self, group: dict) -> None:
@@ -279,6 +282,8 @@ def _patch_step_function(cls: type) -> None:
     @wraps(step)
     def hooked_step(*args, **kwargs):
         self = args[0]  # as PyTorch's, the hooks' args include the optimizer itself
+        if not (self._optimizer_step_pre_hooks or self._optimizer_step_post_hooks):
+            return step(*args, **kwargs)   # (the common case: no copies of empty lists)
         for hook in list(self._optimizer_step_pre_hooks):
             result = hook(self, args, kwargs)
             if result is not None:

@@ -174,17 +174,21 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     if not 0.0 <= label_smoothing <= 1.0:
         raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: "
                            f"{label_smoothing}")
-    _check_cross_entropy_target(input, target)
-    class_dim = 0 if input.ndim == 1 else 1
-    if _class_indices(input, target, weight):
+    # each shape read once: ``Tensor.shape`` makes a Size per read, and this is the
+    # training step's loss (None: an argument that is not a tensor)
+    ishape = tuple(input.shape) if isinstance(input, Value) else None
+    tshape = tuple(target.shape) if isinstance(target, Value) else None
+    _check_cross_entropy_target(input, target, ishape, tshape)
+    if _class_indices(input, target, weight, ishape, tshape):
         # one op, keeping only the logits for backward (not their log-softmax too)
         params = {"ignore_index": ignore_index, "reduction": reduction,
                   "label_smoothing": label_smoothing}
-        x, tgt = _class_dim_last(input), target if target.ndim == 1 else target.reshape(-1)
+        x = input if len(ishape) == 2 else _class_dim_last(input)
+        tgt = target if len(tshape) == 1 else target.reshape(-1)
         args = (x, tgt) if weight is None else (x, tgt, weight)
         loss = CrossEntropy.apply(*args, **params)
-        return loss if reduction != "none" or input.ndim == 2 else \
-            loss.reshape(tuple(target.shape))
+        return loss if reduction != "none" or len(ishape) == 2 else loss.reshape(tshape)
+    class_dim = 0 if input.ndim == 1 else 1
     logp = ops.log_softmax(input, dim=class_dim)
     c = input.shape[class_dim]
     if isinstance(target, Value) and target._array.dtype.kind == "f":  # probabilities
@@ -218,36 +222,38 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     return (1 - label_smoothing) * nll + (label_smoothing / c) * smooth
 
 
-def _check_cross_entropy_target(input, target) -> None:
+def _check_cross_entropy_target(input, target, ishape: tuple | None,
+                                tshape: tuple | None) -> None:
     """PyTorch's first checks, in its order: a target of the input's shape holds class
     probabilities (floating point); otherwise the batch sizes must match, and a 1-D
-    input takes a 0-D or 1-D target."""
-    if not isinstance(target, Value) or not isinstance(input, Value):
+    input takes a 0-D or 1-D target. ``ishape``/``tshape``: the shapes (None: not a
+    tensor)."""
+    if ishape is None or tshape is None:
         return
-    if tuple(target.shape) == tuple(input.shape):
+    if tshape == ishape:
         if target._array.dtype.kind != "f":
             raise RuntimeError(f"Expected floating point type for target with class "
                                f"probabilities, got {scalar_name(target._array.dtype)}")
     elif input._array.dtype.kind not in "fc":
         return  # PyTorch's log_softmax refuses it first (as graphgrad's does, next)
-    elif input.ndim > 1:
-        _check_batch_size(input.shape[0], target.shape[0] if target.ndim else 0)
-    elif input.ndim == 1 and target.ndim > 1:
+    elif len(ishape) > 1:
+        _check_batch_size(ishape[0], tshape[0] if tshape else 0)
+    elif len(ishape) == 1 and len(tshape) > 1:
         raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
 
 
-def _class_indices(input, target, weight) -> bool:
+def _class_indices(input, target, weight, ishape: tuple | None, tshape: tuple | None) -> bool:
     """Logits (C,), (N, C) or (N, C, d1, ...) with class indices of the matching shape and
     a class weight that is not differentiated: one ``CrossEntropy`` op. It reads no target
     value (the op checks them), so the decision holds for a graph's symbolic targets."""
-    if not (isinstance(input, Value) and isinstance(target, Value)) or \
+    if ishape is None or tshape is None or \
             target._array.dtype.kind not in "iu" or input._array.dtype.kind not in "fc":
         return False
     if weight is not None and (not isinstance(weight, Value) or weight._requires_grad):
         return False  # (graphgrad differentiates a class weight through the gathers)
-    if input.ndim == 1:
-        return target.ndim == 0
-    return input.ndim >= 2 and tuple(target.shape) == (input.shape[0], *input.shape[2:])
+    if len(ishape) == 1:
+        return len(tshape) == 0
+    return len(ishape) >= 2 and tshape == (ishape[0], *ishape[2:])
 
 
 def _plain_classification(input, target, weight, reduction) -> bool:
