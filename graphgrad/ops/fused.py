@@ -9,10 +9,11 @@ Its result cannot be differentiated again, so two kinds of backward may use it: 
 eager backward (``array_backward()``: the op's own ``vjp`` calls it) and a compiled
 backward, which graph differentiation builds with ``passes.grad(..., kernels=True)``
 (backends/aot.py: that graph is never differentiated again; ``create_graph=True``
-reruns the op-by-op graph). ``kernel_vjp`` runs on Symbols there, so it builds ops
-only: no ``_array``. An op defines it only where its kernel beats what the fusion pass
-makes of the composite rule in a compiled backward (measured per op, noted there);
-other ops keep their array kernel inside ``vjp``, for eager backward alone."""
+reruns the op-by-op graph). ``kernel_vjp`` runs on Symbols there, so it only calls ops
+and reads metadata (a Symbol's ``_array`` is a stand-in). An op defines it only where
+its kernel beats what the fusion pass makes of the composite rule in a compiled
+backward (measured per op, noted there); other ops keep their array kernel inside
+``vjp``, for eager backward alone."""
 
 from __future__ import annotations
 
