@@ -5,7 +5,9 @@ also returns what the backward reads (the *saved* values, nothing else), and a b
 graph from those saved values and the output cotangents to the input gradients. Which
 values are saved and which cheap elementwise ones the backward recomputes is a minimum
 cut of the forward (min_cut.py: the fewest bytes saved). Both
-halves are optimized, fused and run as array programs. The outputs' ``grad_fn`` is a
+halves are optimized, fused and run as array programs. The backward is never
+differentiated again, so ops with a backward kernel appear in it as that kernel op, one
+node (``kernel_vjp``, ops/fused.py). The outputs' ``grad_fn`` is a
 ``CompiledFunctionBackward`` that runs the compiled backward.
 
 ``create_graph=True`` (a backward that must itself be differentiable) runs the
@@ -89,7 +91,7 @@ def partition(graph: Graph, grad_inputs: list[int]) -> Partition | None:
     before = set(joint.nodes)
     seeds = [joint.placeholder(o.spec, f"tangents_{k}") for k, o in enumerate(joint.outputs)]
     grads = graph_grad(joint, list(joint.outputs), [joint.inputs[i] for i in grad_inputs],
-                       grad_outputs=[symbol(s) for s in seeds])
+                       grad_outputs=[symbol(s) for s in seeds], kernels=True)
     bwd_nodes = [n for n in joint.nodes if n not in before and n.kind not in
                  ("placeholder", "output")]
     needed: list[Node] = []

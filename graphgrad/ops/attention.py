@@ -294,6 +294,15 @@ def _grad_shapes(out_shape, q, k, v, float_mask: bool) -> list:
     return shapes
 
 
+def _kernel_grads(g, q, k, v, rest, kept, scale, is_causal, dropout_p, need_weights,
+                  float_mask, out_shape) -> list:
+    flat = ScaledDotProductAttentionBackward.apply(
+        g, q, k, v, *rest, *(() if kept is None else (kept,)), scale=scale,
+        is_causal=is_causal, float_mask_grad=float_mask, dropout_p=dropout_p,
+        need_weights=need_weights, kept_weights=kept is not None)
+    return unpack(flat, _grad_shapes(out_shape, q, k, v, float_mask))
+
+
 class ScaledDotProductAttention(Op):
     """``softmax(q k^T scale + mask) v`` for q (..., L, E), k (..., S, E), v (..., S, Ev),
     an optional mask broadcastable to (..., L, S) and, with ``dropout_p`` > 0, the
@@ -352,15 +361,26 @@ class ScaledDotProductAttention(Op):
         out_shape, w_shape = _shapes(q, k, v, mask, keep)
         if array_backward():
             kept = None if need_weights else _kept_weights(out, w_shape)
-            flat = ScaledDotProductAttentionBackward.apply(
-                g, q, k, v, *rest, *(() if kept is None else (kept,)), scale=scale,
-                is_causal=is_causal, float_mask_grad=float_mask, dropout_p=dropout_p,
-                need_weights=need_weights, kept_weights=kept is not None)
-            grads = unpack(flat, _grad_shapes(out_shape, q, k, v, float_mask))
+            grads = _kernel_grads(g, q, k, v, rest, kept, scale, is_causal, dropout_p,
+                                  need_weights, float_mask, out_shape)
         else:
             g_out, g_w = _split(g, out_shape, w_shape) if need_weights else (g, None)
             grads = _attention_vjp(_TENSORS, g_out, g_w, q, k, v, mask, keep, scale,
                                    is_causal, dropout_p, float_mask)
+        if mask is not None and len(grads) == 3:
+            grads.append(None)
+        return (*grads, *((None,) if keep is not None else ()))
+
+    @staticmethod
+    def kernel_vjp(g, out, q, k, v, *rest, scale, is_causal, dropout_p=0.0,
+                   need_weights=False):
+        """The vjp as one ``ScaledDotProductAttentionBackward`` (ops/fused.py), which
+        recomputes the weights (a graph's output holds none behind it)."""
+        mask, keep = _parts(rest, dropout_p)
+        float_mask = mask is not None and not _is_bool(mask) and mask._requires_grad
+        out_shape, _ = _shapes(q, k, v, mask, keep)
+        grads = _kernel_grads(g, q, k, v, rest, None, scale, is_causal, dropout_p,
+                              need_weights, float_mask, out_shape)
         if mask is not None and len(grads) == 3:
             grads.append(None)
         return (*grads, *((None,) if keep is not None else ()))

@@ -1,6 +1,19 @@
-"""Layer ``ops``: what the fused kernels (recurrent layers, attention) share: when a
-backward may run on arrays as one op, and the packed 1-D buffer such an op returns
-its several cotangents in."""
+"""Layer ``ops``: what the fused kernels (recurrent layers, attention, losses) share: when
+a backward may run on arrays as one op, and the packed 1-D buffer such an op returns its
+several cotangents in.
+
+Kernel vjps. An op whose backward has an array kernel (an op with ``differentiable =
+False``: ``CrossEntropyBackward``) may define ``kernel_vjp``, with ``vjp``'s signature,
+returning its cotangents made by that kernel op (or None: no kernel for these inputs).
+Its result cannot be differentiated again, so two kinds of backward may use it: a plain
+eager backward (``array_backward()``: the op's own ``vjp`` calls it) and a compiled
+backward, which graph differentiation builds with ``passes.grad(..., kernels=True)``
+(backends/aot.py: that graph is never differentiated again; ``create_graph=True``
+reruns the op-by-op graph). ``kernel_vjp`` runs on Symbols there, so it only calls ops
+and reads metadata (a Symbol's ``_array`` is a stand-in). An op defines it only where
+its kernel beats what the fusion pass makes of the composite rule in a compiled
+backward (measured per op, noted there); other ops keep their array kernel inside
+``vjp``, for eager backward alone."""
 
 from __future__ import annotations
 

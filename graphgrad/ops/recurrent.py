@@ -107,6 +107,10 @@ class LstmLayer(Op):
         return _layer_vjp(LstmLayerBackward, _lstm_bptt, g, out, (xg, h0, c0, w_hh))
 
     @staticmethod
+    def kernel_vjp(g, out, xg, h0, c0, w_hh):
+        return _kernel_vjp(LstmLayerBackward, g, out, (xg, h0, c0, w_hh))
+
+    @staticmethod
     def jvp(dots, out, xg, h0, c0, w_hh):
         """The tangent recurrence, step by step in graphgrad ops."""
         dxg, dh, dc, dw = dots
@@ -241,6 +245,11 @@ class GruLayer(Op):
                           (xg, h0, w_hh) if b_hh is None else (xg, h0, w_hh, b_hh))
 
     @staticmethod
+    def kernel_vjp(g, out, xg, h0, w_hh, b_hh=None):
+        return _kernel_vjp(GruLayerBackward, g, out,
+                           (xg, h0, w_hh) if b_hh is None else (xg, h0, w_hh, b_hh))
+
+    @staticmethod
     def jvp(dots, out, xg, h0, w_hh, b_hh=None):
         """The tangent recurrence, step by step in graphgrad ops."""
         dxg, dh, dw = dots[0], dots[1], dots[2]
@@ -356,6 +365,11 @@ class RnnLayer(Op):
                           nonlinearity=nonlinearity)
 
     @staticmethod
+    def kernel_vjp(g, out, xg, h0, w_hh, *, nonlinearity):
+        return _kernel_vjp(RnnLayerBackward, g, out, (xg, h0, w_hh),
+                           nonlinearity=nonlinearity)
+
+    @staticmethod
     def jvp(dots, out, xg, h0, w_hh, *, nonlinearity):
         """The tangent recurrence: dh_t = act'(h_t) (dxg_t + dh_{t-1} W^T + h_{t-1} dW^T)."""
         dxg, dh, dw = dots
@@ -407,9 +421,16 @@ def _layer_vjp(backward, bptt, g, out, args: tuple, **params) -> tuple:
     """A layer op's vjp: in a plain eager backward its ``...Backward`` op on arrays (one
     op, nothing recorded), otherwise the same BPTT program as graphgrad ops."""
     if array_backward():
-        flat = backward.apply(g, out, *args, **params)
-        return tuple(unpack(flat, [tuple(v.shape) for v in args]))
+        return _kernel_vjp(backward, g, out, args, **params)
     return tuple(bptt(_TENSORS, g, out, *args, **params))
+
+
+def _kernel_vjp(backward, g, out, args: tuple, **params) -> tuple:
+    """A layer op's ``kernel_vjp`` (ops/fused.py): its ``...Backward`` op, whose packed
+    cotangents ``unpack`` splits. A compiled backward uses it: there the BPTT program
+    would be every step's ops, unrolled into the graph."""
+    flat = backward.apply(g, out, *args, **params)
+    return tuple(unpack(flat, [tuple(v.shape) for v in args]))
 
 
 def _sum(pair):

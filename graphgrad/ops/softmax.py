@@ -76,6 +76,9 @@ class LogSoftmax(_SoftmaxBase):
         # g - softmax(a) * sum(g), the ops applied directly (not through g.sum, g - ...):
         # this rule runs in every classifier's training step, where the methods'
         # argument handling shows
+        # (no ``kernel_vjp``, ops/fused.py: in a compiled backward the rule below is one row
+        # group, as fast as LogSoftmaxBackward, 26.5 against 27.5 ms for a forward+backward
+        # on (4096, 1024) float32, and it fuses with its neighbours)
         if g.ndim and g.shape == out.shape and g.dtype == out.dtype and array_backward():
             # a plain eager backward: the same in one buffer, where the ops below make
             # three arrays of the input's size (a language model's (tokens, vocabulary))

@@ -25,6 +25,10 @@ under eager autograd, so ``grad`` of a ``grad`` works to any order through every
 kind. Those node kinds and their run-time functions stay in ``graph``: the IR's
 interpreter and printer run them, and nothing in ``graph`` calls this module.
 
+Kernel vjps (``kernels=True``, for a backward that is never differentiated again: the
+compiled backward of backends/aot.py): an op with a ``kernel_vjp`` (ops/fused.py) adds
+its backward kernel op as one node instead of its composite rule's ops.
+
 Unlike the other passes, ``grad`` changes its argument: graph extension adds the
 backward nodes to the graph itself (the lecture's point: the backward pass is more
 graph), so that its result can be differentiated, optimized and run like any node.
@@ -63,10 +67,13 @@ def _const(arr):
 
 
 def grad(graph: Graph, outputs: Sequence[Node], inputs: Sequence[Node],
-         grad_outputs: Sequence | None = None, stop: Sequence[Node] = ()) -> list[Node | None]:
+         grad_outputs: Sequence | None = None, stop: Sequence[Node] = (),
+         kernels: bool = False) -> list[Node | None]:
     """Append to ``graph`` the nodes computing d(sum of outputs)/d(input) for each input
     (seeded with ``grad_outputs``, default ones); None for an input not reached. Nodes in
-    ``stop`` count as constants (TF's ``stop_gradients``)."""
+    ``stop`` count as constants (TF's ``stop_gradients``). ``kernels``: ops' backward
+    kernels where they have one (``kernel_vjp``), for a result that will not be
+    differentiated again."""
     outputs = [getattr(o, "_node", o) for o in outputs]  # Symbols stand for their nodes
     inputs = [getattr(i, "_node", i) for i in inputs]
     stop = {getattr(s, "_node", s) for s in stop}
@@ -74,12 +81,12 @@ def grad(graph: Graph, outputs: Sequence[Node], inputs: Sequence[Node],
         if b.graph is not graph:
             b = GraphBuilder(graph)
         with b.active():
-            gs = _grad(b, graph, outputs, inputs, grad_outputs, stop)
+            gs = _grad(b, graph, outputs, inputs, grad_outputs, stop, kernels)
     return [None if s is None else s._node for s in gs]
 
 
 def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs,
-          stop: set | frozenset = frozenset()) -> list:
+          stop: set | frozenset = frozenset(), kernels: bool = False) -> list:
     wanted = set(inputs)
     reach: set[Node] = set(inputs)  # nodes that depend on an input: only they get cotangents
     for n in graph.nodes:
@@ -130,8 +137,11 @@ def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs,
                 _accumulate(cts, node.inputs, ins, reach)
                 continue
             syms = [_marked(i, i in reach) if isinstance(i, Node) else i for i in node.inputs]
+            kernel = getattr(op, "kernel_vjp", None) if kernels else None
             try:
-                ins = op.vjp(g, symbol(node), *syms, **node.params)
+                ins = kernel and kernel(g, symbol(node), *syms, **node.params)
+                if ins is None:
+                    ins = op.vjp(g, symbol(node), *syms, **node.params)
             except TypeError as e:
                 raise NotImplementedError(
                     f"passes.grad: the vjp rule of {op.__name__} (node {node.name!r}) failed "
