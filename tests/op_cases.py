@@ -1945,7 +1945,8 @@ add(
          .clamp(max=3), grad=False, float32=False),
 )
 
-# convolution kernels (ops/convolution.py): every kind through nn.functional ---------------
+# convolution kernels (ops/conv_kernels.py): every kind through nn.functional -----------
+# (few channels: the tap-by-tap path for many channels is tested in test_conv_kernels.py)
 
 
 @st.composite
