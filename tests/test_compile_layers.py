@@ -68,3 +68,44 @@ def test_compiled_dropout_training_draws_what_eager_draws_and_switches_on_traini
         np.testing.assert_allclose(compiled(x).numpy(), eager(x).numpy(), rtol=1e-5,
                                    atol=1e-6)
         np.testing.assert_array_equal(compiled(x).numpy(), compiled(x).numpy())
+
+
+# ---- shape layers once the batch size is dynamic ---------------------------------------------
+# After a recompile for a new batch size the batch dim is captured as dynamic (a Symbol's
+# shape reports it as None). Flatten, Unflatten and (un)squeeze must stay in the graph, with
+# the dynamic dim inferred (-1), and give eager's shapes at every later size, 0 and 1 too.
+
+def _dynamic_cases() -> dict:
+    return {
+        "cnn": nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 2, 3, padding=1),
+                             nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32, 3)),
+        "flatten_all": lambda x: x.flatten() * 2,
+        "unsqueeze_squeeze": lambda x: x.unsqueeze(1).squeeze(1) + 1,
+    }
+
+
+def test_shape_layers_stay_in_the_graph_with_a_dynamic_batch():
+    gg.manual_seed(0)
+    for name, f in _dynamic_cases().items():
+        gg.compiler.reset()
+        c = gg.compile(f)
+        for n in (16, 8, 5, 1, 3) if name == "cnn" else (16, 8, 5, 1, 0, 3):
+            x = gg.randn(n, 64)   # (max pooling an empty batch fails eagerly as well)
+            got, want = c(x), f(x)
+            assert got.shape == want.shape, (name, n)
+            np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+        assert gg.compiler.counters["graph_breaks"] == 0, name
+        assert gg.compiler.counters["recompiles"] >= 1, name   # the batch became dynamic
+
+
+def test_squeeze_of_a_dynamic_dim_runs_eagerly_and_matches():
+    # a dim known only at run time may be 1 there, where squeeze() removes it: the graph
+    # must not decide without it (it breaks and runs squeeze eagerly)
+    gg.compiler.reset()
+    f = lambda x: (x * 2).squeeze() + 1   # noqa: E731
+    c = gg.compile(f)
+    for n in (16, 8, 1, 4):
+        x = gg.randn(n, 1, 3)
+        got, want = c(x), f(x)
+        assert got.shape == want.shape, n
+        np.testing.assert_array_equal(got.numpy(), want.numpy())

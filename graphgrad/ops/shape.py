@@ -362,13 +362,26 @@ def flatten(input, start_dim: int = 0, end_dim: int = -1):
     if s > e:
         raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
     shape = tuple(input.shape)
-    return reshape(input, shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
+    merged = shape[s:e + 1]
+    return reshape(input, _inferred(shape[:s] + (None if None in merged else math.prod(merged),)
+                                    + shape[e + 1:]))
 
 
 def unflatten(input, dim: int, sizes):
     d = normalize_dim(dim, input.ndim, "unflatten")
     shape = tuple(input.shape)
-    return reshape(input, shape[:d] + tuple(sizes) + shape[d + 1:])
+    return reshape(input, _inferred(shape[:d] + tuple(sizes) + shape[d + 1:]))
+
+
+def _inferred(shape: tuple) -> tuple:
+    """``shape`` with its one dim known only at run time (None: a captured graph's dynamic
+    size, as a Symbol's ``shape`` reports it) given as -1, which reshape infers from the
+    others, as the run-time shape would give it. More than one such dim, or a 0 among the
+    others (-1 would be ambiguous), are left as they are: capture then breaks the graph
+    there and runs the call eagerly, with the same result."""
+    if None not in shape or shape.count(None) > 1 or -1 in shape or 0 in shape:
+        return shape
+    return tuple(-1 if d is None else d for d in shape)
 
 
 _SQUEEZE_OVERLOADS = ("Tensor input", "Tensor input, int dim", "Tensor input, tuple of ints dim")
@@ -380,18 +393,23 @@ def squeeze(input, dim=NOT_GIVEN):
         raise invalid_arguments("squeeze", (input, dim), _SQUEEZE_OVERLOADS)
     if dim is NOT_GIVEN:
         dims = {i for i, s in enumerate(shape) if s == 1}
+        known = None not in shape
     else:
         dims = _distinct_dims(dim if isinstance(dim, (tuple, list)) else (dim,), len(shape),
                               "squeeze")
+        known = not shape or all(shape[d] is not None for d in dims)
         dims = {d for d in dims if shape and shape[d] == 1}
-    return reshape(input, tuple(s for i, s in enumerate(shape) if i not in dims))
+    out = tuple(s for i, s in enumerate(shape) if i not in dims)
+    # a dim known only at run time may be 1 there, which squeezes it: left unknown, so
+    # that capture runs the call eagerly instead
+    return reshape(input, _inferred(out) if known else out)
 
 
 def unsqueeze(input, dim: int):
     shape = list(input.shape)
     d = normalize_dim(dim, len(shape) + 1, "unsqueeze")
     shape.insert(d, 1)
-    return reshape(input, tuple(shape))
+    return reshape(input, _inferred(tuple(shape)))
 
 
 def permute(input, *dims):
