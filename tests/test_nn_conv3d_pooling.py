@@ -333,3 +333,21 @@ def test_adaptive_max_pool1d_matches_torch():
         results.append((values.numpy(), indices.numpy(), plain.numpy()))
     for t, g in zip(*results, strict=True):
         np.testing.assert_array_equal(g, t)
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("kw", [{}, {"padding": 1}, {"stride": 1, "dilation": 2},
+                                {"ceil_mode": True, "stride": 3}])
+def test_max_pool_of_an_empty_batch(nd, kw):
+    # an empty batch (a last, empty shard) gives empty results and gradients, as in torch
+    shape = (0, 2) + (6,) * nd
+    outs = []
+    for lib in (gg, torch):
+        x = lib.zeros(*shape, requires_grad=True)
+        out, idx = getattr(lib.nn.functional, f"max_pool{nd}d")(x, 2, return_indices=True, **kw)
+        out.sum().backward()
+        outs.append((tuple(out.shape), tuple(idx.shape), tuple(x.grad.shape)))
+        if "dilation" not in kw and "ceil_mode" not in kw:
+            up = getattr(lib.nn.functional, f"max_unpool{nd}d")(out, idx, 2, **kw)
+            outs[-1] += (tuple(up.shape),)
+    assert outs[0] == outs[1]

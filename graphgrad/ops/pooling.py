@@ -111,7 +111,7 @@ def _first_maximum(views):
         step *= equal
         pick += step
     lowest = -xp.inf if best.dtype.kind in "fc" else xp.iinfo(best.dtype).min
-    if pick.min() < 0 or (best == lowest).any():
+    if pick.size and (pick.min() < 0 or (best == lowest).any()):   # (empty: no min)
         return None
     return pick
 
@@ -165,7 +165,7 @@ class MaxPoolIndices(Op):
             offset_flat[number] = sum(j * d * st for j, d, st in
                                       zip(offset, dilation, plane, strict=True))
         flat = start_flat + xp.take(offset_flat, pick)
-        return flat if pick.min() >= 0 else xp.where(pick < 0, first_flat, flat)
+        return flat if not pick.size or pick.min() >= 0 else xp.where(pick < 0, first_flat, flat)
 
     @classmethod
     def batch(cls, vals, bdims, **params):
@@ -185,8 +185,10 @@ class TakePlanes(_Linear):
     @staticmethod
     def forward(x, indices, *, distinct=False):
         n, c = x.shape[:2]
-        flat = indices.reshape(n, c, -1)
-        return xp.take_along_axis(x.reshape(n, c, -1), flat, axis=2).reshape(indices.shape)
+        # (sizes given, not -1: an empty batch leaves -1 undetermined)
+        flat = indices.reshape(n, c, math.prod(indices.shape[2:]))
+        return xp.take_along_axis(x.reshape(n, c, math.prod(x.shape[2:])), flat,
+                                  axis=2).reshape(indices.shape)
 
     @staticmethod
     def vjp(g, out, x, indices, *, distinct=False):
@@ -206,7 +208,8 @@ class PutPlanes(_Linear):
     def forward(src, indices, *, size, accumulate):
         n, c = src.shape[:2]
         plane = math.prod(size)
-        where = (indices.reshape(n * c, -1) + xp.arange(n * c)[:, None] * plane).reshape(-1)
+        where = (indices.reshape(n * c, math.prod(indices.shape[2:]))
+                 + xp.arange(n * c)[:, None] * plane).reshape(-1)
         if accumulate and src.dtype.kind == "f":
             out = xp.bincount(where, weights=src.reshape(-1), minlength=n * c * plane)
             out = out.astype(src.dtype, copy=False)
@@ -370,7 +373,8 @@ class AdaptiveMaxPoolIndices(Op):
                       for d, g in enumerate(gathers))
         windows = x[(slice(None), slice(None), *index)]
         order = (0, 1, *range(2, 2 + 2 * nd, 2), *range(3, 3 + 2 * nd, 2))
-        windows = windows.transpose(order).reshape(*x.shape[:2], *output_size, -1)
+        windows = windows.transpose(order)
+        windows = windows.reshape(*x.shape[:2], *output_size, math.prod(windows.shape[2 + nd:]))
         pick = xp.argmax(windows, axis=-1)  # the first maximum, or the first NaN
         if windows.dtype.kind in "fc":
             nan = xp.isnan(windows)

@@ -203,7 +203,7 @@ def _max_unpool(input, indices, n: int, output_size: tuple):
         raise NotImplementedError(f'"max_unpool{n}d" not implemented for '
                                   f"'{scalar_name(input._array.dtype)}'")
     x, unbatched = _batched(input, n)
-    idx = indices._array.reshape(x.shape[0], x.shape[1], -1)
+    idx = indices._array.reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:]))
     plane = math.prod(output_size)
     bad = (idx < 0) | (idx >= plane)
     if bad.any():  # PyTorch's loop goes on and reports the last one it met
@@ -213,7 +213,8 @@ def _max_unpool(input, indices, n: int, output_size: tuple):
     where = (tensor(xp.arange(nb).reshape(-1, 1, 1)), tensor(xp.arange(c).reshape(1, -1, 1)),
              tensor(idx))
     flat = zeros(nb, c, plane, dtype=x.dtype)
-    out = ops.index_put(flat, where, x.reshape(nb, c, -1)).reshape(nb, c, *output_size)
+    out = ops.index_put(flat, where, x.reshape(nb, c, math.prod(x.shape[2:])))
+    out = out.reshape(nb, c, *output_size)
     return out.squeeze(0) if unbatched else out
 
 
