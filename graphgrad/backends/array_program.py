@@ -25,7 +25,8 @@ from graphgrad.tensor.modes import current_mode
 from graphgrad.tensor import Tensor
 
 from .eager import graph_of
-from .fused import dump_graphs, lower
+from .fused import config, dump_graphs, lower
+from .memory_plan import MemoryPlan, plan_memory
 
 __all__ = ["default", "array_program"]
 
@@ -106,6 +107,8 @@ def _emit(graph: Graph, tensors: list[bool], ns: dict) -> tuple | None:
     names: dict[Node, str] = {}
     params, head, body, rg = [], [], [], []
     lines_of: dict[Node, int] = {}   # node -> index in body just past its statement
+    order = [n for n in graph.nodes if n.kind not in ("placeholder", "output")]
+    plan = plan_memory(graph, order, lower) if config.memory_plan else MemoryPlan()
     for i, (p, is_tensor) in enumerate(zip(graph.inputs, tensors, strict=True)):
         arg = f"x{i}"
         params.append(arg)
@@ -126,8 +129,19 @@ def _emit(graph: Graph, tensors: list[bool], ns: dict) -> tuple | None:
             ns[f"_c{k}"] = n.value
             body.append(f"{out} = _c{k}")
         elif n.kind == "call":
-            if not _call(n, k, out, ins, ns, body):
+            into = plan.into.get(n)
+            if into is not None:   # a buffer the program holds (memory_plan.py)
+                v, in_place = into
+                ns[f"_s{k}"], ns[f"_d{k}"] = tuple(n.spec.shape), xp.dtype(n.spec.dtype)
+                body.append(plan.check(names[v], k, ns))
+                if not in_place:
+                    body.append(f"del {names[v]}")
+                # (a lone op's kernel takes its array inputs; its literals are its step's)
+                ins = [*(names[a] for a in n.inputs if isinstance(a, Node)), "out=_o"]
+            if not _call(n, k, out, ins, ns, body, plan.kernel.get(n)):
                 return None
+            if into is not None:
+                body.insert(len(body) - 1, "del _o")
         elif n.kind == "item":
             body.append(f"{out} = {ins[0]}[{n.params['index']}]")
         elif n.kind == "random":   # fresh samples each run (default or the node's generator)
@@ -144,19 +158,21 @@ def _emit(graph: Graph, tensors: list[bool], ns: dict) -> tuple | None:
             return None
         names[n] = out
         lines_of[n] = len(body)
-    body = head + (_free_at_last_use(graph, names, body, lines_of) or ["pass"])
+    body = head + (_free_at_last_use(graph, names, body, lines_of, plan.kept) or ["pass"])
     by_input = dict(zip(graph.inputs, params, strict=True))
     outs = [by_input[o] if o in by_input   # a passthrough input: the very object
             else names[o] if isinstance(o, Node) else literal_text(o) for o in graph.outputs]
     return params, body, outs, rg
 
 
-def _call(n: Node, k: int, out: str, ins: list[str], ns: dict, body: list[str]) -> bool:
+def _call(n: Node, k: int, out: str, ins: list[str], ns: dict, body: list[str],
+          kernel=None) -> bool:
     """The lines of an op node: its fused kernel, its ``forward``, or (inputs of mixed
-    dtypes) dispatch. False where it cannot be an array statement."""
+    dtypes) dispatch. False where it cannot be an array statement. ``kernel``: the
+    kernel the memory plan runs a lone elementwise op by (it writes into a buffer)."""
     specs = [a.spec for a in n.inputs if isinstance(a, Node)]
-    if n.op is Fused:   # one kernel for the group (its inner ops promoted already)
-        ns[f"_f{k}"] = lower(n.params["kernel"])
+    if n.op is Fused or kernel is not None:   # one kernel for the group
+        ns[f"_f{k}"] = kernel or lower(n.params["kernel"])
         body.append(f"{out} = _f{k}({', '.join(ins)})")
     elif any(getattr(sp, "dtype", None) != n.spec.dtype for sp in specs):
         return _mixed(ns, body, out, n, ins, k)
@@ -194,11 +210,12 @@ def _tensor_of(a):
 
 
 def _free_at_last_use(graph: Graph, names: dict, body: list[str],
-                      lines_of: dict) -> list[str]:
+                      lines_of: dict, kept: set = frozenset()) -> list[str]:
     """``body`` with ``del`` statements after the last use of each intermediate (as
     torch.fx's generated code does): NumPy frees an array when its last reference goes,
-    so the program's peak memory is eager's, not the sum of every intermediate."""
-    keep = {o for o in graph.outputs if isinstance(o, Node)}
+    so the program's peak memory is eager's, not the sum of every intermediate.
+    ``kept``: values the memory plan deletes itself, where it reuses their buffer."""
+    keep = {o for o in graph.outputs if isinstance(o, Node)} | set(kept)
     last: dict[Node, Node] = {}
     for n in graph.nodes:
         if n in lines_of:

@@ -41,6 +41,7 @@ from pathlib import Path
 from graphgrad.backend import xp
 from graphgrad.graph import Graph
 from graphgrad.passes import FusedProgram
+from graphgrad.passes.fusion import REDUCTIONS
 
 from . import fused_loops, fused_numba, fused_rows, fused_segments
 from .cost_model import Estimate, choose
@@ -62,6 +63,9 @@ class FusionConfig:
     autotune: bool = field(
         default_factory=lambda: os.environ.get("GRAPHGRAD_FUSION_AUTOTUNE", "0") == "1")
     clock: object = time.perf_counter   # what autotuning reads (a test injects a fake)
+    # array programs reuse buffers and run fused groups in place (memory_plan.py)
+    memory_plan: bool = field(
+        default_factory=lambda: os.environ.get("GRAPHGRAD_MEMORY_PLAN", "1") != "0")
 
 
 config = FusionConfig()
@@ -83,6 +87,8 @@ class FusedKernel:
         self.numpy_source, glb = numpy_source(program)
         exec(compile(self.numpy_source, f"<fused {program!r}>", "exec"), glb)  # noqa: S102
         self._numpy = glb["kernel"]
+        # whether the NumPy program writes ``out`` itself (else it copies its result in)
+        self.numpy_writes_out = glb.get("_direct", False)
         self.numba_source: str | None = None
         self._numba: dict[str, object] = {}   # layout -> compiled module
         self.failed: str | None = None
@@ -97,6 +103,7 @@ class FusedKernel:
         ok = not why and None not in shape
         # a group with row sums gets a row kernel (fused_rows.py)
         self.rows = any(s.op.__name__ in ("Sum", "Mean") for s in program.steps)
+        self.reduces = any(s.op in REDUCTIONS for s in program.steps)
         # steps computed by NumPy's own inner loop inside the kernel (fused_loops.py)
         self.loops = ({} if self.rows or not ok else
                       fused_loops.loop_steps(program, fused_numba._EXPR))
@@ -118,33 +125,57 @@ class FusedKernel:
     def lowering(self) -> str:
         return "numpy" if self.failed else self.decision.lowering
 
-    def __call__(self, *arrays):
+    def __call__(self, *arrays, out=None):
+        """The group's result; with ``out`` (a C-contiguous array of the group's exact
+        shape and dtype, owning its data) written into ``out``, bit for bit what the call
+        without it returns. ``out`` may be input ``i`` itself only where
+        ``may_alias(i)`` says so (the memory planner's rule, memory_plan.py)."""
         if self.tune:
-            return self._autotune(arrays)
+            return self._autotune(arrays, out)
         if self.decision.lowering == "numba" and self.failed is None:
-            return self._run_numba(*arrays)
-        return self._numpy(*arrays)
+            return self._run_numba(*arrays, out=out)
+        return self._numpy(*arrays, out=out)
 
-    def _autotune(self, arrays: tuple):
+    @property
+    def writes_out(self) -> bool:
+        """Whether the chosen lowering writes a given ``out`` directly; the NumPy program
+        of a group whose last step is not a ufunc (relu, gelu) copies its result into it,
+        which costs more than the allocation it saves."""
+        return self.lowering == "numba" or self.numpy_writes_out
+
+    def may_alias(self, i: int) -> bool:
+        """Whether ``out`` may be input ``i`` (a call in place): only in a group without
+        reductions, whose every lowering reads each element of a full-size input at the
+        flat position it writes, before writing it (the flat Numba loop, the segment
+        kernel's blocks, the NumPy program, which writes ``out`` at its last step only).
+        A row kernel or a reduction reads a row after writing part of it in other
+        lowerings' orders, so those groups only get a distinct dead buffer."""
+        sp = self.program.input_specs[i]
+        return (not self.reduces and tuple(sp.shape) == self._shape
+                and sp.dtype == self._dtype)
+
+    def _autotune(self, arrays: tuple, out=None):
         """Both lowerings on these inputs (each run once first: Numba compiles then),
-        then ``AUTOTUNE_REPEATS`` timed runs of each, interleaved; the faster is kept."""
+        then ``AUTOTUNE_REPEATS`` timed runs of each, interleaved; the faster is kept.
+        (Into fresh arrays: ``out`` may be an input, which the runs must all read; the
+        result is copied into it at the end.)"""
         self.decision = self.decision._replace(lowering="numba")
         self._run_numba(*arrays)
         if self.failed is not None:   # no kernel after all: NumPy, without timing
             self.tune = False
-            return self._numpy(*arrays)
+            return self._numpy(*arrays, out=out)
         self._numpy(*arrays)
         clock = config.clock
         best = [float("inf"), float("inf")]
         for _ in range(AUTOTUNE_REPEATS):
             for i, run in enumerate((self._run_numba, self._numpy)):
                 t0 = clock()
-                out = run(*arrays)
+                res = run(*arrays)
                 best[i] = min(best[i], clock() - t0)
         lowering = "numba" if best[0] <= best[1] else "numpy"
         autotune_decisions[self.key] = (lowering, *best)
         self._keep(lowering, *best)
-        return out
+        return _into(out, res)
 
     def _keep(self, lowering: str, numba_s: float, numpy_s: float) -> None:
         self.tune = False
@@ -152,28 +183,30 @@ class FusedKernel:
             lowering=lowering, reason=f"{lowering}: autotuned, numba {numba_s * 1e6:.1f} us "
                                       f"vs NumPy {numpy_s * 1e6:.1f} us")
 
-    def _run_rows(self, arrays: tuple):
+    def _run_rows(self, arrays: tuple, out=None):
         if not _row_major(*arrays):   # eager's order differs (fused_numpy.py): NumPy
-            return self._numpy(*arrays)
+            return self._numpy(*arrays, out=out)
         kernel = self._numba.get("rows")
         if kernel is None:
             src, _ = fused_rows.row_source(self.program, self.libm)
             self.numba_source = src
             kernel = self._numba["rows"] = fused_numba.load(src).serial
-        out = xp.empty(fused_rows.out_shape(self.program), self.program.spec.dtype)
-        kernel(out, *fused_rows.operands(self.program, arrays))
-        return out.reshape(self.program.spec.shape)
+        ops = fused_rows.operands(self.program, arrays)
+        rows_shape = fused_rows.out_shape(self.program)
+        res = xp.empty(rows_shape, self._dtype) if out is None else out.reshape(rows_shape)
+        kernel(res, *ops)
+        return res.reshape(self._shape) if out is None else out
 
-    def _run_numba(self, *arrays):
+    def _run_numba(self, *arrays, out=None):
         if self.rows:
             try:
-                return self._run_rows(arrays)
+                return self._run_rows(arrays, out)
             except Exception as err:  # noqa: BLE001 - falls back once, as below
-                return self._fail(err, arrays)
+                return self._fail(err, arrays, out)
         shape = self._shape
         layout = "".join([_code(a, shape) for a in arrays])
         if self.loops and "b" in layout:   # loop steps take flat inputs (fused_segments.py)
-            return self._numpy(*arrays)
+            return self._numpy(*arrays, out=out)
         kernel = self._numba.get(layout)
         try:
             if kernel is None:
@@ -182,7 +215,8 @@ class FusedKernel:
                 module = fused_numba.load(src)
                 kernel = module.parallel if self.decision.parallel else module.serial
                 self._numba[layout] = kernel
-            out = xp.empty(shape, self._dtype)
+            if out is None:
+                out = xp.empty(shape, self._dtype)
             if out.size:
                 # (the common case, every input full-size and contiguous, without a call
                 # per input: this path is a small group's whole cost)
@@ -197,21 +231,31 @@ class FusedKernel:
                 kernel(out if "b" in layout else out.reshape(-1), *ops)
             return out
         except Exception as err:  # noqa: BLE001 - a kernel that fails falls back, once
-            return self._fail(err, arrays)
+            return self._fail(err, arrays, out)
 
     def _flat_source(self, layout: str) -> tuple[str | None, str]:
         if self.loops:
             return fused_segments.source(self.program, layout, self.loops, self.libm)
         return fused_numba.source(self.program, layout, self.libm)
 
-    def _fail(self, err: Exception, arrays: tuple):
+    def _fail(self, err: Exception, arrays: tuple, out=None):
         self.failed = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
         warnings.warn(f"graphgrad: the Numba kernel for {self.program!r} failed to "
                       f"compile ({self.failed}); NumPy runs this group from now on",
                       RuntimeWarning, stacklevel=2)
         self.decision = self.decision._replace(lowering="numpy",
                                                reason=f"numpy: Numba failed ({self.failed})")
-        return self._numpy(*arrays)
+        # (a kernel fails when it is compiled or typed, before it writes anything: an
+        # ``out`` that is an input still holds the input here)
+        return self._numpy(*arrays, out=out)
+
+
+def _into(out, res):
+    """``res`` copied into ``out`` (None: ``res`` itself)."""
+    if out is None:
+        return res
+    out[...] = res
+    return out
 
 
 def _code(a, shape: tuple) -> str:

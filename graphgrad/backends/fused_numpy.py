@@ -184,6 +184,17 @@ def numpy_source(program: FusedProgram) -> tuple[str, dict]:
         elif uf is None or not s.spec.ndim or None in key[0] or (rows and not rows_of[j]):
             glb[f"_f{j}"] = s.op.forward
             body.append(f"t{j} = _f{j}({', '.join(args)})")
+        elif final and uf is not None and s.spec.ndim and None not in key[0]:
+            # the result into the caller's ``out`` when there is one (else as below)
+            glb[f"_f{j}"] = uf
+            dead = [slot_of[a.index] for a in s.args if isinstance(a, Ref) and a.kind == "t"
+                    and last_use[a.index] == j and a.index in slot_of
+                    and (tuple(steps[a.index].spec.shape), steps[a.index].spec.dtype) == key]
+            pool = free.get(key, [])
+            buf = dead[0] if dead else (pool[-1] if pool else None)
+            body.append(f"t{j} = _f{j}({', '.join(args)}, "
+                        f"out={'out' if buf is None else f'{buf} if out is None else out'})")
+            slot_of[j] = f"t{j}"
         else:
             glb[f"_f{j}"] = uf
             dead = [slot_of[a.index] for a in s.args if isinstance(a, Ref) and a.kind == "t"
@@ -208,17 +219,19 @@ def numpy_source(program: FusedProgram) -> tuple[str, dict]:
                 sk = (tuple(steps[a.index].spec.shape), steps[a.index].spec.dtype)
                 free.setdefault(sk, []).append(slot_of.pop(a.index))
     params = ", ".join(f"x{k}" for k in range(n_in))
-    lines = [f"def kernel({params}):"]
+    lines = [f"def kernel({params}{', ' if n_in else ''}out=None):"]
     if any(st.op in REDUCTIONS for st in steps) and n_in:
         # eager's intermediates take a strided input's memory order, and a reduction's
         # summation order follows that order: inputs in another order (a transpose) get
         # eager's own computation
-        glb.update(_ref=program.run, _cc=_row_major)
+        glb.update(_ref=program.run, _cc=_row_major, _into=_into)
         lines.append(f"    if not _cc({params}{',' if n_in == 1 else ''}): "
-                     f"return _ref(({params}{',' if n_in == 1 else ''}))")
+                     f"return _into(out, _ref(({params}{',' if n_in == 1 else ''})))")
     if rows:
         glb["_dt_out"] = program.spec.dtype
-        lines.append(f"    out = _empty({tuple(program.spec.shape)!r}, _dt_out)")
+        glb["_direct"] = True
+        lines.append("    if out is None:")
+        lines.append(f"        out = _empty({tuple(program.spec.shape)!r}, _dt_out)")
         for buf, shape, dt in alloc:
             glb[f"_dt_{buf}"] = dt
             lines.append(f"    {buf} = _empty({shape!r}, _dt_{buf})")
@@ -226,6 +239,21 @@ def numpy_source(program: FusedProgram) -> tuple[str, dict]:
         lines.extend(f"        {ln}" for ln in body)
         lines.append("    return out")
     else:
+        glb["_into"] = _into
         lines.extend(f"    {ln}" for ln in body)
-        lines.append(f"    return t{len(steps) - 1}")
+        last = steps[-1]
+        glb["_direct"] = _ufunc(last) is not None and bool(last.spec.ndim) \
+            and None not in last.spec.shape
+        if glb["_direct"]:
+            lines.append(f"    return t{len(steps) - 1}")   # (written into ``out`` already)
+        else:   # a step that makes its own array: copied into ``out``
+            lines.append(f"    return _into(out, t{len(steps) - 1})")
     return "\n".join(lines) + "\n", glb
+
+
+def _into(out, res):
+    """``res`` copied into ``out`` (None: ``res`` itself)."""
+    if out is None:
+        return res
+    out[...] = res
+    return out
