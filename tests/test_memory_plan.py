@@ -1,0 +1,242 @@
+"""The memory plan of compiled array programs (backends/memory_plan.py): large fused
+groups and lone elementwise ops write into a buffer the program holds (in place, or a
+dead value's buffer), checked when the program runs; results never change, and graph
+inputs, constants, outputs and buffers seen by a live view are never written."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import graphgrad as gg
+from graphgrad import nn
+from graphgrad.backends import fused
+from graphgrad.backends.fused import FusedKernel
+from graphgrad.backends.memory_plan import REFS
+from graphgrad.compiler import segments
+from graphgrad.dynamo import CompiledFunction
+
+N = 256   # (256, 256) float32 is 256 KiB: above PLAN_MIN_BYTES
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Each fused kernel call: (program, out given, out is one of its inputs, result is
+    out)."""
+    seen = []
+    orig = FusedKernel.__call__
+
+    def record(self, *arrays, out=None):
+        res = orig(self, *arrays, out=out)
+        seen.append((repr(self.program), out is not None, any(out is a for a in arrays),
+                     out is not None and res is out))
+        return res
+    monkeypatch.setattr(FusedKernel, "__call__", record)
+    return seen
+
+
+@pytest.fixture(params=[True, False], ids=["numba", "numpy"])
+def numba(request, monkeypatch):
+    monkeypatch.setattr(fused.config, "numba", request.param)
+    return request.param
+
+
+def _compile(f, plan: bool, monkeypatch):
+    monkeypatch.setattr(fused.config, "memory_plan", plan)
+    return CompiledFunction(f, backend="default", share=False)
+
+
+def _run(cf, *args):
+    with gg.no_grad():
+        out = cf(*args)
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _source(cf) -> str:
+    return segments(cf)[0].compiled.source
+
+
+def _check(f, args, monkeypatch):
+    """f compiled with and without the plan: results bit for bit eager's, inputs
+    unchanged; the planned program's source."""
+    before = [a.numpy().copy() for a in args]
+    with gg.no_grad():
+        eager = f(*args)
+    eager = eager if isinstance(eager, tuple) else (eager,)
+    for plan in (True, False):
+        cf = _compile(f, plan, monkeypatch)
+        for _ in range(2):
+            got = _run(cf, *args)
+            for g, e in zip(got, eager, strict=True):
+                np.testing.assert_array_equal(g.numpy(), e.numpy())
+        for a, b in zip(args, before, strict=True):
+            np.testing.assert_array_equal(a.numpy(), b)
+        if plan:
+            src = _source(cf)
+    return src, got
+
+
+def test_refcount_baseline_is_one_local_and_the_call():
+    assert REFS == 2
+
+
+def test_conv_relu_conv_runs_relu_in_place(monkeypatch, calls, numba):
+    gg.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Conv2d(16, 8, 3), nn.ReLU())
+    x = gg.randn(8, 3, 32, 32)
+    src, _ = _check(lambda a: model(a), [x], monkeypatch)
+    if numba:   # (NumPy's relu is not a ufunc: its program would copy, so it allocates)
+        assert "out=_o" in src and "_o = t" in src, src
+        assert any(c[1] and c[2] and c[3] for c in calls), calls
+
+
+def test_elementwise_groups_between_matmuls(monkeypatch, calls, numba):
+    def f(x, w1, w2):
+        h = ((x @ w1) * 0.5 + 1.0) * x   # a group on a matmul's result, which dies there
+        return ((h @ w2) - 0.25) * 3.0 + x
+
+    gg.manual_seed(0)
+    args = [gg.randn(N, N), gg.randn(N, N), gg.randn(N, N)]
+    src, _ = _check(f, args, monkeypatch)
+    assert src.count("out=_o") == 2, src
+    in_place = [c for c in calls if c[1]]
+    assert in_place and all(c[2] and c[3] for c in in_place), calls
+
+
+def test_inputs_and_outputs_are_never_written(monkeypatch, calls):
+    def f(x, w):
+        a = x @ w
+        b = a * 2.0 + 1.0   # a is an output: not in place
+        c = x * 3.0 - 1.0   # x is a graph input: not in place
+        return a, b, c
+
+    gg.manual_seed(0)
+    src, _ = _check(f, [gg.randn(N, N), gg.randn(N, N)], monkeypatch)
+    assert not any(c[2] for c in calls), calls
+
+
+def test_a_dead_buffer_is_reused(monkeypatch, calls):
+    def f(x, w1, w2):
+        h = x @ w1
+        s = h @ w2          # h dies here (a matmul: no out)
+        return s * 2.0 + 1.0, s   # s is an output, so the group takes h's buffer
+
+    gg.manual_seed(0)
+    src, _ = _check(f, [gg.randn(N, N), gg.randn(N, N), gg.randn(N, N)], monkeypatch)
+    assert "out=_o" in src, src
+    taken = [c for c in calls if c[1]]
+    assert taken and all(c[3] and not c[2] for c in taken), calls
+
+
+def test_a_buffer_seen_by_a_live_view_is_not_reused(monkeypatch, calls):
+    def f(x, w):
+        h = x @ w
+        v = h.reshape(-1)          # a view of h, kept as an output
+        t = h.t()                  # a view of h, read after the group
+        y = h * 2.0 + 1.0          # h's last use: planned in place, refused when run
+        return y, v, t @ w
+
+    gg.manual_seed(0)
+    src, got = _check(f, [gg.randn(N, N), gg.randn(N, N)], monkeypatch)
+    assert "out=_o" in src, src   # planned, refused when run: the group allocated
+    assert calls and not any(c[1] for c in calls), calls
+
+
+def test_row_kernels_never_run_in_place(monkeypatch, calls, numba):
+    def f(x, w):
+        h = x @ w
+        return (h - h.mean(-1, keepdim=True)) * 2.0   # a row reduction on h, which dies
+
+    gg.manual_seed(0)
+    _check(f, [gg.randn(N, N), gg.randn(N, N)], monkeypatch)
+    assert not any(c[2] for c in calls), calls
+    k = next(k for k in fused.kernel_cache.values() if "Mean" in repr(k.program))
+    assert not k.may_alias(0)
+
+
+def test_small_graphs_are_not_planned(monkeypatch):
+    def f(x):
+        for _ in range(20):
+            x = (x * 1.0001).tanh()
+        return x
+
+    src, _ = _check(f, [gg.randn(4, 4)], monkeypatch)
+    assert "out=_o" not in src
+
+
+def test_kernel_out_is_bit_identical_on_every_lowering(numba):
+    gg.manual_seed(0)
+    x, y = gg.randn(300, 200), gg.randn(300, 200)
+    for f in (lambda a, b: (a * 2.0 + b).relu(), lambda a, b: (a * 0.5).tanh() + b,
+              lambda a, b: a * 2.0 + b.sum(-1, keepdim=True),
+              lambda a, b: (a - a.mean(-1, keepdim=True)) * b):
+        cf = CompiledFunction(f, backend="default", share=False)
+        _run(cf, x, y)
+        for k in list(fused.kernel_cache.values()):
+            if k.program.input_specs and all(tuple(s.shape) == (300, 200)
+                                              for s in k.program.input_specs):
+                a, b = x.numpy()[:, :], y.numpy()[:, :]
+                want = k(*[(a, b)[i] for i in range(len(k.program.input_specs))])
+                out = np.empty(k.program.spec.shape, k.program.spec.dtype)
+                got = k(*[(a, b)[i] for i in range(len(k.program.input_specs))], out=out)
+                assert got is out
+                np.testing.assert_array_equal(out, want)
+                if k.may_alias(0):
+                    a2 = a.copy()
+                    got = k(*[(a2, b)[i] for i in range(len(k.program.input_specs))],
+                            out=a2)
+                    np.testing.assert_array_equal(got, want)
+
+
+def _mlp():
+    gg.manual_seed(0)
+    return nn.Sequential(nn.Linear(N, N), nn.ReLU(), nn.Linear(N, N), nn.Tanh(),
+                         nn.Linear(N, 10))
+
+
+def test_compiled_training_equals_eager(monkeypatch, calls):
+    x, y = gg.randn(512, N), gg.randint(0, 10, (512,))
+    grads = {}
+    for mode in ("eager", True, False):
+        model = _mlp()
+        if mode != "eager":
+            monkeypatch.setattr(fused.config, "memory_plan", mode)
+            gg.dynamo.reset()
+            run = gg.compile(model)
+        else:
+            run = model
+        for _ in range(2):
+            model.zero_grad()
+            nn.CrossEntropyLoss()(run(x), y).backward()
+        grads[mode] = [p.grad.numpy().copy() for p in model.parameters()]
+    for a, b in zip(grads[True], grads[False], strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(grads[True], grads["eager"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert any(c[1] for c in calls), calls   # the backward program was planned
+
+
+def _peak(fn, *args) -> int:
+    fn(*args)
+    tracemalloc.start()
+    try:
+        fn(*args)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_plan_lowers_peak_memory(monkeypatch):
+    def f(x, w1, w2, w3):
+        # (without the plan the peak is a, b and the group's result at once: three
+        # buffers; with it, the result is a's buffer)
+        a, b = x @ w1, x @ w2
+        return (a * 0.5 + b) @ w3
+
+    gg.manual_seed(0)
+    args = [gg.randn(1024, N), gg.randn(N, N), gg.randn(N, N), gg.randn(N, N)]
+    peaks = {plan: _peak(lambda *a, c=_compile(f, plan, monkeypatch): _run(c, *a), *args)
+             for plan in (True, False)}
+    assert peaks[True] < peaks[False], peaks
