@@ -5,7 +5,9 @@
 interpretation); where no gradient is needed, ``array_program`` makes a program on the
 arrays themselves from the fused graph (``passes.fuse_elementwise``): each op's
 ``forward`` called directly, each fused group one kernel (fused.py), each value freed
-after its last use. Where a gradient is needed, the compiled forward+backward (aot.py).
+after its last use, and large groups writing into a buffer the program holds (in place
+or a dead value's; memory_plan.py, ``fused.config.memory_plan``). Where a gradient is
+needed, the compiled forward+backward (aot.py).
 With ``fused.config.debug_dir`` set, the graph before and after each step is written
 there as Python.
 """

@@ -27,6 +27,9 @@ both lowerings times them on its first call (``AUTOTUNE_REPEATS`` runs each, int
 the minimum of each by ``config.clock``) and keeps the faster; the decision is cached
 per kernel key in ``autotune_decisions``, so an equal group never times again. The
 default is the cost model: its decisions never depend on timing.
+``config.memory_plan`` (env ``GRAPHGRAD_MEMORY_PLAN=0`` turns it off): array programs
+run large groups in place or into dead buffers (``FusedKernel(..., out=)``,
+memory_plan.py).
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ node whose result is large (``PLAN_MIN_BYTES``) may write into
   the result's exact shape and dtype; never a row kernel or a reduction);
 * **a dead buffer**: a value of the same shape and dtype that died at an earlier node,
   kept alive until then instead of freed (its ``del`` moves to this node), only where
-  holding it does not raise the program's estimated peak (the sum of live values'
-  sizes at each node, from their specs).
+  holding it cannot raise the program's peak: no op call runs in between (an op's
+  temporaries are not in any spec), and the sum of live values' sizes (from their
+  specs) stays under its estimated peak.
 
 Graph inputs, constants and graph outputs are never candidates. Op forwards may return
 views (reshape, transpose, slices, a tuple's items) that share a buffer, which no static
@@ -37,6 +38,7 @@ from graphgrad.graph import Graph, Node, Spec, is_dynamic
 from graphgrad.ops.elementwise import Elementwise
 from graphgrad.passes import Fused, FusedProgram
 from graphgrad.passes.fused_op import Ref, Step
+from graphgrad.passes.fusion import _numpy_dtype_agrees
 from graphgrad.passes.purity import has_side_effects
 
 __all__ = ["plan_memory", "MemoryPlan", "single_program", "PLAN_MIN_BYTES", "REFS"]
@@ -84,8 +86,9 @@ def single_program(n: Node) -> FusedProgram | None:
     None where the node is not one (mixed dtypes go through dispatch's promotion)."""
     if n.kind != "call" or n.op is Fused or not issubclass(n.op, Elementwise) \
             or n.deps or n.nargs != len(n.inputs) or has_side_effects(n) \
-            or any(is_dynamic(v) for v in n.params.values()) or not isinstance(n.spec, Spec):
-        return None
+            or any(is_dynamic(v) for v in n.params.values()) or not isinstance(n.spec, Spec) \
+            or not _numpy_dtype_agrees(n):   # (the fusion pass's rule: then the kernel's
+        return None                          # result is what ``forward`` gives)
     specs, args = [], []
     for a in n.inputs:
         if isinstance(a, Node):
@@ -147,7 +150,9 @@ def plan_memory(graph: Graph, order: list[Node], lower) -> MemoryPlan:
         dead = sorted((v for v in same if death[v] < pos[n]), key=lambda v: -death[v])
         for v in dead:
             held = range(death[v] + 1, pos[n])
-            if all(live[t] + size <= peak for t in held):
+            # (an op call allocates temporaries no spec shows, so a buffer is never held
+            # across one: the estimate could not promise the peak)
+            if all(live[t] + size <= peak and order[t].kind != "call" for t in held):
                 for t in held:
                     live[t] += size
                 plan.into[n] = (v, False)
