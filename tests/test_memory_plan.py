@@ -6,6 +6,7 @@ inputs, constants, outputs and buffers seen by a live view are never written."""
 from __future__ import annotations
 
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -240,3 +241,53 @@ def test_plan_lowers_peak_memory(monkeypatch):
     peaks = {plan: _peak(lambda *a, c=_compile(f, plan, monkeypatch): _run(c, *a), *args)
              for plan in (True, False)}
     assert peaks[True] < peaks[False], peaks
+
+
+def _programs(monkeypatch, shape) -> list:
+    """Fused programs of several kinds (flat, a NumPy loop step, broadcast inputs, a row
+    kernel) on ``shape``, from the fusion pass."""
+    made: dict = {}
+    monkeypatch.setattr(fused, "kernel_cache", made)
+    n, d = shape
+    fns = [(lambda a, b: (a * 2.0 + b).relu() - 1.0, [shape, shape]),
+           (lambda a, b: (a * 0.5).tanh() * b + 0.5, [shape, shape]),
+           (lambda a, c: (a * c + 1.0) * 3.0 - c, [shape, (1, d)]),
+           (lambda a, b: (a - a.mean(-1, keepdim=True)) * b * 2.0, [shape, shape])]
+    for f, shapes in fns:
+        with gg.no_grad():
+            CompiledFunction(f, backend="default", share=False)(*[gg.randn(*s) for s in shapes])
+    return [k.program for k in made.values()]
+
+
+@pytest.mark.parametrize("mode", ["numba", "numpy", "autotune", "failed"])
+@pytest.mark.parametrize("shape", [(300, 200), (1024, 512)], ids=["whole", "blocked"])
+def test_out_is_bit_identical_on_every_path(monkeypatch, mode, shape):
+    programs = _programs(monkeypatch, shape)
+    assert len(programs) == 4
+    monkeypatch.setattr(fused.config, "numba", mode != "numpy")
+    monkeypatch.setattr(fused.config, "autotune", mode == "autotune")
+    monkeypatch.setattr(fused, "autotune_decisions", {})
+    if mode == "failed":
+        def broken(src):
+            raise RuntimeError("no compiler today")
+        monkeypatch.setattr(fused.fused_numba, "load", broken)
+    rng = np.random.default_rng(0)
+    for p in programs:
+        arrays = [rng.standard_normal(tuple(s.shape)).astype(s.dtype) for s in p.input_specs]
+        want = p.run(tuple(arrays))   # the reference lowering: each op's forward, as eager
+        k = FusedKernel(p)
+        for _ in range(2):   # (the first call compiles, autotunes or fails)
+            out = np.empty(want.shape, want.dtype)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = k(*arrays, out=out)
+            assert got is out
+            np.testing.assert_array_equal(out, want, err_msg=f"{p!r} {k.decision.reason}")
+            if k.may_alias(0):
+                first = arrays[0].copy()
+                got = k(first, *arrays[1:], out=first)
+                assert got is first
+                np.testing.assert_array_equal(first, want)
+        assert k.may_alias(0) == ("Mean" not in repr(p))
+        if mode == "failed":
+            assert k.lowering == "numpy"
