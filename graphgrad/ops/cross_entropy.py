@@ -239,9 +239,10 @@ def _loss(x, target, weight, ignore_index: int, reduction: str, label_smoothing:
     if run is not None and n <= step:   # buf holds exp(x - max) of every row
         run.values = (rows, t, w, buf, total)
     del buf
-    picked = x[rows, t] - m[rows, 0]
+    every = rows.size == n   # (no row ignored: rows is arange(n), no gathers by it)
+    picked = x[rows, t] - (m[:, 0] if every else m[rows, 0])
     log_total = xp.log(total)
-    lt = log_total[rows]
+    lt = log_total if every else log_total[rows]
     loss = lt - picked          # -log_softmax at the target
     if w is not None:
         loss *= w
@@ -258,6 +259,8 @@ def _loss(x, target, weight, ignore_index: int, reduction: str, label_smoothing:
         return xp.asarray(total, x.dtype)
     if not rows.size:  # the mean of nothing (without NumPy's division warning)
         return xp.full((), xp.nan, x.dtype)
+    if w is None:
+        return xp.asarray(total / dt(rows.size), x.dtype)
     with xp.errstate(divide="ignore", invalid="ignore"):  # weights summing to 0: nan
         return xp.asarray(total / (dt(rows.size) if w is None else xp.add.reduce(w)),
                           x.dtype)
@@ -335,6 +338,12 @@ def _gradient(g, x, target, weight, ignore_index: int, reduction: str, label_smo
     rows, t, w = _kept_rows(x, target, weight, ignore_index) if saved is None else saved[:3]
     dt = x.dtype.type
     g = g.astype(x.dtype, copy=False)
+    if saved is not None and w is None and not label_smoothing and reduction != "none" \
+            and rows.size == n:   # a training step's: the ops below on scalars (same bits)
+        part = g if reduction == "sum" else g / dt(n)   # each row's target_part
+        buf = xp.multiply(saved[3], ((part + 0) / saved[4])[:, None])
+        buf[rows, t] -= part
+        return buf
     if reduction == "none":
         scale = g[rows]
     elif reduction == "sum" or not rows.size:
