@@ -122,3 +122,34 @@ def test_bad_target_error_names_cross_entropy():
     x = gg.randn(3, 4, requires_grad=True)
     with pytest.raises(IndexError, match="out of bounds"):
         F.cross_entropy(x, gg.tensor([0, 1, 7]))
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "T"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64"])
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_one_block_paths_give_the_row_block_loops_bits(monkeypatch, layout, dtype, cfg):
+    """A batch of one row block runs the loss on x whole and keeps exp(x - max) for the
+    gradient; with blocks of 2 rows the same inputs go through the loops, computing
+    everything again: the same bits."""
+    rng = np.random.default_rng(len(str(cfg)))
+    x = rng.standard_normal((11, 7)) * 4
+    if dtype.startswith("complex"):
+        x = x + 1j * rng.standard_normal((11, 7))
+    x = x.astype(dtype)
+    x = np.asfortranarray(x) if layout == "F" else x.T.copy().T if layout == "T" else x
+    t = rng.integers(0, 7, 11)
+    t[:2] = 1
+    w = rng.uniform(0.5, 2, 7) if cfg.get("weight") else None
+    params = {k: v for k, v in cfg.items() if k != "weight"}
+    ii, red, ls = (params.get("ignore_index", -100), params.get("reduction", "mean"),
+                   params.get("label_smoothing", 0.0))
+    g = np.asarray(0.3 if red != "none" else rng.standard_normal(11), dtype)
+    run = ce.Residuals()
+    loss = ce._loss(x, t, w, ii, red, ls, run)
+    grad = ce._gradient(g, x, t, w, ii, red, ls, run.values)
+    monkeypatch.setattr(ce, "_BLOCK", 14)   # 2 rows of 7 a block
+    run2 = ce.Residuals()
+    np.testing.assert_array_equal(ce._loss(x, t, w, ii, red, ls, run2), loss)
+    assert run2.values is None
+    np.testing.assert_array_equal(ce._gradient(g, x, t, w, ii, red, ls), grad)
+    assert grad.flags.c_contiguous

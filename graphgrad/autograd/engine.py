@@ -440,7 +440,9 @@ def _make_seeds(outputs: tuple, grad_outputs: tuple) -> list:
             if out._array.dtype.kind != "f":
                 raise RuntimeError(f"grad can be implicitly created only for real scalar outputs "
                                    f"but got {out.dtype}")
-            seeds.append(Tensor._make(xp.ones(out._array.shape, out._array.dtype)))
+            one = xp.empty(out._array.shape, out._array.dtype)
+            one.fill(1)   # (NumPy's ones() is Python around these two calls)
+            seeds.append(Tensor._make(one))
         else:
             raise TypeError(f"gradients can be either Tensors or None, but got "
                             f"{type(g).__name__}")
@@ -531,7 +533,11 @@ def _accumulate(t: Value, g: Tensor, create_graph: bool, steal: bool = False) ->
     ``steal`` (see ``_stealable``) a first gradient's array becomes ``.grad`` uncopied."""
     old = t._grad
     if old is None:
-        t._grad = g if create_graph else leaf_of(g._array if steal else g._array.copy())
+        if steal and type(g) is Tensor and g.op is None and g._extras is None and \
+                g._version_counter is None and not g._requires_grad:
+            t._grad = g   # a plain leaf that nothing else holds: itself, as leaf_of would make
+        else:
+            t._grad = g if create_graph else leaf_of(g._array if steal else g._array.copy())
     elif create_graph or old._requires_grad:
         t._grad = old + g
     elif old._array.flags.writeable and old._array.dtype == g._array.dtype:

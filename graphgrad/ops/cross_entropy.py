@@ -51,7 +51,8 @@ def _kept_rows(x, target, weight, ignore_index: int):
 
 def _row_max(x, out=None):
     """Each row's largest (real part), the shift that keeps exp finite."""
-    return xp.maximum.reduce(xp.real(x), axis=1, keepdims=True, initial=-xp.inf, out=out)
+    return xp.maximum.reduce(x if x.dtype.kind == "f" else x.real, axis=1, keepdims=True,
+                             initial=-xp.inf, out=out)
 
 
 def _rows_per_block(c: int) -> int:
@@ -223,13 +224,19 @@ def _loss(x, target, weight, ignore_index: int, reduction: str, label_smoothing:
     # (a strided x's rows are now summed pairwise, and with weight and label
     # smoothing BLAS's product on a block may round a last bit differently)
     step = _rows_per_block(c)
-    m = xp.empty((n, 1), xp.real(x[:0]).dtype)
-    total = xp.empty(n, x.dtype)
     buf = xp.empty((min(step, n), c), x.dtype)
+    if n <= step and not label_smoothing:   # one block: the loop's operations, on x whole
+        m = _row_max(x)
+        xp.subtract(x, m, out=buf)
+        xp.exp(buf, out=buf)
+        total = xp.add.reduce(buf, axis=1)
+    else:
+        m = xp.empty((n, 1), xp.real(x[:0]).dtype)
+        total = xp.empty(n, x.dtype)
     if label_smoothing:  # sum_c w_c (x - max)_ic, read before the exp overwrites it
         spread = xp.empty(n, x.dtype)
         wc = None if weight is None else weight.astype(x.dtype)
-    for i in range(0, n, step):
+    for i in range(0, n, step) if n > step or label_smoothing else ():
         xb, sb = x[i:i + step], buf[:min(step, n - i)]
         xp.subtract(xb, _row_max(xb, out=m[i:i + step]), out=sb)
         if label_smoothing:
