@@ -225,9 +225,11 @@ def _loss(x, target, weight, ignore_index: int, reduction: str, label_smoothing:
     # smoothing BLAS's product on a block may round a last bit differently)
     step = _rows_per_block(c)
     buf = xp.empty((min(step, n), c), x.dtype)
+    picked = None
     if n <= step and not label_smoothing:   # one block: the loop's operations, on x whole
         m = _row_max(x)
         xp.subtract(x, m, out=buf)
+        picked = buf[rows, t]   # x - max at the targets, before the exp
         xp.exp(buf, out=buf)
         total = xp.add.reduce(buf, axis=1)
     else:
@@ -247,7 +249,8 @@ def _loss(x, target, weight, ignore_index: int, reduction: str, label_smoothing:
         run.values = (rows, t, w, buf, total)
     del buf
     every = rows.size == n   # (no row ignored: rows is arange(n), no gathers by it)
-    picked = x[rows, t] - (m[:, 0] if every else m[rows, 0])
+    if picked is None:
+        picked = x[rows, t] - (m[:, 0] if every else m[rows, 0])
     log_total = xp.log(total)
     lt = log_total if every else log_total[rows]
     loss = lt - picked          # -log_softmax at the target
