@@ -189,14 +189,15 @@ class CrossEntropyStep(CrossEntropy):
     def vjp(g, out, x, target, weight=None, *, run: Residuals, ignore_index=-100,
             reduction="mean", label_smoothing=0.0):
         saved, run.values = run.values, None   # released, as eager backward frees them
-        rest = (None,) if weight is None else (None, None)
         if saved is not None and g._array.dtype.kind in "fc" and array_backward():
-            w = None if weight is None else weight._array
+            args = (g._array, x._array, target._array, None, ignore_index, reduction,
+                    label_smoothing, saved)
+            if weight is None:   # (row sums of exp are at least 1: no division warns)
+                return (Tensor._make(_gradient(*args)), None)
             # kept targets whose class weights sum to 0: a nan gradient (PyTorch's)
             with xp.errstate(divide="ignore", invalid="ignore"):
-                buf = _gradient(g._array, x._array, target._array, w, ignore_index,
-                                reduction, label_smoothing, saved)
-            return (Tensor._make(buf), *rest)
+                buf = _gradient(*args[:3], weight._array, *args[4:])
+            return (Tensor._make(buf), None, None)
         return CrossEntropy.vjp(g, out, x, target, weight, ignore_index=ignore_index,
                                 reduction=reduction, label_smoothing=label_smoothing)
 
