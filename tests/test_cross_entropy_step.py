@@ -1,4 +1,4 @@
-"""``F.cross_entropy`` in plain eager mode records ``CrossEntropyStep``: a batch of one
+"""``F.cross_entropy`` in plain eager mode records ``_CrossEntropyStep``: a batch of one
 row block keeps the forward's exp(x - max) and row sums for the backward. Its gradient
 must be the bits of ``CrossEntropyBackward`` (which computes them again), match PyTorch,
 and every other backward (a second pass, ``create_graph``, a transform, a mode) must be
@@ -41,7 +41,7 @@ def test_saved_gradient_is_the_kernels_bits_and_torchs_values(dtype, cfg):
     x = gg.tensor(x0, requires_grad=True)
     t = gg.tensor(t0)
     loss = F.cross_entropy(x, t, **kw)
-    assert loss.op is ce.CrossEntropyStep
+    assert loss.op is ce._CrossEntropyStep
     run = loss.params["run"]
     assert run.values is not None           # kept by the forward
     g = gg.ones_like(loss) * 0.7

@@ -153,7 +153,7 @@ class CrossEntropy(Op):
 
 
 class Residuals:
-    """What one call of ``CrossEntropyStep`` keeps for its gradient (its parameter:
+    """What one call of ``_CrossEntropyStep`` keeps for its gradient (its parameter:
     it lives with the node until the first backward reads it)."""
 
     __slots__ = ("values",)
@@ -167,13 +167,14 @@ class Residuals:
     __hash__ = object.__hash__
 
 
-class CrossEntropyStep(CrossEntropy):
+class _CrossEntropyStep(CrossEntropy):
     """``CrossEntropy`` as ``F.cross_entropy`` records it in plain eager mode (no mode
     on the dispatch stack): a batch of one row block (a training step's) keeps the
     forward's exp(x - max) and its row sums in ``run`` (``Residuals``), so a plain eager
     backward does not compute them again, and runs the kernel without a dispatch. Any
     other backward (``create_graph``, a transform, a second pass with
-    ``retain_graph``) is ``CrossEntropy``'s; ``run`` never reaches a mode or a graph."""
+    ``retain_graph``) is ``CrossEntropy``'s; ``run`` never reaches a mode or a graph.
+    Its leading underscore keeps it out of the op registry: no mode ever sees it."""
 
     @classmethod
     def explain_failure(cls, err: Exception, args: tuple, params: dict) -> Exception:

@@ -10,7 +10,7 @@ from graphgrad.backend import bool_, xp
 from graphgrad.ops import softplus
 from graphgrad.ops.base import scalar_name
 from graphgrad.ops.bce import BinaryCrossEntropy
-from graphgrad.ops.cross_entropy import CrossEntropy, CrossEntropyStep, Residuals
+from graphgrad.ops.cross_entropy import CrossEntropy, _CrossEntropyStep, Residuals
 from graphgrad.ops.nll import NllLoss
 from graphgrad.tensor import Tensor, Value, current_mode
 
@@ -187,7 +187,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
         tgt = target if len(tshape) == 1 else target.reshape(-1)
         args = (x, tgt) if weight is None else (x, tgt, weight)
         if current_mode() is None:   # plain eager: the op keeps what its backward reads
-            loss = CrossEntropyStep.apply(*args, run=Residuals(), **params)
+            loss = _CrossEntropyStep.apply(*args, run=Residuals(), **params)
         else:
             loss = CrossEntropy.apply(*args, **params)
         return loss if reduction != "none" or len(ishape) == 2 else loss.reshape(tshape)
