@@ -5,9 +5,12 @@ interleaved (``timing.time_interleaved``). Prints one JSON object: per-step time
 the ratios of the fastest samples (the headline), of the medians and of the CPU times.
 
     python bench/mlp_train.py [--repeats 15] [--optimizer sgd|adam] [--overhead] [--compiled]
+                              [--phases]
 
 ``--compiled`` adds ``graphgrad.compile(model)`` (forward and backward compiled) as a
 fourth contender, ``graphgrad_compiled``, with its ratios to NumPy and to graphgrad eager.
+``--phases`` prints instead each phase's CPU time per step (forward, loss, backward with
+zero_grad, update) for NumPy and graphgrad (and compiled): where the time goes.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import gc  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
+import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -51,20 +55,38 @@ def _mlp(nn):
 
 def numpy_step_fn():
     """Forward, backward and the SGD update written out by hand on arrays."""
+    forward, loss_of, backward, update = _numpy_phases()
+
+    def step():
+        acts = forward()
+        p, loss = loss_of(acts[-1])
+        update(backward(acts, p))
+        return loss
+    return step
+
+
+def _numpy_phases():
+    """The NumPy step's four phases: forward, loss, backward and update, each taking what
+    the one before returned (``--phases`` times them apart)."""
     x, y, ws, bs = _data()
     n = x.shape[0]
     rows = np.arange(n)
 
-    def step():
+    def forward():
         h1 = x @ ws[0].T + bs[0]
         a1 = np.maximum(h1, 0)
         h2 = a1 @ ws[1].T + bs[1]
         a2 = np.maximum(h2, 0)
-        z = a2 @ ws[2].T + bs[2]
+        return h1, a1, h2, a2, a2 @ ws[2].T + bs[2]
+
+    def loss_of(z):
         z = z - z.max(axis=1, keepdims=True)
         ez = np.exp(z)
         p = ez / ez.sum(axis=1, keepdims=True)
-        loss = -np.log(p[rows, y]).mean()
+        return p, -np.log(p[rows, y]).mean()
+
+    def backward(acts, p):
+        h1, a1, h2, a2, _ = acts
         dz = p
         dz[rows, y] -= 1
         dz /= n
@@ -75,10 +97,9 @@ def numpy_step_fn():
         da1 = da2 @ ws[1]
         da1 *= h1 > 0
         gw0, gb0 = da1.T @ x, da1.sum(0)
-        update((*ws, *bs), (gw0, gw1, gw2, gb0, gb1, gb2))
-        return loss
-    update = _numpy_sgd if OPTIMIZER == "sgd" else _numpy_adam()
-    return step
+        return gw0, gw1, gw2, gb0, gb1, gb2
+    step_update = _numpy_sgd if OPTIMIZER == "sgd" else _numpy_adam()
+    return forward, loss_of, backward, lambda grads: step_update((*ws, *bs), grads)
 
 
 def _numpy_sgd(params, grads) -> None:
@@ -118,9 +139,10 @@ def _optimizer(optim, params):
     return optim.Adam(params, lr=LR["adam"], betas=BETAS, eps=EPS)
 
 
-def graphgrad_step_fn(compiled: bool = False):
+def graphgrad_step_fn(compiled: bool = False, phases: bool = False):
     """graphgrad's step; ``compiled``: the model through ``graphgrad.compile`` (forward
-    and backward compiled: bench/compile_fusion.py)."""
+    and backward compiled: bench/compile_fusion.py); ``phases``: its four phase functions
+    instead (``phase_times``)."""
     import graphgrad as gg
     from graphgrad import nn, optim
     x, y, ws, bs = _data()
@@ -133,6 +155,11 @@ def graphgrad_step_fn(compiled: bool = False):
     xt, yt = gg.tensor(x), gg.tensor(y)
 
     run = gg.compile(model) if compiled else model
+    if phases:
+        def backward(loss):
+            opt.zero_grad()
+            loss.backward()
+        return (lambda: run(xt)), (lambda out: loss_fn(out, yt)), backward, opt.step
 
     def step():
         loss = loss_fn(run(xt), yt)
@@ -141,6 +168,46 @@ def graphgrad_step_fn(compiled: bool = False):
         opt.step()
         return loss
     return step
+
+
+def phase_times(contenders: dict, repeats: int, steps: int = 40) -> dict:
+    """Per-step thread CPU time (µs) of each phase (forward, loss, backward with
+    zero_grad, update) of each contender's four phase functions, the minimum over
+    ``repeats`` samples of ``steps`` steps, samples interleaved across contenders."""
+    clock = time.thread_time
+    sums = {k: [] for k in contenders}
+    for _ in range(20):
+        for forward, loss_of, backward, update in contenders.values():
+            _run_phases(forward, loss_of, backward, update, clock)
+    for _ in range(repeats):
+        for k, (forward, loss_of, backward, update) in contenders.items():
+            gc.collect()
+            acc = [0.0] * 4
+            for _ in range(steps):
+                t = _run_phases(forward, loss_of, backward, update, clock)
+                for i in range(4):
+                    acc[i] += t[i]
+            sums[k].append([a / steps * 1e6 for a in acc])
+    names = ("forward", "loss", "backward", "update")
+    return {k: {name: round(min(s[i] for s in v), 1) for i, name in enumerate(names)}
+            for k, v in sums.items()}
+
+
+def _run_phases(forward, loss_of, backward, update, clock) -> tuple:
+    t0 = clock()
+    out = forward()
+    t1 = clock()
+    loss = loss_of(out[-1] if isinstance(out, tuple) else out)
+    t2 = clock()
+    if isinstance(loss, tuple):   # NumPy's: (probabilities, loss)
+        grads = backward(out, loss[0])
+        t3 = clock()
+        update(grads)
+    else:
+        backward(loss)
+        t3 = clock()
+        update()
+    return t1 - t0, t2 - t1, t3 - t2, clock() - t3
 
 
 def torch_step_fn():
@@ -184,11 +251,23 @@ def main(argv: list[str] | None = None) -> dict:
                     help="a 4-8-8-3 MLP on 2 examples: what remains is per-step overhead")
     ap.add_argument("--compiled", action="store_true",
                     help="also the step with graphgrad.compile(model)")
+    ap.add_argument("--phases", action="store_true",
+                    help="instead: per-phase CPU times (forward, loss, backward, update)")
     args = ap.parse_args(argv)
     global SIZES, BATCH, OPTIMIZER
     if args.overhead:
         SIZES, BATCH = (4, 8, 8, 3), 2
     OPTIMIZER = args.optimizer
+    if args.phases:
+        contenders = {"numpy": _numpy_phases(), "graphgrad": graphgrad_step_fn(phases=True)}
+        if args.compiled:
+            contenders["graphgrad_compiled"] = graphgrad_step_fn(compiled=True, phases=True)
+        result = {"bench": "mlp_train_phases", "model": "-".join(map(str, SIZES)),
+                  "batch": BATCH, "optimizer": OPTIMIZER, "us_per_step_min": phase_times(
+                      contenders, args.repeats * 3),
+                  "uptime": os.popen("uptime").read().strip()}
+        print(json.dumps(result))
+        return result
     fns = {"numpy": numpy_step_fn, "graphgrad": graphgrad_step_fn}
     if args.compiled:
         fns["graphgrad_compiled"] = lambda: graphgrad_step_fn(compiled=True)

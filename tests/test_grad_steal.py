@@ -113,3 +113,23 @@ def test_create_graph_keeps_the_gradient_tensor(steals):
     assert x.grad.requires_grad
     x.grad.sum().backward()
     np.testing.assert_allclose(x.grad.detach().numpy(), [3 + 6, 12 + 12])
+
+
+def test_a_stolen_plain_leaf_gradient_is_grad_itself():
+    """The tensor the pass made (a plain leaf nothing else holds) becomes ``.grad`` as
+    it is, not a new leaf on its array; a later in-place step counts on it alone."""
+    import weakref
+    w = _leaf(np.ones((3, 4)))
+    made: list = []
+
+    def hook(g):
+        new = g * 2
+        made.append(weakref.ref(new))
+        return new
+    w.register_hook(hook)
+    (gg.tensor(np.ones((2, 3), np.float32)) @ w).sum().backward()
+    assert w.grad is made[0]()
+    assert w.grad.grad_fn is None and not w.grad.requires_grad and w.grad._version == 0
+    np.testing.assert_array_equal(w.grad.numpy(), np.full((3, 4), 4, np.float32))
+    w.grad.mul_(0.5)
+    assert w.grad._version == 1 and w._version == 0

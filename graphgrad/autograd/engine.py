@@ -181,8 +181,9 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
                 last = None
             if incremental and node.op is not None:   # (a leaf releases nothing)
                 last = node
-            g = grads.pop(id(node), None)
-            if g is None or (wanted is not None and id(node) not in wanted):
+            nid = id(node)   # (read once: a call per use adds up over a pass)
+            g = grads.pop(nid, None)
+            if g is None or (wanted is not None and nid not in wanted):
                 continue
             ext = node._extras
             if ext is not None and ext.hooks:
@@ -190,14 +191,14 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
                     replaced = hook(g)
                     if replaced is not None:
                         g = _checked_hook_result(hook, g, replaced)
-            if target_ids is not None:
-                if id(node) in target_ids:
-                    results[id(node)] = (node, g)
-            elif node.op is None or (ext is not None and ext.retains_grad):
-                results[id(node)] = (node, g)
-            if node.op is None:
-                continue
             op = node.op
+            if target_ids is not None:
+                if nid in target_ids:
+                    results[nid] = (node, g)
+            elif op is None or (ext is not None and ext.retains_grad):
+                results[nid] = (node, g)
+            if op is None:
+                continue
             if op.saves_inputs or op.saves_output:  # an op that saves nothing frees nothing
                 _check_saved(node)
             inputs = node.inputs
@@ -219,7 +220,7 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
                 if not (isinstance(p, Value) and p._requires_grad):
                     continue
                 a, c = p._array, ct._array
-                if a.shape != c.shape or a.dtype != c.dtype:
+                if a.shape != c.shape or (a.dtype is not c.dtype and a.dtype != c.dtype):
                     ct = unbroadcast(ct, a.shape, a.dtype, op.__name__)
                 if p._extras is not None:
                     p = identity_at(p, sv[i] if sv is not None else 0)
@@ -440,7 +441,9 @@ def _make_seeds(outputs: tuple, grad_outputs: tuple) -> list:
             if out._array.dtype.kind != "f":
                 raise RuntimeError(f"grad can be implicitly created only for real scalar outputs "
                                    f"but got {out.dtype}")
-            seeds.append(Tensor._make(xp.ones(out._array.shape, out._array.dtype)))
+            one = xp.empty(out._array.shape, out._array.dtype)
+            one.fill(1)   # (NumPy's ones() is Python around these two calls)
+            seeds.append(Tensor._make(one))
         else:
             raise TypeError(f"gradients can be either Tensors or None, but got "
                             f"{type(g).__name__}")
@@ -531,7 +534,11 @@ def _accumulate(t: Value, g: Tensor, create_graph: bool, steal: bool = False) ->
     ``steal`` (see ``_stealable``) a first gradient's array becomes ``.grad`` uncopied."""
     old = t._grad
     if old is None:
-        t._grad = g if create_graph else leaf_of(g._array if steal else g._array.copy())
+        if steal and type(g) is Tensor and g.op is None and g._extras is None and \
+                g._version_counter is None and not g._requires_grad:
+            t._grad = g   # a plain leaf that nothing else holds: itself, as leaf_of would make
+        else:
+            t._grad = g if create_graph else leaf_of(g._array if steal else g._array.copy())
     elif create_graph or old._requires_grad:
         t._grad = old + g
     elif old._array.flags.writeable and old._array.dtype == g._array.dtype:

@@ -225,7 +225,7 @@ class _CompiledOp(Op):
 
 def _single_output_op(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph,
                       bwd_graph) -> type:
-    positions, slow = part.grad_inputs, aot.slow
+    positions, slow, _make = part.grad_inputs, aot.slow, Tensor._make
     # without random draws the forward gives the saved values again, so they can go at
     # the first backward (a loop's previous loss no longer holds a step's activations)
     replayable = not any(n.kind == "random" for n in part.forward.nodes)
@@ -250,8 +250,10 @@ def _single_output_op(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph,
                 values = fwd(*[a._array if isinstance(a, Value) else a for a in inputs])[1:]
             elif replayable:   # released now, as eager backward frees what nodes saved
                 run.values = None
-            got = [None if isinstance(r, float) else Tensor._make(r)
-                   for r in bwd(*values, g._array)]
+            for i, r in zip(positions, bwd(*values, g._array), strict=True):
+                if not isinstance(r, float):   # (a float: a zero gradient, none)
+                    grads[i] = _make(r)
+            return grads
         for i, gi in zip(positions, got, strict=True):
             grads[i] = gi
         return grads

@@ -17,6 +17,7 @@ has a nan loss and a zero gradient, as in PyTorch."""
 from __future__ import annotations
 
 from graphgrad.backend import xp
+from graphgrad.tensor import Tensor
 
 from . import taylor as ts
 from .base import Op, Spec
@@ -50,7 +51,8 @@ def _kept_rows(x, target, weight, ignore_index: int):
 
 def _row_max(x, out=None):
     """Each row's largest (real part), the shift that keeps exp finite."""
-    return xp.maximum.reduce(xp.real(x), axis=1, keepdims=True, initial=-xp.inf, out=out)
+    return xp.maximum.reduce(x if x.dtype.kind == "f" else x.real, axis=1, keepdims=True,
+                             initial=-xp.inf, out=out)
 
 
 def _rows_per_block(c: int) -> int:
@@ -70,61 +72,7 @@ class CrossEntropy(Op):
     @staticmethod
     def forward(x, target, weight=None, *, ignore_index=-100, reduction="mean",
                 label_smoothing=0.0):
-        if x.ndim != 2:
-            raise ValueError(f"cross_entropy: expected logits of shape (N, C), got {x.shape}")
-        if x.dtype.kind not in "fc":
-            raise RuntimeError(f"cross_entropy: expected a floating point input, got {x.dtype}")
-        if reduction not in ("none", "mean", "sum"):
-            raise RuntimeError(f"cross_entropy: {reduction} is not a valid value for "
-                               f"reduction")
-        if not 0.0 <= label_smoothing <= 1.0:
-            raise RuntimeError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0. "
-                               f"Got: {label_smoothing}")
-        n, c = x.shape
-        rows, t, w = _kept_rows(x, target, weight, ignore_index)
-        dt = x.dtype.type
-        # row block by row block, the block's shifted logits (x - max) in a buffer that
-        # stays in cache: one read of x from memory, where whole arrays made five passes.
-        # Each row is reduced as NumPy reduces a C-contiguous whole array: the same bits
-        # (a strided x's rows are now summed pairwise, and with weight and label
-        # smoothing BLAS's product on a block may round a last bit differently)
-        step = _rows_per_block(c)
-        m = xp.empty((n, 1), xp.real(x[:0]).dtype)
-        total = xp.empty(n, x.dtype)
-        buf = xp.empty((min(step, n), c), x.dtype)
-        if label_smoothing:  # sum_c w_c (x - max)_ic, read before the exp overwrites it
-            spread = xp.empty(n, x.dtype)
-            wc = None if weight is None else weight.astype(x.dtype)
-        for i in range(0, n, step):
-            xb, sb = x[i:i + step], buf[:min(step, n - i)]
-            xp.subtract(xb, _row_max(xb, out=m[i:i + step]), out=sb)
-            if label_smoothing:
-                spread[i:i + step] = sb.sum(axis=1) if wc is None else sb @ wc
-            xp.exp(sb, out=sb)
-            xp.add.reduce(sb, axis=1, out=total[i:i + step])
-        del buf
-        picked = x[rows, t] - m[rows, 0]
-        log_total = xp.log(total)
-        lt = log_total[rows]
-        loss = lt - picked          # -log_softmax at the target
-        if w is not None:
-            loss *= w
-        if label_smoothing:
-            total_w = c if weight is None else weight.astype(x.dtype).sum()
-            loss *= dt(1 - label_smoothing)
-            loss += dt(label_smoothing / c) * (total_w * lt - spread[rows])
-        if reduction == "none":
-            out = xp.zeros(n, x.dtype)
-            out[rows] = loss
-            return out
-        total = xp.add.reduce(loss)
-        if reduction == "sum":
-            return xp.asarray(total, x.dtype)
-        if not rows.size:  # the mean of nothing (without NumPy's division warning)
-            return xp.full((), xp.nan, x.dtype)
-        with xp.errstate(divide="ignore", invalid="ignore"):  # weights summing to 0: nan
-            return xp.asarray(total / (dt(rows.size) if w is None else xp.add.reduce(w)),
-                              x.dtype)
+        return _loss(x, target, weight, ignore_index, reduction, label_smoothing, None)
 
     @staticmethod
     def vjp(g, out, x, target, weight=None, *, ignore_index=-100, reduction="mean",
@@ -203,6 +151,133 @@ class CrossEntropy(Op):
         return by_example(cls, vals, bdims, **params)
 
 
+
+class Residuals:
+    """What one call of ``_CrossEntropyStep`` keeps for its gradient (its parameter:
+    it lives with the node until the first backward reads it)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self):
+        self.values: tuple | None = None
+
+    def __eq__(self, other) -> bool:   # (identity: params must compare and hash)
+        return self is other
+
+    __hash__ = object.__hash__
+
+
+class _CrossEntropyStep(CrossEntropy):
+    """``CrossEntropy`` as ``F.cross_entropy`` records it in plain eager mode (no mode
+    on the dispatch stack): a batch of one row block (a training step's) keeps the
+    forward's exp(x - max) and its row sums in ``run`` (``Residuals``), so a plain eager
+    backward does not compute them again, and runs the kernel without a dispatch. Any
+    other backward (``create_graph``, a transform, a second pass with
+    ``retain_graph``) is ``CrossEntropy``'s; ``run`` never reaches a mode or a graph.
+    Its leading underscore keeps it out of the op registry: no mode ever sees it."""
+
+    @classmethod
+    def explain_failure(cls, err: Exception, args: tuple, params: dict) -> Exception:
+        params = {k: v for k, v in params.items() if k != "run"}
+        return CrossEntropy.explain_failure(err, args, params)   # (its name in the message)
+
+    @staticmethod
+    def forward(x, target, weight=None, *, run: Residuals, ignore_index=-100,
+                reduction="mean", label_smoothing=0.0):
+        return _loss(x, target, weight, ignore_index, reduction, label_smoothing, run)
+
+    @staticmethod
+    def vjp(g, out, x, target, weight=None, *, run: Residuals, ignore_index=-100,
+            reduction="mean", label_smoothing=0.0):
+        saved, run.values = run.values, None   # released, as eager backward frees them
+        if saved is not None and g._array.dtype.kind in "fc" and array_backward():
+            args = (g._array, x._array, target._array, None, ignore_index, reduction,
+                    label_smoothing, saved)
+            if weight is None:   # (row sums of exp are at least 1: no division warns)
+                return (Tensor._make(_gradient(*args)), None)
+            # kept targets whose class weights sum to 0: a nan gradient (PyTorch's)
+            with xp.errstate(divide="ignore", invalid="ignore"):
+                buf = _gradient(*args[:3], weight._array, *args[4:])
+            return (Tensor._make(buf), None, None)
+        return CrossEntropy.vjp(g, out, x, target, weight, ignore_index=ignore_index,
+                                reduction=reduction, label_smoothing=label_smoothing)
+
+
+def _loss(x, target, weight, ignore_index: int, reduction: str, label_smoothing: float,
+          run: Residuals | None):
+    """``CrossEntropy``'s forward; given ``run``, a batch of one row block leaves there
+    what the gradient reads (``_gradient``'s ``saved``)."""
+    if x.ndim != 2:
+        raise ValueError(f"cross_entropy: expected logits of shape (N, C), got {x.shape}")
+    if x.dtype.kind not in "fc":
+        raise RuntimeError(f"cross_entropy: expected a floating point input, got {x.dtype}")
+    if reduction not in ("none", "mean", "sum"):
+        raise RuntimeError(f"cross_entropy: {reduction} is not a valid value for "
+                           f"reduction")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0. "
+                           f"Got: {label_smoothing}")
+    n, c = x.shape
+    rows, t, w = _kept_rows(x, target, weight, ignore_index)
+    dt = x.dtype.type
+    # row block by row block, the block's shifted logits (x - max) in a buffer that
+    # stays in cache: one read of x from memory, where whole arrays made five passes.
+    # Each row is reduced as NumPy reduces a C-contiguous whole array: the same bits
+    # (a strided x's rows are now summed pairwise, and with weight and label
+    # smoothing BLAS's product on a block may round a last bit differently)
+    step = _rows_per_block(c)
+    buf = xp.empty((min(step, n), c), x.dtype)
+    picked = None
+    if n <= step and not label_smoothing:   # one block: the loop's operations, on x whole
+        m = _row_max(x)
+        xp.subtract(x, m, out=buf)
+        picked = buf[rows, t]   # x - max at the targets, before the exp
+        xp.exp(buf, out=buf)
+        total = xp.add.reduce(buf, axis=1)
+    else:
+        m = xp.empty((n, 1), xp.real(x[:0]).dtype)
+        total = xp.empty(n, x.dtype)
+    if label_smoothing:  # sum_c w_c (x - max)_ic, read before the exp overwrites it
+        spread = xp.empty(n, x.dtype)
+        wc = None if weight is None else weight.astype(x.dtype)
+    for i in range(0, n, step) if n > step or label_smoothing else ():
+        xb, sb = x[i:i + step], buf[:min(step, n - i)]
+        xp.subtract(xb, _row_max(xb, out=m[i:i + step]), out=sb)
+        if label_smoothing:
+            spread[i:i + step] = sb.sum(axis=1) if wc is None else sb @ wc
+        xp.exp(sb, out=sb)
+        xp.add.reduce(sb, axis=1, out=total[i:i + step])
+    if run is not None and n <= step:   # buf holds exp(x - max) of every row
+        run.values = (rows, t, w, buf, total)
+    del buf
+    every = rows.size == n   # (no row ignored: rows is arange(n), no gathers by it)
+    if picked is None:
+        picked = x[rows, t] - (m[:, 0] if every else m[rows, 0])
+    log_total = xp.log(total)
+    lt = log_total if every else log_total[rows]
+    loss = lt - picked          # -log_softmax at the target
+    if w is not None:
+        loss *= w
+    if label_smoothing:
+        total_w = c if weight is None else weight.astype(x.dtype).sum()
+        loss *= dt(1 - label_smoothing)
+        loss += dt(label_smoothing / c) * (total_w * lt - spread[rows])
+    if reduction == "none":
+        out = xp.zeros(n, x.dtype)
+        out[rows] = loss
+        return out
+    total = xp.add.reduce(loss)
+    if reduction == "sum":
+        return xp.asarray(total, x.dtype)
+    if not rows.size:  # the mean of nothing (without NumPy's division warning)
+        return xp.full((), xp.nan, x.dtype)
+    if w is None:
+        return xp.asarray(total / dt(rows.size), x.dtype)
+    with xp.errstate(divide="ignore", invalid="ignore"):  # weights summing to 0: nan
+        return xp.asarray(total / (dt(rows.size) if w is None else xp.add.reduce(w)),
+                          x.dtype)
+
+
 def _target_weights(x, target, weight, ignore_index: int, label_smoothing: float):
     """As graphgrad ops: the target weights ``a`` (N, C), each row's target class weight
     (N, 1; 0 on ignored rows) and which rows are kept (N,)."""
@@ -266,12 +341,21 @@ class CrossEntropyBackward(Op):
         return by_example(cls, vals, bdims, **params)
 
 
-def _gradient(g, x, target, weight, ignore_index: int, reduction: str, label_smoothing: float):
-    """``CrossEntropyBackward``'s kernel."""
+def _gradient(g, x, target, weight, ignore_index: int, reduction: str, label_smoothing: float,
+              saved: tuple | None = None):
+    """``CrossEntropyBackward``'s kernel; ``saved``: what the forward of a batch of one
+    row block left (``_loss``): the kept rows, their targets and weights, exp(x - max)
+    and its row sums, which are not computed again (the same bits)."""
     n, c = x.shape
-    rows, t, w = _kept_rows(x, target, weight, ignore_index)
+    rows, t, w = _kept_rows(x, target, weight, ignore_index) if saved is None else saved[:3]
     dt = x.dtype.type
     g = g.astype(x.dtype, copy=False)
+    if saved is not None and w is None and not label_smoothing and reduction != "none" \
+            and rows.size == n:   # a training step's: the ops below on scalars (same bits)
+        part = g if reduction == "sum" else g / dt(n)   # each row's target_part
+        buf = xp.multiply(saved[3], ((part + 0) / saved[4])[:, None])
+        buf[rows, t] -= part
+        return buf
     if reduction == "none":
         scale = g[rows]
     elif reduction == "sum" or not rows.size:
@@ -292,6 +376,13 @@ def _gradient(g, x, target, weight, ignore_index: int, reduction: str, label_smo
     # row block by row block, each written once while in cache (whole arrays made five
     # passes over memory); the same operations in the same order on each element, so the
     # same bits. The kept rows of a block are a run of ``rows`` (sorted)
+    if saved is not None:   # the loop's one block, its exp and sums from the forward
+        coef /= saved[4][:, None]
+        buf = xp.multiply(saved[3], coef)
+        buf[rows, t] -= target_part
+        if label_smoothing:
+            buf -= spread if wc is None else spread * wc
+        return buf
     step = _rows_per_block(c)
     cuts = xp.searchsorted(rows, xp.arange(0, n + step, step)) if n else ()
     buf = xp.empty((n, c), x.dtype)

@@ -24,6 +24,7 @@ from .value import Value
 from .views import refresh_if_stale
 
 __all__ = ["Tensor"]
+_lazy: dict = {}   # functions of upper layers, imported at their first use
 
 _CPU = _device("cpu")  # what every tensor's .device is
 
@@ -316,6 +317,9 @@ class Tensor(Value):
                  create_graph: bool = False, inputs=None) -> None:
         """Compute the gradient of this tensor w.r.t. graph leaves (see
         ``graphgrad.autograd.backward``)."""
-        from graphgrad.autograd import backward  # the documented lazy upward edge
+        backward = _lazy.get("backward")
+        if backward is None:   # the documented lazy upward edge, imported once
+            from graphgrad.autograd import backward
+            _lazy["backward"] = backward
         backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 

@@ -59,9 +59,10 @@ def toposort(roots: Sequence[T], parents: Callable[[T], Iterable[T]] | None = No
                         continue
                     if p._extras is not None:
                         p = input_as_recorded(nodes[-1], p)
-                    if id(p) in seen:
+                    pid = id(p)
+                    if pid in seen:
                         continue
-                    seen.add(id(p))
+                    seen.add(pid)
                     if p.op is None:  # a leaf is done at once: no push and pop
                         order.append(p)
                         continue

@@ -34,8 +34,8 @@ def saved_versions(args: tuple) -> tuple:
     for a in args:
         if isinstance(a, Value) and a._extras is not None:
             refresh_if_stale(a)
-    return tuple(a._version_counter[0] if isinstance(a, Value) and a._version_counter
-                 is not None else 0 for a in args)
+    return tuple([a._version_counter[0] if isinstance(a, Value) and a._version_counter
+                  is not None else 0 for a in args])   # (a list: no generator per node)
 
 
 def bump_version(t: Value) -> int:

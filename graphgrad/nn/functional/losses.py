@@ -10,9 +10,9 @@ from graphgrad.backend import bool_, xp
 from graphgrad.ops import softplus
 from graphgrad.ops.base import scalar_name
 from graphgrad.ops.bce import BinaryCrossEntropy
-from graphgrad.ops.cross_entropy import CrossEntropy
+from graphgrad.ops.cross_entropy import CrossEntropy, _CrossEntropyStep, Residuals
 from graphgrad.ops.nll import NllLoss
-from graphgrad.tensor import Tensor, Value
+from graphgrad.tensor import Tensor, Value, current_mode
 
 from .activations import logsigmoid
 from .distance import pairwise_distance
@@ -186,7 +186,10 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
         x = input if len(ishape) == 2 else _class_dim_last(input)
         tgt = target if len(tshape) == 1 else target.reshape(-1)
         args = (x, tgt) if weight is None else (x, tgt, weight)
-        loss = CrossEntropy.apply(*args, **params)
+        if current_mode() is None:   # plain eager: the op keeps what its backward reads
+            loss = _CrossEntropyStep.apply(*args, run=Residuals(), **params)
+        else:
+            loss = CrossEntropy.apply(*args, **params)
         return loss if reduction != "none" or len(ishape) == 2 else loss.reshape(tshape)
     class_dim = 0 if input.ndim == 1 else 1
     logp = ops.log_softmax(input, dim=class_dim)
