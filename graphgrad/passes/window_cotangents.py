@@ -10,9 +10,9 @@ where eager autograd adds the pieces into one buffer (``autograd/engine.py``,
 ``_add_into_window``). Here the pieces of one value, once all of them are known (the
 walk reaches the value after every op reading it), become one op where they lie along
 one dim without overlapping: ``Stack`` when they are its every index, ``Cat`` when they
-tile it (gaps filled by zero constants), ``Pad`` for a single piece. Other layouts keep
-the per-slice vjps. The values are the sum's, but for the sign of a zero: the sum gives
-+0.0 where a piece holds -0.0.
+tile it (gaps filled by zero constants), ``Pad`` for a single piece (the cotangents of a
+slice read twice are summed first). Other layouts keep the per-slice vjps. The values
+are the sum's, but for the sign of a zero: the sum gives +0.0 where a piece holds -0.0.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ __all__ = ["window_of", "join_windows"]
 
 
 def window_of(node: Node, syms: list):
-    """The basic index where ``node``'s cotangent lands in its input 0 (a tuple of ints
-    and ``slice``s, one per dim of the input), or None (not a slice, or one with a new
-    axis or an index this pass does not place)."""
+    """The basic index where ``node``'s cotangent lands in its input 0, one entry per dim
+    of the input: an int, or a slice as its ``(start, stop, step)`` (hashable), or None
+    (not a slice, or one with a new axis or an index this pass does not place)."""
     window = node.op.cotangent_window
     if window is None:
         return None
@@ -53,7 +53,7 @@ def window_of(node: Node, syms: list):
                 return None
             out.append(i % n)
         else:
-            out.append(slice(*i.indices(n)))
+            out.append(i.indices(n))
     return tuple(out)
 
 
@@ -61,19 +61,22 @@ def join_windows(shape: tuple, dtype, pieces: list):
     """The cotangent of a value of ``shape`` whose slices ``pieces`` ((window, cotangent)
     with ``window_of``'s windows) hold cotangents, as one op; None where they do not lie
     along one dim without overlap (the caller keeps the per-slice vjps)."""
+    same: dict[tuple, object] = {}   # a slice read twice: its cotangents summed first
+    for window, g in pieces:
+        same[window] = same[window] + g if window in same else g
     dims = set()
     spans = []   # (start, stop, is_int, cotangent)
-    for window, g in pieces:
+    for window, g in same.items():
         along = [d for d, (i, n) in enumerate(zip(window, shape, strict=True))
-                 if type(i) is int or i != slice(0, n, 1)]
+                 if type(i) is int or i != (0, n, 1)]
         if len(along) != 1:
             return None   # (the whole value, or a block over several dims)
         d = along[0]
         i = window[d]
         if type(i) is int:
             spans.append((i, i + 1, True, g))
-        elif i.step == 1 and i.start < i.stop:
-            spans.append((i.start, i.stop, False, g))
+        elif i[2] == 1 and i[0] < i[1]:
+            spans.append((i[0], i[1], False, g))
         else:
             return None
         dims.add(d)
