@@ -29,6 +29,10 @@ Kernel vjps (``kernels=True``, for a backward that is never differentiated again
 compiled backward of backends/aot.py): an op with a ``kernel_vjp`` (ops/fused.py) adds
 its backward kernel op as one node instead of its composite rule's ops.
 
+Slices (``Getitem`` with basic indexing): the cotangents of a value's slices are joined
+into one ``Stack``, ``Cat`` or ``Pad`` once the walk reaches the value (window_cotangents.py),
+where each slice's vjp would be a zero array of the whole value and the pieces a sum.
+
 Unlike the other passes, ``grad`` changes its argument: graph extension adds the
 backward nodes to the graph itself (the lecture's point: the backward pass is more
 graph), so that its result can be differentiated, optimized and run like any node.
@@ -112,7 +116,7 @@ def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs,
         if node not in reach:
             continue
         if node in windows:   # every slice of it is done: their cotangents as one op
-            _join_slices(b, cts, node, windows.pop(node), reach)
+            _join_slices(cts, node, windows.pop(node), reach)
         if node.kind in _MULTI_GRAD:
             gs = multi.pop(node, None)
             if gs is None:
@@ -166,7 +170,7 @@ def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs,
     return [results.get(x) for x in inputs]
 
 
-def _join_slices(b: GraphBuilder, cts: dict, src: Node, pieces: list, reach) -> None:
+def _join_slices(cts: dict, src: Node, pieces: list, reach) -> None:
     """The cotangents of the slices of ``src`` (``window_cotangents.py``) added to its
     own: one op where they lie along one dim, else each slice's vjp as usual."""
     joined = join_windows(src.spec.shape, src.spec.dtype,
