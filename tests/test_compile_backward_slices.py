@@ -1,6 +1,6 @@
 """What made compiled training of the LSTM and Transformer benchmark models slower than
-eager, pinned: the cotangents of a value read in slices are one op (``Stack``, ``Cat``,
-``Pad``: passes/window_cotangents.py) where graph differentiation made a zero array per
+eager, pinned: the cotangents of a value read in slices are one op (``Stack`` or ``Cat``:
+passes/window_cotangents.py) where graph differentiation made a zero array per
 slice and their sum (attention's q, k, v; an LSTM's last step), and the compiled
 attention backward reads the weights its forward kept behind the output instead of
 recomputing them. Compiled training of both models equals eager's over several steps;
@@ -39,8 +39,8 @@ def _grad_graph_ops(fn, x: np.ndarray):
 _SLICES = [   # (reads of x (3, 4, 5), the op their cotangents become)
     (lambda x: x[0] * 1.5 + x[1] * x[1] + x[2].exp(), "Stack"),   # (unbind, attention's qkv)
     (lambda x: x[:, :1].sin() + x[:, 1:3].sum(1, keepdim=True) * x[:, 3:], "Cat"),
-    (lambda x: x[..., 1:3] * 2.0, "Pad"),
-    (lambda x: x[:, -1].tanh(), "Pad"),                           # (an LSTM's last step)
+    (lambda x: x[..., 1:3] * 2.0, "Cat"),
+    (lambda x: x[:, -1].tanh(), "Cat"),                           # (an LSTM's last step)
     (lambda x: x[0] + x[2], "Cat"),                               # (a gap of zeros)
     (lambda x: x[:, 0:3] * x[:, 1:4], "IndexPut"),                # overlapping: the vjps
     (lambda x: x[0:2, 1:3] * 3.0, "IndexPut"),                    # a block over two dims
@@ -132,12 +132,12 @@ def _lstm() -> nn.Module:
     return Net()
 
 
-def test_compiled_lstm_backward_pads_the_last_steps_cotangent():
+def test_compiled_lstm_backward_joins_the_last_steps_cotangent_to_zeros():
     model = _lstm()
     cf = CompiledFunction(lambda x: model(x).square().sum(), backend="default", share=False)
     cf(gg.randn(4, 7, 8)).backward()
     names = [n.op.__name__ for n in _backward_nodes(cf)]
-    assert "LstmLayerBackward" in names and "Pad" in names and "IndexPut" not in names
+    assert "LstmLayerBackward" in names and "Cat" in names and "IndexPut" not in names
 
 
 def _train(make, compiled: bool, x, y, steps=4):

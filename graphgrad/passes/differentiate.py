@@ -30,7 +30,7 @@ compiled backward of backends/aot.py): an op with a ``kernel_vjp`` (ops/fused.py
 its backward kernel op as one node instead of its composite rule's ops.
 
 Slices (``Getitem`` with basic indexing): the cotangents of a value's slices are joined
-into one ``Stack``, ``Cat`` or ``Pad`` once the walk reaches the value (window_cotangents.py),
+into one ``Stack`` or ``Cat`` once the walk reaches the value (window_cotangents.py),
 where each slice's vjp would be a zero array of the whole value and the pieces a sum.
 
 Unlike the other passes, ``grad`` changes its argument: graph extension adds the
