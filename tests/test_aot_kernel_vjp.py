@@ -262,7 +262,8 @@ def test_backward_graph_with_kernel_nodes_prints_runs_tabulates_and_draws():
         bwd = op.partition.backward
         feeds = [gg.tensor(np.asarray(rng.standard_normal(p.spec.shape)).astype(p.spec.dtype))
                  if p.spec.dtype.kind == "f" else a
-                 for p, a in zip(bwd.inputs, (*args, None), strict=False)]
+                 for p, a in zip(bwd.inputs, (*args, *[None] * len(bwd.inputs)),
+                                 strict=False)]
         printed = python_code(bwd).fn(*feeds)
         for a, b in zip(printed, Interpreter(bwd).run(*feeds), strict=True):
             np.testing.assert_array_equal(a.numpy(), b.numpy())

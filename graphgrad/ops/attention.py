@@ -274,14 +274,19 @@ def _kept_weights(out, w_shape: tuple):
     """The transposed weights the forward kept behind its output (``_kept_size``), a
     tensor on that memory, or None (not kept, or the output is no longer the forward's
     own array)."""
-    a = out._array
+    p_t = _kept_array(out._array, w_shape)
+    return None if p_t is None else Tensor._make(p_t)
+
+
+def _kept_array(a, w_shape: tuple):
+    """``_kept_weights`` on the output's array: the transposed weights, or None."""
     store = a.base
     n_w = math.prod(w_shape)
     if store is None or store.ndim != 1 or store.size != a.size + n_w or \
             store.dtype != a.dtype or n_w == 0 or \
             store.__array_interface__["data"][0] != a.__array_interface__["data"][0]:
         return None
-    return Tensor._make(store[a.size:].reshape(*w_shape[:-2], w_shape[-1], w_shape[-2]))
+    return store[a.size:].reshape(*w_shape[:-2], w_shape[-1], w_shape[-2])
 
 
 def _grad_shapes(out_shape, q, k, v, float_mask: bool) -> list:
@@ -295,11 +300,14 @@ def _grad_shapes(out_shape, q, k, v, float_mask: bool) -> list:
 
 
 def _kernel_grads(g, q, k, v, rest, kept, scale, is_causal, dropout_p, need_weights,
-                  float_mask, out_shape) -> list:
+                  float_mask, out_shape, behind: bool = False) -> list:
+    """The cotangents by ``ScaledDotProductAttentionBackward``; ``kept``: the transposed
+    weights, or (``behind``) the forward's output, which may hold them behind it."""
+    flags = {"weights_behind": True} if behind else {"kept_weights": kept is not None}
     flat = ScaledDotProductAttentionBackward.apply(
         g, q, k, v, *rest, *(() if kept is None else (kept,)), scale=scale,
         is_causal=is_causal, float_mask_grad=float_mask, dropout_p=dropout_p,
-        need_weights=need_weights, kept_weights=kept is not None)
+        need_weights=need_weights, **flags)
     return unpack(flat, _grad_shapes(out_shape, q, k, v, float_mask))
 
 
@@ -374,13 +382,17 @@ class ScaledDotProductAttention(Op):
     @staticmethod
     def kernel_vjp(g, out, q, k, v, *rest, scale, is_causal, dropout_p=0.0,
                    need_weights=False):
-        """The vjp as one ``ScaledDotProductAttentionBackward`` (ops/fused.py), which
-        recomputes the weights (a graph's output holds none behind it)."""
+        """The vjp as one ``ScaledDotProductAttentionBackward`` (ops/fused.py). It reads
+        the forward's output too (``weights_behind``): when the compiled forward ran with
+        gradients on, the weights are behind it, as in eager, and the backward does not
+        recompute them (a product, an exp and a softmax: ~0.2 ms of a Transformer
+        layer's compiled backward at (16, 4, 32, 16)); otherwise it recomputes them."""
         mask, keep = _parts(rest, dropout_p)
         float_mask = mask is not None and not _is_bool(mask) and mask._requires_grad
         out_shape, _ = _shapes(q, k, v, mask, keep)
-        grads = _kernel_grads(g, q, k, v, rest, None, scale, is_causal, dropout_p,
-                              need_weights, float_mask, out_shape)
+        grads = _kernel_grads(g, q, k, v, rest, None if need_weights else out, scale,
+                              is_causal, dropout_p, need_weights, float_mask, out_shape,
+                              behind=not need_weights)
         if mask is not None and len(grads) == 3:
             grads.append(None)
         return (*grads, *((None,) if keep is not None else ()))
@@ -460,9 +472,12 @@ class ScaledDotProductAttention(Op):
 class ScaledDotProductAttentionBackward(Op):
     """Attention's backward on arrays: (g, q, k, v[, mask][, keep]) -> dq, dk, dv (and
     the float mask's cotangent at the scores' shape) packed in one 1-D buffer; with
-    ``need_weights`` g is the packed cotangent of the output and the weights. Plain
-    eager backward only (nothing recorded): under ``create_graph`` the same code runs
-    as graphgrad ops."""
+    ``need_weights`` g is the packed cotangent of the output and the weights. The last
+    input is the transposed weights with ``kept_weights``, or with ``weights_behind``
+    the forward's output, behind which the forward may have kept them (a compiled
+    backward's graph cannot ask which: the run tells). Plain eager backward and compiled
+    backward only (nothing recorded): under ``create_graph`` the same code runs as
+    graphgrad ops."""
 
     holomorphic = True  # analytic: the complex step goes through it
 
@@ -470,13 +485,19 @@ class ScaledDotProductAttentionBackward(Op):
 
     @staticmethod
     def forward(g, q, k, v, *rest, scale, is_causal, float_mask_grad, dropout_p=0.0,
-                need_weights=False, kept_weights=False):
+                need_weights=False, kept_weights=False, weights_behind=False):
+        p_t = None
+        if weights_behind:
+            rest, out = rest[:-1], rest[-1]
+            p_t = _kept_array(out, _shapes(q, k, v, *_parts(rest, dropout_p))[1])
+            kept_weights = p_t is not None
+            if kept_weights:
+                rest = (*rest, p_t)
         if _half(q, k, v):
             return ScaledDotProductAttentionBackward.forward(
                 *_widened((g, q, k, v, *rest)), scale=scale, is_causal=is_causal,
                 float_mask_grad=float_mask_grad, dropout_p=dropout_p,
                 need_weights=need_weights, kept_weights=kept_weights).astype(xp.float16)
-        p_t = None
         if kept_weights:
             rest, p_t = rest[:-1], rest[-1]
         mask, keep = _parts(rest, dropout_p)
@@ -502,8 +523,8 @@ class ScaledDotProductAttentionBackward(Op):
 
     @classmethod
     def infer(cls, g, q, k, v, *rest, scale, is_causal, float_mask_grad, dropout_p=0.0,
-              need_weights=False, kept_weights=False) -> Spec:
-        out_shape, _ = _shapes(q, k, v, *_parts(rest[:-1] if kept_weights else rest,
-                                                dropout_p))
+              need_weights=False, kept_weights=False, weights_behind=False) -> Spec:
+        out_shape, _ = _shapes(q, k, v, *_parts(
+            rest[:-1] if kept_weights or weights_behind else rest, dropout_p))
         shapes = _grad_shapes(out_shape, q, k, v, float_mask_grad)
         return Spec((sum(math.prod(s) for s in shapes),), q.dtype)

@@ -29,6 +29,10 @@ Kernel vjps (``kernels=True``, for a backward that is never differentiated again
 compiled backward of backends/aot.py): an op with a ``kernel_vjp`` (ops/fused.py) adds
 its backward kernel op as one node instead of its composite rule's ops.
 
+Slices (``Getitem`` with basic indexing): the cotangents of a value's slices are joined
+into one ``Stack`` or ``Cat`` once the walk reaches the value (window_cotangents.py),
+where each slice's vjp would be a zero array of the whole value and the pieces a sum.
+
 Unlike the other passes, ``grad`` changes its argument: graph extension adds the
 backward nodes to the graph itself (the lecture's point: the backward pass is more
 graph), so that its result can be differentiated, optimized and run like any node.
@@ -47,6 +51,8 @@ from graphgrad.ops.elementwise import Elementwise
 from graphgrad.ops.shape import SumToSize
 from graphgrad.ops.unbroadcast import unbroadcast
 from graphgrad.tensor import Value
+
+from .window_cotangents import join_windows, window_of
 
 __all__ = ["grad"]
 
@@ -105,9 +111,12 @@ def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs,
                                                     o.spec.dtype)))) \
                 if None not in o.spec.shape else symbol(o) * 0 + 1
         cts[o] = cts[o] + seed if o in cts else seed
+    windows: dict[Node, list] = {}   # a value -> its slices' (node, window, cotangent)
     for node in reversed(list(graph.nodes)):  # a snapshot: the walk appends nodes
         if node not in reach:
             continue
+        if node in windows:   # every slice of it is done: their cotangents as one op
+            _join_slices(cts, node, windows.pop(node), reach)
         if node.kind in _MULTI_GRAD:
             gs = multi.pop(node, None)
             if gs is None:
@@ -137,6 +146,13 @@ def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs,
                 _accumulate(cts, node.inputs, ins, reach)
                 continue
             syms = [_marked(i, i in reach) if isinstance(i, Node) else i for i in node.inputs]
+            src = node.inputs[0] if node.inputs else None
+            window = window_of(node, syms) if isinstance(src, Node) and src in reach and \
+                _differentiable(src.spec) and g._node.spec.dtype == src.spec.dtype and \
+                g._node.spec.shape == node.spec.shape else None
+            if window is not None:   # joined with the other slices of src, at src
+                windows.setdefault(src, []).append((node, window, g))
+                continue
             kernel = getattr(op, "kernel_vjp", None) if kernels else None
             try:
                 ins = kernel and kernel(g, symbol(node), *syms, **node.params)
@@ -152,6 +168,20 @@ def _grad(b: GraphBuilder, graph: Graph, outputs, inputs, grad_outputs,
             raise NotImplementedError(f"passes.grad: cannot differentiate {node.kind} node "
                                       f"{node.name!r} ({node.target_name})")
     return [results.get(x) for x in inputs]
+
+
+def _join_slices(cts: dict, src: Node, pieces: list, reach) -> None:
+    """The cotangents of the slices of ``src`` (``window_cotangents.py``) added to its
+    own: one op where they lie along one dim, else each slice's vjp as usual."""
+    joined = join_windows(src.spec.shape, src.spec.dtype,
+                          [(window, g) for _, window, g in pieces])
+    if joined is not None:
+        _accumulate(cts, [src], [joined], reach)
+        return
+    for node, _, g in pieces:
+        syms = [_marked(i, i in reach) if isinstance(i, Node) else i for i in node.inputs]
+        _accumulate(cts, node.inputs, node.op.vjp(g, symbol(node), *syms, **node.params),
+                    reach)
 
 
 # kinds whose cotangent stops there: graph inputs and state, and samples / assignments,
