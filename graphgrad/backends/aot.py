@@ -185,7 +185,7 @@ class AotProgram:
         bwd_graph = fuse_elementwise(optimize(part.backward)[0])
         dump_graphs(("forward", part.forward), ("forward_fused", fwd_graph),
                     ("backward", part.backward), ("backward_fused", bwd_graph))
-        fwd, bwd = array_function(fwd_graph), array_function(bwd_graph)
+        fwd, bwd = array_function(fwd_graph), array_function(bwd_graph, boxed=True)
         if fwd is None or bwd is None:
             return None
         if part.n_outputs == 1:
@@ -250,7 +250,9 @@ def _single_output_op(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph,
                 values = fwd(*[a._array if isinstance(a, Value) else a for a in inputs])[1:]
             elif replayable:   # released now, as eager backward frees what nodes saved
                 run.values = None
-            for i, r in zip(positions, bwd(*values, g._array), strict=True):
+            box = [*values, g._array]
+            del values   # (the backward frees each saved value after its last read)
+            for i, r in zip(positions, bwd(box), strict=True):
                 if not isinstance(r, float):   # (a float: a zero gradient, none)
                     grads[i] = _make(r)
             return grads
@@ -261,7 +263,8 @@ def _single_output_op(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph,
     return type("_CompiledFunction", (_CompiledOp,), {
         "__module__": __name__, "forward": staticmethod(forward), "vjp": staticmethod(vjp),
         "saves_inputs": part.saved_inputs, "saves_output": part.saves_output,
-        "partition": part, "forward_graph": fwd_graph, "backward_graph": bwd_graph})
+        "partition": part, "forward_graph": fwd_graph, "backward_graph": bwd_graph,
+        "backward_arrays": staticmethod(bwd)})
 
 
 def _function(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph, bwd_graph) -> type:
@@ -272,6 +275,7 @@ def _function(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph, bwd_graph) 
         partition = part
         forward_graph = fwd_graph
         backward_graph = bwd_graph
+        backward_arrays = staticmethod(bwd)   # (the compiled backward, boxed)
 
         @staticmethod
         def forward(ctx, *args):
@@ -295,7 +299,7 @@ def _function(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph, bwd_graph) 
                                     create_graph=True, allow_unused=True)
             else:
                 ctx.saved_tensors   # noqa: B018 - raises PyTorch's error on a changed input
-                res = bwd(*ctx.residuals, *[g._array for g in gs])
+                res = bwd([*ctx.residuals, *[g._array for g in gs]])
                 got = [None if isinstance(r, float) else Tensor._make(xp.asarray(r))
                        for r in res]
             for i, g in zip(positions, got, strict=True):

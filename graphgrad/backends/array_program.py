@@ -85,15 +85,25 @@ def _as_tensor(out: str) -> str:
     return f"_T({out})" if out.startswith("t") else out
 
 
-def array_function(graph: Graph) -> Callable | None:
+def array_function(graph: Graph, boxed: bool = False) -> Callable | None:
     """``graph`` as a function from arrays to the tuple of its output arrays (every input
-    an array; no fallback, no tensors), or None where a node needs more than arrays."""
+    an array; no fallback, no tensors), or None where a node needs more than arrays.
+    ``boxed``: it takes one list of the input arrays, which it empties, and drops each
+    input after its last use (PyTorch's boxed calling convention for compiled
+    backwards): a caller that holds no other reference, as the compiled backward does
+    for its saved activations, has each freed as soon as it is read for the last time,
+    as eager backward frees what each node saved."""
     ns: dict = {}
-    emitted = _emit(graph, [False] * len(graph.inputs), ns)
+    emitted = _emit(graph, [False] * len(graph.inputs), ns, free_inputs=boxed)
     if emitted is None:
         return None
     params, body, outs, _ = emitted
-    src = (f"def arrays({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in body)
+    if boxed:
+        head = (f"def arrays(args):\n    {''.join(p + ', ' for p in params)}= args\n"
+                "    args.clear()\n")
+    else:
+        head = f"def arrays({', '.join(params)}):\n"
+    src = (head + "".join(f"    {line}\n" for line in body)
            + f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})\n")
     exec(compile(src, f"<graph {graph.name} arrays only>", "exec"), ns)  # noqa: S102
     fn = ns["arrays"]
@@ -101,10 +111,12 @@ def array_function(graph: Graph) -> Callable | None:
     return fn
 
 
-def _emit(graph: Graph, tensors: list[bool], ns: dict) -> tuple | None:
+def _emit(graph: Graph, tensors: list[bool], ns: dict,
+          free_inputs: bool = False) -> tuple | None:
     """The body of an array program: ``(params, lines, output texts, requires-grad
     tests)``; ``tensors[i]``: input i is a tensor (its array is read first). Fills ``ns``
-    with what the lines call; None where a node needs more than arrays."""
+    with what the lines call; None where a node needs more than arrays. ``free_inputs``:
+    inputs are deleted after their last use too."""
     ns.update({"_nd": xp.ndarray, "_asarray": xp.asarray, "_i64": xp.int64})
     names: dict[Node, str] = {}
     params, head, body, rg = [], [], [], []
@@ -160,6 +172,8 @@ def _emit(graph: Graph, tensors: list[bool], ns: dict) -> tuple | None:
             return None
         names[n] = out
         lines_of[n] = len(body)
+    if free_inputs:   # (an input is read from the first line on: its "statement" is line 0)
+        lines_of.update((p, 0) for p in graph.inputs)
     body = head + (_free_at_last_use(graph, names, body, lines_of, plan.kept) or ["pass"])
     by_input = dict(zip(graph.inputs, params, strict=True))
     outs = [by_input[o] if o in by_input   # a passthrough input: the very object
@@ -230,7 +244,7 @@ def _free_at_last_use(graph: Graph, names: dict, body: list[str],
     for n in lines_of:   # computed but never read (a side effect's result)
         if n not in last and n not in keep:
             dels.setdefault(lines_of[n], []).append(names[n])
-    out: list[str] = []
+    out = [f"del {', '.join(sorted(dels[0]))}"] if 0 in dels else []   # unread inputs
     for i, line in enumerate(body, 1):
         out.append(line)
         if i in dels:
