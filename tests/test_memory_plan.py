@@ -5,7 +5,6 @@ inputs, constants, outputs and buffers seen by a live view are never written."""
 
 from __future__ import annotations
 
-import tracemalloc
 import warnings
 
 import numpy as np
@@ -18,6 +17,7 @@ from graphgrad.backends.fused import FusedKernel
 from graphgrad.backends.memory_plan import REFS
 from graphgrad.compiler import segments
 from graphgrad.dynamo import CompiledFunction
+from test_compile_memory import _peak
 
 N = 256   # (256, 256) float32 is 256 KiB: above PLAN_MIN_BYTES
 
@@ -194,16 +194,6 @@ def test_compiled_training_equals_eager(monkeypatch, calls):
     for a, b in zip(grads[True], grads["eager"], strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     assert any(c[1] for c in calls), calls   # the backward program was planned
-
-
-def _peak(fn, *args) -> int:
-    fn(*args)
-    tracemalloc.start()
-    try:
-        fn(*args)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def test_plan_lowers_peak_memory(monkeypatch):

@@ -48,7 +48,7 @@ from graphgrad.passes.fusion import REDUCTIONS
 
 from . import fused_loops, fused_numba, fused_rows, fused_segments
 from .cost_model import Estimate, choose
-from .fused_numpy import _row_major, numpy_source
+from .fused_numpy import _into, _row_major, numpy_source
 
 __all__ = ["FusedKernel", "lower", "config", "kernel_cache", "dump_graphs",
            "autotune_decisions", "AUTOTUNE_REPEATS"]
@@ -251,14 +251,6 @@ class FusedKernel:
         # (a kernel fails when it is compiled or typed, before it writes anything: an
         # ``out`` that is an input still holds the input here)
         return self._numpy(*arrays, out=out)
-
-
-def _into(out, res):
-    """``res`` copied into ``out`` (None: ``res`` itself)."""
-    if out is None:
-        return res
-    out[...] = res
-    return out
 
 
 def _code(a, shape: tuple) -> str:

@@ -184,34 +184,29 @@ def numpy_source(program: FusedProgram) -> tuple[str, dict]:
         elif uf is None or not s.spec.ndim or None in key[0] or (rows and not rows_of[j]):
             glb[f"_f{j}"] = s.op.forward
             body.append(f"t{j} = _f{j}({', '.join(args)})")
-        elif final and uf is not None and s.spec.ndim and None not in key[0]:
-            # the result into the caller's ``out`` when there is one (else as below)
-            glb[f"_f{j}"] = uf
-            dead = [slot_of[a.index] for a in s.args if isinstance(a, Ref) and a.kind == "t"
-                    and last_use[a.index] == j and a.index in slot_of
-                    and (tuple(steps[a.index].spec.shape), steps[a.index].spec.dtype) == key]
-            pool = free.get(key, [])
-            buf = dead[0] if dead else (pool[-1] if pool else None)
-            body.append(f"t{j} = _f{j}({', '.join(args)}, "
-                        f"out={'out' if buf is None else f'{buf} if out is None else out'})")
-            slot_of[j] = f"t{j}"
         else:
             glb[f"_f{j}"] = uf
             dead = [slot_of[a.index] for a in s.args if isinstance(a, Ref) and a.kind == "t"
                     and last_use[a.index] == j and a.index in slot_of
                     and (tuple(steps[a.index].spec.shape), steps[a.index].spec.dtype) == key]
             pool = free.get(key, [])
-            buf = dead[0] if dead else (pool.pop() if pool else None)
-            if rows:   # every ufunc step writes into a block buffer
-                if buf is None:
-                    buf = f"b{len(alloc)}"
-                    alloc.append((buf, (rows, *key[0][1:]), key[1]))
-                body.append(f"t{j} = _f{j}({', '.join(args)}, out={buf}[:e - r])")
-            elif buf is None:
-                body.append(f"t{j} = _f{j}({', '.join(args)})")
+            if final:   # (rows: above) the result into the caller's ``out`` if it gave one
+                buf = dead[0] if dead else (pool[-1] if pool else None)
+                body.append(f"t{j} = _f{j}({', '.join(args)}, "
+                            f"out={'out' if buf is None else f'{buf} if out is None else out'})")
                 buf = f"t{j}"
             else:
-                body.append(f"t{j} = _f{j}({', '.join(args)}, out={buf})")
+                buf = dead[0] if dead else (pool.pop() if pool else None)
+                if rows:   # every ufunc step writes into a block buffer
+                    if buf is None:
+                        buf = f"b{len(alloc)}"
+                        alloc.append((buf, (rows, *key[0][1:]), key[1]))
+                    body.append(f"t{j} = _f{j}({', '.join(args)}, out={buf}[:e - r])")
+                elif buf is None:
+                    body.append(f"t{j} = _f{j}({', '.join(args)})")
+                    buf = f"t{j}"
+                else:
+                    body.append(f"t{j} = _f{j}({', '.join(args)}, out={buf})")
             slot_of[j] = buf
         for a in s.args:   # values dead after this step give their buffer back
             if isinstance(a, Ref) and a.kind == "t" and last_use[a.index] == j \
