@@ -27,7 +27,7 @@ from graphgrad.backend import xp
 from graphgrad.graph import Graph, Node, Spec, symbol
 from graphgrad.passes import fuse_elementwise, optimize
 from graphgrad.passes import grad as graph_grad
-from graphgrad.ops.base import Op
+from graphgrad.ops.base import Op, Residuals
 from graphgrad.tensor import Tensor, Value, is_grad_enabled
 from graphgrad.tensor.dispatch import record
 
@@ -165,7 +165,7 @@ class AotProgram:
         if fn.single:   # an op of its own, the residuals in its one parameter: what
             # ``dispatch`` does for it, less the checks the caller made (mode, grad mode,
             # an input requiring grad) and those the build settled (float array output)
-            run = _Residuals()
+            run = Residuals()
             out = fn.forward(*[a._array if isinstance(a, Value) else a for a in args], run=run)
             return (record(fn, args, {"run": run}, out),)
         out = fn.apply(*args)
@@ -193,18 +193,6 @@ class AotProgram:
         return _function(self, part, fwd, bwd, fwd_graph, bwd_graph)
 
 
-class _Residuals:
-    """One call's saved values (the compiled op's parameter: they live with its node
-    until its first backward)."""
-
-    __slots__ = ("values",)
-
-    def __eq__(self, other) -> bool:   # (identity: params must compare and hash)
-        return self is other
-
-    __hash__ = object.__hash__
-
-
 class _CompiledOp(Op):
     """A compiled graph with one output as an op of its own: ``forward`` runs the
     compiled forward on arrays, ``vjp`` the compiled backward on the saved arrays (a
@@ -230,12 +218,12 @@ def _single_output_op(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph,
     # the first backward (a loop's previous loss no longer holds a step's activations)
     replayable = not any(n.kind == "random" for n in part.forward.nodes)
 
-    def forward(*arrays, run: _Residuals):
+    def forward(*arrays, run: Residuals):
         res = fwd(*arrays)
         run.values = res[1:]
         return res[0]
 
-    def vjp(g, out, *inputs, run: _Residuals):
+    def vjp(g, out, *inputs, run: Residuals):
         grads: list = [None] * len(inputs)
         if is_grad_enabled():   # create_graph=True: the op-by-op graph, recorded
             with enable_grad():

@@ -38,7 +38,7 @@ from graphgrad.graph import Graph, Node, Spec, is_dynamic
 from graphgrad.ops.elementwise import Elementwise
 from graphgrad.passes import Fused, FusedProgram
 from graphgrad.passes.fused_op import Ref, Step
-from graphgrad.passes.fusion import _numpy_dtype_agrees
+from graphgrad.passes.fusion import numpy_dtype_agrees
 from graphgrad.passes.purity import has_side_effects
 
 __all__ = ["plan_memory", "MemoryPlan", "single_program", "PLAN_MIN_BYTES", "REFS"]
@@ -87,7 +87,7 @@ def single_program(n: Node) -> FusedProgram | None:
     if n.kind != "call" or n.op is Fused or not issubclass(n.op, Elementwise) \
             or n.deps or n.nargs != len(n.inputs) or has_side_effects(n) \
             or any(is_dynamic(v) for v in n.params.values()) or not isinstance(n.spec, Spec) \
-            or not _numpy_dtype_agrees(n):   # (the fusion pass's rule: then the kernel's
+            or not numpy_dtype_agrees(n):   # (the fusion pass's rule: then the kernel's
         return None                          # result is what ``forward`` gives)
     specs, args = [], []
     for a in n.inputs:

@@ -23,8 +23,8 @@ from typing import Any, NamedTuple
 from graphgrad.backend import from_numpy_dtype, stand_in, xp
 from graphgrad.tensor import Value, dispatch
 
-__all__ = ["Op", "REGISTRY", "Spec", "spec_of", "broadcast_shapes", "NO_PARAMS", "fmt_shape",
-           "saved_inputs", "torch_error_type", "int_arg",
+__all__ = ["Op", "Residuals", "REGISTRY", "Spec", "spec_of", "broadcast_shapes", "NO_PARAMS",
+           "fmt_shape", "saved_inputs", "torch_error_type", "int_arg",
            "scalar_name", "SCALAR_NAMES", "C_NAMES",
            "tensor_type_name", "dtype_of_type_name"]
 
@@ -338,3 +338,19 @@ def normalize_dims(dim, ndim: int, op: str = "") -> tuple:
     if ndim == 0:  # dim 0 (or -1) of a 0-d tensor is the tensor itself: nothing to reduce
         return ()
     return tuple(sorted(seen))
+
+
+class Residuals:
+    """What one call of an op keeps for its gradient, passed as its parameter ``run``
+    (``_CrossEntropyStep``, a compiled graph's op): it lives with the node until the
+    first backward reads it and lets it go."""
+
+    __slots__ = ("values",)
+
+    def __init__(self):
+        self.values: tuple | None = None
+
+    def __eq__(self, other) -> bool:   # (identity: params must compare and hash)
+        return self is other
+
+    __hash__ = object.__hash__

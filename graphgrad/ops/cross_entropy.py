@@ -20,7 +20,7 @@ from graphgrad.backend import xp
 from graphgrad.tensor import Tensor
 
 from . import taylor as ts
-from .base import Op, Spec
+from .base import Op, Residuals, Spec
 from .batching import by_example
 from .compare import where
 from .fused import array_backward
@@ -150,21 +150,6 @@ class CrossEntropy(Op):
     def batch(cls, vals, bdims, **params):
         return by_example(cls, vals, bdims, **params)
 
-
-
-class Residuals:
-    """What one call of ``_CrossEntropyStep`` keeps for its gradient (its parameter:
-    it lives with the node until the first backward reads it)."""
-
-    __slots__ = ("values",)
-
-    def __init__(self):
-        self.values: tuple | None = None
-
-    def __eq__(self, other) -> bool:   # (identity: params must compare and hash)
-        return self is other
-
-    __hash__ = object.__hash__
 
 
 class _CrossEntropyStep(CrossEntropy):

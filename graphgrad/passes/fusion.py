@@ -41,7 +41,7 @@ from .purity import has_side_effects
 from .rebuild import GraphPass, Rebuild
 
 __all__ = ["fuse_elementwise", "fusion_report", "FusionReport", "FUSION", "REDUCTIONS",
-           "reduced_dims", "row_local"]
+           "reduced_dims", "row_local", "numpy_dtype_agrees"]
 
 # reductions a group may end with: sum/mean/amax/amin/logsumexp and row softmaxes
 REDUCTIONS = frozenset(REGISTRY[n] for n in ("Sum", "Mean", "Amax", "Amin", "Logsumexp",
@@ -76,7 +76,7 @@ class FusionReport(NamedTuple):
         return "\n".join(lines)
 
 
-def _numpy_dtype_agrees(n: Node) -> bool:
+def numpy_dtype_agrees(n: Node) -> bool:
     """Whether the op's NumPy ``forward`` gives the dtype PyTorch's promotion gives (the
     node's spec): then running ``forward`` alone is exactly what eager does."""
     dummies = [xp.ones((1,) * len(a.spec.shape), a.spec.dtype) if isinstance(a, Node) else a
@@ -136,7 +136,7 @@ def _why_not(n: Node, users: dict, mutated: set) -> str | None:
     if not isinstance(n.spec, Spec) or any(not isinstance(a.spec, Spec)
                                           for a in n.inputs if isinstance(a, Node)):
         return "no single-tensor spec"
-    if not _numpy_dtype_agrees(n):
+    if not numpy_dtype_agrees(n):
         return "NumPy's dtype differs from PyTorch's promotion (dispatch decides)"
     return None
 

@@ -10,7 +10,8 @@ from graphgrad.backend import bool_, xp
 from graphgrad.ops import softplus
 from graphgrad.ops.base import scalar_name
 from graphgrad.ops.bce import BinaryCrossEntropy
-from graphgrad.ops.cross_entropy import CrossEntropy, _CrossEntropyStep, Residuals
+from graphgrad.ops.base import Residuals
+from graphgrad.ops.cross_entropy import CrossEntropy, _CrossEntropyStep
 from graphgrad.ops.nll import NllLoss
 from graphgrad.tensor import Tensor, Value, current_mode
 
