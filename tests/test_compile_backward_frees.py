@@ -101,3 +101,67 @@ def test_retain_graph_backward_twice_still_gives_the_same_gradients():
     loss.backward()
     for p, g in zip(model.parameters(), first, strict=True):
         np.testing.assert_allclose(p.grad.numpy(), 2 * g, rtol=1e-6)
+
+
+def _spy_on_last_call(bwd, probe):
+    """Run ``probe()`` when the backward program makes its last op call; returns a
+    function that undoes the spy."""
+    lines = bwd.source.splitlines()
+    k = max(i for i, ln in enumerate(lines) if re.match(r"\s+t\d+ = _f\d+\(", ln))
+    fn_name = re.match(r"\s+t\d+ = (_f\d+)\(", lines[k]).group(1)
+    real = bwd.__globals__[fn_name]
+
+    def spy(*args, **kwargs):
+        probe()
+        return real(*args, **kwargs)
+
+    bwd.__globals__[fn_name] = spy
+    return lambda: bwd.__globals__.__setitem__(fn_name, real)
+
+
+def test_the_output_gradient_is_freed_inside_the_compiled_backward():
+    # the engine hands the compiled op its cotangent in a box (Op.boxed_grad): the
+    # program drops it after its last read, as it drops the saved activations
+    model = _model()
+    cf = gg.compile(lambda x: model(x))
+    x = gg.randn(64, 256)
+    (cf(x) ** 2).sum().backward()
+    refs, alive = [], []
+    undo = _spy_on_last_call(_compiled_op(cf).backward_arrays,
+                             lambda: alive.append(refs[0]() is not None))
+    try:
+        out = cf(x)
+        out.register_hook(lambda g: refs.append(weakref.ref(g._array)))
+        loss = (out ** 2).sum()
+        del out
+        loss.backward()
+    finally:
+        undo()
+    assert alive == [False]
+
+
+def test_the_compiled_output_is_released_before_its_backward_runs():
+    # a plain eager pass drops a value nobody reads any more (conv's output under a
+    # ReLU): the compiled model's output too, though it is the graph's first large node
+    model = _model()
+    cf = gg.compile(lambda x: model(x))
+    x = gg.randn(64, 256)
+    cf(x).sum().backward()
+    refs, alive = [], []
+    undo = _spy_on_last_call(_compiled_op(cf).backward_arrays,
+                             lambda: alive.append(refs[0]() is not None))
+    model.zero_grad()
+    try:
+        out = cf(x)
+        refs.append(weakref.ref(out._array))
+        loss = out.sum()
+        del out
+        loss.backward()
+    finally:
+        undo()
+    assert alive == [False]
+    want = [p.grad._array.copy() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for p, w in zip(model.parameters(), want, strict=True):
+        np.testing.assert_allclose(p.grad._array, w, rtol=1e-5, atol=1e-6)

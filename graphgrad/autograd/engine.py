@@ -168,6 +168,7 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
             if n.op is not None and n._array.nbytes >= _RELEASE_BYTES:
                 incremental = True
                 break
+        n = None   # (a name left on a node would hold its value through the pass)
     nodes = _popped(order) if incremental else reversed(order)
     stand_ins: dict[int, Tensor] = {}
     last = None  # incremental: the node visited last, released before the next one's rule
@@ -206,8 +207,14 @@ def run_backward(roots: Sequence[Value], seeds: Sequence[Tensor], *, retain_grap
             if owned is not None and op.cotangent_window is not None and _add_into_window(
                     node, g, grads, owned, sv):
                 continue
-            cts = op.vjp(g, node, *inputs, **node.params)
-            del g
+            if op.boxed_grad:   # (the rule empties the box: ``g`` can go inside it)
+                box = [g]
+                del g
+                cts = op.vjp(box, node, *inputs, **node.params)
+                del box
+            else:
+                cts = op.vjp(g, node, *inputs, **node.params)
+                del g
             several = len(cts) > 1
             if several:  # a list, emptied as it goes: a cotangent held nowhere but in ``grads``
                 cts = list(cts)  # can take the next one in place (mul's two of x * x)

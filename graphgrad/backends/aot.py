@@ -204,6 +204,7 @@ class _CompiledOp(Op):
 
     single = True
     promotes = False
+    boxed_grad = True   # the output's gradient goes after its last read too
     backward_name = "CompiledFunctionBackward"
 
     @classmethod
@@ -223,7 +224,8 @@ def _single_output_op(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph,
         run.values = res[1:]
         return res[0]
 
-    def vjp(g, out, *inputs, run: Residuals):
+    def vjp(gbox: list, out, *inputs, run: Residuals):
+        g = gbox.pop()   # (the engine's box: now held here alone, unless elsewhere too)
         grads: list = [None] * len(inputs)
         if is_grad_enabled():   # create_graph=True: the op-by-op graph, recorded
             with enable_grad():
@@ -239,7 +241,7 @@ def _single_output_op(aot: AotProgram, part: Partition, fwd, bwd, fwd_graph,
             elif replayable:   # released now, as eager backward frees what nodes saved
                 run.values = None
             box = [*values, g._array]
-            del values   # (the backward frees each saved value after its last read)
+            del values, g   # (the backward frees each saved value after its last read)
             for i, r in zip(positions, bwd(box), strict=True):
                 if not isinstance(r, float):   # (a float: a zero gradient, none)
                     grads[i] = _make(r)

@@ -111,6 +111,10 @@ class Op:
     # adds the cotangent into one gradient buffer in place, instead of the vjp's zero
     # array per piece (chunk, split, unbind); see autograd/engine.py
     cotangent_window = None
+    # the engine passes ``vjp`` the cotangent in a one-item list it holds nowhere else,
+    # so the rule can let it go before it ends (a compiled backward, which frees each
+    # input after its last read; backends/aot.py)
+    boxed_grad = False
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
