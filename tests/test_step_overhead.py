@@ -57,6 +57,8 @@ def test_fused_kernel_layouts_give_the_reference_values_bit_for_bit(lowering):
             assert "".join(fused_mod._code(a, k._shape) for a in args) == layout
             if lowering == "numba":
                 assert layout in k._numba
+    if lowering == "numba":   # the contiguous layout's kernel is called straight away
+        assert k._flat is k._numba["ff"]
 
 
 def _mlp(width: int):

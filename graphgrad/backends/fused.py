@@ -94,6 +94,9 @@ class FusedKernel:
         self.numpy_writes_out = glb.get("_direct", False)
         self.numba_source: str | None = None
         self._numba: dict[str, object] = {}   # layout -> compiled module
+        # the kernel of every input full-size and contiguous, once it has run: a call
+        # then checks the inputs and runs it (a small group's whole cost is this call)
+        self._flat = None
         self.failed: str | None = None
         self.libm = config.libm
         shape = program.spec.shape
@@ -136,6 +139,18 @@ class FusedKernel:
         if self.tune:
             return self._autotune(arrays, out)
         if self.decision.lowering == "numba" and self.failed is None:
+            flat = self._flat
+            if flat is not None:
+                shape = self._shape
+                for a in arrays:
+                    if type(a) is not xp.ndarray or a.shape != shape or \
+                            not a.flags.c_contiguous:
+                        break
+                else:
+                    if out is None:
+                        out = xp.empty(shape, self._dtype)
+                    flat(out.reshape(-1), *[a.reshape(-1) for a in arrays])
+                    return out
             return self._run_numba(*arrays, out=out)
         return self._numpy(*arrays, out=out)
 
@@ -232,6 +247,8 @@ class FusedKernel:
                 if self.loops:
                     ops.append(self._addresses)
                 kernel(out if "b" in layout else out.reshape(-1), *ops)
+                if layout == self._full_layout and not self.loops:
+                    self._flat = kernel
             return out
         except Exception as err:  # noqa: BLE001 - a kernel that fails falls back, once
             return self._fail(err, arrays, out)
