@@ -269,6 +269,26 @@ def test_layer_norm_backward_runs_one_row_kernel(lowering, monkeypatch):
     assert "Rsqrt" in bwd.program.op_names and bwd.lowering == lowering, bwd.decision.reason
 
 
+def test_a_row_kernels_result_owns_its_memory(lowering, monkeypatch):
+    """A row kernel's result is allocated in the group's shape (not a reshaped view of
+    the kernel's (rows, cols) buffer): it owns its memory, so the memory plan may reuse
+    it as a later group's buffer; with ``out`` it is ``out`` itself."""
+    monkeypatch.setattr(fused_mod, "kernel_cache", {})
+    x, w, b = gg.randn(4, 32, 96), gg.randn(96), gg.randn(96)
+    cf = CompiledFunction(layer_norm, backend="default", share=False)
+    with gg.no_grad():
+        want = cf(x, w, b).numpy()
+    (k,) = [k for k in fused_mod.kernel_cache.values() if "Mean" in k.program.op_names]
+    args = (x.numpy(), w.numpy(), b.numpy())
+    got = k(*args)
+    assert got.base is None and got.shape == (4, 32, 96) and got.flags.c_contiguous
+    buf = np.empty_like(got)
+    assert k(*args, out=buf) is buf
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(buf, want)
+    assert k.lowering == lowering, k.decision.reason
+
+
 def test_row_kernel_types_literals_as_numpy_does(lowering):
     """``x > 0.1`` on float32 compares with float32(0.1) (NumPy's weak scalar), not the
     double: values between the two must land on the same side as in eager."""

@@ -211,9 +211,10 @@ class FusedKernel:
             kernel = self._numba["rows"] = fused_numba.load(src).serial
         ops = fused_rows.operands(self.program, arrays)
         rows_shape = fused_rows.out_shape(self.program)
-        res = xp.empty(rows_shape, self._dtype) if out is None else out.reshape(rows_shape)
-        kernel(res, *ops)
-        return res.reshape(self._shape) if out is None else out
+        if out is None:   # (allocated in the group's shape: a result that owns its
+            out = xp.empty(self._shape, self._dtype)   # memory, which a plan can reuse)
+        kernel(out.reshape(rows_shape), *ops)
+        return out
 
     def _run_numba(self, *arrays, out=None):
         if self.rows:
