@@ -129,8 +129,9 @@ def test_bad_target_error_names_cross_entropy():
 @pytest.mark.parametrize("cfg", CONFIGS)
 def test_one_block_paths_give_the_row_block_loops_bits(monkeypatch, layout, dtype, cfg):
     """A batch of one row block runs the loss on x whole and keeps exp(x - max) for the
-    gradient; with blocks of 2 rows the same inputs go through the loops, computing
-    everything again: the same bits."""
+    gradient (which, given nothing saved, computes them on x whole); with blocks of 2
+    rows the same inputs go through the loops, computing everything again: the same
+    bits."""
     rng = np.random.default_rng(len(str(cfg)))
     x = rng.standard_normal((11, 7)) * 4
     if dtype.startswith("complex"):
@@ -147,6 +148,8 @@ def test_one_block_paths_give_the_row_block_loops_bits(monkeypatch, layout, dtyp
     run = ce.Residuals()
     loss = ce._loss(x, t, w, ii, red, ls, run)
     grad = ce._gradient(g, x, t, w, ii, red, ls, run.values)
+    # with nothing saved (a compiled backward's CrossEntropyBackward): one block too
+    np.testing.assert_array_equal(ce._gradient(g, x, t, w, ii, red, ls), grad)
     monkeypatch.setattr(ce, "_BLOCK", 14)   # 2 rows of 7 a block
     run2 = ce.Residuals()
     np.testing.assert_array_equal(ce._loss(x, t, w, ii, red, ls, run2), loss)

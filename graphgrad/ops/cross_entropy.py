@@ -335,8 +335,14 @@ def _gradient(g, x, target, weight, ignore_index: int, reduction: str, label_smo
     rows, t, w = _kept_rows(x, target, weight, ignore_index) if saved is None else saved[:3]
     dt = x.dtype.type
     g = g.astype(x.dtype, copy=False)
-    if saved is not None and w is None and not label_smoothing and reduction != "none" \
-            and rows.size == n:   # a training step's: the ops below on scalars (same bits)
+    simple = w is None and not label_smoothing and reduction != "none" and rows.size == n
+    if saved is None and simple and n <= _rows_per_block(c):
+        # one block (a compiled step's loss): the loop's exp and sums on x whole, as the
+        # forward keeps them, then the saved values' path below (the same bits)
+        e = xp.empty((n, c), x.dtype)
+        xp.exp(xp.subtract(x, _row_max(x), out=e), out=e)
+        saved = (rows, t, w, e, xp.add.reduce(e, axis=1))
+    if saved is not None and simple:   # a training step's: the ops below on scalars
         part = g if reduction == "sum" else g / dt(n)   # each row's target_part
         buf = xp.multiply(saved[3], ((part + 0) / saved[4])[:, None])
         buf[rows, t] -= part
