@@ -8,7 +8,17 @@ arithmetic, bit for bit, for every input (NaN, infinities and -0.0 included):
 * ``reshape(reshape(x, s1), s2)`` -> ``reshape(x, s2)`` (a reshape reads the elements in
   the same order whatever the intermediate shape);
 * ``permute(permute(x, p1), p2)`` -> ``permute(x, p1 o p2)``, or ``x`` when they cancel
-  (``x.t().t()``).
+  (``x.t().t()``);
+* ``permute(stack(xs, d), p)`` -> ``stack([permute(x, q) for x in xs], p.index(d))``
+  (``q``: ``p`` without the stacked dim) where nothing else reads the stack: the same
+  elements in the same places (data movement only), but the stack writes its fresh
+  array in the layout its readers see (``Stack`` writes a stack of row-contiguous views
+  in C order), where the permute of a stack is a strided view that a reshape copies
+  again. Graph differentiation makes this for attention: q, k and v are slices of one
+  projection reshaped and permuted to (3, N, H, L, hd); their cotangents are one Stack
+  (window_cotangents.py), permuted back and reshaped to the projection's (N*L, 3E),
+  which wrote that gradient twice. (Not for ``cat``: NumPy concatenates permuted views
+  into a permuted array, which the reshape would copy all the same.)
 
 Not done, because they are not exact: ``x + 0`` -> ``x`` (``-0.0 + 0`` is ``+0.0``),
 ``x - x`` -> ``0`` (NaN, inf), ``x * 0`` -> ``0``, reassociation.
@@ -38,6 +48,7 @@ __all__ = ["simplify", "SIMPLIFY"]
 
 _MUL, _DIV, _NEG = REGISTRY["Mul"], REGISTRY["Div"], REGISTRY["Neg"]
 _RESHAPE, _PERMUTE = REGISTRY["Reshape"], REGISTRY["Permute"]
+_STACK = REGISTRY["Stack"]
 _HANDED_OUT_AS_IS = frozenset({"placeholder", "variable", "constant"})
 
 
@@ -95,6 +106,52 @@ def _composed(n: Node, ins: list):
     return None
 
 
+def _stack_permuted(n: Node, users: dict, held: set) -> tuple | None:
+    """``(dim, q)`` where ``n`` permutes (by ``p``) a Stack that nothing else reads: the
+    stack of its inputs each permuted by ``q`` (None: left as they are) along ``dim``
+    equals ``n``; else None. A stack read elsewhere too would be made twice."""
+    if n.op is not _PERMUTE or not _pure_call(n.inputs[0], _STACK):
+        return None
+    stack = n.inputs[0]
+    if stack in held or users[stack] != [n] or not isinstance(stack.spec, Spec) or \
+            stack.spec.shape is None:
+        return None
+    p, rank = n.params["dims"], len(stack.spec.shape)
+    if sorted(p) != list(range(rank)):
+        return None
+    d = stack.params["dim"] % rank
+    q = tuple(s - (s > d) for s in p if s != d)   # the stacked dim is no dim of the inputs
+    return p.index(d), None if q == tuple(range(len(q))) else q
+
+
+def _rewrite_stack_permuted(rb: Rebuild, n: Node, found: tuple) -> bool:
+    """Copy ``n`` as ``_stack_permuted``'s stack of permuted inputs (the old stack is
+    left for dead-code elimination); False, nothing added, where a shape rule refuses."""
+    dim, q = found
+    stack = rb.arg(n.inputs[0])
+    if not _pure_call(stack, _STACK) or stack.nargs != len(stack.inputs) or \
+            not all(isinstance(x, Node) and isinstance(x.spec, Spec) for x in stack.inputs):
+        return False
+    specs = [x.spec if q is None else _spec_of(_PERMUTE, [x.spec], {"dims": q})
+             for x in stack.inputs]
+    spec = None if None in specs else _spec_of(_STACK, specs, {"dim": dim})
+    if spec is None or not _same_spec(spec, n.spec):
+        return False
+    inputs = tuple(x if q is None else rb.new.call(_PERMUTE, (x,), {"dims": q}, s,
+                                                   name="permute")
+                   for x, s in zip(stack.inputs, specs, strict=True))
+    rb.keep(n, op=_STACK, inputs=inputs, params={"dim": dim}, nargs=len(inputs))
+    return True
+
+
+def _spec_of(op, specs: list, params: dict) -> Spec | None:
+    """What ``op``'s shape rule says for inputs of ``specs``; None where it refuses."""
+    try:
+        return GraphBuilder.infer(op, specs, params, False)
+    except Exception:  # noqa: BLE001 - no rewrite then
+        return None
+
+
 def _infer(n: Node, inputs: tuple, params: dict) -> Spec | None:
     """The Spec of ``n``'s op on other inputs and params, by its shape rule; None where the
     rule refuses them."""
@@ -107,9 +164,13 @@ def _infer(n: Node, inputs: tuple, params: dict) -> Spec | None:
 def _rewrite(graph: Graph, subs: dict) -> Rebuild:
     rb = Rebuild(graph, subs)
     held = handed_out(graph)
+    users = graph.users()
     for n in graph.nodes:
         if n.kind != "call" or n.deps or has_side_effects(n):
             rb.keep(n)
+            continue
+        found = _stack_permuted(n, users, held)
+        if found is not None and _rewrite_stack_permuted(rb, n, found):
             continue
         ins = [rb.arg(i) for i in n.inputs]
         x = _identity_operand(n, ins)
