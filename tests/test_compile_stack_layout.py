@@ -4,9 +4,11 @@ differentiation of attention joins the cotangents of q, k and v into one ``Stack
 which copied the stacked gradient a second time. ``simplify`` makes that a stack of
 the permuted cotangents along the dim the permute gives the stacked one, and
 ``Stack``'s forward writes a stack of row-contiguous views in C order (as torch.stack),
-so the reshape is a view. The rewrite is exact (data movement only: bit for bit, the
-gradients of the rewritten graph too) and is made only where nothing else reads the
-stack. Compiled attention training equals eager's."""
+so the reshape is a view; where the pieces are the consecutive slices of one array (the
+fused attention backward's flat result) the stack is that array reshaped. The rewrites
+are exact (data movement only: bit for bit, the gradients of the rewritten graph too);
+a stack something else reads too is left alone. Compiled attention training equals
+eager's."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import graphgrad as gg
 from graphgrad import graph as G
 from graphgrad import nn
 from graphgrad import passes as P
+from graphgrad.dynamo import CompiledFunction
 from graphgrad.ops import REGISTRY
 from graphgrad.ops.join import Stack
 from test_compile_backward_slices import _backward_nodes, _encoder, _train
@@ -132,35 +135,96 @@ def test_the_rewrite_is_not_made_where_the_stack_is_read_elsewhere(kind):
     assert stack.params["dim"] == 0
 
 
-def _qkv_stacks(cf) -> list:
-    """The backward's Stack nodes of attention's q, k, v cotangents."""
-    return [n for n in _backward_nodes(cf) if n.op is _STACK and len(n.inputs) == 3]
+_TILED = [   # (pieces of t (4, 6) stacked along 0, whether they are t reshaped)
+    (lambda t: [t[0:2].reshape(3, 4), t[2:4].reshape(3, 4)], True),
+    (lambda t: list(t.unbind(0)), True),                       # stack(unbind(t))
+    (lambda t: [t[:1], t[1:3].reshape(1, 12)[:, :6], t[3:]], False),   # not t's slices
+    (lambda t: [t[2:4].reshape(12), t[0:2].reshape(12)], False),       # out of order
+    (lambda t: [t[0], t[2]], False),                                   # a gap
+    (lambda t: [t[0:4:2].reshape(12), t[1:4:2].reshape(12)], False),   # strided
+    (lambda t: [t[:, 0:3], t[:, 3:6]], False),                         # along dim 1
+]
+
+
+@pytest.mark.parametrize("case", range(len(_TILED)))
+def test_a_stack_of_the_consecutive_slices_of_one_value_is_a_reshape(case):
+    pieces, tiled = _TILED[case]
+
+    def f(t, u):
+        return gg.stack(pieces(t * u), 0) * 2.0
+
+    xs = _xs(2, (4, 6))
+    g, new = _optimized(f, xs)
+    assert (_calls(new, _STACK) == []) is tiled
+    if tiled:   # the stack is the product reshaped, no slice of it is left
+        assert not any(n.op is REGISTRY["Getitem"] for n in new.nodes if n.kind == "call")
+    want = f(*[gg.tensor(x) for x in xs]).numpy()
+    assert _run(new, [gg.tensor(x) for x in xs])[0].tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("batch_first", [True, False])
-def test_compiled_attention_backward_stacks_qkv_in_the_projections_layout(batch_first):
+def test_compiled_fused_attention_backward_reshapes_its_flat_qkv_cotangent(batch_first):
+    """The fused attention backward returns the cotangents of q, k, v as one flat array;
+    graph differentiation slices it and stacks the slices (window_cotangents.py): that is
+    the array reshaped, permuted back to the projection's layout and reshaped, one copy."""
     gg.manual_seed(0)
     mha = nn.MultiheadAttention(16, 4, batch_first=batch_first)
     x = gg.randn(4, 6, 16)
-    from graphgrad.dynamo import CompiledFunction
-    cf = CompiledFunction(lambda x: mha(x, x, x, need_weights=False)[0].square().sum(),
-                          backend="default", share=False)
+    cf = CompiledFunction(lambda x: mha(x, x, x)[0].square().sum(), backend="default",
+                          share=False)
     cf(x).backward()
     want = [p.grad.numpy().copy() for p in mha.parameters()]
-    (stack,) = _qkv_stacks(cf)
     nodes = _backward_nodes(cf)
-    readers = [n for n in nodes if stack in n.inputs]
-    assert stack.params["dim"] == 2   # (N, L, 3, H, hd) or (L, N, 3, H, hd): the rows
-    assert [n.op.__name__ for n in readers] == ["Reshape"]
-    assert all(i.op is _PERMUTE for i in stack.inputs)
+    (sdpa,) = [n for n in nodes if n.op.__name__ == "ScaledDotProductAttentionBackward"]
+    assert [n.op for n in nodes if sdpa in n.inputs] == [REGISTRY["Reshape"]]
+    assert not any(n.op is _STACK for n in nodes)
     for p in mha.parameters():
         p.grad = None
-    mha(x, x, x, need_weights=False)[0].square().sum().backward()   # eager
+    mha(x, x, x)[0].square().sum().backward()   # eager
     for p, w in zip(mha.parameters(), want, strict=True):
         np.testing.assert_allclose(w, p.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_compiled_transformer_training_equals_eager_with_the_qkv_stack_rewritten():
+class _Attention(nn.Module):
+    """Attention written out (as many programs do), q, k, v from one projection."""
+
+    def __init__(self, e: int = 16, h: int = 4):
+        super().__init__()
+        self.h = h
+        self.qkv, self.proj = nn.Linear(e, 3 * e), nn.Linear(e, 3)
+
+    def forward(self, x):
+        b, t, e = x.shape
+        qkv = self.qkv(x).reshape(b, t, 3, self.h, e // self.h).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        w = (q @ k.transpose(-2, -1) * (e // self.h) ** -0.5).softmax(-1)
+        return self.proj((w @ v).transpose(1, 2).reshape(b, t, e).mean(1))
+
+
+def test_compiled_written_out_attention_stacks_qkv_in_the_projections_layout():
+    gg.manual_seed(2)
+    x, y = gg.randn(5, 6, 16), gg.randint(0, 3, (5,))
+
+    def make():
+        gg.manual_seed(0)
+        return _Attention()
+
+    want_losses, want_w = _train(make, False, x, y)
+    got_losses, got_w = _train(make, True, x, y)
+    np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5, atol=1e-6)
+    for a, b in zip(got_w, want_w, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    model = make()
+    cf = CompiledFunction(lambda x: model(x).square().sum(), backend="default", share=False)
+    cf(x).backward()
+    nodes = _backward_nodes(cf)
+    (stack,) = [n for n in nodes if n.op is _STACK]
+    assert stack.params["dim"] == 2   # (N, L, 3, H, hd): the projection's rows
+    assert all(i.op is _PERMUTE for i in stack.inputs)
+    assert [n.op for n in nodes if stack in n.inputs] == [REGISTRY["Reshape"]]
+
+
+def test_compiled_transformer_training_equals_eager():
     gg.manual_seed(1)
     x, y = gg.randn(5, 6, 16), gg.randint(0, 3, (5,))
     want_losses, want_w = _train(lambda: _encoder(0.0), False, x, y)
@@ -168,10 +232,3 @@ def test_compiled_transformer_training_equals_eager_with_the_qkv_stack_rewritten
     np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5, atol=1e-6)
     for a, b in zip(got_w, want_w, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
-    model = _encoder(0.0)
-    from graphgrad.dynamo import CompiledFunction
-    cf = CompiledFunction(lambda x: model(x).square().sum(), backend="default", share=False)
-    cf(x).backward()
-    stacks = _qkv_stacks(cf)
-    assert len(stacks) == 2 and all(s.params["dim"] == 2 for s in stacks)
-    assert not any(n.op is _PERMUTE and n.inputs[0] in stacks for n in _backward_nodes(cf))

@@ -19,6 +19,12 @@ arithmetic, bit for bit, for every input (NaN, infinities and -0.0 included):
   (window_cotangents.py), permuted back and reshaped to the projection's (N*L, 3E),
   which wrote that gradient twice. (Not for ``cat``: NumPy concatenates permuted views
   into a permuted array, which the reshape would copy all the same.)
+* ``stack([t[0:m].reshape(s), t[m:2m].reshape(s), ...], 0)`` -> ``t.reshape(k, *s)``
+  where the pieces are the consecutive slices (or the indices: ``stack(t.unbind(0))``)
+  of one ``t`` along its dim 0, each once and in order, whole in the other dims: the
+  same elements in the same (row-major) order, as a view. Attention's fused backward
+  returns the cotangents of q, k and v as one flat array that graph differentiation
+  slices and stacks again.
 
 Not done, because they are not exact: ``x + 0`` -> ``x`` (``-0.0 + 0`` is ``+0.0``),
 ``x - x`` -> ``0`` (NaN, inf), ``x * 0`` -> ``0``, reassociation.
@@ -43,12 +49,13 @@ from graphgrad.ops import REGISTRY
 
 from .purity import handed_out, has_side_effects
 from .rebuild import GraphPass, Rebuild
+from .window_cotangents import window_of
 
 __all__ = ["simplify", "SIMPLIFY"]
 
 _MUL, _DIV, _NEG = REGISTRY["Mul"], REGISTRY["Div"], REGISTRY["Neg"]
 _RESHAPE, _PERMUTE = REGISTRY["Reshape"], REGISTRY["Permute"]
-_STACK = REGISTRY["Stack"]
+_STACK, _GETITEM = REGISTRY["Stack"], REGISTRY["Getitem"]
 _HANDED_OUT_AS_IS = frozenset({"placeholder", "variable", "constant"})
 
 
@@ -104,6 +111,39 @@ def _composed(n: Node, ins: list):
         p1, p2 = inner.params["dims"], n.params["dims"]
         return (inner.inputs[0],), {"dims": tuple(p1[d] for d in p2)}
     return None
+
+
+def _tiled(n: Node, ins: list):
+    """The value ``t`` where ``n`` stacks along dim 0 the consecutive pieces of ``t``
+    along its dim 0 (``t[i]``, or ``t[i*m:(i+1)*m]`` reshaped), every one in order:
+    ``n`` is then ``t`` reshaped; else None."""
+    if n.op is not _STACK or n.params["dim"] != 0 or n.nargs != len(ins) or \
+            not isinstance(n.spec, Spec) or n.spec.shape is None or None in n.spec.shape:
+        return None
+    source, at = None, 0
+    for x in ins:
+        if _pure_call(x, _RESHAPE):
+            x = x.inputs[0]
+        if not _pure_call(x, _GETITEM) or x.nargs != 1 or len(x.inputs) != 1:
+            return None
+        t = x.inputs[0]
+        if source is None:
+            source = t
+        window = window_of(x, [t]) if t is source and isinstance(t.spec, Spec) else None
+        if window is None or t.spec.shape is None or \
+                any(w != (0, size, 1) for w, size in zip(window[1:], t.spec.shape[1:],
+                                                          strict=True)):
+            return None
+        w = window[0]
+        if type(w) is not int and w[2] != 1:
+            return None
+        start, stop = (w, w + 1) if type(w) is int else w[:2]
+        if start != at or stop <= start:
+            return None
+        at = stop
+    if at != source.spec.shape[0] or source.spec.dtype != n.spec.dtype:
+        return None
+    return source
 
 
 def _stack_permuted(n: Node, users: dict, held: set) -> tuple | None:
@@ -173,6 +213,11 @@ def _rewrite(graph: Graph, subs: dict) -> Rebuild:
         if found is not None and _rewrite_stack_permuted(rb, n, found):
             continue
         ins = [rb.arg(i) for i in n.inputs]
+        whole = _tiled(n, ins)
+        if whole is not None:   # (a view: the stack's copy is not made)
+            rb.keep(n, op=_RESHAPE, inputs=(whole,), params={"shape": tuple(n.spec.shape)},
+                    nargs=1)
+            continue
         x = _identity_operand(n, ins)
         if x is None:
             composed = _composed(n, ins)
