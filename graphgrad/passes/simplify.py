@@ -14,17 +14,18 @@ arithmetic, bit for bit, for every input (NaN, infinities and -0.0 included):
   elements in the same places (data movement only), but the stack writes its fresh
   array in the layout its readers see (``Stack`` writes a stack of row-contiguous views
   in C order), where the permute of a stack is a strided view that a reshape copies
-  again. Graph differentiation makes this for attention: q, k and v are slices of one
-  projection reshaped and permuted to (3, N, H, L, hd); their cotangents are one Stack
-  (window_cotangents.py), permuted back and reshaped to the projection's (N*L, 3E),
-  which wrote that gradient twice. (Not for ``cat``: NumPy concatenates permuted views
+  again. Graph differentiation makes this for attention written out: q, k and v are
+  slices of one projection reshaped and permuted to (3, N, H, L, hd); their cotangents
+  are one Stack (window_cotangents.py), permuted back and reshaped to the projection's
+  (N*L, 3E), which wrote that gradient twice. (Not for ``cat``: NumPy concatenates permuted views
   into a permuted array, which the reshape would copy all the same.)
 * ``stack([t[0:m].reshape(s), t[m:2m].reshape(s), ...], 0)`` -> ``t.reshape(k, *s)``
   where the pieces are the consecutive slices (or the indices: ``stack(t.unbind(0))``)
   of one ``t`` along its dim 0, each once and in order, whole in the other dims: the
-  same elements in the same (row-major) order, as a view. Attention's fused backward
-  returns the cotangents of q, k and v as one flat array that graph differentiation
-  slices and stacks again.
+  same elements in the same (row-major) order, as a view. The fused attention backward
+  (nn.MultiheadAttention's) returns the cotangents of q, k and v as one flat array that
+  graph differentiation slices and stacks again; this comes first, at the stack, so
+  the permute above is of that view and the reshape after it the one copy.
 
 Not done, because they are not exact: ``x + 0`` -> ``x`` (``-0.0 + 0`` is ``+0.0``),
 ``x - x`` -> ``0`` (NaN, inf), ``x * 0`` -> ``0``, reassociation.
@@ -129,10 +130,11 @@ def _tiled(n: Node, ins: list):
         t = x.inputs[0]
         if source is None:
             source = t
-        window = window_of(x, [t]) if t is source and isinstance(t.spec, Spec) else None
-        if window is None or t.spec.shape is None or \
-                any(w != (0, size, 1) for w, size in zip(window[1:], t.spec.shape[1:],
-                                                          strict=True)):
+        known = t is source and isinstance(t.spec, Spec) and t.spec.shape is not None and \
+            None not in t.spec.shape   # (window_of places slices in known sizes)
+        window = window_of(x, [t]) if known else None
+        if window is None or any(w != (0, size, 1) for w, size
+                                 in zip(window[1:], t.spec.shape[1:], strict=True)):
             return None
         w = window[0]
         if type(w) is not int and w[2] != 1:
