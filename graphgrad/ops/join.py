@@ -84,6 +84,14 @@ class Cat(_Join):
 class Stack(_Join):
     @staticmethod
     def forward(*arrays, dim):
+        if _c_order_pays(arrays):
+            # C order, as torch.stack's result: NumPy lays the result out as its inputs
+            # lie, so a stack of permuted views comes out permuted and a reshape of it
+            # copies it again (passes/simplify.py stacks the permuted cotangents of
+            # attention's q, k, v for that reshape to be a view)
+            shape = arrays[0].shape
+            out = xp.empty((*shape[:dim], len(arrays), *shape[dim:]), xp.result_type(*arrays))
+            return xp.stack(arrays, axis=dim, out=out)
         return xp.stack(arrays, axis=dim)
 
     @staticmethod
@@ -101,6 +109,22 @@ class Stack(_Join):
                                    f"entry {i}")
         shape = first.shape[:dim] + (len(specs),) + first.shape[dim:]
         return Spec(shape, _promoted(specs))
+
+
+def _c_order_pays(arrays) -> bool:
+    """Whether some input is not C-contiguous but every input's last dim is unit-stride:
+    then writing the stack in C order copies runs of whole rows. Where a last dim is
+    strided (a transposed matrix), C order would be an element-by-element gather, and
+    NumPy's layout (the inputs') copies in runs instead; C-contiguous inputs give a
+    C-contiguous stack either way."""
+    strided = False
+    for a in arrays:
+        if a.flags.c_contiguous:
+            continue
+        if a.shape[-1] > 1 and a.strides[-1] != a.itemsize:
+            return False
+        strided = True
+    return strided
 
 
 class Pad(Op):

@@ -8,7 +8,24 @@ arithmetic, bit for bit, for every input (NaN, infinities and -0.0 included):
 * ``reshape(reshape(x, s1), s2)`` -> ``reshape(x, s2)`` (a reshape reads the elements in
   the same order whatever the intermediate shape);
 * ``permute(permute(x, p1), p2)`` -> ``permute(x, p1 o p2)``, or ``x`` when they cancel
-  (``x.t().t()``).
+  (``x.t().t()``);
+* ``permute(stack(xs, d), p)`` -> ``stack([permute(x, q) for x in xs], p.index(d))``
+  (``q``: ``p`` without the stacked dim) where nothing else reads the stack: the same
+  elements in the same places (data movement only), but the stack writes its fresh
+  array in the layout its readers see (``Stack`` writes a stack of row-contiguous views
+  in C order), where the permute of a stack is a strided view that a reshape copies
+  again. Graph differentiation makes this for attention written out: q, k and v are
+  slices of one projection reshaped and permuted to (3, N, H, L, hd); their cotangents
+  are one Stack (window_cotangents.py), permuted back and reshaped to the projection's
+  (N*L, 3E), which wrote that gradient twice. (Not for ``cat``: NumPy concatenates permuted views
+  into a permuted array, which the reshape would copy all the same.)
+* ``stack([t[0:m].reshape(s), t[m:2m].reshape(s), ...], 0)`` -> ``t.reshape(k, *s)``
+  where the pieces are the consecutive slices (or the indices: ``stack(t.unbind(0))``)
+  of one ``t`` along its dim 0, each once and in order, whole in the other dims: the
+  same elements in the same (row-major) order, as a view. The fused attention backward
+  (nn.MultiheadAttention's) returns the cotangents of q, k and v as one flat array that
+  graph differentiation slices and stacks again; this comes first, at the stack, so
+  the permute above is of that view and the reshape after it the one copy.
 
 Not done, because they are not exact: ``x + 0`` -> ``x`` (``-0.0 + 0`` is ``+0.0``),
 ``x - x`` -> ``0`` (NaN, inf), ``x * 0`` -> ``0``, reassociation.
@@ -33,11 +50,13 @@ from graphgrad.ops import REGISTRY
 
 from .purity import handed_out, has_side_effects
 from .rebuild import GraphPass, Rebuild
+from .window_cotangents import window_of
 
 __all__ = ["simplify", "SIMPLIFY"]
 
 _MUL, _DIV, _NEG = REGISTRY["Mul"], REGISTRY["Div"], REGISTRY["Neg"]
 _RESHAPE, _PERMUTE = REGISTRY["Reshape"], REGISTRY["Permute"]
+_STACK, _GETITEM = REGISTRY["Stack"], REGISTRY["Getitem"]
 _HANDED_OUT_AS_IS = frozenset({"placeholder", "variable", "constant"})
 
 
@@ -95,6 +114,86 @@ def _composed(n: Node, ins: list):
     return None
 
 
+def _tiled(n: Node, ins: list):
+    """The value ``t`` where ``n`` stacks along dim 0 the consecutive pieces of ``t``
+    along its dim 0 (``t[i]``, or ``t[i*m:(i+1)*m]`` reshaped), every one in order:
+    ``n`` is then ``t`` reshaped; else None."""
+    if n.op is not _STACK or n.params["dim"] != 0 or n.nargs != len(ins) or \
+            not isinstance(n.spec, Spec) or n.spec.shape is None or None in n.spec.shape:
+        return None
+    source, at = None, 0
+    for x in ins:
+        if _pure_call(x, _RESHAPE):
+            x = x.inputs[0]
+        if not _pure_call(x, _GETITEM) or x.nargs != 1 or len(x.inputs) != 1:
+            return None
+        t = x.inputs[0]
+        if source is None:
+            source = t
+        known = t is source and isinstance(t.spec, Spec) and t.spec.shape is not None and \
+            None not in t.spec.shape   # (window_of places slices in known sizes)
+        window = window_of(x, [t]) if known else None
+        if window is None or any(w != (0, size, 1) for w, size
+                                 in zip(window[1:], t.spec.shape[1:], strict=True)):
+            return None
+        w = window[0]
+        if type(w) is not int and w[2] != 1:
+            return None
+        start, stop = (w, w + 1) if type(w) is int else w[:2]
+        if start != at or stop <= start:
+            return None
+        at = stop
+    if at != source.spec.shape[0] or source.spec.dtype != n.spec.dtype:
+        return None
+    return source
+
+
+def _stack_permuted(n: Node, users: dict, held: set) -> tuple | None:
+    """``(dim, q)`` where ``n`` permutes (by ``p``) a Stack that nothing else reads: the
+    stack of its inputs each permuted by ``q`` (None: left as they are) along ``dim``
+    equals ``n``; else None. A stack read elsewhere too would be made twice."""
+    if n.op is not _PERMUTE or not _pure_call(n.inputs[0], _STACK):
+        return None
+    stack = n.inputs[0]
+    if stack in held or users[stack] != [n] or not isinstance(stack.spec, Spec) or \
+            stack.spec.shape is None:
+        return None
+    p, rank = n.params["dims"], len(stack.spec.shape)
+    if sorted(p) != list(range(rank)):
+        return None
+    d = stack.params["dim"] % rank
+    q = tuple(s - (s > d) for s in p if s != d)   # the stacked dim is no dim of the inputs
+    return p.index(d), None if q == tuple(range(len(q))) else q
+
+
+def _rewrite_stack_permuted(rb: Rebuild, n: Node, found: tuple) -> bool:
+    """Copy ``n`` as ``_stack_permuted``'s stack of permuted inputs (the old stack is
+    left for dead-code elimination); False, nothing added, where a shape rule refuses."""
+    dim, q = found
+    stack = rb.arg(n.inputs[0])
+    if not _pure_call(stack, _STACK) or stack.nargs != len(stack.inputs) or \
+            not all(isinstance(x, Node) and isinstance(x.spec, Spec) for x in stack.inputs):
+        return False
+    specs = [x.spec if q is None else _spec_of(_PERMUTE, [x.spec], {"dims": q})
+             for x in stack.inputs]
+    spec = None if None in specs else _spec_of(_STACK, specs, {"dim": dim})
+    if spec is None or not _same_spec(spec, n.spec):
+        return False
+    inputs = tuple(x if q is None else rb.new.call(_PERMUTE, (x,), {"dims": q}, s,
+                                                   name="permute")
+                   for x, s in zip(stack.inputs, specs, strict=True))
+    rb.keep(n, op=_STACK, inputs=inputs, params={"dim": dim}, nargs=len(inputs))
+    return True
+
+
+def _spec_of(op, specs: list, params: dict) -> Spec | None:
+    """What ``op``'s shape rule says for inputs of ``specs``; None where it refuses."""
+    try:
+        return GraphBuilder.infer(op, specs, params, False)
+    except Exception:  # noqa: BLE001 - no rewrite then
+        return None
+
+
 def _infer(n: Node, inputs: tuple, params: dict) -> Spec | None:
     """The Spec of ``n``'s op on other inputs and params, by its shape rule; None where the
     rule refuses them."""
@@ -107,11 +206,20 @@ def _infer(n: Node, inputs: tuple, params: dict) -> Spec | None:
 def _rewrite(graph: Graph, subs: dict) -> Rebuild:
     rb = Rebuild(graph, subs)
     held = handed_out(graph)
+    users = graph.users()
     for n in graph.nodes:
         if n.kind != "call" or n.deps or has_side_effects(n):
             rb.keep(n)
             continue
+        found = _stack_permuted(n, users, held)
+        if found is not None and _rewrite_stack_permuted(rb, n, found):
+            continue
         ins = [rb.arg(i) for i in n.inputs]
+        whole = _tiled(n, ins)
+        if whole is not None:   # (a view: the stack's copy is not made)
+            rb.keep(n, op=_RESHAPE, inputs=(whole,), params={"shape": tuple(n.spec.shape)},
+                    nargs=1)
+            continue
         x = _identity_operand(n, ins)
         if x is None:
             composed = _composed(n, ins)
