@@ -113,6 +113,8 @@ def test_stack_of_row_contiguous_views_is_c_contiguous_and_reshapes_to_a_view():
     assert not Stack.forward(*ts, dim=0).flags.c_contiguous
     t = torch.stack([torch.tensor(x) for x in xs], 2)
     assert gg.stack([gg.tensor(x) for x in xs], 2).stride() == t.stride()
+    for d in range(-5, 5):   # the op's own dim, negative too (as a pass may give it)
+        assert Stack.forward(*xs, dim=d).tobytes() == np.stack(xs, axis=d).tobytes(), d
 
 
 @pytest.mark.parametrize("kind", ["read twice", "an output", "a cat"])

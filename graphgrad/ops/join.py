@@ -89,8 +89,8 @@ class Stack(_Join):
             # lie, so a stack of permuted views comes out permuted and a reshape of it
             # copies it again (passes/simplify.py stacks the permuted cotangents of
             # attention's q, k, v for that reshape to be a view)
-            shape = arrays[0].shape
-            out = xp.empty((*shape[:dim], len(arrays), *shape[dim:]), xp.result_type(*arrays))
+            shape, d = arrays[0].shape, dim % (arrays[0].ndim + 1)
+            out = xp.empty((*shape[:d], len(arrays), *shape[d:]), xp.result_type(*arrays))
             return xp.stack(arrays, axis=dim, out=out)
         return xp.stack(arrays, axis=dim)
 
