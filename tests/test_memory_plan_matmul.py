@@ -74,7 +74,7 @@ def test_linear_with_bias_writes_into_a_dead_buffer(monkeypatch, products, numba
     args = [gg.randn(N, N), gg.randn(N, N), gg.randn(N), gg.randn(N, N), gg.randn(N),
             gg.randn(N, N)]
     src, _ = _check(f, args, monkeypatch)
-    assert src.count("out=_o") >= 2, src
+    assert src.count("out=_o") == 2, src
     taken = [c for c in products if c[1]]
     assert {c[0] for c in taken} == {"Linear"} and all(c[2] and not c[3] for c in taken)
 
@@ -213,5 +213,5 @@ def test_compiled_training_equals_eager(monkeypatch, products, name):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     taken = [c for c in products if c[1]]
     assert all(c[2] and not c[3] for c in taken), products
-    if name == "mlp":   # a product of the forward or the backward took a dead buffer
-        assert taken, products
+    if name == "mlp":   # a gradient product of the compiled backward (its forward's
+        assert any(c[0] == "Matmul" for c in taken), products   # are Linear) took one
