@@ -150,9 +150,11 @@ def _emit(graph: Graph, tensors: list[bool], ns: dict,
                 body.append(plan.check(names[v], k, ns))
                 if not in_place:
                     body.append(f"del {names[v]}")
-                # (a lone op's kernel takes its array inputs; its literals are its step's)
-                ins = [*(names[a] for a in n.inputs if isinstance(a, Node)), "out=_o"]
-            if not _call(n, k, out, ins, ns, body, plan.kernel.get(n)):
+                # (a kernel takes its array inputs, a lone op's literals are its step's;
+                # a library call's forward takes ``out`` after its own arguments)
+                if n in plan.kernel:
+                    ins = [*(names[a] for a in n.inputs if isinstance(a, Node)), "out=_o"]
+            if not _call(n, k, out, ins, ns, body, plan.kernel.get(n), n in plan.library):
                 return None
             if into is not None:
                 body.insert(len(body) - 1, "del _o")
@@ -182,10 +184,12 @@ def _emit(graph: Graph, tensors: list[bool], ns: dict,
 
 
 def _call(n: Node, k: int, out: str, ins: list[str], ns: dict, body: list[str],
-          kernel=None) -> bool:
+          kernel=None, into: bool = False) -> bool:
     """The lines of an op node: its fused kernel, its ``forward``, or (inputs of mixed
     dtypes) dispatch. False where it cannot be an array statement. ``kernel``: the
-    kernel the memory plan runs a lone elementwise op by (it writes into a buffer)."""
+    kernel the memory plan runs a lone elementwise op by (it writes into a buffer);
+    ``into``: ``forward`` is given the plan's buffer ``_o`` as ``out`` (a library call,
+    memory_plan.py's ``writes_out``)."""
     specs = [a.spec for a in n.inputs if isinstance(a, Node)]
     if n.op is Fused or kernel is not None:   # one kernel for the group
         ns[f"_f{k}"] = kernel or lower(n.params["kernel"])
@@ -201,6 +205,8 @@ def _call(n: Node, k: int, out: str, ins: list[str], ns: dict, body: list[str],
             else:
                 ns[f"_p{k}_{key}"] = v
                 args.append(f"{key}=_p{k}_{key}")
+        if into:
+            args.append("out=_o")
         body.append(f"{out} = _f{k}({', '.join(args)})")
     body.append(f"if type({out}) is not _nd: {out} = _asarray({out})")
     return True

@@ -1,6 +1,6 @@
 """Layer ``backends``: memory planning of an array program (array_program.py): which
-fused group writes its result into a buffer the program already holds instead of a
-fresh array.
+fused group or library call writes its result into a buffer the program already holds
+instead of a fresh array.
 
 Liveness over the program's top-level nodes gives each value its last use. A ``Fused``
 node whose result is large (``PLAN_MIN_BYTES``) may write into
@@ -13,6 +13,13 @@ node whose result is large (``PLAN_MIN_BYTES``) may write into
   holding it cannot raise the program's peak: no op call runs in between (an op's
   temporaries are not in any spec), and the sum of live values' sizes (from their
   specs) stays under its estimated peak.
+
+A library call (a matmul, a linear layer) whose op declares ``accepts_out`` for its
+inputs' specs (ops/linalg.py: real floating operands of one dtype, no vectors) is given
+a dead buffer the same way, through its own ``forward(..., out=buf)``; never one of its
+inputs, in place: BLAS does not allow its result to alias an operand. This saves the
+fresh allocation of each large product (above the mmap threshold, page faults on every
+call).
 
 Graph inputs, constants and graph outputs are never candidates. Op forwards may return
 views (reshape, transpose, slices, a tuple's items) that share a buffer, which no static
@@ -41,7 +48,8 @@ from graphgrad.passes.fused_op import Ref, Step
 from graphgrad.passes.fusion import numpy_dtype_agrees
 from graphgrad.passes.purity import has_side_effects
 
-__all__ = ["plan_memory", "MemoryPlan", "single_program", "PLAN_MIN_BYTES", "REFS"]
+__all__ = ["plan_memory", "MemoryPlan", "single_program", "writes_out", "PLAN_MIN_BYTES",
+           "REFS"]
 
 # results smaller than this are allocated as they are: the run-time check costs about
 # what a small allocation does
@@ -63,12 +71,14 @@ REFS = _calibrate()
 class MemoryPlan:
     """``into[n] = (value, in_place)``: the node ``n`` writes into the buffer of
     ``value``; ``kernel[n]``: its ``FusedKernel`` (a lone elementwise op's own, from
-    ``single_program``); ``kept``: dead values whose ``del`` moves to the node that
-    reuses them."""
+    ``single_program``); ``library``: nodes whose op's own ``forward`` is given the
+    buffer as ``out`` (``writes_out``); ``kept``: dead values whose ``del`` moves to the
+    node that reuses them."""
 
     def __init__(self):
         self.into: dict[Node, tuple[Node, bool]] = {}
         self.kernel: dict[Node, object] = {}
+        self.library: set[Node] = set()
         self.kept: set[Node] = set()
 
     def check(self, name: str, k: int, ns: dict) -> str:
@@ -101,6 +111,22 @@ def single_program(n: Node) -> FusedProgram | None:
     return FusedProgram([Step(n.op, tuple(args), dict(n.params), n.spec, n.name)], specs)
 
 
+def writes_out(n: Node) -> bool:
+    """Whether ``n`` is a library call (matmul, linear) whose op's ``forward`` writes its
+    result into a given ``out`` bit for bit as it returns it: the op declares it for
+    these input specs (``accepts_out``, next to its ``forward``). The planner never
+    copies an op's semantics: an op without the declaration allocates as before."""
+    accepts = getattr(n.op, "accepts_out", None)
+    if accepts is None or n.op is Fused or n.deps or n.nargs != len(n.inputs) or n.params \
+            or has_side_effects(n) or not isinstance(n.spec, Spec):
+        return False
+    specs = [a.spec for a in n.inputs if isinstance(a, Node)]
+    if len(specs) != len(n.inputs) or not all(
+            isinstance(sp, Spec) and sp.dtype == n.spec.dtype for sp in specs):
+        return False   # (a literal operand, or mixed dtypes: dispatch's promotion)
+    return accepts(*specs)
+
+
 def _bytes(spec) -> int:
     if not isinstance(spec, Spec) or None in spec.shape:
         return 0
@@ -131,22 +157,26 @@ def plan_memory(graph: Graph, order: list[Node], lower) -> MemoryPlan:
         size = _bytes(n.spec)
         if n.kind != "call" or size < PLAN_MIN_BYTES:
             continue
-        program = n.params["kernel"] if n.op is Fused else single_program(n)
-        if program is None:
-            continue
-        kernel = lower(program)
-        if not kernel.writes_out:
-            continue
+        kernel = None
+        if not writes_out(n):
+            program = n.params["kernel"] if n.op is Fused else single_program(n)
+            if program is None:
+                continue
+            kernel = lower(program)
+            if not kernel.writes_out:
+                continue
         key = (tuple(n.spec.shape), xp.dtype(n.spec.dtype))
         same = [v for v in lender if v not in taken and isinstance(v.spec, Spec)
                 and (tuple(v.spec.shape), xp.dtype(v.spec.dtype)) == key]
-        own = [v for v in same if v in n.inputs and death[v] == pos[n]
-               and all(kernel.may_alias(i) for i, a in enumerate(n.inputs) if a is v)]
-        plan.kernel[n] = kernel
-        if own:
-            plan.into[n] = (own[0], True)
-            taken.add(own[0])
-            continue
+        if kernel is not None:   # (a library call is never run in place)
+            own = [v for v in same if v in n.inputs and death[v] == pos[n]
+                   and all(kernel.may_alias(i) for i, a in enumerate(n.inputs) if a is v)]
+            if own:
+                plan.kernel[n] = kernel
+                plan.into[n] = (own[0], True)
+                taken.add(own[0])
+                continue
+        # (a value that died before n is not one of n's inputs)
         dead = sorted((v for v in same if death[v] < pos[n]), key=lambda v: -death[v])
         for v in dead:
             held = range(death[v] + 1, pos[n])
@@ -156,8 +186,11 @@ def plan_memory(graph: Graph, order: list[Node], lower) -> MemoryPlan:
                 for t in held:
                     live[t] += size
                 plan.into[n] = (v, False)
+                if kernel is None:
+                    plan.library.add(n)
+                else:
+                    plan.kernel[n] = kernel
                 plan.kept.add(v)
                 taken.add(v)
                 break
-    plan.kernel = {n: k for n, k in plan.kernel.items() if n in plan.into}
     return plan

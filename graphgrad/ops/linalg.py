@@ -73,7 +73,9 @@ class Matmul(Op):
     holomorphic = True
 
     @staticmethod
-    def forward(a, b):
+    def forward(a, b, out=None):
+        """``out``: only from the memory planner (backends/memory_plan.py), where
+        ``accepts_out`` allows it: the product written into that buffer."""
         if a.ndim == 0 or b.ndim == 0:
             raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are "
                                f"{a.ndim}D and {b.ndim}D")
@@ -81,7 +83,18 @@ class Matmul(Op):
             Matmul.infer(a, b)  # PyTorch refuses mixed dtypes (after the shapes)
         if a.dtype.kind == "c":
             return complex_matmul(a, b)
-        return xp.matmul(a, b)
+        # (no ``out=None`` on the eager path: NumPy parsing it costs ~60 ns a call here)
+        return xp.matmul(a, b) if out is None else xp.matmul(a, b, out=out)
+
+    @staticmethod
+    def accepts_out(a: Spec, b: Spec) -> bool:
+        """Whether ``forward(a, b, out=buf)`` writes into ``buf`` (C-contiguous, the
+        result's shape and dtype, owning its data, sharing no memory with ``a`` or ``b``)
+        bit for bit what it returns without: real floating operands of one dtype and at
+        least two dims, where NumPy's matmul makes the same BLAS call into ``buf``. Not
+        complex products (their real route returns views), mixed dtypes or vectors."""
+        return (a.dtype == b.dtype and xp.dtype(a.dtype).kind == "f"
+                and len(a.shape) >= 2 and len(b.shape) >= 2)
 
     @staticmethod
     def vjp(g, out, a, b):
@@ -294,17 +307,22 @@ class Linear(Op):
         return tuple(i for i, other in ((0, w), (1, x)) if needs_grad(other))
 
     @staticmethod
-    def forward(x, w, b=None):
+    def forward(x, w, b=None, out=None):
+        """``out``: only from the memory planner (backends/memory_plan.py), where
+        ``accepts_out`` allows it: the result written into that buffer."""
         if x.ndim != 2 or w.ndim != 2:  # (NumPy would broadcast other ranks)
             _check_linear(x.shape, w.shape, None)
         if x.dtype is not w.dtype or b is not None and b.dtype is not w.dtype:
             Linear.infer(x, w, b)  # PyTorch refuses mixed dtypes (after the shapes)
         # other mistakes make NumPy raise; dispatch then asks ``infer`` for the message
         # BLAS reads the transposed weight in place
-        out = complex_matmul(x, w.T) if x.dtype.kind == "c" else xp.matmul(x, w.T)
+        if x.dtype.kind == "c":
+            out = complex_matmul(x, w.T)
+        else:
+            out = xp.matmul(x, w.T) if out is None else xp.matmul(x, w.T, out=out)
         if b is not None:
             if b.dtype == out.dtype:
-                out += b  # out is fresh: no second output array
+                out += b  # out is fresh or the planner's: no second output array
             else:  # mixed dtypes: promoted as the composite's add would be
                 out = out + b
         return out
@@ -371,6 +389,14 @@ class Linear(Op):
         x, w = _batch_first(x, dx), _batch_first(w, dw)
         out = Matmul.apply(x, w.mT)  # (B, N, out): either side's batch broadcasts
         return (out if b is None else out + _batch_first(b, db)), 0
+
+    @staticmethod
+    def accepts_out(x: Spec, w: Spec, b: Spec | None = None) -> bool:
+        """Whether ``forward(x, w, b, out=buf)`` writes into ``buf`` bit for bit what it
+        returns without (``Matmul.accepts_out``'s terms; the bias is then added in place
+        as on a fresh result): real floating operands of one dtype, bias included."""
+        return (len(x.shape) == 2 and Matmul.accepts_out(x, w)
+                and (b is None or b.dtype == w.dtype))
 
     @classmethod
     def infer(cls, x, w, b=None) -> Spec:
