@@ -154,7 +154,8 @@ def _emit(graph: Graph, tensors: list[bool], ns: dict,
                 # a library call's forward takes ``out`` after its own arguments)
                 if n in plan.kernel:
                     ins = [*(names[a] for a in n.inputs if isinstance(a, Node)), "out=_o"]
-            if not _call(n, k, out, ins, ns, body, plan.kernel.get(n), n in plan.library):
+            kernel = plan.kernel.get(n)
+            if not _call(n, k, out, ins, ns, body, kernel, into is not None and kernel is None):
                 return None
             if into is not None:
                 body.insert(len(body) - 1, "del _o")

@@ -71,14 +71,13 @@ REFS = _calibrate()
 class MemoryPlan:
     """``into[n] = (value, in_place)``: the node ``n`` writes into the buffer of
     ``value``; ``kernel[n]``: its ``FusedKernel`` (a lone elementwise op's own, from
-    ``single_program``); ``library``: nodes whose op's own ``forward`` is given the
-    buffer as ``out`` (``writes_out``); ``kept``: dead values whose ``del`` moves to the
-    node that reuses them."""
+    ``single_program``; a node in ``into`` without one is a library call, whose op's own
+    ``forward`` is given the buffer as ``out``, ``writes_out``); ``kept``: dead values
+    whose ``del`` moves to the node that reuses them."""
 
     def __init__(self):
         self.into: dict[Node, tuple[Node, bool]] = {}
         self.kernel: dict[Node, object] = {}
-        self.library: set[Node] = set()
         self.kept: set[Node] = set()
 
     def check(self, name: str, k: int, ns: dict) -> str:
@@ -186,9 +185,7 @@ def plan_memory(graph: Graph, order: list[Node], lower) -> MemoryPlan:
                 for t in held:
                     live[t] += size
                 plan.into[n] = (v, False)
-                if kernel is None:
-                    plan.library.add(n)
-                else:
+                if kernel is not None:
                     plan.kernel[n] = kernel
                 plan.kept.add(v)
                 taken.add(v)

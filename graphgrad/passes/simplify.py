@@ -186,10 +186,11 @@ def _rewrite_stack_permuted(rb: Rebuild, n: Node, found: tuple) -> bool:
     return True
 
 
-def _spec_of(op, specs: list, params: dict) -> Spec | None:
-    """What ``op``'s shape rule says for inputs of ``specs``; None where it refuses."""
+def _spec_of(op, inputs: list, params: dict, dynamic: bool = False) -> Spec | None:
+    """What ``op``'s shape rule says for ``inputs`` (nodes or specs); None where it
+    refuses them. ``dynamic``: a param is a run-time value (its dims unknown)."""
     try:
-        return GraphBuilder.infer(op, specs, params, False)
+        return GraphBuilder.infer(op, inputs, params, dynamic)
     except Exception:  # noqa: BLE001 - no rewrite then
         return None
 
@@ -197,10 +198,7 @@ def _spec_of(op, specs: list, params: dict) -> Spec | None:
 def _infer(n: Node, inputs: tuple, params: dict) -> Spec | None:
     """The Spec of ``n``'s op on other inputs and params, by its shape rule; None where the
     rule refuses them."""
-    try:
-        return GraphBuilder.infer(n.op, list(inputs[:n.nargs]), params, n.nargs != len(inputs))
-    except Exception:  # noqa: BLE001 - no rewrite then
-        return None
+    return _spec_of(n.op, list(inputs[:n.nargs]), params, n.nargs != len(inputs))
 
 
 def _rewrite(graph: Graph, subs: dict) -> Rebuild:
